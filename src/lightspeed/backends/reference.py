@@ -1,0 +1,124 @@
+"""The reference runtime: an exact numpy interpreter of HLIR, the oracle for every other backend.
+
+Each node's result is a contiguous numpy array of the node's shape.  An op reads an input through
+its view by evaluating the view's index and validity expressions over the flat logical index (a
+vectorised numpy evaluation, cached per view and dim binding); masked positions read zero.
+Values are freed after their last use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..graph import Graph
+from ..program import Program
+from ..shape import ShapeTracker
+from ..symbolic import INDEX_VAR
+from . import register_backend
+
+__all__ = ["ReferenceProgram", "read_view"]
+
+
+def _dims_key(st: ShapeTracker, env: dict[str, int]) -> tuple:
+    names = set()
+    for v in st.views:
+        for e in (*v.shape, *v.strides, v.offset):
+            names |= e.free_vars()
+        if v.mask is not None:
+            for lo, hi in v.mask:
+                names |= lo.free_vars() | hi.free_vars()
+    return tuple(sorted((n, env[n]) for n in names))
+
+
+_INDEX_CACHE: dict[tuple, tuple[np.ndarray, np.ndarray | None]] = {}
+_INDEX_CACHE_MAX = 4096
+
+
+def _view_indexes(st: ShapeTracker, env: dict[str, int], shape: tuple[int, ...]):
+    key = (st, _dims_key(st, env))
+    hit = _INDEX_CACHE.get(key)
+    if hit is not None:
+        return hit
+    n = int(np.prod(shape, dtype=np.int64))
+    z = np.arange(n, dtype=np.int64)
+    genv = {**env, INDEX_VAR: z}
+    idx = np.broadcast_to(np.asarray(st.index_expr().evaluate(genv), dtype=np.int64), (n,))
+    valid_e = st.valid_expr()
+    valid = None
+    if not (valid_e.is_const and valid_e.value == 1):
+        valid = np.broadcast_to(np.asarray(valid_e.evaluate(genv)).astype(bool), (n,))
+        if valid.all():
+            valid = None
+    if len(_INDEX_CACHE) >= _INDEX_CACHE_MAX:
+        _INDEX_CACHE.clear()
+    _INDEX_CACHE[key] = (idx, valid)
+    return idx, valid
+
+
+def read_view(buf: np.ndarray, st: ShapeTracker, env: dict[str, int]) -> np.ndarray:
+    """The array a view of ``buf`` (a node's contiguous result) shows, as a new/contiguous array."""
+    shape = tuple(int(d.evaluate(env)) for d in st.shape)
+    if st.is_contiguous:
+        return buf.reshape(shape)
+    flat = buf.reshape(-1)
+    idx, valid = _view_indexes(st, env, shape)
+    if valid is None:
+        if idx.size and (idx.min() < 0 or idx.max() >= flat.size):
+            raise AssertionError(f"view reads out of bounds: {st} over {flat.size} elements")
+        return flat[idx].reshape(shape)
+    out = np.zeros(idx.shape, dtype=buf.dtype)
+    if flat.size:
+        sel = idx[valid]
+        if sel.size and (sel.min() < 0 or sel.max() >= flat.size):
+            raise AssertionError(f"view reads out of bounds: {st} over {flat.size} elements")
+        out[valid] = flat[sel]
+    return out.reshape(shape)
+
+
+class ReferenceProgram(Program):
+    backend_name = "reference"
+
+    def __init__(self, graph: Graph):
+        super().__init__(graph)
+        self.order = graph.reachable()
+        last_use: dict[int, int] = {}
+        for i in self.order:
+            for src, _ in graph.nodes[i].inputs:
+                last_use[src] = i
+        self.free_after: dict[int, list[int]] = {}
+        for src, i in last_use.items():
+            self.free_after.setdefault(i, []).append(src)
+
+    def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
+        nodes = self.graph.nodes
+        values: dict[int, np.ndarray] = {}
+        outputs: dict[str, np.ndarray] = {}
+        for i in self.order:
+            n = nodes[i]
+            if n.op.name == "Input":
+                val = np.ascontiguousarray(arrays[n.arg.name])
+            else:
+                args = [read_view(values[src], st, dims) for src, st in n.inputs]
+                val = n.op.reference(args, n.arg, dims)
+                shape = tuple(int(d.evaluate(dims)) for d in n.shape)
+                val = np.ascontiguousarray(np.asarray(val, dtype=n.dtype.np)).reshape(shape)
+            if n.op.name == "Output":
+                outputs[n.arg] = val.copy()
+            values[i] = val
+            for src in self.free_after.get(i, ()):
+                values.pop(src, None)
+        return {name: outputs[name] for name in self.output_names}
+
+
+class ReferenceBackend:
+    name = "reference"
+
+    def compile(self, graph: Graph, **options: Any) -> ReferenceProgram:
+        if options:
+            raise TypeError(f"reference backend takes no options, got {sorted(options)}")
+        return ReferenceProgram(graph)
+
+
+register_backend(ReferenceBackend())
