@@ -60,7 +60,9 @@ class ConstantValue:
     def __init__(self, value: Any, dtype: DType):
         from .symbolic import const
 
-        arr = np.asarray(value, dtype=dtype.np)
+        # integer constants wrap into the dtype (-1 as uint8 is 255), like the integer ops do
+        arr = np.asarray(value)
+        arr = arr.astype(dtype.np) if arr.dtype != dtype.np else arr
         self.value = arr
         self.dtype = dtype
         self.shape = tuple(const(d) for d in arr.shape)

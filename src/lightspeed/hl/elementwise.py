@@ -7,6 +7,7 @@ Pad + Add + MaxReduce for ``maximum``/``minimum`` (exact, NaN-propagating).
 
 from __future__ import annotations
 
+import builtins
 import math
 from typing import Any
 
@@ -131,13 +132,13 @@ def pow(a: Any, b: Any) -> GraphTensor:  # noqa: A001 - torch name
     """a ** b.  Integer scalar exponents multiply exactly; others go through exp2/log2 with
     PyTorch's sign rules for negative bases (NaN for non-integer exponents)."""
     if isinstance(a, GraphTensor) and isinstance(b, (int, float)) and not isinstance(b, bool):
-        if float(b).is_integer() and abs(b) <= 64:
+        if float(b).is_integer() and builtins.abs(b) <= 64:
             n = int(b)
             if a.dtype.is_int and n < 0:
                 raise DTypeError("pow: integers to negative integer powers are not allowed")
             x = a if n >= 0 else _float_operand(a, "pow")
             result = _scalar_like(x, 1)
-            base, k = x, abs(n)
+            base, k = x, builtins.abs(n)
             first = True
             while k:
                 if k & 1:
@@ -231,13 +232,10 @@ def abs(x: GraphTensor) -> GraphTensor:  # noqa: A001 - torch name
 
 @hl_op(torch="torch.sign", category="math")
 def sign(x: GraphTensor) -> GraphTensor:
-    """-1, 0 or 1 (NaN stays NaN for floats)."""
+    """-1, 0 or 1 (0 for NaN, as in PyTorch)."""
     if x.dtype.is_bool:
         return x
-    s = sub(cast(lt(0, x), x.dtype), cast(lt(x, 0), x.dtype))
-    if x.dtype.is_float:
-        s = where(isnan(x), x, s)
-    return s
+    return sub(cast(lt(0, x), x.dtype), cast(lt(x, 0), x.dtype))
 
 
 @hl_op(torch="torch.floor", category="math")
