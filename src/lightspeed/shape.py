@@ -125,6 +125,8 @@ class ShapeTracker:
 
     @property
     def is_contiguous(self) -> bool:
+        """Row-major strides from offset 0 and no mask: reads a prefix of the buffer in order
+        (the whole buffer unless the view was sliced down along its first axis)."""
         return len(self.views) == 1 and self.views[0].is_contiguous
 
     def describe(self) -> str:

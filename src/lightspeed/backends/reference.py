@@ -60,9 +60,9 @@ def _view_indexes(st: ShapeTracker, env: dict[str, int], shape: tuple[int, ...])
 def read_view(buf: np.ndarray, st: ShapeTracker, env: dict[str, int]) -> np.ndarray:
     """The array a view of ``buf`` (a node's contiguous result) shows, as a new/contiguous array."""
     shape = tuple(int(d.evaluate(env)) for d in st.shape)
-    if st.is_contiguous:
-        return buf.reshape(shape)
     flat = buf.reshape(-1)
+    if st.is_contiguous:  # row-major strides from offset 0: a prefix (all of it unless sliced)
+        return flat[:int(np.prod(shape, dtype=np.int64))].reshape(shape)
     idx, valid = _view_indexes(st, env, shape)
     if valid is None:
         if idx.size and (idx.min() < 0 or idx.max() >= flat.size):

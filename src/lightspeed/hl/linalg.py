@@ -7,10 +7,9 @@ with stride 0 on m), multiplied, and summed over the last axis.
 
 from __future__ import annotations
 
-from .. import dtypes as dt
 from ..errors import DTypeError, ShapeError
 from ..graph import GraphTensor
-from ._base import broadcast_shapes, cast, fmt_shape, prim
+from ._base import broadcast_shapes, fmt_shape, prim
 from .registry import hl_op
 
 
@@ -22,10 +21,11 @@ def matmul(a: GraphTensor, b: GraphTensor) -> GraphTensor:
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("matmul: both operands need at least one dim, got "
                          f"{fmt_shape(a.shape)} and {fmt_shape(b.shape)}")
-    rdt = dt.result_type(a, b)
-    if rdt.is_bool:
+    if a.dtype != b.dtype:  # as in PyTorch: no implicit promotion inside a matmul
+        raise DTypeError(f"matmul: operands must have the same dtype, got {a.dtype.name} {fmt_shape(a.shape)} "
+                         f"and {b.dtype.name} {fmt_shape(b.shape)}; cast one of them first")
+    if a.dtype.is_bool:
         raise DTypeError("matmul: bool operands are not supported")
-    a, b = cast(a, rdt), cast(b, rdt)
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     if a_vec:
         a = a.unsqueeze(0)
