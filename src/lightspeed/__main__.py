@@ -1,0 +1,3 @@
+from lightspeed.cli import main
+
+raise SystemExit(main())
