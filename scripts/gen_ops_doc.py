@@ -17,10 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.hl.optable import all_cases, build_inputs, expand  # noqa: E402
+
 import lightspeed as ls  # noqa: E402
 from lightspeed.hl import HL_OPS  # noqa: E402
 from lightspeed.primitives import COMPUTE_PRIMITIVES  # noqa: E402
-from tests.hl.optable import all_cases, build_inputs, expand  # noqa: E402
 
 
 def primitives_used(case) -> list[str]:

@@ -9,6 +9,7 @@ from tests.hl.optable import OpCase, Sample, T
 
 F = (ls.float32, ls.float64)
 LOW = (ls.float16, ls.bfloat16)
+S = ({"s": 1}, {"s": 3})
 
 
 def _unary(shape=(3, 4)):
@@ -161,4 +162,13 @@ CASES = [
            dtypes=(ls.float32,), ref_f64=False, variant="fp8_e5m2", tol={"float32": (0, 0)}),
     OpCase("to", lambda x: x.to(ls.bool_), lambda x: x.to(torch.bool), [Sample([T((3, 4), ls.int32)])],
            dtypes=(ls.float32,), variant="bool"),
+    OpCase("masked_fill", lambda x, m: x.masked_fill(m, float("-inf")),
+           lambda x, m: x.masked_fill(m, float("-inf")),
+           [Sample([T((3, 4)), T((1, 4), ls.bool_)]),
+            Sample([T(("s", 4)), T(("s", 4), ls.bool_)], dims=S, name="sym")]),
+    OpCase("full_like", lambda x: ls.full_like(x, 2.5), lambda x: torch.full_like(x, 2.5),
+           [Sample([T((3, 4))]), Sample([T(("s", 4))], dims=S, name="sym")]),
+    OpCase("zeros_like", lambda x: ls.zeros_like(x, dtype=ls.int32), lambda x: torch.zeros_like(x, dtype=torch.int32),
+           [Sample([T((3, 4))])]),
+    OpCase("ones_like", ls.ones_like, torch.ones_like, [Sample([T((3, 4))])], dtypes=F + (ls.bool_,)),
 ]

@@ -86,4 +86,8 @@ CASES = [
            variant="sym"),
     OpCase("unfold", lambda x: ls.pad(x, (1, 1)).unfold(-1, 3, 1),
            lambda x: torch.nn.functional.pad(x, (1, 1)).unfold(-1, 3, 1), [Sample([T((2, 4))])], variant="padded"),
+    OpCase("repeat_interleave", lambda x: x.repeat_interleave(3, 1), lambda x: x.repeat_interleave(3, 1),
+           [Sample([T((2, 3))]), Sample([T(("s", 2, 4))], dims=S23, name="sym")], dtypes=ALL),
+    OpCase("repeat_interleave", lambda x: x.repeat_interleave(2), lambda x: x.repeat_interleave(2),
+           [Sample([T((2, 3))])], variant="flat"),
 ]

@@ -539,3 +539,25 @@ GraphTensor.__ror__ = _swap(logical_or)
 GraphTensor.__xor__ = logical_xor
 GraphTensor.__rxor__ = _swap(logical_xor)
 GraphTensor.__invert__ = logical_not
+
+
+@hl_op(torch="torch.Tensor.masked_fill", category="select")
+def masked_fill(x: GraphTensor, mask: GraphTensor, value: Any) -> GraphTensor:
+    """``value`` where ``mask`` is true, else ``x`` (mask broadcasts to x's shape; dtype stays x's)."""
+    v = value if isinstance(value, GraphTensor) else full(x.graph, (), value, x.dtype)
+    return where(broadcast_to(_to_bool(mask, x.graph), x.shape, "masked_fill"), cast(v, x.dtype), x)
+
+
+@hl_op(torch="torch.full_like", category="creation")
+def full_like(x: GraphTensor, fill_value: Any, dtype: DType | None = None) -> GraphTensor:
+    return full(x.graph, x.shape, fill_value, dt.as_dtype(dtype) if dtype is not None else x.dtype)
+
+
+@hl_op(torch="torch.zeros_like", category="creation")
+def zeros_like(x: GraphTensor, dtype: DType | None = None) -> GraphTensor:
+    return full_like(x, 0, dtype)
+
+
+@hl_op(torch="torch.ones_like", category="creation")
+def ones_like(x: GraphTensor, dtype: DType | None = None) -> GraphTensor:
+    return full_like(x, 1, dtype)

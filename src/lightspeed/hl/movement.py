@@ -429,3 +429,18 @@ def unfold(x: GraphTensor, dimension: int, size: int, step: int) -> GraphTensor:
     if d.is_const and d.value < size:
         raise ShapeError(f"unfold: size {size} exceeds dim {k} of size {d.value}")
     return x.with_view(x.st.unfold(k, size, step))
+
+
+@hl_op(torch="torch.repeat_interleave", category="movement")
+def repeat_interleave(x: GraphTensor, repeats: int, dim: int | None = None) -> GraphTensor:
+    """Repeat each element ``repeats`` times along ``dim`` (flattened first when dim is None);
+    a view (unsqueeze + expand + merge), e.g. grouped-query attention's KV head sharing."""
+    if not isinstance(repeats, int) or repeats < 0:
+        raise ShapeError(f"repeat_interleave: repeats must be a non-negative int, got {repeats!r}")
+    if dim is None:
+        x, dim = flatten(x), 0
+    k = norm_axis(dim, x.ndim, "repeat_interleave")
+    shape = list(x.shape)
+    y = unsqueeze(x, k + 1)
+    y = expand(y, *shape[:k + 1], repeats, *shape[k + 1:])
+    return flatten(y, k, k + 1)
