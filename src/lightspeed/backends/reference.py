@@ -63,6 +63,10 @@ def read_view(buf: np.ndarray, st: ShapeTracker, env: dict[str, int]) -> np.ndar
     flat = buf.reshape(-1)
     if st.is_contiguous:  # row-major strides from offset 0: a prefix (all of it unless sliced)
         return flat[:int(np.prod(shape, dtype=np.int64))].reshape(shape)
+    if len(st.views) == 1 and st.view.mask is None:
+        strided = _strided_view(flat, st, env, shape)
+        if strided is not None:
+            return strided
     idx, valid = _view_indexes(st, env, shape)
     if valid is None:
         if idx.size and (idx.min() < 0 or idx.max() >= flat.size):
@@ -75,6 +79,22 @@ def read_view(buf: np.ndarray, st: ShapeTracker, env: dict[str, int]) -> np.ndar
             raise AssertionError(f"view reads out of bounds: {st} over {flat.size} elements")
         out[valid] = flat[sel]
     return out.reshape(shape)
+
+
+def _strided_view(flat: np.ndarray, st: ShapeTracker, env: dict[str, int], shape: tuple[int, ...]):
+    """Fast path for one unmasked view: a numpy strided view (bounds-checked), no index arrays."""
+    v = st.view
+    offset = int(v.offset.evaluate(env))
+    strides = [int(s.evaluate(env)) for s in v.strides]
+    if 0 in shape:
+        return np.zeros(shape, dtype=flat.dtype)
+    lo = offset + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+    hi = offset + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
+    if lo < 0 or hi >= flat.size:
+        raise AssertionError(f"view reads out of bounds [{lo}, {hi}] of {flat.size} elements: {st}")
+    item = flat.itemsize
+    return np.lib.stride_tricks.as_strided(flat[offset:], shape=shape, strides=[s * item for s in strides],
+                                           writeable=False)
 
 
 class ReferenceProgram(Program):
