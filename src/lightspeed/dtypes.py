@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from .errors import DTypeError
+
 __all__ = [
     "DType", "float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64",
     "bool_", "float8_e4m3", "float8_e5m2", "ALL_DTYPES", "promote_types", "result_type",
@@ -107,7 +109,7 @@ def as_dtype(x: object) -> DType:
     if isinstance(x, str):
         d = _BY_NAME.get(x)
         if d is None:
-            raise TypeError(f"unknown dtype name {x!r}; known: {sorted(_BY_NAME)}")
+            raise DTypeError(f"unknown dtype name {x!r}; known: {sorted(_BY_NAME)}")
         return d
     mod = type(x).__module__
     if mod.startswith("torch"):
@@ -117,10 +119,10 @@ def as_dtype(x: object) -> DType:
     try:
         npd = np.dtype(x)
     except TypeError:
-        raise TypeError(f"cannot interpret {x!r} as a lightspeed dtype") from None
+        raise DTypeError(f"cannot interpret {x!r} as a lightspeed dtype") from None
     d = _BY_NP.get(npd)
     if d is None:
-        raise TypeError(f"numpy dtype {npd} has no lightspeed equivalent")
+        raise DTypeError(f"numpy dtype {npd} has no lightspeed equivalent")
     return d
 
 
@@ -140,8 +142,8 @@ def promote_types(a: DType, b: DType) -> DType:
         return a
     for d in (a, b):
         if d.storage_only:
-            raise TypeError(f"{d.name} is a storage-only dtype: cast it (e.g. .to(ls.bfloat16)) "
-                            f"before combining it with {b.name if d is a else a.name}")
+            raise DTypeError(f"{d.name} is a storage-only dtype: cast it (e.g. .to(ls.bfloat16)) "
+                             f"before combining it with {b.name if d is a else a.name}")
     if a.category != b.category:
         return a if a.category > b.category else b
     if a.is_float:
@@ -183,6 +185,6 @@ def result_type(*operands: object) -> DType:
         return {0: bool_, 1: DEFAULT_INT, 2: DEFAULT_FLOAT}[scalar_cat]
     if scalar_cat > tensor_dt.category:
         if tensor_dt.storage_only:
-            raise TypeError(f"{tensor_dt.name} is a storage-only dtype: cast it before arithmetic")
+            raise DTypeError(f"{tensor_dt.name} is a storage-only dtype: cast it before arithmetic")
         return {1: DEFAULT_INT, 2: DEFAULT_FLOAT}[scalar_cat]
     return tensor_dt

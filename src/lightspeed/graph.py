@@ -20,7 +20,7 @@ import numpy as np
 from . import dtypes as dt
 from .dtypes import DType
 from .errors import DTypeError, LightspeedError, ShapeError, describe_operands
-from .primitives import PRIMITIVES, ConstantValue, InputArg, IotaArg, PrimitiveOp
+from .primitives import PRIMITIVES, ConstantValue, InputArg, IotaArg, PrimitiveOp, by_name
 from .shape import ShapeTracker
 from .symbolic import Expr, ExprLike, as_expr, prod
 
@@ -58,14 +58,16 @@ class Graph:
     def add_node(self, op: PrimitiveOp | str, inputs: Sequence[GraphTensor], arg: Any = None) -> GraphTensor:
         """Append a primitive op (checked by its dtype and shape rules) and return its result."""
         if isinstance(op, str):
-            op = PRIMITIVES[op]
+            op = by_name(op)
         if len(inputs) != op.arity:
-            raise LightspeedError(f"{op.name} takes {op.arity} operands, got {len(inputs)}")
+            raise LightspeedError(f"{op.name} takes {op.arity} operands, got {len(inputs)}"
+                                  + (f" ({describe_operands(inputs)})" if inputs else ""))
         for t in inputs:
             if not isinstance(t, GraphTensor):
                 raise TypeError(f"{op.name}: operand {t!r} is not a GraphTensor")
             if t.graph is not self:
-                raise LightspeedError(f"{op.name}: operand belongs to a different Graph")
+                raise LightspeedError(f"{op.name}: operand {t!r} belongs to a different Graph "
+                                      f"(operands: {describe_operands(inputs)}); build all operands in one Graph")
         try:
             dtype = op.dtype_rule(tuple(t.dtype for t in inputs), arg)
             shape = op.shape_rule(tuple(t.shape for t in inputs), arg)

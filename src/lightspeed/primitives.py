@@ -18,6 +18,8 @@ Reference semantics, stated precisely (they define every backend's correctness):
   ``[0, numel)`` are skipped, which is how masked writes are expressed.  When several writes hit
   one element, which of them lands is unspecified.
 * Iota evaluates a symbolic expression of the flat index ``z`` (and the bound dims).
+* Cast to float8 rounds to nearest-even; like PyTorch, out-of-range values (and infinities)
+  saturate to +-448 in float8_e4m3 (which has no infinity) and overflow to +-inf in float8_e5m2.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from . import dtypes as dt
@@ -242,6 +245,14 @@ def _cast_ref(xs, to: DType, env):
             info = np.iinfo(to.np)
             xf = np.clip(np.trunc(xf), info.min, info.max)
             return xf.astype(to.np)
+        if to.storage_only and x.dtype.kind != "b":
+            # float8: e4m3 has no inf, so (like PyTorch) out-of-range values saturate to +-max
+            # rather than becoming NaN; e5m2 overflows to +-inf as usual
+            xc = x.astype(np.float64) if x.dtype.kind in "iu" else _compute(x)
+            if to == dt.float8_e4m3:
+                lim = float(ml_dtypes.finfo(to.np).max)
+                xc = np.clip(xc, -lim, lim)
+            return xc.astype(to.np)
         return x.astype(to.np)
 
 

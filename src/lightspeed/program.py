@@ -72,8 +72,9 @@ class Program:
             a = to_numpy(inputs[name], f"input {name!r}")
             want = arg.dtype
             if a.dtype != want.np:
+                mod = "ml_dtypes" if want.np.kind == "V" else "np"  # bfloat16/float8 are ml_dtypes types
                 raise InputError(f"input {name!r}: expected dtype {want.name}, got {a.dtype} "
-                                 f"(cast it, e.g. x.astype(np.{want.np.name}))")
+                                 f"(cast it, e.g. x.astype({mod}.{want.np.name}))")
             if a.ndim != len(arg.shape):
                 raise InputError(f"input {name!r}: expected rank {len(arg.shape)} with shape "
                                  f"({', '.join(map(str, arg.shape))}), got shape {a.shape}")

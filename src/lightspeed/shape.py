@@ -71,6 +71,9 @@ class View:
 
 def _unflatten_index(z: Expr, shape: Shape) -> list[Expr]:
     """Per-axis indexes of flat index z in a row-major shape."""
+    if any(d == 0 for d in shape):
+        # an empty index space: no index is ever read (and `% 0` would not be defined)
+        return [const(0)] * len(shape)
     idxs: list[Expr] = []
     acc = const(1)
     for k in range(len(shape) - 1, -1, -1):

@@ -83,8 +83,8 @@ class Expr:
 
     @property
     def sort_key(self) -> str:
-        if self._key is None:
-            self._key = f"{self.op}:{self!r}"
+        if self._key is None:  # "<op>:<repr>"; _fmt reuses the cached repr of sub-expressions
+            self._key = f"{self.op}:{_fmt_body(self)}"
         return self._key
 
     # ------------------------------------------------------------------ inspection
@@ -441,8 +441,8 @@ def _floordiv(a: Expr, b: Expr) -> Expr:
         if quot:
             return _add(quot + [_floordiv(_add(rest), b)])
         lo, hi = a.bounds()
-        blo, _ = b.bounds()
-        if lo is not None and lo >= 0 and hi is not None and blo is not None and hi < blo:
+        blo = max(b.bounds()[0] or 0, 1)  # _positive(b): b >= 1 even for a bare symbol
+        if lo is not None and lo >= 0 and hi is not None and hi < blo:
             return const(0)
         # (x // c1) // c2 == x // (c1*c2) for positive divisors
         if a.op == _FLOORDIV and _positive(a.args[1]):
@@ -467,8 +467,8 @@ def _mod(a: Expr, b: Expr) -> Expr:
         if len(rest) != len(terms):
             return _mod(_add(rest), b)
         lo, hi = a.bounds()
-        blo, _ = b.bounds()
-        if lo is not None and lo >= 0 and hi is not None and blo is not None and hi < blo:
+        blo = max(b.bounds()[0] or 0, 1)  # _positive(b): b >= 1 even for a bare symbol
+        if lo is not None and lo >= 0 and hi is not None and hi < blo:
             return a
         # (x % c1) % c2 == x % c2 when c2 divides c1
         if a.op == _MOD and _divides(b, a.args[1]) is not None:
@@ -586,7 +586,7 @@ def _compute_range(e: Expr) -> tuple[int | None, int | None]:
         (alo, ahi), (blo, bhi) = e.args[0].bounds(), e.args[1].bounds()
         if blo is not None and blo >= 1:
             lo = None if alo is None else (alo // blo if alo >= 0 else alo)
-            hi = None if ahi is None else (ahi // blo if ahi >= 0 else ahi // (bhi or blo))
+            hi = None if ahi is None else (ahi // blo if ahi >= 0 else (-1 if bhi is None else ahi // bhi))
             if alo is not None and alo >= 0:
                 lo = 0 if bhi is None else alo // bhi
             return lo, hi
@@ -620,10 +620,20 @@ _PREC = {_ADD: 1, _MUL: 2, _FLOORDIV: 2, _MOD: 2}
 
 
 def _fmt(e: Expr, parent: int) -> str:
+    """``e`` printed inside a parent of precedence ``parent``; the bare text is cached in sort_key."""
+    s = e.sort_key[2:]  # op codes are single digits: "<op>:<text>"
     op = e.op
     if op == _CONST:
-        s = str(e.args[0])
         return f"({s})" if e.args[0] < 0 and parent > 1 else s
+    if op in _PREC:
+        return f"({s})" if _PREC[op] < parent or (parent == 3 and _PREC[op] <= 2) else s
+    return s
+
+
+def _fmt_body(e: Expr) -> str:
+    op = e.op
+    if op == _CONST:
+        return str(e.args[0])
     if op == _VAR:
         return e.args[0]
     if op == _ADD:
@@ -634,23 +644,20 @@ def _fmt(e: Expr, parent: int) -> str:
                 parts.append(" - " + _fmt(_term(-k, mono), 1))
             else:
                 parts.append((" + " if i else "") + _fmt(t, 1))
-        s = "".join(parts)
-    elif op == _MUL:
+        return "".join(parts)
+    if op == _MUL:
         if e.args[0] == -1 and len(e.args) == 2:
-            s = "-" + _fmt(e.args[1], 3)
-        else:
-            s = "*".join(_fmt(a, 3) if a.op in (_FLOORDIV, _MOD) else _fmt(a, 2) for a in e.args)
-    elif op == _FLOORDIV:
-        s = f"{_fmt(e.args[0], 2)} // {_fmt(e.args[1], 3)}"
-    elif op == _MOD:
-        s = f"{_fmt(e.args[0], 2)} % {_fmt(e.args[1], 3)}"
-    elif op in (_MIN, _MAX):
+            return "-" + _fmt(e.args[1], 3)
+        return "*".join(_fmt(a, 3) if a.op in (_FLOORDIV, _MOD) else _fmt(a, 2) for a in e.args)
+    if op == _FLOORDIV:
+        return f"{_fmt(e.args[0], 2)} // {_fmt(e.args[1], 3)}"
+    if op == _MOD:
+        return f"{_fmt(e.args[0], 2)} % {_fmt(e.args[1], 3)}"
+    if op in (_MIN, _MAX):
         return f"{_OPNAMES[op]}({', '.join(_fmt(a, 0) for a in e.args)})"
-    elif op == _LT:
+    if op == _LT:
         return f"({_fmt(e.args[0], 0)} < {_fmt(e.args[1], 0)})"
-    else:  # pragma: no cover
-        raise AssertionError(op)
-    return f"({s})" if _PREC[op] < parent or (parent == 3 and _PREC[op] <= 2) else s
+    raise AssertionError(op)  # pragma: no cover
 
 
 def _py(e: Expr) -> str:
@@ -696,8 +703,42 @@ def _vlt(a, b):
 
 
 def _compile(e: Expr) -> Callable:
-    src = f"lambda env: {_py(e)}"
-    return eval(src, {"_min": _vmin, "_max": _vmax, "_lt": _vlt})  # noqa: S307 - generated from our own tree
+    """Straight-line code with one temporary per distinct sub-expression (the DAG is shared) and
+    n-ary sums/products split into short chains, so deep or wide expressions never hit the Python
+    parser's nesting or the compiler's recursion limits."""
+    names: dict[Expr, str] = {}
+    lines: list[str] = []
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:
+        n, ready = stack.pop()
+        if n in names:
+            continue
+        if n.op == _CONST:
+            names[n] = f"({n.args[0]})"
+            continue
+        if n.op == _VAR:
+            names[n] = f"env[{n.args[0]!r}]"
+            continue
+        if not ready:
+            stack.append((n, True))
+            stack.extend((a, False) for a in n.args if a not in names)
+            continue
+        a = [names[x] for x in n.args]
+        t = f"t{len(names)}"
+        if n.op in (_ADD, _MUL):
+            sep = " + " if n.op == _ADD else " * "
+            for k in range(0, len(a), 32):
+                lines.append(f"    {t} = " + sep.join(([t] if k else []) + a[k:k + 32]))
+        elif n.op in (_FLOORDIV, _MOD):
+            lines.append(f"    {t} = {a[0]} {'//' if n.op == _FLOORDIV else '%'} {a[1]}")
+        else:
+            fn = {_MIN: "_min", _MAX: "_max", _LT: "_lt"}[n.op]
+            lines.append(f"    {t} = {fn}({', '.join(a)})")
+        names[n] = t
+    src = "def _f(env):\n" + "".join(ln + "\n" for ln in lines) + f"    return {names[e]}\n"
+    ns = {"_min": _vmin, "_max": _vmax, "_lt": _vlt}
+    exec(src, ns)  # noqa: S102 - generated from our own tree
+    return ns["_f"]
 
 
 def prod(xs: Iterable[ExprLike]) -> Expr:

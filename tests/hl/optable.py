@@ -106,7 +106,7 @@ def draw(rng: np.random.Generator, spec: T, shape: tuple[int, ...], dtype: DType
 def _to_torch(a: np.ndarray) -> torch.Tensor:
     if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
+    return torch.from_numpy(np.array(a, copy=True, order="C"))  # keeps 0-d arrays 0-d
 
 
 def _from_torch(t: Any) -> np.ndarray:

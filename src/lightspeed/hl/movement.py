@@ -45,7 +45,7 @@ def reshape(x: GraphTensor, *shape: Any) -> GraphTensor:
     try:
         return x.with_view(x.st.reshape(dims))
     except ValueError as e:
-        raise ShapeError(f"reshape: {e}") from None
+        raise ShapeError(str(e)) from None  # the shape tracker names the op
 
 
 @hl_op(torch="torch.permute", category="movement")
