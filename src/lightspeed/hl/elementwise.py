@@ -129,8 +129,9 @@ def square(x: GraphTensor) -> GraphTensor:
 
 @hl_op(torch="torch.pow", category="arithmetic")
 def pow(a: Any, b: Any) -> GraphTensor:  # noqa: A001 - torch name
-    """a ** b.  Integer scalar exponents multiply exactly; others go through exp2/log2 with
-    PyTorch's sign rules for negative bases (NaN for non-integer exponents)."""
+    """a ** b: integer scalar exponents by exact repeated multiplication, others via exp2/log2.
+
+    Negative bases follow PyTorch: real results for integer exponents, NaN otherwise."""
     if isinstance(a, GraphTensor) and isinstance(b, (int, float)) and not isinstance(b, bool):
         if float(b).is_integer() and builtins.abs(b) <= 64:
             n = int(b)
@@ -346,7 +347,7 @@ def ge(a: Any, b: Any) -> GraphTensor:
     return _and_not_nan(r, x, y)
 
 
-@hl_op(torch="torch.eq", category="comparison", aliases=("equal_",))
+@hl_op(torch="torch.eq", category="comparison")
 def eq(a: Any, b: Any) -> GraphTensor:
     x, y = binary_operands(a, b, "eq")
     r = logical_not(prim("Add", prim("LessThan", x, y), prim("LessThan", y, x)))

@@ -1,0 +1,141 @@
+"""HLIR -> egglog program text.
+
+Sorts (declared in ``schema.egg``):
+
+* ``Expr``: symbolic integers: ``(MNum i64)``, ``(MVar String)``, ``(MIter)`` (the index variable
+  ``z``), and binary ``MAdd MMul MDiv MMod MMin MMax MLt``; ``EList`` is a cons list of them.
+* ``DType``: one nullary constructor per dtype (``(F32)``, ``(BF16)``, ...).
+* ``View``: how an op reads an input: ``(Strided shape strides offset)``, ``(Masked shape strides
+  offset lo hi)``, and ``(Stacked outer inner)`` for a stacked tracker.
+* ``IR``: one constructor per primitive, named after its row in :mod:`lightspeed.primitives`; its
+  fields are the op's argument (axis, dtype, expression) followed by ``input, view`` pairs.
+  Backend ops (later) are more ``IR`` constructors added by backend rule files.
+
+Every node becomes one global (``(let $nK ...)``), so the program is linear in the graph size and
+shares sub-terms; ``$root`` joins the outputs in an ``IList``.  Constant values stay in Python:
+the program refers to them by index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..dtypes import ALL_DTYPES, DType
+from ..graph import Graph
+from ..primitives import PRIMITIVES, ConstantValue, IotaArg
+from ..shape import ShapeTracker, View
+from ..symbolic import INDEX_VAR, Expr
+
+__all__ = ["EncodedGraph", "encode_graph", "SCHEMA", "DTYPE_CTOR", "CTOR_DTYPE", "expr_to_egg", "view_to_egg"]
+
+SCHEMA = (Path(__file__).parent / "rules" / "schema.egg").read_text()
+
+DTYPE_CTOR: dict[DType, str] = {
+    d: {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float8_e4m3": "F8E4M3",
+        "float8_e5m2": "F8E5M2", "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
+        "bool": "Bool"}[d.name]
+    for d in ALL_DTYPES
+}
+CTOR_DTYPE: dict[str, DType] = {v: k for k, v in DTYPE_CTOR.items()}
+
+_BINOP = {"add": "MAdd", "mul": "MMul", "floordiv": "MDiv", "mod": "MMod", "min": "MMin", "max": "MMax",
+          "lt": "MLt"}
+
+
+def expr_to_egg(e: Expr, cache: dict[Expr, str] | None = None) -> str:
+    """An Expr as an egglog term (n-ary sums/products folded left into binary constructors)."""
+    if cache is not None and e in cache:
+        return cache[e]
+    k = e.kind
+    if k == "const":
+        s = f"(MNum {e.value})"
+    elif k == "var":
+        s = "(MIter)" if e.name == INDEX_VAR else f'(MVar "{e.name}")'
+    else:
+        args = [expr_to_egg(a, cache) for a in e.args]
+        ctor = _BINOP[k]
+        s = args[0]
+        for a in args[1:]:
+            s = f"({ctor} {s} {a})"
+    if cache is not None:
+        cache[e] = s
+    return s
+
+
+def elist_to_egg(xs, cache=None) -> str:
+    s = "(ENil)"
+    for x in reversed(list(xs)):
+        s = f"(ECons {expr_to_egg(x, cache)} {s})"
+    return s
+
+
+def _one_view(v: View, cache) -> str:
+    shape, strides = elist_to_egg(v.shape, cache), elist_to_egg(v.strides, cache)
+    off = expr_to_egg(v.offset, cache)
+    if v.mask is None:
+        return f"(Strided {shape} {strides} {off})"
+    lo = elist_to_egg([m[0] for m in v.mask], cache)
+    hi = elist_to_egg([m[1] for m in v.mask], cache)
+    return f"(Masked {shape} {strides} {off} {lo} {hi})"
+
+
+def view_to_egg(st: ShapeTracker, cache=None) -> str:
+    s = _one_view(st.views[0], cache)
+    for v in st.views[1:]:
+        s = f"(Stacked {_one_view(v, cache)} {s})"
+    return s
+
+
+@dataclass
+class EncodedGraph:
+    """The program text plus what decoding needs: constants by index, node globals."""
+
+    program: str
+    constants: list[ConstantValue] = field(default_factory=list)
+    node_globals: dict[int, str] = field(default_factory=dict)
+    output_names: list[str] = field(default_factory=list)
+
+
+def encode_graph(graph: Graph) -> EncodedGraph:
+    """Write the reachable part of ``graph`` as egglog ``let`` bindings and a ``$root``."""
+    cache: dict[Expr, str] = {}
+    lines: list[str] = []
+    enc = EncodedGraph("")
+    for i in graph.reachable():
+        n = graph.nodes[i]
+        name = n.op.name
+        ins = " ".join(f"{enc.node_globals[src]} {view_to_egg(st, cache)}" for src, st in n.inputs)
+        cat = n.op.category
+        if name == "Input":
+            term = f'(Input "{n.arg.name}" {elist_to_egg(n.arg.shape, cache)} ({DTYPE_CTOR[n.arg.dtype]}))'
+        elif name == "Constant":
+            assert isinstance(n.arg, ConstantValue)
+            enc.constants.append(n.arg)
+            term = f"(Constant {len(enc.constants) - 1} {elist_to_egg(n.shape, cache)} ({DTYPE_CTOR[n.dtype]}))"
+        elif name == "Output":
+            enc.output_names.append(n.arg)
+            term = f'(Output "{n.arg}" {ins})'
+        elif name == "Iota":
+            assert isinstance(n.arg, IotaArg)
+            term = (f"(Iota {expr_to_egg(n.arg.expr, cache)} {elist_to_egg(n.arg.shape, cache)} "
+                    f"({DTYPE_CTOR[n.arg.dtype]}))")
+        elif cat == "reduce":
+            term = f"({name} {n.arg} {ins})"
+        elif name == "Cast":
+            term = f"(Cast ({DTYPE_CTOR[n.arg]}) {ins})"
+        elif name in PRIMITIVES:
+            term = f"({name} {ins})"
+        else:  # pragma: no cover - every row is handled above
+            raise AssertionError(name)
+        g = f"$n{i}"
+        enc.node_globals[i] = g
+        lines.append(f"(let {g} {term})")
+        lines.append(f"(set (dtype {g}) ({DTYPE_CTOR[n.dtype]}))")
+    outs = "(INil)"
+    for name in reversed(list(graph.outputs)):
+        outs = f"(ICons {enc.node_globals[graph.outputs[name]]} {outs})"
+    lines.append(f"(let $root (Root {outs}))")
+    enc.output_names = list(graph.outputs)
+    enc.program = "\n".join(lines) + "\n"
+    return enc
