@@ -29,12 +29,13 @@ from .errors import DTypeError, InputError, LightspeedError, ShapeError, Unsuppo
 from .graph import Graph, GraphTensor
 from .hl import *  # noqa: F403  (the high-level op functions: ls.softmax, ls.concat, ...)
 from .program import Program
+from .search import SearchOptions
 from .symbolic import Expr, const, sym
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Graph", "GraphTensor", "Program", "Expr", "sym", "const", "DType", "ALL_DTYPES",
+    "Graph", "GraphTensor", "Program", "SearchOptions", "Expr", "sym", "const", "DType", "ALL_DTYPES",
     "float64", "float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2",
     "int64", "int32", "int16", "int8", "uint8", "bool_", "promote_types", "result_type",
     "LightspeedError", "ShapeError", "DTypeError", "InputError", "UnsupportedError",

@@ -95,8 +95,8 @@ def test_cycle_repair():
     g.output("y", (x * 1.0).exp())
     rules = """
     (ruleset unit)
-    (rule ((= ?m (Mul ?a ?va (Constant ?i ?shape ?dt) ?vc)) (= ?va (Strided ?s ?st (MNum 0))))
-          ((union ?m (Mul ?m (Strided ?s ?st (MNum 0)) (Constant ?i ?shape ?dt) ?vc)))
+    (rule ((= ?m (Mul ?a ?va (Constant ?i ?shape ?dt) ?vc)) (= ?va (Contig ?s)))
+          ((union ?m (Mul ?m (Contig ?s) (Constant ?i ?shape ?dt) ?vc)))
           :ruleset unit :name "self-loop")
     (run-schedule (repeat 2 (run unit)))
     """

@@ -22,7 +22,7 @@ class Backend(Protocol):
 
 
 _REGISTRY: dict[str, Backend] = {}
-_BUILTIN = {"reference": "lightspeed.backends.reference"}
+_BUILTIN = {"reference": "lightspeed.backends.reference", "cpu": "lightspeed.backends.cpu"}
 
 
 def register_backend(backend: Backend) -> Backend:

@@ -5,7 +5,8 @@ Sorts (declared in ``schema.egg``):
 * ``Expr``: symbolic integers: ``(MNum i64)``, ``(MVar String)``, ``(MIter)`` (the index variable
   ``z``), and binary ``MAdd MMul MDiv MMod MMin MMax MLt``; ``EList`` is a cons list of them.
 * ``DType``: one nullary constructor per dtype (``(F32)``, ``(BF16)``, ...).
-* ``View``: how an op reads an input: ``(Strided shape strides offset)``, ``(Masked shape strides
+* ``View``: how an op reads an input: ``(Contig shape)`` (row-major, offset 0, unmasked),
+  ``(Strided shape strides offset)``, ``(Masked shape strides
   offset lo hi)``, and ``(Stacked outer inner)`` for a stacked tracker.
 * ``IR``: one constructor per primitive, named after its row in :mod:`lightspeed.primitives`; its
   fields are the op's argument (axis, dtype, expression) followed by ``input, view`` pairs.
@@ -81,6 +82,8 @@ def _one_view(v: View, cache) -> str:
 
 
 def view_to_egg(st: ShapeTracker, cache=None) -> str:
+    if st.is_contiguous:
+        return f"(Contig {elist_to_egg(st.shape, cache)})"
     s = _one_view(st.views[0], cache)
     for v in st.views[1:]:
         s = f"(Stacked {_one_view(v, cache)} {s})"

@@ -250,6 +250,8 @@ class _Decoder:
 
     def view(self, cid: str) -> ShapeTracker:
         n = self.index.lowest(cid)
+        if n.op == "Contig":
+            return ShapeTracker.contiguous(self.elist(n.children[0]))
         if n.op == "Stacked":
             outer, inner = self.view(n.children[0]), self.view(n.children[1])
             return ShapeTracker(inner.views + outer.views)

@@ -1,0 +1,184 @@
+"""LLIR: a candidate turned into a flat program of backend ops.
+
+Every ``IR`` constructor (primitive or backend op) has a *signature*: the kinds of its fields
+(``i64``, ``str``, ``expr``, ``elist``, ``dtype``, ``view``, ``ir``).  The decoder reads any
+constructor by its signature, so a backend adds ops by declaring signatures (and the rules that
+produce them), never by changing this module.  Each LLIR op also carries its e-class's shape and
+dtype, taken from the primitive HLIR node in the same class (backend ops are always unioned with
+an existing HLIR class).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..dtypes import DType
+from ..primitives import PRIMITIVES, ConstantValue, InputArg, IotaArg
+from ..shape import ShapeTracker
+from ..symbolic import Expr
+from .extract import Candidate, ExtractionError, _Decoder, _list_items
+from .runner import SerializedEGraph
+
+__all__ = ["LOp", "LProgram", "PRIMITIVE_SIGNATURES", "decode_program"]
+
+
+def _prim_signature(name: str) -> tuple[str, ...]:
+    p = PRIMITIVES[name]
+    if name == "Input":
+        return ("str", "elist", "dtype")
+    if name == "Constant":
+        return ("i64", "elist", "dtype")
+    if name == "Output":
+        return ("str", "ir", "view")
+    if name == "Iota":
+        return ("expr", "elist", "dtype")
+    if name == "Cast":
+        return ("dtype", "ir", "view")
+    if p.category == "reduce":
+        return ("i64", "ir", "view")
+    return ("ir", "view") * p.arity
+
+
+PRIMITIVE_SIGNATURES: dict[str, tuple[str, ...]] = {n: _prim_signature(n) for n in PRIMITIVES}
+
+
+@dataclass
+class LOp:
+    """One op of an LLIR program.  ``inputs`` index earlier ops; ``fields`` holds every decoded
+    field in signature order (for ``ir`` fields, the input's position in ``inputs``)."""
+
+    op: str
+    fields: tuple[Any, ...]
+    inputs: tuple[int, ...]
+    shape: tuple[Expr, ...]
+    dtype: DType
+
+    def views(self) -> list[ShapeTracker]:
+        return [f for f in self.fields if isinstance(f, ShapeTracker)]
+
+
+@dataclass
+class LProgram:
+    ops: list[LOp] = field(default_factory=list)
+    outputs: dict[str, int] = field(default_factory=dict)  # output name -> index of its Output op
+    constants: list[ConstantValue] = field(default_factory=list)
+
+    def count(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for o in self.ops:
+            out[o.op] = out.get(o.op, 0) + 1
+        return out
+
+    def __str__(self) -> str:
+        lines = []
+        for i, o in enumerate(self.ops):
+            parts = []
+            for f in o.fields:
+                if isinstance(f, ShapeTracker):
+                    d = f.describe()
+                    parts.append(f"[{d}]" if d else "[contig]")
+                elif isinstance(f, _InputRef):
+                    parts.append(f"%{o.inputs[f.position]}")
+                else:
+                    parts.append(str(f))
+            shape = ", ".join(map(str, o.shape))
+            lines.append(f"%{i} = {o.op}({', '.join(parts)}) : {o.dtype.name}[{shape}]")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _InputRef:
+    position: int
+
+
+def _class_shape_dtype(dec: _Decoder, cid: str) -> tuple[tuple[Expr, ...], DType]:
+    """Shape and dtype of an IR e-class, from its lowest primitive node."""
+    index = dec.index
+    nodes = [n for n in index.classes.get(cid, ()) if n.op in PRIMITIVES]
+    if not nodes:
+        raise ExtractionError(f"e-class {cid} holds no primitive node to take its shape from")
+    lv = index._levels
+    n = min(nodes, key=lambda m: (1 + max((lv.get(c, 1 << 30) for c in m.children), default=0), m.id))
+    prim = PRIMITIVES[n.op]
+    sig = PRIMITIVE_SIGNATURES[n.op]
+    vals = [None if kind == "ir" else _field(dec, kind, c) for kind, c in zip(sig, n.children)]
+    if n.op in ("Input", "Constant", "Iota"):
+        return vals[1], vals[2]
+    views = [v for v in vals if isinstance(v, ShapeTracker)]
+    arg = vals[0] if sig[0] in ("i64", "dtype") else None
+    shape = prim.shape_rule(tuple(v.shape for v in views), arg)
+    if n.op == "Cast":
+        return shape, vals[0]
+    if n.op == "LessThan":
+        from .. import dtypes as dt
+
+        return shape, dt.bool_
+    ir_children = [c for kind, c in zip(sig, n.children) if kind == "ir"]
+    if n.op == "Gather":
+        return shape, _class_shape_dtype(dec, ir_children[1])[1]
+    return shape, _class_shape_dtype(dec, ir_children[0])[1]
+
+
+def _field(dec: _Decoder, kind: str, cid: str) -> Any:
+    if kind == "i64":
+        return dec.int(cid)
+    if kind == "str":
+        return dec.string(cid)
+    if kind == "expr":
+        return dec.expr(cid)
+    if kind == "elist":
+        return dec.elist(cid)
+    if kind == "dtype":
+        return dec.dtype(cid)
+    if kind == "view":
+        return dec.view(cid)
+    raise AssertionError(kind)
+
+
+def decode_program(candidate: Candidate, ser: SerializedEGraph, constants: list[ConstantValue],
+                   signatures: Mapping[str, tuple[str, ...]]) -> LProgram:
+    """The candidate as an LLIR program (ops in dependency order)."""
+    dec = _Decoder(candidate.index, ser)
+    prog = LProgram(constants=list(constants))
+    done: dict[str, int] = {}
+    shape_cache: dict[str, tuple] = {}
+
+    def shape_dtype(cid: str):
+        if cid not in shape_cache:
+            shape_cache[cid] = _class_shape_dtype(dec, cid)
+        return shape_cache[cid]
+
+    def build(cid: str) -> int:
+        if cid in done:
+            return done[cid]
+        n = candidate.choice[cid]
+        sig = signatures.get(n.op)
+        if sig is None:
+            raise ExtractionError(f"no signature for constructor {n.op}: the backend cannot run it")
+        fields: list[Any] = []
+        inputs: list[int] = []
+        for kind, c in zip(sig, n.children):
+            if kind == "ir":
+                inputs.append(build(c))
+                fields.append(_InputRef(len(inputs) - 1))
+            else:
+                fields.append(_field(dec, kind, c))
+        shape, dtype = shape_dtype(cid)
+        prog.ops.append(LOp(n.op, tuple(fields), tuple(inputs), tuple(shape), dtype))
+        done[cid] = len(prog.ops) - 1
+        return done[cid]
+
+    for cid in _list_items(candidate.index, candidate.index.root.children[0]):
+        i = build(cid)
+        prog.outputs[prog.ops[i].fields[0]] = i
+    return prog
+
+
+def iota_arg(op: LOp) -> IotaArg:
+    return IotaArg(op.fields[0], op.fields[1], op.fields[2])
+
+
+def input_arg(op: LOp) -> InputArg:
+    return InputArg(op.fields[0], op.fields[1], op.fields[2])

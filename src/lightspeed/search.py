@@ -1,0 +1,190 @@
+"""Profiling-guided search over the programs an e-graph holds.
+
+Phases (each timed and reported): encode the graph, saturate the backend's rulesets (capped),
+serialise, extract candidates (the primitive-only default first, then random draws and mutations
+of the best so far), decode each to LLIR, run it on the backend with representative dims, keep the
+fastest.  Candidates that crash or produce wrong shapes are rejected, not fatal.
+``LIGHTSPEED_LOG=search`` prints the report, ``LIGHTSPEED_LOG=egraph`` the per-rule statistics.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, encode_graph
+from .egraph.llir import LProgram, decode_program
+from .errors import LightspeedError
+from .graph import Graph
+from .primitives import PRIMITIVES
+
+__all__ = ["SearchOptions", "SearchReport", "search_program"]
+
+
+@dataclass
+class SearchOptions:
+    """``budget``: candidates to measure (the default candidate included); ``seed``: makes the
+    draws reproducible; ``dims``: representative dim values for profiling (unbound symbols get
+    ``default_dim``); ``repeats``: timed runs per candidate (the minimum counts); ``iterations``:
+    cap on rule applications per ruleset."""
+
+    budget: int = 8
+    seed: int = 0
+    dims: Mapping[str, int] | None = None
+    default_dim: int = 16
+    repeats: int = 3
+    iterations: int = 8
+    mutation_rate: float = 0.3
+
+
+@dataclass
+class CandidateResult:
+    index: int
+    origin: str
+    ops: dict[str, int]
+    seconds: float | None
+    error: str | None = None
+
+
+@dataclass
+class SearchReport:
+    phases: dict[str, float] = field(default_factory=dict)
+    rule_matches: dict[str, int] = field(default_factory=dict)
+    egraph_nodes: int = 0
+    candidates: list[CandidateResult] = field(default_factory=list)
+    winner: int = 0
+    profile_dims: dict[str, int] = field(default_factory=dict)
+    program_text: str = ""
+
+    def format(self) -> str:
+        lines = ["search report", "  phases: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.phases.items()),
+                 f"  e-graph: {self.egraph_nodes} e-nodes; rule matches: "
+                 + (", ".join(f"{k}={v}" for k, v in sorted(self.rule_matches.items())) or "none"),
+                 f"  profiled with dims {self.profile_dims}"]
+        for c in self.candidates:
+            mark = "*" if c.index == self.winner else " "
+            t = f"{c.seconds * 1e3:8.3f} ms" if c.seconds is not None else f"rejected: {c.error}"
+            backend_ops = {k: v for k, v in c.ops.items() if k not in PRIMITIVES}
+            lines.append(f" {mark} #{c.index:<3d} {c.origin:9s} {t}  backend ops: {backend_ops or '-'}")
+        return "\n".join(lines)
+
+
+def _log(kind: str) -> bool:
+    return kind in os.environ.get("LIGHTSPEED_LOG", "").split(",")
+
+
+def representative_inputs(graph: Graph, dims: Mapping[str, int], seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, nid in graph.inputs.items():
+        arg = graph.nodes[nid].arg
+        shape = tuple(int(d.evaluate(dims)) for d in arg.shape)
+        if arg.dtype.is_float:
+            out[name] = rng.standard_normal(shape).astype(arg.dtype.np)
+        else:  # zeros are valid indexes for every gather/scatter
+            out[name] = np.zeros(shape, dtype=arg.dtype.np)
+    return out
+
+
+def search_program(graph: Graph, backend: Any, opts: SearchOptions,
+                   make_program: Callable[[LProgram], Any]) -> tuple[LProgram, SearchReport]:
+    rep = SearchReport()
+    t0 = time.perf_counter()
+    enc = encode_graph(graph)
+    rep.phases["encode"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    runner = EGraphRunner()
+    runner.run(SCHEMA, name="schema.egg")
+    runner.run(backend.rules_text(), name=f"{backend.name} rules")
+    runner.run(enc.program, name="graph")
+    for rs in backend.rulesets:
+        runner.run(f"(run-schedule (repeat {opts.iterations} (run {rs})))", name=f"ruleset {rs}")
+    rep.phases["saturate"] = time.perf_counter() - t0
+    rep.rule_matches = dict(runner.stats.rule_matches)
+    if _log("egraph"):
+        print(runner.stats.format(), file=sys.stderr)
+
+    t0 = time.perf_counter()
+    ser = runner.serialize("$root")
+    index = EGraphIndex(ser, set(backend.signatures))
+    rep.egraph_nodes = len(ser.nodes)
+    rep.phases["serialize"] = time.perf_counter() - t0
+
+    dims = {s: int(opts.dims[s]) if opts.dims and s in opts.dims else opts.default_dim for s in graph.symbols()}
+    rep.profile_dims = dims
+    inputs = representative_inputs(graph, dims, opts.seed)
+    rng = random.Random(opts.seed)
+
+    def prefer_primitives(cid, nodes):
+        prims = [n for n in nodes if n.op in PRIMITIVES]
+        return prims[0] if prims else nodes[0]
+
+    t_extract = t_profile = 0.0
+    seen: set[tuple] = set()
+    best: tuple[float, int, LProgram, Candidate] | None = None
+    first_error: Exception | None = None
+    for i in range(max(1, opts.budget)):
+        t0 = time.perf_counter()
+        if i == 0:
+            cand, origin = Candidate.build(index, prefer_primitives), "default"
+        elif best is not None and i % 2 == 0:
+            base = {c: n for c, n in best[3].choice.items() if rng.random() > opts.mutation_rate}
+            cand, origin = Candidate.build(index, lambda cid, nodes: rng.choice(nodes), base), "mutation"
+        else:
+            cand, origin = Candidate.random(index, rng), "random"
+        key = cand.key()
+        if key in seen:
+            t_extract += time.perf_counter() - t0
+            continue
+        seen.add(key)
+        try:
+            lprog = decode_program(cand, ser, enc.constants, backend.signatures)
+        except LightspeedError as e:
+            rep.candidates.append(CandidateResult(i, origin, {}, None, f"decode: {e}"))
+            t_extract += time.perf_counter() - t0
+            continue
+        t_extract += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ops = lprog.count()
+        try:
+            prog = make_program(lprog)
+            out = prog(inputs, dims=dims)
+            for name, nid in graph.outputs.items():
+                want = tuple(int(d.evaluate(dims)) for d in graph.nodes[nid].shape)
+                if out[name].shape != want:
+                    raise LightspeedError(f"output {name!r} has shape {out[name].shape}, expected {want}")
+            times = []
+            for _ in range(opts.repeats):
+                s = time.perf_counter()
+                prog(inputs, dims=dims)
+                times.append(time.perf_counter() - s)
+            sec = min(times)
+            rep.candidates.append(CandidateResult(i, origin, ops, sec))
+            if best is None or sec < best[0]:
+                best = (sec, i, lprog, cand)
+        except Exception as e:  # a crashing candidate is rejected, not fatal
+            first_error = first_error or e
+            rep.candidates.append(CandidateResult(i, origin, ops, None, f"{type(e).__name__}: {e}"))
+        t_profile += time.perf_counter() - t0
+        if _log("search"):
+            c = rep.candidates[-1]
+            t = f"{c.seconds * 1e3:.3f} ms" if c.seconds is not None else "rejected"
+            print(f"[search] candidate {len(rep.candidates)}/{opts.budget} {origin}: {t}; "
+                  f"best {best[0] * 1e3:.3f} ms" if best else "", file=sys.stderr)
+    rep.phases["extract"] = t_extract
+    rep.phases["profile"] = t_profile
+    if best is None:
+        raise LightspeedError(f"search: every candidate failed; first error: {first_error}")
+    rep.winner = best[1]
+    rep.program_text = str(best[2])
+    if _log("search"):
+        print(rep.format(), file=sys.stderr)
+    return best[2], rep
