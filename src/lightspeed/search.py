@@ -1,9 +1,10 @@
 """Profiling-guided search over the programs an e-graph holds.
 
 Phases (each timed and reported): encode the graph, saturate the backend's rulesets (capped),
-serialise, extract candidates (the primitive-only default first, then random draws and mutations
-of the best so far), decode each to LLIR, run it on the backend with representative dims, keep the
-fastest.  Candidates that crash or produce wrong shapes are rejected, not fatal.
+serialise, extract candidates, decode each to LLIR, run it on the backend with representative
+dims, keep the fastest.  Candidates, in order: the primitive-only default, the greedy one that
+takes every backend op the rules offered, then random draws and mutations of the best so far.
+Candidates that crash or produce wrong shapes are rejected, not fatal.
 ``LIGHTSPEED_LOG=search`` prints the report, ``LIGHTSPEED_LOG=egraph`` the per-rule statistics.
 """
 
@@ -127,6 +128,10 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         prims = [n for n in nodes if n.op in PRIMITIVES]
         return prims[0] if prims else nodes[0]
 
+    def prefer_backend(cid, nodes):  # every alternative the rules offered, taken greedily
+        ops = [n for n in nodes if n.op not in PRIMITIVES]
+        return ops[0] if ops else nodes[0]
+
     t_extract = t_profile = 0.0
     seen: set[tuple] = set()
     best: tuple[float, int, LProgram, Candidate] | None = None
@@ -135,6 +140,8 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         t0 = time.perf_counter()
         if i == 0:
             cand, origin = Candidate.build(index, prefer_primitives), "default"
+        elif i == 1:
+            cand, origin = Candidate.build(index, prefer_backend), "greedy"
         elif best is not None and i % 2 == 0:
             base = {c: n for c, n in best[3].choice.items() if rng.random() > opts.mutation_rate}
             cand, origin = Candidate.build(index, lambda cid, nodes: rng.choice(nodes), base), "mutation"
