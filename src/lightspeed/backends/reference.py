@@ -18,7 +18,7 @@ from ..shape import ShapeTracker
 from ..symbolic import INDEX_VAR
 from . import register_backend
 
-__all__ = ["ReferenceProgram", "read_view"]
+__all__ = ["ReferenceProgram", "read_view", "strided_array", "last_uses"]
 
 
 def _dims_key(st: ShapeTracker, env: dict[str, int]) -> tuple:
@@ -81,20 +81,36 @@ def read_view(buf: np.ndarray, st: ShapeTracker, env: dict[str, int]) -> np.ndar
     return out.reshape(shape)
 
 
-def _strided_view(flat: np.ndarray, st: ShapeTracker, env: dict[str, int], shape: tuple[int, ...]):
-    """Fast path for one unmasked view: a numpy strided view (bounds-checked), no index arrays."""
-    v = st.view
-    offset = int(v.offset.evaluate(env))
-    strides = [int(s.evaluate(env)) for s in v.strides]
+def strided_array(buf: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """A read-only numpy view of ``buf``'s flat elements ``offset + sum(i_k * strides[k])``,
+    bounds-checked (element strides, may be negative or zero)."""
+    flat = buf.reshape(-1)
     if 0 in shape:
         return np.zeros(shape, dtype=flat.dtype)
     lo = offset + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
     hi = offset + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
     if lo < 0 or hi >= flat.size:
-        raise AssertionError(f"view reads out of bounds [{lo}, {hi}] of {flat.size} elements: {st}")
-    item = flat.itemsize
-    return np.lib.stride_tricks.as_strided(flat[offset:], shape=shape, strides=[s * item for s in strides],
+        raise IndexError(f"strided read [{lo}, {hi}] outside a buffer of {flat.size} elements")
+    return np.lib.stride_tricks.as_strided(flat[offset:], shape=shape, strides=[s * flat.itemsize for s in strides],
                                            writeable=False)
+
+
+def _strided_view(flat: np.ndarray, st: ShapeTracker, env: dict[str, int], shape: tuple[int, ...]):
+    """Fast path for one unmasked view: a numpy strided view, no index arrays."""
+    v = st.view
+    return strided_array(flat, int(v.offset.evaluate(env)), shape, tuple(int(s.evaluate(env)) for s in v.strides))
+
+
+def last_uses(inputs_per_op: list[tuple[int, ...]]) -> dict[int, list[int]]:
+    """Liveness: op index -> the values whose last reader it is (free them after it runs)."""
+    last: dict[int, int] = {}
+    for i, ins in enumerate(inputs_per_op):
+        for j in ins:
+            last[j] = i
+    out: dict[int, list[int]] = {}
+    for j, i in last.items():
+        out.setdefault(i, []).append(j)
+    return out
 
 
 class ReferenceProgram(Program):
@@ -103,13 +119,9 @@ class ReferenceProgram(Program):
     def __init__(self, graph: Graph):
         super().__init__(graph)
         self.order = graph.reachable()
-        last_use: dict[int, int] = {}
-        for i in self.order:
-            for src, _ in graph.nodes[i].inputs:
-                last_use[src] = i
-        self.free_after: dict[int, list[int]] = {}
-        for src, i in last_use.items():
-            self.free_after.setdefault(i, []).append(src)
+        pos = {nid: k for k, nid in enumerate(self.order)}
+        plan = last_uses([tuple(pos[src] for src, _ in graph.nodes[i].inputs) for i in self.order])
+        self.free_after: dict[int, list[int]] = {self.order[k]: [self.order[j] for j in js] for k, js in plan.items()}
 
     def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
         nodes = self.graph.nodes

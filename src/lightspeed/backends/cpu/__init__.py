@@ -18,7 +18,7 @@ from ...primitives import PRIMITIVES
 from ...program import Program
 from ...shape import ShapeTracker
 from .. import register_backend
-from ..reference import read_view
+from ..reference import last_uses, read_view, strided_array
 
 __all__ = ["CpuBackend", "CpuProgram", "SIGNATURES", "RULE_FILES"]
 
@@ -37,31 +37,19 @@ def _ev(e, dims) -> int:
     return int(e.evaluate(dims))
 
 
-def _strided(buf: np.ndarray, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
-    flat = buf.reshape(-1)
-    if 0 in shape:
-        return np.zeros(shape, dtype=buf.dtype)
-    lo = offset + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
-    hi = offset + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
-    if lo < 0 or hi >= flat.size:
-        raise IndexError(f"strided operand reads [{lo}, {hi}] outside a buffer of {flat.size} elements")
-    return np.lib.stride_tricks.as_strided(flat[offset:], shape, [s * flat.itemsize for s in strides],
-                                           writeable=False)
-
-
 def _matmul(op: LOp, ins: list[np.ndarray], dims: dict[str, int]) -> np.ndarray:
     m, n, k, _a, sam, sak, aoff, _b, sbk, sbn, boff = op.fields
     m, n, k = _ev(m, dims), _ev(n, dims), _ev(k, dims)
-    a = _strided(ins[0], _ev(aoff, dims), (m, k), (_ev(sam, dims), _ev(sak, dims)))
-    b = _strided(ins[1], _ev(boff, dims), (k, n), (_ev(sbk, dims), _ev(sbn, dims)))
+    a = strided_array(ins[0], _ev(aoff, dims), (m, k), (_ev(sam, dims), _ev(sak, dims)))
+    b = strided_array(ins[1], _ev(boff, dims), (k, n), (_ev(sbk, dims), _ev(sbn, dims)))
     return np.matmul(a, b)
 
 
 def _batch_matmul(op: LOp, ins: list[np.ndarray], dims: dict[str, int]) -> np.ndarray:
     bt, m, n, k, _a, sab, sam, sak, aoff, _b, sbb, sbk, sbn, boff = op.fields
     bt, m, n, k = (_ev(x, dims) for x in (bt, m, n, k))
-    a = _strided(ins[0], _ev(aoff, dims), (bt, m, k), (_ev(sab, dims), _ev(sam, dims), _ev(sak, dims)))
-    b = _strided(ins[1], _ev(boff, dims), (bt, k, n), (_ev(sbb, dims), _ev(sbk, dims), _ev(sbn, dims)))
+    a = strided_array(ins[0], _ev(aoff, dims), (bt, m, k), (_ev(sab, dims), _ev(sam, dims), _ev(sak, dims)))
+    b = strided_array(ins[1], _ev(boff, dims), (bt, k, n), (_ev(sbb, dims), _ev(sbk, dims), _ev(sbn, dims)))
     return np.matmul(a, b)
 
 
@@ -92,13 +80,7 @@ class CpuProgram(Program):
         super().__init__(graph)
         self.lprog = lprog
         self.search_report = report
-        last: dict[int, int] = {}
-        for i, op in enumerate(lprog.ops):
-            for j in op.inputs:
-                last[j] = i
-        self.free_after: dict[int, list[int]] = {}
-        for j, i in last.items():
-            self.free_after.setdefault(i, []).append(j)
+        self.free_after = last_uses([op.inputs for op in lprog.ops])
 
     def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
         from ...primitives import IotaArg
