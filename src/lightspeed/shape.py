@@ -195,8 +195,9 @@ class ShapeTracker:
             strides[k] = const(0)
             if mask is not None:
                 lo, hi = mask[k]
-                # a masked-out size-1 axis stays masked-out everywhere
-                mask[k] = (const(0), new) if (lo == 0 and hi == 1) else (const(0), const(0))
+                # a masked-out size-1 axis stays masked-out everywhere; a size-1 axis has
+                # 0 <= lo <= hi <= 1, so scaling covers masks that are only symbolically 0/1
+                mask[k] = (const(0), new) if (lo == 0 and hi == 1) else (lo * new, hi * new)
         return self._replace_last(View(new_shape, tuple(strides), v.offset,
                                        None if mask is None else tuple(mask)))
 
@@ -219,6 +220,8 @@ class ShapeTracker:
     def slice(self, bounds: Sequence[tuple[ExprLike, ExprLike, int]]) -> ShapeTracker:
         """Per-axis (start, stop, step) with 0 <= start <= stop <= size and step >= 1."""
         v = self.view
+        if len(bounds) != len(v.shape):  # zip would silently drop the remaining axes
+            raise ValueError(f"slice: {len(bounds)} bounds for a rank-{len(v.shape)} view")
         shape, strides, mask = [], [], []
         offset = v.offset
         for k, (start, stop, step) in enumerate(bounds):
@@ -241,6 +244,8 @@ class ShapeTracker:
     def pad(self, pads: Sequence[tuple[ExprLike, ExprLike]]) -> ShapeTracker:
         """Per-axis (before, after) zero padding, both >= 0."""
         v = self.view
+        if len(pads) != len(v.shape):  # a short list would leave shape and strides of different ranks
+            raise ValueError(f"pad: {len(pads)} (before, after) pairs for a rank-{len(v.shape)} view")
         old_mask = v.mask or tuple((const(0), d) for d in v.shape)
         shape, mask = [], []
         offset = v.offset
@@ -254,6 +259,10 @@ class ShapeTracker:
 
     def flip(self, axes: Sequence[int]) -> ShapeTracker:
         v = self.view
+        nd = len(v.shape)
+        # a repeated axis used to be flipped "twice" from the same original stride (a wrong view)
+        if any(not -nd <= k < nd for k in axes) or len({k % nd for k in axes}) != len(axes):
+            raise ValueError(f"flip axes {tuple(axes)} must be distinct axes of a rank-{nd} view")
         strides, offset = list(v.strides), v.offset
         mask = None if v.mask is None else list(v.mask)
         for k in axes:

@@ -342,6 +342,19 @@ def _add(xs: list[Expr]) -> Expr:
             c += k
         else:
             coefs[mono] = coefs.get(mono, 0) + k
+    # division identity: k*c*(x // c) + k*(x % c) == k*x  (exact for integers, c a constant)
+    for mono in [m for m in coefs if m.op == _MOD and m.args[1].op == _CONST]:
+        k = coefs.get(mono, 0)
+        x, cc = mono.args
+        q = Expr._make(_FLOORDIV, (x, cc))
+        if k and coefs.get(q, 0) == k * cc.args[0]:
+            del coefs[mono], coefs[q]
+            for t in (x.args if x.op == _ADD else (x,)):
+                tk, tm = _split_term(t)
+                if tm is None:
+                    c += k * tk
+                else:
+                    coefs[tm] = coefs.get(tm, 0) + k * tk
     terms = [_term(k, m) for m, k in coefs.items() if k != 0]
     terms.sort(key=lambda t: _split_term(t)[1].sort_key)
     if c != 0:
@@ -487,20 +500,18 @@ def _minmax(op: int, xs: list[Expr]) -> Expr:
     pick = min if op == _MIN else max
     if consts:
         rest.append(const(pick(consts)))
-    # drop operands that range analysis proves dominated
-    keep: list[Expr] = []
+    # drop operands that range analysis proves dominated by an operand still kept (two provably
+    # equal operands dominate each other: only one of them may go)
+    keep: list[Expr] = list(rest)
     for x in rest:
-        dominated = False
-        for y in rest:
+        for y in keep:
             if y is x:
                 continue
             d = (y - x) if op == _MIN else (x - y)
             _, hi = d.bounds()
             if hi is not None and hi <= 0:  # y <= x (min) / y >= x (max): x is redundant
-                dominated = True
+                keep.remove(x)
                 break
-        if not dominated:
-            keep.append(x)
     if len(keep) == 1:
         return keep[0]
     return Expr._make(op, tuple(keep))
