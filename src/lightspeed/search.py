@@ -10,11 +10,13 @@ Candidates that crash or produce wrong shapes are rejected, not fatal.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import os
 import random
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,11 +24,12 @@ import numpy as np
 
 from .egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, encode_graph
 from .egraph.llir import LProgram, decode_program
-from .errors import LightspeedError
+from .errors import InputError, LightspeedError
 from .graph import Graph
 from .primitives import PRIMITIVES
+from .program import Program
 
-__all__ = ["SearchOptions", "SearchReport", "search_program"]
+__all__ = ["SearchOptions", "SearchReport", "search_program", "compile_searched", "BucketedProgram"]
 
 
 @dataclass
@@ -43,6 +46,8 @@ class SearchOptions:
     repeats: int = 3
     iterations: int = 8
     mutation_rate: float = 0.3
+    # per symbol, inclusive (lo, hi) ranges: one program is searched per bucket (combination)
+    dim_buckets: Mapping[str, Sequence[tuple[int, int]]] | None = None
 
 
 @dataclass
@@ -195,3 +200,50 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
     if _log("search"):
         print(rep.format(), file=sys.stderr)
     return best[2], rep
+
+
+class BucketedProgram(Program):
+    """One searched program per dim bucket; calls dispatch on the bound dim values."""
+
+    backend_name = "bucketed"
+
+    def __init__(self, graph: Graph, buckets: list[tuple[dict[str, tuple[int, int]], Program]]):
+        super().__init__(graph)
+        self.buckets = buckets
+        self.backend_name = buckets[0][1].backend_name
+
+    def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
+        for ranges, prog in self.buckets:
+            if all(lo <= dims[s] <= hi for s, (lo, hi) in ranges.items()):
+                return prog.execute(arrays, dims)
+        have = ", ".join(str(r) for r, _ in self.buckets)
+        raise InputError(f"dims {dims} fall outside every dim bucket ({have})")
+
+    def report(self) -> str:
+        return "\n\n".join(f"bucket {r}:\n{p.report()}" for r, p in self.buckets)
+
+
+def compile_searched(graph: Graph, backend: Any, opts: SearchOptions,
+                     make_program: Callable[[LProgram, SearchReport | None], Program]) -> Program:
+    """Search once, or once per dim bucket (profiling each bucket at a value inside it)."""
+    if not opts.dim_buckets:
+        lprog, rep = search_program(graph, backend, opts, lambda lp: make_program(lp, None))
+        return make_program(lprog, rep)
+    unknown = set(opts.dim_buckets) - graph.symbols()
+    if unknown:
+        raise LightspeedError(f"dim_buckets name dims {sorted(unknown)} that the graph does not use")
+    names = sorted(opts.dim_buckets)
+    for n in names:
+        for lo, hi in opts.dim_buckets[n]:
+            if not 0 <= lo <= hi:
+                raise LightspeedError(f"dim bucket {(lo, hi)} for {n!r} must satisfy 0 <= lo <= hi")
+    buckets = []
+    for combo in itertools.product(*(opts.dim_buckets[n] for n in names)):
+        ranges = dict(zip(names, combo))
+        dims = dict(opts.dims or {})
+        for n, (lo, hi) in ranges.items():
+            dims[n] = min(hi, max(lo, opts.default_dim))
+        sub = dataclasses.replace(opts, dims=dims, dim_buckets=None)
+        lprog, rep = search_program(graph, backend, sub, lambda lp: make_program(lp, None))
+        buckets.append((ranges, make_program(lprog, rep)))
+    return BucketedProgram(graph, buckets)

@@ -186,3 +186,22 @@ def test_cpu_compile_rejects_unknown_options():
     g.output("y", g.input("x", (3,)).exp())
     with pytest.raises(TypeError, match="unknown options"):
         g.compile(backend="cpu", budget=3)
+
+
+# ---------------------------------------------------------------- dim buckets
+def test_dim_buckets_dispatch_and_reject_out_of_range():
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
+    g.output("y", (x @ w).softmax(-1))
+    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=3, dim_buckets={"s": [(1, 1), (2, 64)]}))
+    assert [r for r, _ in prog.buckets] == [{"s": (1, 1)}, {"s": (2, 64)}]
+    assert prog.buckets[0][1].search_report.profile_dims == {"s": 1}
+    assert prog.buckets[1][1].search_report.profile_dims == {"s": 16}
+    ref = g.compile()
+    for s in (1, 2, 64):
+        inputs = _inputs(g, {"s": s})
+        np.testing.assert_allclose(prog(inputs)["y"], ref(inputs)["y"], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ls.InputError, match="outside every dim bucket"):
+        prog(_inputs(g, {"s": 65}))
+    with pytest.raises(ls.LightspeedError, match="does not use"):
+        g.compile(backend="cpu", search=ls.SearchOptions(budget=1, dim_buckets={"t": [(1, 2)]}))

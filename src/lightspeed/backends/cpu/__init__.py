@@ -119,14 +119,13 @@ class CpuBackend:
     def rules_text(self) -> str:
         return "\n".join(p.read_text() for p in self.rule_files)
 
-    def compile(self, graph: Graph, search: Any = None, **options: Any) -> CpuProgram:
-        from ...search import SearchOptions, search_program
+    def compile(self, graph: Graph, search: Any = None, **options: Any) -> Program:
+        from ...search import SearchOptions, compile_searched
 
         if options:
             raise TypeError(f"cpu backend: unknown options {sorted(options)} (pass search=ls.SearchOptions(...))")
         opts = search if search is not None else SearchOptions()
-        lprog, report = search_program(graph, self, opts, lambda lp: CpuProgram(graph, lp))
-        return CpuProgram(graph, lprog, report)
+        return compile_searched(graph, self, opts, lambda lp, rep: CpuProgram(graph, lp, rep))
 
 
 register_backend(CpuBackend())
