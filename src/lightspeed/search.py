@@ -11,19 +11,23 @@ Candidates that crash or produce wrong shapes are rejected, not fatal.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import os
 import random
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, encode_graph
+from .egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, SerializedEGraph, encode_graph
 from .egraph.llir import LProgram, decode_program
+from .egraph.runner import EGGLOG_VERSION
 from .errors import InputError, LightspeedError
 from .graph import Graph
 from .primitives import PRIMITIVES
@@ -68,18 +72,63 @@ class SearchReport:
     winner: int = 0
     profile_dims: dict[str, int] = field(default_factory=dict)
     program_text: str = ""
+    egraph_cached: bool = False
+    decision_cached: bool = False
 
     def format(self) -> str:
         lines = ["search report", "  phases: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.phases.items()),
                  f"  e-graph: {self.egraph_nodes} e-nodes; rule matches: "
                  + (", ".join(f"{k}={v}" for k, v in sorted(self.rule_matches.items())) or "none"),
-                 f"  profiled with dims {self.profile_dims}"]
+                 f"  profiled with dims {self.profile_dims}"
+                 + ("; saturated e-graph from the cache" if self.egraph_cached else "")
+                 + ("; decision from the cache (same graph, rules, seed and options)" if self.decision_cached else "")]
         for c in self.candidates:
             mark = "*" if c.index == self.winner else " "
             t = f"{c.seconds * 1e3:8.3f} ms" if c.seconds is not None else f"rejected: {c.error}"
             backend_ops = {k: v for k, v in c.ops.items() if k not in PRIMITIVES}
             lines.append(f" {mark} #{c.index:<3d} {c.origin:9s} {t}  backend ops: {backend_ops or '-'}")
         return "\n".join(lines)
+
+
+def cache_dir() -> Path | None:
+    """Where saturated e-graphs and search decisions are kept: ``$LIGHTSPEED_CACHE_DIR`` or
+    ``~/.cache/lightspeed``; ``LIGHTSPEED_CACHE=0`` turns the cache off."""
+    if os.environ.get("LIGHTSPEED_CACHE", "1") == "0":
+        return None
+    d = os.environ.get("LIGHTSPEED_CACHE_DIR")
+    return Path(d) if d else Path.home() / ".cache" / "lightspeed"
+
+
+def _digest(*parts: object) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(str(p).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def _cache_load(name: str) -> dict | None:
+    d = cache_dir()
+    if d is None:
+        return None
+    path = d / f"{name}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # missing or corrupt entries are recomputed
+
+
+def _cache_store(name: str, data: dict) -> None:
+    d = cache_dir()
+    if d is None:
+        return
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".{name}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(data))
+        tmp.replace(d / f"{name}.json")  # atomic: concurrent compiles never read half a file
+    except OSError:
+        pass  # a read-only home must not stop compilation
 
 
 def _log(kind: str) -> bool:
@@ -107,22 +156,36 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
     rep.phases["encode"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    runner = EGraphRunner()
-    runner.run(SCHEMA, name="schema.egg")
-    runner.run(backend.rules_text(), name=f"{backend.name} rules")
-    runner.run(enc.program, name="graph")
-    for rs in backend.rulesets:
-        runner.run(f"(run-schedule (repeat {opts.iterations} (run {rs})))", name=f"ruleset {rs}")
-    rep.phases["saturate"] = time.perf_counter() - t0
-    rep.rule_matches = dict(runner.stats.rule_matches)
-    if _log("egraph"):
-        print(runner.stats.format(), file=sys.stderr)
-
-    t0 = time.perf_counter()
-    ser = runner.serialize("$root")
+    rules = backend.rules_text()
+    schedule = "".join(f"(run-schedule (repeat {opts.iterations} (run {rs})))\n" for rs in backend.rulesets)
+    key = _digest(SCHEMA, rules, schedule, enc.program, EGGLOG_VERSION)
+    cached = _cache_load(f"egraph-{key}")
+    if cached is not None:
+        ser = SerializedEGraph(cached["nodes"], cached["class_data"], cached["root_eclasses"])
+        rep.rule_matches = cached["rule_matches"]
+        rep.phases["saturate"] = time.perf_counter() - t0
+        rep.phases["serialize"] = 0.0
+        rep.egraph_cached = True
+    else:
+        runner = EGraphRunner()
+        runner.run(SCHEMA, name="schema.egg")
+        runner.run(rules, name=f"{backend.name} rules")
+        runner.run(enc.program, name="graph")
+        runner.run(schedule, name="schedule")
+        rep.phases["saturate"] = time.perf_counter() - t0
+        rep.rule_matches = dict(runner.stats.rule_matches)
+        t0 = time.perf_counter()
+        ser = runner.serialize("$root")
+        rep.phases["serialize"] = time.perf_counter() - t0
+        _cache_store(f"egraph-{key}", {"nodes": ser.nodes, "class_data": ser.class_data,
+                                       "root_eclasses": ser.root_eclasses, "rule_matches": rep.rule_matches})
+        if _log("egraph"):
+            print(runner.stats.format(), file=sys.stderr)
     index = EGraphIndex(ser, set(backend.signatures))
     rep.egraph_nodes = len(ser.nodes)
-    rep.phases["serialize"] = time.perf_counter() - t0
+    if _log("egraph"):
+        print(f"e-graph: {rep.egraph_nodes} e-nodes, {len(index.classes)} e-classes"
+              + (" (from the on-disk cache)" if rep.egraph_cached else ""), file=sys.stderr)
 
     dims = {s: int(opts.dims[s]) if opts.dims and s in opts.dims else opts.default_dim for s in graph.symbols()}
     rep.profile_dims = dims
@@ -136,6 +199,20 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
     def prefer_backend(cid, nodes):  # every alternative the rules offered, taken greedily
         ops = [n for n in nodes if n.op not in PRIMITIVES]
         return ops[0] if ops else nodes[0]
+
+    decision_key = _digest(key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate)
+    decided = _cache_load(f"search-{decision_key}")
+    if decided is not None:
+        by_id = {n.id: n for nodes in index.classes.values() for n in nodes}
+        if all(nid in by_id for nid in decided["choice"].values()):
+            t0 = time.perf_counter()
+            cand = Candidate(index, {c: by_id[nid] for c, nid in decided["choice"].items()})
+            lprog = decode_program(cand, ser, enc.constants, backend.signatures)
+            rep.phases["extract"] = time.perf_counter() - t0
+            rep.phases["profile"] = 0.0
+            rep.candidates = [CandidateResult(**c) for c in decided["candidates"]]
+            rep.winner, rep.decision_cached, rep.program_text = decided["winner"], True, str(lprog)
+            return lprog, rep
 
     t_extract = t_profile = 0.0
     seen: set[tuple] = set()
@@ -197,6 +274,9 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         raise LightspeedError(f"search: every candidate failed; first error: {first_error}")
     rep.winner = best[1]
     rep.program_text = str(best[2])
+    _cache_store(f"search-{decision_key}", {"choice": {c: n.id for c, n in best[3].choice.items()},
+                                            "winner": rep.winner,
+                                            "candidates": [dataclasses.asdict(c) for c in rep.candidates]})
     if _log("search"):
         print(rep.format(), file=sys.stderr)
     return best[2], rep

@@ -1,0 +1,71 @@
+"""The search: reproducible decisions across fresh processes (through the on-disk cache), cache
+robustness, the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import lightspeed as ls
+
+SCRIPT = r"""
+import json, sys
+import lightspeed as ls
+g = ls.Graph()
+x, w1, w2 = g.input("x", ("s", 32)), g.input("w1", (32, 48)), g.input("w2", (48, 32))
+g.output("y", ((x @ w1).silu() @ w2).softmax(-1))
+prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=5, seed=3))
+rep = prog.search_report
+print(json.dumps({"program": rep.program_text, "winner": rep.winner,
+                  "egraph_cached": rep.egraph_cached, "decision_cached": rep.decision_cached}))
+"""
+
+
+def _run(cache: Path) -> dict:
+    env = dict(os.environ, LIGHTSPEED_CACHE_DIR=str(cache))
+    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_same_graph_and_seed_give_the_same_program_in_a_fresh_process(tmp_path):
+    first, second = _run(tmp_path), _run(tmp_path)
+    assert not first["egraph_cached"] and not first["decision_cached"]
+    assert second["egraph_cached"] and second["decision_cached"]
+    assert second["program"] == first["program"] and second["winner"] == first["winner"]
+    assert any(f.name.startswith("egraph-") for f in tmp_path.iterdir())
+
+
+def test_corrupt_cache_entries_are_recomputed(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
+    g.output("y", x @ w)
+    opts = ls.SearchOptions(budget=2, seed=1)
+    g.compile(backend="cpu", search=opts)
+    for f in tmp_path.glob("*.json"):
+        f.write_text("{not json")
+    prog = g.compile(backend="cpu", search=opts)
+    assert not prog.search_report.egraph_cached and not prog.search_report.decision_cached
+    xa, wa = np.ones((3, 8), np.float32), np.ones((8, 4), np.float32)
+    np.testing.assert_array_equal(prog(x=xa, w=wa)["y"], np.full((3, 4), 8, np.float32))
+    json.loads(next(tmp_path.glob("egraph-*.json")).read_text())  # rewritten whole
+
+
+def test_cache_can_be_disabled(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LIGHTSPEED_CACHE", "0")
+    g = ls.Graph()
+    g.output("y", g.input("x", (4,)).exp())
+    g.compile(backend="cpu", search=ls.SearchOptions(budget=1))
+    assert not list(tmp_path.iterdir())
+
+
+def test_log_search_prints_the_report(tmp_path):
+    env = dict(os.environ, LIGHTSPEED_CACHE_DIR=str(tmp_path), LIGHTSPEED_LOG="search,egraph")
+    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, check=True)
+    assert "search report" in r.stderr and "cpu-matmul-2d" in r.stderr and "e-nodes" in r.stderr
