@@ -49,7 +49,10 @@ class EGraphIndex:
         self.ir_ops = set(ir_ops)
         self.classes: dict[str, list[ENode]] = {}
         self.sort_of: dict[str, str] = {}
+        self.dtype_of: dict[str, str] = {}  # IR e-class -> DType e-class (the `dtype` analysis)
         for nid, n in ser.nodes.items():
+            if n["op"] == "dtype":
+                self.dtype_of[ser.nodes[n["children"][0]]["eclass"]] = n["eclass"]
             if n.get("subsumed") or n["op"] in ANALYSIS_FUNCTIONS:
                 continue
             node = ENode(nid, n["op"], tuple(ser.nodes[c]["eclass"] for c in n["children"]), n["eclass"])
@@ -63,6 +66,7 @@ class EGraphIndex:
             raise ExtractionError(f"expected one Root node, found {len(root)}")
         self.root = root[0]
         self._levels = self._compute_levels()
+        self._lowest: dict[tuple[str, bool], ENode] = {}
 
     def is_ir(self, node: ENode) -> bool:
         return node.op in self.ir_ops
@@ -100,6 +104,13 @@ class EGraphIndex:
 
     def lowest(self, eclass: str, ir_only: bool = False) -> ENode:
         """A node of minimal height (ties: smallest id): always part of a finite, acyclic term."""
+        hit = self._lowest.get((eclass, ir_only))
+        if hit is not None:
+            return hit
+        self._lowest[(eclass, ir_only)] = n = self._find_lowest(eclass, ir_only)
+        return n
+
+    def _find_lowest(self, eclass: str, ir_only: bool) -> ENode:
         lv = self._levels
         best = None
         for n in self.classes.get(eclass, ()):
@@ -204,7 +215,7 @@ class _Decoder:
     def __init__(self, index: EGraphIndex, ser: SerializedEGraph):
         self.index = index
         self.ser = ser
-        self._cache: dict[str, object] = {}
+        self._cache: dict[object, object] = {}
 
     def prim_value(self, cid: str) -> str:
         node = self.index.classes[cid][0]
@@ -236,6 +247,12 @@ class _Decoder:
         return e
 
     def elist(self, cid: str) -> tuple[Expr, ...]:
+        hit = self._cache.get(("elist", cid))
+        if hit is None:
+            hit = self._cache[("elist", cid)] = self._elist(cid)
+        return hit  # type: ignore[return-value]
+
+    def _elist(self, cid: str) -> tuple[Expr, ...]:
         out = []
         while True:
             n = self.index.lowest(cid)
@@ -249,6 +266,12 @@ class _Decoder:
         return CTOR_DTYPE[n.op]
 
     def view(self, cid: str) -> ShapeTracker:
+        hit = self._cache.get(("view", cid))
+        if hit is None:
+            hit = self._cache[("view", cid)] = self._view(cid)
+        return hit  # type: ignore[return-value]
+
+    def _view(self, cid: str) -> ShapeTracker:
         n = self.index.lowest(cid)
         if n.op == "Contig":
             return ShapeTracker.contiguous(self.elist(n.children[0]))

@@ -109,16 +109,10 @@ def _class_shape_dtype(dec: _Decoder, cid: str) -> tuple[tuple[Expr, ...], DType
     views = [v for v in vals if isinstance(v, ShapeTracker)]
     arg = vals[0] if sig[0] in ("i64", "dtype") else None
     shape = prim.shape_rule(tuple(v.shape for v in views), arg)
-    if n.op == "Cast":
-        return shape, vals[0]
-    if n.op == "LessThan":
-        from .. import dtypes as dt
-
-        return shape, dt.bool_
-    ir_children = [c for kind, c in zip(sig, n.children) if kind == "ir"]
-    if n.op == "Gather":
-        return shape, _class_shape_dtype(dec, ir_children[1])[1]
-    return shape, _class_shape_dtype(dec, ir_children[0])[1]
+    dcid = index.dtype_of.get(cid)
+    if dcid is None:
+        raise ExtractionError(f"e-class {cid} has no dtype (every IR class gets one from the encoder or its rule)")
+    return shape, dec.dtype(dcid)
 
 
 def _field(dec: _Decoder, kind: str, cid: str) -> Any:
