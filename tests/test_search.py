@@ -69,3 +69,16 @@ def test_log_search_prints_the_report(tmp_path):
     env = dict(os.environ, LIGHTSPEED_CACHE_DIR=str(tmp_path), LIGHTSPEED_LOG="search,egraph")
     r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, check=True)
     assert "search report" in r.stderr and "cpu-matmul-2d" in r.stderr and "e-nodes" in r.stderr
+
+
+def test_report_names_the_rules_and_draws_the_program(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
+    g.output("y", (x @ w).softmax(-1))
+    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=3))
+    text = prog.report()
+    assert "CpuMatmul x1 <- cpu-matmul-2d" in text
+    dot = prog.search_report.to_dot()
+    assert dot.startswith("digraph") and dot.rstrip().endswith("}") and "rule: cpu-matmul-2d" in dot
+    assert dot.count("[label=") == len(prog.lprog.ops)

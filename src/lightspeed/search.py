@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, SerializedEGraph, encode_graph
+from .egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, SerializedEGraph, encode_graph, rules_producing
 from .egraph.llir import LProgram, decode_program
 from .egraph.runner import EGGLOG_VERSION
 from .errors import InputError, LightspeedError
@@ -50,6 +50,8 @@ class SearchOptions:
     repeats: int = 3
     iterations: int = 8
     mutation_rate: float = 0.3
+    # print a line per candidate (tried, time, best so far) once a search runs longer than 2 s
+    progress: bool = True
     # per symbol, inclusive (lo, hi) ranges: one program is searched per bucket (combination)
     dim_buckets: Mapping[str, Sequence[tuple[int, int]]] | None = None
 
@@ -74,6 +76,8 @@ class SearchReport:
     program_text: str = ""
     egraph_cached: bool = False
     decision_cached: bool = False
+    produced_by: dict[str, list[str]] = field(default_factory=dict)  # backend op -> rule names
+    program: LProgram | None = None
 
     def format(self) -> str:
         lines = ["search report", "  phases: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.phases.items()),
@@ -87,7 +91,19 @@ class SearchReport:
             t = f"{c.seconds * 1e3:8.3f} ms" if c.seconds is not None else f"rejected: {c.error}"
             backend_ops = {k: v for k, v in c.ops.items() if k not in PRIMITIVES}
             lines.append(f" {mark} #{c.index:<3d} {c.origin:9s} {t}  backend ops: {backend_ops or '-'}")
+        win = next((c for c in self.candidates if c.index == self.winner), None)
+        if win is not None:
+            lines.append("  winner's backend ops and the rules they came from:")
+            for op, n in sorted(win.ops.items()):
+                if op not in PRIMITIVES:
+                    lines.append(f"    {op} x{n} <- {', '.join(self.produced_by.get(op, ['?']))}")
         return "\n".join(lines)
+
+    def to_dot(self) -> str:
+        """Graphviz DOT of the chosen program (``dot -Tsvg`` draws it)."""
+        if self.program is None:
+            raise LightspeedError("the report holds no program")
+        return self.program.to_dot(self.produced_by)
 
 
 def cache_dir() -> Path | None:
@@ -153,6 +169,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
     rep = SearchReport()
     t0 = time.perf_counter()
     enc = encode_graph(graph)
+    rep.produced_by = rules_producing(backend.rules_text())
     rep.phases["encode"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -212,9 +229,11 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
             rep.phases["profile"] = 0.0
             rep.candidates = [CandidateResult(**c) for c in decided["candidates"]]
             rep.winner, rep.decision_cached, rep.program_text = decided["winner"], True, str(lprog)
+            rep.program = lprog
             return lprog, rep
 
     t_extract = t_profile = 0.0
+    t_start = time.perf_counter()
     seen: set[tuple] = set()
     best: tuple[float, int, LProgram, Candidate] | None = None
     first_error: Exception | None = None
@@ -263,7 +282,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
             first_error = first_error or e
             rep.candidates.append(CandidateResult(i, origin, ops, None, f"{type(e).__name__}: {e}"))
         t_profile += time.perf_counter() - t0
-        if _log("search"):
+        if _log("search") or (opts.progress and time.perf_counter() - t_start > 2.0):
             c = rep.candidates[-1]
             t = f"{c.seconds * 1e3:.3f} ms" if c.seconds is not None else "rejected"
             print(f"[search] candidate {len(rep.candidates)}/{opts.budget} {origin}: {t}; "
@@ -274,6 +293,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         raise LightspeedError(f"search: every candidate failed; first error: {first_error}")
     rep.winner = best[1]
     rep.program_text = str(best[2])
+    rep.program = best[2]
     _cache_store(f"search-{decision_key}", {"choice": {c: n.id for c, n in best[3].choice.items()},
                                             "winner": rep.winner,
                                             "candidates": [dataclasses.asdict(c) for c in rep.candidates]})

@@ -10,8 +10,25 @@ from .runner import EgglogError, EGraphRunner, RunStats, SerializedEGraph
 
 __all__ = [
     "SCHEMA", "EncodedGraph", "encode_graph", "Candidate", "EGraphIndex", "ExtractionError", "decode_graph",
-    "EGraphRunner", "EgglogError", "RunStats", "SerializedEGraph", "saturate_graph",
+    "EGraphRunner", "EgglogError", "RunStats", "SerializedEGraph", "saturate_graph", "rules_producing",
 ]
+
+
+def rules_producing(rules_text: str) -> dict[str, list[str]]:
+    """Constructor -> names of the rules whose actions build it (for reports): a rule produces the
+    ``constructor``s declared in the same text that appear in its action half."""
+    import re
+
+    ctors = set(re.findall(r"\(constructor\s+(\w+)", rules_text))
+    out: dict[str, list[str]] = {}
+    for block in re.split(r"\n\(rule\b", rules_text)[1:]:
+        name = re.search(r':name\s+"([^"]+)"', block)
+        if not name:
+            continue
+        for c in ctors:
+            if re.search(rf"\({c}\b", block):
+                out.setdefault(c, []).append(name.group(1))
+    return out
 
 
 def saturate_graph(graph, rules: str = ""):

@@ -71,6 +71,25 @@ class LProgram:
             out[o.op] = out.get(o.op, 0) + 1
         return out
 
+    def to_dot(self, produced_by: Mapping[str, list[str]] | None = None) -> str:
+        """Graphviz DOT: one box per op (backend ops filled, labelled with the rules they came from)."""
+        out = ["digraph llir {", "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
+        for i, o in enumerate(self.ops):
+            shape = ", ".join(map(str, o.shape))
+            label = f"%{i} {o.op}\\n{o.dtype.name}[{shape}]"
+            style = ""
+            if o.op not in PRIMITIVES:
+                rules = ", ".join((produced_by or {}).get(o.op, []))
+                label += f"\\nrule: {rules}" if rules else ""
+                style = ', style=filled, fillcolor="#ffe0b0"'
+            elif o.op in ("Input", "Output", "Constant"):
+                style = ', style=filled, fillcolor="#dde8ff"'
+            out.append(f'  n{i} [label="{label}"{style}];')
+            for j in o.inputs:
+                out.append(f"  n{j} -> n{i};")
+        out.append("}")
+        return "\n".join(out)
+
     def __str__(self) -> str:
         lines = []
         for i, o in enumerate(self.ops):
