@@ -32,3 +32,13 @@ def test_ruff_clean():
     ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
     r = subprocess.run([ruff, "check", "src", "tests", "scripts"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_readme_tour_runs(capsys):
+    import re
+
+    code = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[0]
+    ns: dict = {}
+    exec(compile(code, "README.md", "exec"), ns)  # noqa: S102 - our own README
+    assert ns["out"]["y"].shape == (3, 8)
+    assert "search report" in capsys.readouterr().out
