@@ -244,8 +244,15 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         elif i == 1:
             cand, origin = Candidate.build(index, prefer_backend), "greedy"
         elif best is not None and i % 2 == 0:
-            base = {c: n for c, n in best[3].choice.items() if rng.random() > opts.mutation_rate}
-            cand, origin = Candidate.build(index, lambda cid, nodes: rng.choice(nodes), base), "mutation"
+            # flip a few of the best candidate's real choices (classes with alternatives)
+            choices = best[3].choice
+            open_ = sorted(c for c in choices if len(index.ir_nodes(c)) > 1)
+            flips = set(rng.sample(open_, max(1, round(len(open_) * opts.mutation_rate)))) if open_ else set()
+            base = {c: n for c, n in choices.items() if c not in flips}
+            def other(cid, nodes, prev=choices):
+                return rng.choice([n for n in nodes if n is not prev.get(cid)] or nodes)
+
+            cand, origin = Candidate.build(index, other, base), "mutation"
         else:
             cand, origin = Candidate.random(index, rng), "random"
         key = cand.key()
