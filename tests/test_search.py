@@ -73,10 +73,12 @@ def test_log_search_prints_the_report(tmp_path):
 
 def test_report_names_the_rules_and_draws_the_program(tmp_path, monkeypatch):
     monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    # big enough that BLAS beats the broadcast product by ~100x: the winner is not a timing coin flip
     g = ls.Graph()
-    x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
+    x, w = g.input("x", ("s", 256)), g.input("w", (256, 256))
     g.output("y", (x @ w).softmax(-1))
-    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=3))
+    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=2, dims={"s": 256}, repeats=1))
+    assert prog.search_report.produced_by == {"CpuMatmul": ["cpu-matmul-2d"], "CpuBatchMatmul": ["cpu-matmul-batched"]}
     text = prog.report()
     assert "CpuMatmul x1 <- cpu-matmul-2d" in text
     dot = prog.search_report.to_dot()
