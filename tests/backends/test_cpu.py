@@ -204,3 +204,13 @@ def test_dim_buckets_dispatch_and_reject_out_of_range():
         prog(_inputs(g, {"s": 65}))
     with pytest.raises(ls.LightspeedError, match="does not use"):
         g.compile(backend="cpu", search=ls.SearchOptions(budget=1, dim_buckets={"t": [(1, 2)]}))
+
+
+def test_copy_elimination_candidates_agree():
+    g = ls.Graph()
+    x = g.input("x", ("s", 4))
+    g.output("y", (x * 1.0).exp() + (x * 1).sum(-1, keepdim=True))
+    matches, ops, n = check_candidates(g, _inputs(g, {"s": 3}), {"s": 3})
+    # x*1 joins x's class, so the copy node now reaches itself: every candidate drops it
+    assert matches.get("copy-elimination", 0) >= 1
+    assert g.count_ops()["Mul"] == 2 and ops["Mul"] == n  # one Mul (by log2 e) left per candidate

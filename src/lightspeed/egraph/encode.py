@@ -22,15 +22,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from ..dtypes import ALL_DTYPES, DType
 from ..graph import Graph
 from ..primitives import PRIMITIVES, ConstantValue, IotaArg
 from ..shape import ShapeTracker, View
 from ..symbolic import INDEX_VAR, Expr
 
-__all__ = ["EncodedGraph", "encode_graph", "SCHEMA", "DTYPE_CTOR", "CTOR_DTYPE", "expr_to_egg", "view_to_egg"]
+__all__ = [
+    "EncodedGraph", "encode_graph", "SCHEMA", "GENERIC_RULES", "DTYPE_CTOR", "CTOR_DTYPE", "expr_to_egg", "view_to_egg",
+]
 
-SCHEMA = (Path(__file__).parent / "rules" / "schema.egg").read_text()
+RULES_DIR = Path(__file__).parent / "rules"
+SCHEMA = (RULES_DIR / "schema.egg").read_text()
+# backend-independent rulesets, run before a backend's own (file, ruleset) in schedule order
+GENERIC_RULES = [(RULES_DIR / "simplify.egg", "simplify"), (RULES_DIR / "cleanup.egg", "cleanup")]
 
 DTYPE_CTOR: dict[DType, str] = {
     d: {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float8_e4m3": "F8E4M3",
@@ -116,6 +123,8 @@ def encode_graph(graph: Graph) -> EncodedGraph:
             assert isinstance(n.arg, ConstantValue)
             enc.constants.append(n.arg)
             term = f"(Constant {len(enc.constants) - 1} {elist_to_egg(n.shape, cache)} ({DTYPE_CTOR[n.dtype]}))"
+            if n.arg.is_scalar and n.arg.value.astype(np.float64) == 1.0:
+                lines.append(f"(unit_constant {len(enc.constants) - 1})")
         elif name == "Output":
             enc.output_names.append(n.arg)
             term = f'(Output "{n.arg}" {ins})'
@@ -135,6 +144,7 @@ def encode_graph(graph: Graph) -> EncodedGraph:
         enc.node_globals[i] = g
         lines.append(f"(let {g} {term})")
         lines.append(f"(set (dtype {g}) ({DTYPE_CTOR[n.dtype]}))")
+        lines.append(f"(set (shape {g}) {elist_to_egg(n.shape, cache)})")
     outs = "(INil)"
     for name in reversed(list(graph.outputs)):
         outs = f"(ICons {enc.node_globals[graph.outputs[name]]} {outs})"

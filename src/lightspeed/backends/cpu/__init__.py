@@ -24,8 +24,8 @@ __all__ = ["CpuBackend", "CpuProgram", "SIGNATURES", "RULE_FILES"]
 
 HERE = Path(__file__).parent
 RULE_FILES = [HERE / "matmul.egg"]
-# rulesets to run, in order, each saturated (capped by the search options)
-RULESETS = ["cpu_matmul"]
+# rulesets to run, in order, each capped by the search options (the generic ones first)
+RULESETS = ["simplify", "cleanup", "cpu_matmul"]
 
 E = "expr"
 SIGNATURES: dict[str, tuple[str, ...]] = dict(PRIMITIVE_SIGNATURES)
@@ -117,7 +117,10 @@ class CpuBackend:
     rulesets = RULESETS
 
     def rules_text(self) -> str:
-        return "\n".join(p.read_text() for p in self.rule_files)
+        """The generic rule files (simplify, cleanup) and the backend's own, in schedule order."""
+        from ...egraph.encode import GENERIC_RULES
+
+        return "\n".join(p.read_text() for p in [f for f, _ in GENERIC_RULES] + self.rule_files)
 
     def compile(self, graph: Graph, search: Any = None, **options: Any) -> Program:
         from ...search import SearchOptions, compile_searched
