@@ -84,3 +84,17 @@ def test_report_names_the_rules_and_draws_the_program(tmp_path, monkeypatch):
     dot = prog.search_report.to_dot()
     assert dot.startswith("digraph") and dot.rstrip().endswith("}") and "rule: cpu-matmul-2d" in dot
     assert dot.count("[label=") == len(prog.lprog.ops)
+
+
+def test_schedule_caps_stop_saturation(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
+    g.output("y", (x @ w) * 1.0)
+    free = g.compile(backend="cpu", search=ls.SearchOptions(budget=1)).search_report.rulesets
+    assert {rs: why for rs, (_, _, why) in free.items()} == {
+        "simplify": "saturated", "cleanup": "saturated", "cpu_matmul": "saturated"}
+    capped = g.compile(backend="cpu", search=ls.SearchOptions(budget=1, max_enodes=10)).search_report.rulesets
+    assert capped["cleanup"][2] == "e-graph size cap 10" and capped["cleanup"][1] == 1
+    one = g.compile(backend="cpu", search=ls.SearchOptions(budget=1, iterations=1)).search_report.rulesets
+    assert one["cpu_matmul"] == (one["cpu_matmul"][0], 1, "iteration cap")

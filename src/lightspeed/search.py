@@ -49,6 +49,7 @@ class SearchOptions:
     default_dim: int = 16
     repeats: int = 3
     iterations: int = 8
+    max_enodes: int = 500_000  # stop growing the e-graph past this many rows
     mutation_rate: float = 0.3
     # print a line per candidate (tried, time, best so far) once a search runs longer than 2 s
     progress: bool = True
@@ -77,12 +78,15 @@ class SearchReport:
     egraph_cached: bool = False
     decision_cached: bool = False
     produced_by: dict[str, list[str]] = field(default_factory=dict)  # backend op -> rule names
+    rulesets: dict[str, tuple[float, int, str]] = field(default_factory=dict)  # seconds, iterations, stop
     program: LProgram | None = None
 
     def format(self) -> str:
         lines = ["search report", "  phases: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.phases.items()),
                  f"  e-graph: {self.egraph_nodes} e-nodes; rule matches: "
                  + (", ".join(f"{k}={v}" for k, v in sorted(self.rule_matches.items())) or "none"),
+                 *(f"  ruleset {rs}: {sec * 1e3:.1f} ms, {its} iteration(s), {why}"
+                   for rs, (sec, its, why) in self.rulesets.items()),
                  f"  profiled with dims {self.profile_dims}"
                  + ("; saturated e-graph from the cache" if self.egraph_cached else "")
                  + ("; decision from the cache (same graph, rules, seed and options)" if self.decision_cached else "")]
@@ -174,7 +178,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
 
     t0 = time.perf_counter()
     rules = backend.rules_text()
-    schedule = "".join(f"(run-schedule (repeat {opts.iterations} (run {rs})))\n" for rs in backend.rulesets)
+    schedule = f"{backend.rulesets} iterations={opts.iterations} max_enodes={opts.max_enodes}"
     key = _digest(SCHEMA, rules, schedule, enc.program, EGGLOG_VERSION)
     cached = _cache_load(f"egraph-{key}")
     if cached is not None:
@@ -188,7 +192,10 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         runner.run(SCHEMA, name="schema.egg")
         runner.run(rules, name=f"{backend.name} rules")
         runner.run(enc.program, name="graph")
-        runner.run(schedule, name="schedule")
+        for rs in backend.rulesets:
+            t_rs = time.perf_counter()
+            its, why = runner.run_ruleset(rs, opts.iterations, opts.max_enodes)
+            rep.rulesets[rs] = (time.perf_counter() - t_rs, its, why)
         rep.phases["saturate"] = time.perf_counter() - t0
         rep.rule_matches = dict(runner.stats.rule_matches)
         t0 = time.perf_counter()
@@ -197,6 +204,8 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         _cache_store(f"egraph-{key}", {"nodes": ser.nodes, "class_data": ser.class_data,
                                        "root_eclasses": ser.root_eclasses, "rule_matches": rep.rule_matches})
         if _log("egraph"):
+            for rs, (sec, its, why) in rep.rulesets.items():
+                print(f"ruleset {rs}: {sec * 1e3:.1f} ms, {its} iteration(s), stopped: {why}", file=sys.stderr)
             print(runner.stats.format(), file=sys.stderr)
     index = EGraphIndex(ser, set(backend.signatures))
     rep.egraph_nodes = len(ser.nodes)
