@@ -91,8 +91,11 @@ def strided_array(buf: np.ndarray, offset: int, shape: tuple[int, ...], strides:
     hi = offset + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
     if lo < 0 or hi >= flat.size:
         raise IndexError(f"strided read [{lo}, {hi}] outside a buffer of {flat.size} elements")
-    return np.lib.stride_tricks.as_strided(flat[offset:], shape=shape, strides=[s * flat.itemsize for s in strides],
-                                           writeable=False)
+    # the ndarray constructor is ~10x cheaper than np.lib.stride_tricks.as_strided per call
+    out = np.ndarray(shape, dtype=flat.dtype, buffer=flat, offset=offset * flat.itemsize,
+                     strides=tuple(s * flat.itemsize for s in strides))
+    out.flags.writeable = False
+    return out
 
 
 def _strided_view(flat: np.ndarray, st: ShapeTracker, env: dict[str, int], shape: tuple[int, ...]):
