@@ -166,7 +166,7 @@ def _unary_ref(fn):
     def ref(xs, arg, env):
         (x,) = xs
         with np.errstate(all="ignore"):
-            return fn(_compute(x)).astype(x.dtype)
+            return fn(_compute(x)).astype(x.dtype, copy=False)
     return ref
 
 
@@ -174,7 +174,7 @@ def _binary_ref(fn):
     def ref(xs, arg, env):
         a, b = xs
         with np.errstate(all="ignore"):
-            return fn(_compute(a), _compute(b)).astype(a.dtype)
+            return fn(_compute(a), _compute(b)).astype(a.dtype, copy=False)
     return ref
 
 
@@ -184,7 +184,7 @@ def _mod_ref(xs, arg, env):
         if a.dtype.kind in "iu":
             safe = np.where(b == 0, 1, b)
             return np.where(b == 0, 0, np.fmod(a, safe)).astype(a.dtype)
-        return np.fmod(_compute(a), _compute(b)).astype(a.dtype)
+        return np.fmod(_compute(a), _compute(b)).astype(a.dtype, copy=False)
 
 
 def _sum_ref(xs, axis, env):
@@ -192,7 +192,7 @@ def _sum_ref(xs, axis, env):
     if x.dtype.kind in "iub":
         return np.sum(x, axis=axis, dtype=x.dtype)
     with np.errstate(all="ignore"):
-        return np.sum(_compute(x), axis=axis).astype(x.dtype)
+        return np.sum(_compute(x), axis=axis).astype(x.dtype, copy=False)
 
 
 def _max_ref(xs, axis, env):

@@ -105,6 +105,10 @@ class ShapeTracker:
         return isinstance(other, ShapeTracker) and self.views == other.views
 
     def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:  # trackers key caches on hot paths: hash the views once
         return hash(self.views)
 
     def __repr__(self) -> str:

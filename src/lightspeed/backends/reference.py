@@ -21,15 +21,25 @@ from . import register_backend
 __all__ = ["ReferenceProgram", "read_view", "strided_array", "last_uses"]
 
 
+_VARS: dict[ShapeTracker, tuple[str, ...]] = {}
+
+
+def _view_vars(st: ShapeTracker) -> tuple[str, ...]:
+    names = _VARS.get(st)
+    if names is None:
+        acc: set[str] = set()
+        for v in st.views:
+            for e in (*v.shape, *v.strides, v.offset):
+                acc |= e.free_vars()
+            if v.mask is not None:
+                for lo, hi in v.mask:
+                    acc |= lo.free_vars() | hi.free_vars()
+        names = _VARS[st] = tuple(sorted(acc))
+    return names
+
+
 def _dims_key(st: ShapeTracker, env: dict[str, int]) -> tuple:
-    names = set()
-    for v in st.views:
-        for e in (*v.shape, *v.strides, v.offset):
-            names |= e.free_vars()
-        if v.mask is not None:
-            for lo, hi in v.mask:
-                names |= lo.free_vars() | hi.free_vars()
-    return tuple(sorted((n, env[n]) for n in names))
+    return tuple((n, env[n]) for n in _view_vars(st))
 
 
 _INDEX_CACHE: dict[tuple, tuple[np.ndarray, np.ndarray | None]] = {}
@@ -57,16 +67,37 @@ def _view_indexes(st: ShapeTracker, env: dict[str, int], shape: tuple[int, ...])
     return idx, valid
 
 
+# per (view, dim values): ("contig", shape, n) | ("strided", shape, offset, strides) | ("index", shape)
+_PLANS: dict[tuple, tuple] = {}
+
+
+def _plan(st: ShapeTracker, env: dict[str, int]) -> tuple:
+    key = (st, _dims_key(st, env))
+    p = _PLANS.get(key)
+    if p is None:
+        shape = tuple(int(d.evaluate(env)) for d in st.shape)
+        if st.is_contiguous:  # row-major strides from offset 0: a prefix (all of it unless sliced)
+            p = ("contig", shape, int(np.prod(shape, dtype=np.int64)))
+        elif len(st.views) == 1 and st.view.mask is None:
+            v = st.view
+            p = ("strided", shape, int(v.offset.evaluate(env)), tuple(int(x.evaluate(env)) for x in v.strides))
+        else:
+            p = ("index", shape)
+        if len(_PLANS) > 65536:
+            _PLANS.clear()
+        _PLANS[key] = p
+    return p
+
+
 def read_view(buf: np.ndarray, st: ShapeTracker, env: dict[str, int]) -> np.ndarray:
     """The array a view of ``buf`` (a node's contiguous result) shows, as a new/contiguous array."""
-    shape = tuple(int(d.evaluate(env)) for d in st.shape)
+    plan = _plan(st, env)
     flat = buf.reshape(-1)
-    if st.is_contiguous:  # row-major strides from offset 0: a prefix (all of it unless sliced)
-        return flat[:int(np.prod(shape, dtype=np.int64))].reshape(shape)
-    if len(st.views) == 1 and st.view.mask is None:
-        strided = _strided_view(flat, st, env, shape)
-        if strided is not None:
-            return strided
+    shape = plan[1]
+    if plan[0] == "contig":
+        return flat[:plan[2]].reshape(shape)
+    if plan[0] == "strided":
+        return strided_array(flat, plan[2], shape, plan[3])
     idx, valid = _view_indexes(st, env, shape)
     if valid is None:
         if idx.size and (idx.min() < 0 or idx.max() >= flat.size):
@@ -96,12 +127,6 @@ def strided_array(buf: np.ndarray, offset: int, shape: tuple[int, ...], strides:
                      strides=tuple(s * flat.itemsize for s in strides))
     out.flags.writeable = False
     return out
-
-
-def _strided_view(flat: np.ndarray, st: ShapeTracker, env: dict[str, int], shape: tuple[int, ...]):
-    """Fast path for one unmasked view: a numpy strided view, no index arrays."""
-    v = st.view
-    return strided_array(flat, int(v.offset.evaluate(env)), shape, tuple(int(s.evaluate(env)) for s in v.strides))
 
 
 def last_uses(inputs_per_op: list[tuple[int, ...]]) -> dict[int, list[int]]:
