@@ -44,7 +44,7 @@ def test_readme_example_end_to_end_vs_torch():
 
 
 def test_symbolic_dim_bound_to_several_values_in_one_program():
-    prog = _readme_graph().compile()
+    prog = _readme_graph().compile(backend="reference")
     rng = np.random.default_rng(1)
     w = rng.standard_normal((16, 8)).astype(np.float32)
     for batch in (1, 5, 2, 0, 7):
@@ -60,7 +60,7 @@ def test_two_symbols_and_a_derived_dim():
     b = g.input("b", ("k", "n"))
     c = g.input("c", ("m", "n+1"))  # a derived dim: checked, not bound
     g.output("o", (a @ b) + c[:, 1:])
-    prog = g.compile()
+    prog = g.compile(backend="reference")
     rng = np.random.default_rng(2)
     for m, k, n in [(2, 3, 4), (5, 1, 2), (1, 6, 1)]:
         av = rng.standard_normal((m, k)).astype(np.float32)
@@ -73,7 +73,7 @@ def test_explicit_dims():
     g = ls.Graph()
     x = g.input("x", ("n",), ls.int64)
     g.output("o", x.reshape("n", 1) * g.iota("z", ("m",), ls.int64).reshape(1, "m"))  # m is only in dims
-    prog = g.compile()
+    prog = g.compile(backend="reference")
     xv = np.array([1, 2, 3], np.int64)
     np.testing.assert_array_equal(prog({"x": xv}, dims={"m": 4})["o"], np.outer(xv, np.arange(4)))
     np.testing.assert_array_equal(prog(x=xv, dims={"m": 2, "n": 3})["o"], np.outer(xv, np.arange(2)))
@@ -196,7 +196,7 @@ def test_symbols():
     g.input("b", (2, 3), ls.int32)
     assert g.symbols() == {"batch", "seq", "heads"}
     g.output("o", a.sum(-1))
-    assert g.compile().symbols == {"batch", "seq", "heads"}
+    assert g.compile(backend="reference").symbols == {"batch", "seq", "heads"}
 
 
 def test_count_ops_and_reachable():
@@ -211,7 +211,7 @@ def test_count_ops_and_reachable():
     assert dead.node not in g.reachable()
     assert g.reachable([dead.node]) == [x.node, dead.node]
     assert g.count_ops([r.node]) == {"Input": 2, "Add": 1, "Sqrt": 1}
-    out = g.compile()(x=np.full(4, 7.0, np.float32), y=np.full(4, 9.0, np.float32))["o"]
+    out = g.compile(backend="reference")(x=np.full(4, 7.0, np.float32), y=np.full(4, 9.0, np.float32))["o"]
     np.testing.assert_array_equal(out, np.full(4, 64.0))  # sqrt(16) * 16
 
 
@@ -244,7 +244,7 @@ def _transformerish(layers: int):
 def test_thirty_layer_graph_builds_quickly():
     t0 = time.perf_counter()
     g = _transformerish(30)
-    prog = g.compile()
+    prog = g.compile(backend="reference")
     elapsed = time.perf_counter() - t0
     assert elapsed < 10.0, f"building 30 layers took {elapsed:.1f}s"
     one = _transformerish(1).count_ops()
@@ -265,7 +265,7 @@ def test_few_transformerish_layers_vs_torch():
         feeds[f"norm{i}"] = rng.uniform(0.5, 1.5, HIDDEN).astype(np.float32)
         feeds[f"up{i}"] = (rng.standard_normal((HIDDEN, FFN)) / 8).astype(np.float32)
         feeds[f"down{i}"] = (rng.standard_normal((FFN, HIDDEN)) / 11).astype(np.float32)
-    out = g.compile()(**feeds)["h"]
+    out = g.compile(backend="reference")(**feeds)["h"]
     t = {k: torch.from_numpy(v).double() for k, v in feeds.items()}
     h = t["h"]
     for i in range(layers):

@@ -161,13 +161,16 @@ class Graph:
         return counts
 
     # ------------------------------------------------------------------ compile
-    def compile(self, backend: str = "reference", **options: Any) -> Program:
-        """Compile the graph's outputs for ``backend`` and return a callable :class:`Program`."""
-        from .backends import get_backend
+    def compile(self, backend: str | None = None, **options: Any) -> Program:
+        """Compile the graph's outputs for ``backend`` and return a callable :class:`Program`.
+
+        The default is the best backend this machine has (``lightspeed.backends.default_backend()``:
+        ``cpu`` when no GPU backend is available); ``backend="reference"`` gives the exact oracle."""
+        from .backends import default_backend, get_backend
 
         if not self.outputs:
             raise LightspeedError("graph has no outputs: call g.output(name, tensor) first")
-        return get_backend(backend).compile(self, **options)
+        return get_backend(backend or default_backend()).compile(self, **options)
 
     # ------------------------------------------------------------------ printing
     def __str__(self) -> str:

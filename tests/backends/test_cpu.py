@@ -34,7 +34,7 @@ def saturate_cpu(g: ls.Graph):
 
 def check_candidates(g: ls.Graph, inputs: dict, dims: dict | None = None, n: int = 20, rtol=1e-5, atol=1e-5):
     runner, enc, index, ser = saturate_cpu(g)
-    want = g.compile()(inputs, dims=dims)
+    want = g.compile(backend="reference")(inputs, dims=dims)
     keys, ops = set(), {}
     for seed in range(n):
         cand = Candidate.random(index, random.Random(seed))
@@ -176,7 +176,7 @@ def test_cpu_compile_searches_and_reports():
     text = prog.report()
     assert "default" in text and "*" in text
     inputs = _inputs(g, {"s": 3})
-    want = g.compile()(inputs)["y"]
+    want = g.compile(backend="reference")(inputs)["y"]
     np.testing.assert_allclose(prog(inputs)["y"], want, rtol=1e-5, atol=1e-5)
 
 
@@ -196,7 +196,7 @@ def test_dim_buckets_dispatch_and_reject_out_of_range():
     assert [r for r, _ in prog.buckets] == [{"s": (1, 1)}, {"s": (2, 64)}]
     assert prog.buckets[0][1].search_report.profile_dims == {"s": 1}
     assert prog.buckets[1][1].search_report.profile_dims == {"s": 16}
-    ref = g.compile()
+    ref = g.compile(backend="reference")
     for s in (1, 2, 64):
         inputs = _inputs(g, {"s": s})
         np.testing.assert_allclose(prog(inputs)["y"], ref(inputs)["y"], rtol=1e-5, atol=1e-6)
@@ -214,3 +214,13 @@ def test_copy_elimination_candidates_agree():
     # x*1 joins x's class, so the copy node now reaches itself: every candidate drops it
     assert matches.get("copy-elimination", 0) >= 1
     assert g.count_ops()["Mul"] == 2 and ops["Mul"] == n  # one Mul (by log2 e) left per candidate
+
+
+def test_cpu_is_the_default_backend_without_a_gpu():
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
+    g.output("y", x @ w)
+    prog = g.compile(search=ls.SearchOptions(budget=2))
+    assert isinstance(prog, CpuProgram) and prog.backend_name == "cpu"
+    inputs = _inputs(g, {"s": 2})
+    np.testing.assert_allclose(prog(inputs)["y"], g.compile(backend="reference")(inputs)["y"], rtol=1e-5, atol=1e-6)

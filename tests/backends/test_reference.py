@@ -30,7 +30,7 @@ def test_torch_tensor_inputs():
     g.output("y", x * 2 + i.to(ls.float32))
     g.output("b", b * 2)
     g.output("f8", f8.to(ls.float32))
-    prog = g.compile()
+    prog = g.compile(backend="reference")
     torch.manual_seed(0)
     xt = torch.randn(4, 3, requires_grad=True)  # detached by the runtime
     it = torch.arange(12).reshape(3, 4).T  # a non-contiguous tensor
@@ -52,7 +52,7 @@ def test_torch_input_of_the_wrong_dtype_is_refused():
     g = ls.Graph()
     g.output("o", g.input("b", (2,), ls.bfloat16))
     with pytest.raises(ls.InputError, match="bfloat16.*float16"):
-        g.compile()(b=torch.zeros(2, dtype=torch.float16))
+        g.compile(backend="reference")(b=torch.zeros(2, dtype=torch.float16))
 
 
 # ---------------------------------------------------------------------------- fresh outputs
@@ -63,7 +63,7 @@ def test_outputs_are_fresh_arrays():
     g.output("view", x.permute(1, 0))  # an output that is a view of the input
     g.output("y", x.sqrt())
     g.output("y2", x.sqrt())  # the same node under two names
-    prog = g.compile()
+    prog = g.compile(backend="reference")
     xv = np.arange(6, dtype=np.float32).reshape(2, 3)
     keep = xv.copy()
     out1 = prog(x=xv)
@@ -190,7 +190,7 @@ def test_views_end_to_end_through_ops():
     g.output("pad", ls.pad(x, (2, 1, 1, 0)) + 1)
     g.output("flip", x.flip(0).flip(1).sqrt())
     g.output("combo", ls.pad(x.permute(1, 0)[1:4], (1, 1)).flip(1).reshape(-1) * 1)
-    prog = g.compile()
+    prog = g.compile(backend="reference")
     for n in (2, 4):
         xv = np.arange(n * 5, dtype=np.float32).reshape(n, 5) / 4
         xt = torch.from_numpy(xv)
@@ -209,7 +209,7 @@ def test_zero_size_views():
     x = g.input("x", (3, 1, 4))
     g.output("o", ls.pad(x[1:1, 1:1], (0, 1)).sqrt())
     g.output("p", x[2:2].permute(2, 0, 1).flip(0) * 2)
-    out = g.compile()(x=np.ones((3, 1, 4), np.float32))
+    out = g.compile(backend="reference")(x=np.ones((3, 1, 4), np.float32))
     assert out["o"].shape == (0, 0, 5) and out["p"].shape == (4, 0, 1)
     st = ShapeTracker.contiguous((3, 1, 4)).slice([(1, 1, 1), (1, 1, 1), (0, 4, 1)]).pad([(0, 0), (0, 0), (0, 1)])
     assert read_view(_buf((3, 1, 4)), st, {}).shape == (0, 0, 5)
@@ -249,9 +249,9 @@ def test_liveness_plan_frees_every_non_output_node():
         h = h + ls.rms_norm(h @ w, 8).silu()  # x/h live across a whole block (residual)
     g.output("h", h)
     g.output("first", x.sum(-1))  # x is also used at the very end
-    prog = g.compile()
+    prog = g.compile(backend="reference")
     _check_plan(prog)
-    _check_plan(_chain_graph(5, 4).compile())
+    _check_plan(_chain_graph(5, 4).compile(backend="reference"))
     x_node = g.inputs["x"]
     last = max(i for i in prog.order if any(s == x_node for s, _ in g.nodes[i].inputs))
     assert x_node in prog.free_after[last]
@@ -280,7 +280,7 @@ def _peak_bytes(prog, **inputs) -> tuple[int, dict]:
 def test_memory_is_freed_after_last_use():
     depth, n = 24, 1 << 20  # 24 intermediates of 4 MiB each
     xv = np.full(n, 0.5, np.float32)
-    peak, out = _peak_bytes(_chain_graph(depth, n).compile(), x=xv)
+    peak, out = _peak_bytes(_chain_graph(depth, n).compile(backend="reference"), x=xv)
     expect = np.full(n, 0.5, np.float64)
     for _ in range(depth):
         expect = np.sin(expect.astype(np.float32)).astype(np.float64)
@@ -288,7 +288,7 @@ def test_memory_is_freed_after_last_use():
     # holding every intermediate would need ~24 * 4 MiB; freeing keeps a handful alive
     assert peak < 6 * 4 * n, f"peak {peak / 2**20:.1f} MiB"
     # control: the same program with its liveness plan emptied does hold everything
-    leaky = _chain_graph(depth, n).compile()
+    leaky = _chain_graph(depth, n).compile(backend="reference")
     leaky.free_after = {}
     leaky_peak, _ = _peak_bytes(leaky, x=xv)
     assert leaky_peak > depth * 4 * n * 0.9, f"control peak {leaky_peak / 2**20:.1f} MiB"

@@ -13,7 +13,7 @@ def _run(build, inputs=None, dims=None):
     g = ls.Graph()
     out = build(g)
     g.output("out", out)
-    return out, g.compile()(inputs or {}, dims=dims)["out"]
+    return out, g.compile(backend="reference")(inputs or {}, dims=dims)["out"]
 
 
 @pytest.mark.parametrize("args,kwargs", [

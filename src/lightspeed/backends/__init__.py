@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from ..errors import LightspeedError
 
-__all__ = ["Backend", "register_backend", "get_backend", "available_backends"]
+__all__ = ["Backend", "register_backend", "get_backend", "available_backends", "default_backend"]
 
 
 class Backend(Protocol):
@@ -37,6 +37,12 @@ def get_backend(name: str) -> Backend:
         return _REGISTRY[name]
     except KeyError:
         raise LightspeedError(f"unknown backend {name!r}; available: {available_backends()}") from None
+
+
+def default_backend() -> str:
+    """The backend ``Graph.compile`` uses when none is named: ``cpu`` until a GPU backend exists
+    (the cuda backend will take over when a GPU is present)."""
+    return "cpu"
 
 
 def available_backends() -> list[str]:
