@@ -100,10 +100,19 @@ def _wrap_negative(index: GraphTensor, size: Expr) -> GraphTensor:
 
 
 def _scatter_positions(x: GraphTensor, k: int, index: GraphTensor) -> GraphTensor:
-    """Flat positions in ``x`` (row-major) of ``x[..., index[p], ...]`` for every p of index's shape."""
+    """Flat positions in ``x`` (row-major) of ``x[..., index[p], ...]`` for every p of index's shape.
+
+    An index outside ``[0, size)`` of axis k maps to ``numel(x)``, a position the Scatter primitive
+    skips: such a write is dropped instead of landing on another row (PyTorch raises there; a lazy
+    graph cannot, so it must at least never write a wrong element)."""
+    from .elementwise import logical_not, logical_or, lt, where
+
     strides = _row_major_strides(x.shape)
     base = _pos_iota(x.graph, index.shape, strides, k)
-    return prim("Add", base, _scaled(index, strides[k]))
+    pos = prim("Add", base, _scaled(index, strides[k]))
+    size = fill_expr(x.graph, x.shape[k], index.shape, index.dtype)
+    outside = logical_or(lt(index, 0), logical_not(lt(index, size)))
+    return where(outside, fill_expr(x.graph, prod(x.shape), pos.shape, pos.dtype), pos)
 
 
 def _src_operand(op: str, x: GraphTensor, index: GraphTensor, src: Any) -> GraphTensor:
