@@ -93,7 +93,7 @@ def test_schedule_caps_stop_saturation(tmp_path, monkeypatch):
     g.output("y", (x @ w) * 1.0)
     free = g.compile(backend="cpu", search=ls.SearchOptions(budget=1)).search_report.rulesets
     assert {rs: why for rs, (_, _, why) in free.items()} == {
-        "simplify": "saturated", "cleanup": "saturated", "cpu_matmul": "saturated"}
+        "simplify": "saturated", "cleanup": "saturated", "layout": "saturated", "cpu_matmul": "saturated"}
     capped = g.compile(backend="cpu", search=ls.SearchOptions(budget=1, max_enodes=10)).search_report.rulesets
     assert capped["cleanup"][2] == "e-graph size cap 10" and capped["cleanup"][1] == 1
     one = g.compile(backend="cpu", search=ls.SearchOptions(budget=1, iterations=1)).search_report.rulesets

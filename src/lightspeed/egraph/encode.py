@@ -37,7 +37,8 @@ __all__ = [
 RULES_DIR = Path(__file__).parent / "rules"
 SCHEMA = (RULES_DIR / "schema.egg").read_text()
 # backend-independent rulesets, run before a backend's own (file, ruleset) in schedule order
-GENERIC_RULES = [(RULES_DIR / "simplify.egg", "simplify"), (RULES_DIR / "cleanup.egg", "cleanup")]
+GENERIC_RULES = [(RULES_DIR / "simplify.egg", "simplify"), (RULES_DIR / "cleanup.egg", "cleanup"),
+                 (RULES_DIR / "layout.egg", "layout")]
 
 DTYPE_CTOR: dict[DType, str] = {
     d: {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float8_e4m3": "F8E4M3",
@@ -126,7 +127,6 @@ def encode_graph(graph: Graph) -> EncodedGraph:
             if n.arg.is_scalar and n.arg.value.astype(np.float64) == 1.0:
                 lines.append(f"(unit_constant {len(enc.constants) - 1})")
         elif name == "Output":
-            enc.output_names.append(n.arg)
             term = f'(Output "{n.arg}" {ins})'
         elif name == "Iota":
             assert isinstance(n.arg, IotaArg)

@@ -27,7 +27,7 @@ __all__ = ["EGraphIndex", "Candidate", "decode_graph", "ExtractionError"]
 
 IR_OPS = set(PRIMITIVES) | {"Input", "Constant", "Output"}
 # analysis functions declared in schema.egg: they appear as e-nodes but are not terms
-ANALYSIS_FUNCTIONS = frozenset({"dtype", "shape"})
+ANALYSIS_FUNCTIONS = frozenset({"dtype", "shape", "view_shape"})
 
 
 class ExtractionError(LightspeedError):

@@ -26,10 +26,6 @@ def matmul(a: GraphTensor, b: GraphTensor) -> GraphTensor:
                          f"and {b.dtype.name} {fmt_shape(b.shape)}; cast one of them first")
     if a.dtype.is_bool:
         raise DTypeError("matmul: bool operands are not supported")
-    # The canonical form reads both operands through single strided views (what BLAS-like rules
-    # can take). An operand whose view is stacked or masked (a merge of permuted axes, a
-    # repeat_interleave, a pad) is materialised first, as PyTorch's matmul does with .contiguous().
-    a, b = _strided_operand(a), _strided_operand(b)
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     if a_vec:
         a = a.unsqueeze(0)
@@ -54,14 +50,6 @@ def matmul(a: GraphTensor, b: GraphTensor) -> GraphTensor:
     if b_vec:
         out = out.squeeze(-1)
     return out
-
-
-def _strided_operand(x: GraphTensor) -> GraphTensor:
-    if len(x.st.views) == 1 and x.st.view.mask is None:
-        return x
-    from .movement import contiguous
-
-    return contiguous(x)
 
 
 GraphTensor.__matmul__ = matmul

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...egraph.llir import PRIMITIVE_SIGNATURES, LOp, LProgram
 from ...graph import Graph
-from ...primitives import PRIMITIVES
+from ...primitives import PRIMITIVES, IotaArg
 from ...program import Program
 from ...shape import ShapeTracker
 from .. import register_backend
@@ -25,7 +25,7 @@ __all__ = ["CpuBackend", "CpuProgram", "SIGNATURES", "RULE_FILES"]
 HERE = Path(__file__).parent
 RULE_FILES = [HERE / "matmul.egg"]
 # rulesets to run, in order, each capped by the search options (the generic ones first)
-RULESETS = ["simplify", "cleanup", "cpu_matmul"]
+RULESETS = ["simplify", "cleanup", "layout", "cpu_matmul"]
 
 E = "expr"
 SIGNATURES: dict[str, tuple[str, ...]] = dict(PRIMITIVE_SIGNATURES)
@@ -83,8 +83,6 @@ class CpuProgram(Program):
         self.free_after = last_uses([op.inputs for op in lprog.ops])
 
     def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
-        from ...primitives import IotaArg
-
         values: dict[int, np.ndarray] = {}
         outputs: dict[str, np.ndarray] = {}
         for i, op in enumerate(self.lprog.ops):
