@@ -15,6 +15,7 @@ from .. import dtypes as dt
 from ..errors import ShapeError, UnsupportedError
 from ..graph import GraphTensor
 from ..symbolic import Expr, ExprLike, as_expr, prod, smax, smin
+from ._base import broadcast_to as _broadcast_to
 from ._base import cast, fmt_shape, full, graph_of, norm_axis, prim
 from .registry import hl_op
 
@@ -90,12 +91,7 @@ def expand(x: GraphTensor, *sizes: Any) -> GraphTensor:
             target.append(x.shape[k - lead])
         else:
             target.append(as_expr(s))
-    st = x.st.reshape((1,) * lead + x.shape) if lead else x.st
-    for k, (a, b) in enumerate(zip(st.shape, target)):
-        if a != b and a != 1:
-            raise ShapeError(f"expand: dim {k} of size {a} cannot expand to {b} "
-                             f"(shape {fmt_shape(x.shape)} -> {tuple(map(str, target))})")
-    return x.with_view(st.expand(target))
+    return _broadcast_to(x, target, "expand")
 
 
 @hl_op(torch="torch.broadcast_to", category="movement")
