@@ -78,7 +78,9 @@ def test_report_names_the_rules_and_draws_the_program(tmp_path, monkeypatch):
     x, w = g.input("x", ("s", 256)), g.input("w", (256, 256))
     g.output("y", (x @ w).softmax(-1))
     prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=2, dims={"s": 256}, repeats=1))
-    assert prog.search_report.produced_by == {"CpuMatmul": ["cpu-matmul-2d"], "CpuBatchMatmul": ["cpu-matmul-batched"]}
+    produced = prog.search_report.produced_by
+    assert produced["CpuMatmul"] == ["cpu-matmul-2d"] and produced["CpuBatchMatmul"] == ["cpu-matmul-batched"]
+    assert "fuse-exp2" in produced["Fused"] and "cpu-matmul-2d" not in produced["Fused"]
     text = prog.report()
     assert "CpuMatmul x1 <- cpu-matmul-2d" in text
     dot = prog.search_report.to_dot()
@@ -93,7 +95,8 @@ def test_schedule_caps_stop_saturation(tmp_path, monkeypatch):
     g.output("y", (x @ w) * 1.0)
     free = g.compile(backend="cpu", search=ls.SearchOptions(budget=1)).search_report.rulesets
     assert {rs: why for rs, (_, _, why) in free.items()} == {
-        "simplify": "saturated", "cleanup": "saturated", "layout": "saturated", "cpu_matmul": "saturated"}
+        "simplify": "saturated", "cleanup": "saturated", "layout": "saturated", "cpu_matmul": "saturated",
+        "fusion": "saturated"}
     capped = g.compile(backend="cpu", search=ls.SearchOptions(budget=1, max_enodes=10)).search_report.rulesets
     assert capped["cleanup"][2] == "e-graph size cap 10" and capped["cleanup"][1] == 1
     one = g.compile(backend="cpu", search=ls.SearchOptions(budget=1, iterations=1)).search_report.rulesets

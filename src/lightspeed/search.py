@@ -55,6 +55,8 @@ class SearchOptions:
     progress: bool = True
     # per symbol, inclusive (lo, hi) ranges: one program is searched per bucket (combination)
     dim_buckets: Mapping[str, Sequence[tuple[int, int]]] | None = None
+    # compile a run of repeated layers once (lightspeed.rolling): saturation stops growing with depth
+    roll: bool = True
 
 
 @dataclass
@@ -222,9 +224,29 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         prims = [n for n in nodes if n.op in PRIMITIVES]
         return prims[0] if prims else nodes[0]
 
-    def prefer_backend(cid, nodes):  # every alternative the rules offered, taken greedily
+    def prefer_backend(cid, nodes):  # every backend op the rules offered, one region per op
+        leaf = [n for n in nodes if n.op == "SLeaf"]
+        if leaf:
+            return leaf[0]
         ops = [n for n in nodes if n.op not in PRIMITIVES]
         return ops[0] if ops else nodes[0]
+
+    def fuse_single_use(first: Candidate):
+        """Regions grown over producers that have one reader in ``first`` (no recomputation)."""
+        uses: dict[str, int] = {}
+        for n in first.choice.values():
+            for c in set(n.children):
+                uses[c] = uses.get(c, 0) + 1
+
+        def pick(cid, nodes):
+            leaf = next((n for n in nodes if n.op == "SLeaf"), None)
+            if leaf is not None:
+                inline = [n for n in nodes if n.op == "SInline"]
+                # the leaf's producer (children[0]) is read only here: compute it inline
+                single = uses.get(leaf.children[0], 0) <= 1 and uses.get(cid, 0) <= 1
+                return inline[0] if inline and single else leaf
+            return prefer_backend(cid, nodes)
+        return pick
 
     decision_key = _digest(key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate)
     decided = _cache_load(f"search-{decision_key}")
@@ -251,8 +273,11 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         if i == 0:
             cand, origin = Candidate.build(index, prefer_primitives), "default"
         elif i == 1:
-            cand, origin = Candidate.build(index, prefer_backend), "greedy"
-        elif best is not None and i % 2 == 0:
+            greedy = Candidate.build(index, prefer_backend)
+            cand, origin = greedy, "greedy"
+        elif i == 2:
+            cand, origin = Candidate.build(index, fuse_single_use(greedy)), "fused"
+        elif best is not None and i % 2 == 1:
             # flip a few of the best candidate's real choices (classes with alternatives)
             choices = best[3].choice
             open_ = sorted(c for c in choices if len(index.ir_nodes(c)) > 1)

@@ -16,7 +16,8 @@ __all__ = [
 
 def rules_producing(rules_text: str) -> dict[str, list[str]]:
     """Constructor -> names of the rules whose actions build it (for reports): a rule produces the
-    ``constructor``s declared in the same text that appear in its action half."""
+    ``constructor``s declared in the same text that appear in its action half (its second
+    s-expression; the first is the query)."""
     import re
 
     ctors = set(re.findall(r"\(constructor\s+(\w+)", rules_text))
@@ -25,9 +26,26 @@ def rules_producing(rules_text: str) -> dict[str, list[str]]:
         name = re.search(r':name\s+"([^"]+)"', block)
         if not name:
             continue
-        for c in ctors:
-            if re.search(rf"\({c}\b", block):
+        actions = _sexprs(block[:name.start()])[1:2]
+        for c in sorted(ctors):
+            if actions and re.search(rf"\({c}\b", actions[0]):
                 out.setdefault(c, []).append(name.group(1))
+    return out
+
+
+def _sexprs(text: str) -> list[str]:
+    """The top-level parenthesised expressions of ``text`` (comments dropped)."""
+    text = "\n".join(line.split(";", 1)[0] for line in text.split("\n"))
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                out.append(text[start:i + 1])
     return out
 
 

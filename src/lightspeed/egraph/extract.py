@@ -23,8 +23,14 @@ from ..symbolic import INDEX_VAR, Expr, const, smax, smin, sym
 from .encode import CTOR_DTYPE
 from .runner import SerializedEGraph
 
-__all__ = ["EGraphIndex", "Candidate", "decode_graph", "ExtractionError"]
+__all__ = ["EGraphIndex", "Candidate", "decode_graph", "ExtractionError", "SCALAR_OPS"]
 
+# Scalar expression constructors of rules/fusion.egg (the bodies of `Fused` regions) -> the primitive
+# each one computes.  Their e-classes are choices of a candidate like IR classes: a leaf class may
+# also hold the producer's inlined body.
+SCALAR_OPS: dict[str, str] = {"SLeaf": "", "SLog2": "Log2", "SExp2": "Exp2", "SSin": "Sin", "SSqrt": "Sqrt",
+                              "SRecip": "Recip", "SAdd": "Add", "SMul": "Mul", "SMod": "Mod",
+                              "SLessThan": "LessThan", "SCast": "Cast", "SInline": ""}
 IR_OPS = set(PRIMITIVES) | {"Input", "Constant", "Output"}
 # analysis functions declared in schema.egg: they appear as e-nodes but are not terms
 ANALYSIS_FUNCTIONS = frozenset({"dtype", "shape", "view_shape"})
@@ -46,7 +52,7 @@ class EGraphIndex:
     """Serialised e-graph indexed by e-class, restricted to the constructors we understand."""
 
     def __init__(self, ser: SerializedEGraph, ir_ops: Iterable[str] = IR_OPS):
-        self.ir_ops = set(ir_ops)
+        self.ir_ops = set(ir_ops) | set(SCALAR_OPS)  # scalar classes are choices too
         self.classes: dict[str, list[ENode]] = {}
         self.sort_of: dict[str, str] = {}
         self.dtype_of: dict[str, str] = {}  # IR e-class -> DType e-class (the `dtype` analysis)

@@ -18,10 +18,11 @@ from ..dtypes import DType
 from ..primitives import PRIMITIVES, ConstantValue, InputArg, IotaArg
 from ..shape import ShapeTracker
 from ..symbolic import Expr
-from .extract import Candidate, ExtractionError, _Decoder, _list_items
+from .extract import SCALAR_OPS, Candidate, ExtractionError, _Decoder, _list_items
 from .runner import SerializedEGraph
 
-__all__ = ["LOp", "LProgram", "PRIMITIVE_SIGNATURES", "decode_program"]
+__all__ = ["LOp", "LProgram", "PRIMITIVE_SIGNATURES", "SCALAR_OPS", "FUSED_SIGNATURE", "ScalarTree", "decode_program"]
+
 
 
 def _prim_signature(name: str) -> tuple[str, ...]:
@@ -42,6 +43,9 @@ def _prim_signature(name: str) -> tuple[str, ...]:
 
 
 PRIMITIVE_SIGNATURES: dict[str, tuple[str, ...]] = {n: _prim_signature(n) for n in PRIMITIVES}
+# `Fused` (rules/fusion.egg): an element-wise region, its shape and its body (a ``ScalarTree``).
+# Backends that implement regions add this row to their signatures.
+FUSED_SIGNATURE: tuple[str, ...] = ("elist", "scalar")
 
 
 @dataclass
@@ -56,7 +60,13 @@ class LOp:
     dtype: DType
 
     def views(self) -> list[ShapeTracker]:
+        """The view through which each input is read, in ``inputs`` order."""
         return [f for f in self.fields if isinstance(f, ShapeTracker)]
+
+
+# A decoded region body: ("leaf", k) reads input k (through the op's k-th view) at the output
+# index; ("Cast", dtype, child); (primitive name, child, ...) for the other element-wise ops.
+ScalarTree = tuple
 
 
 @dataclass
@@ -172,16 +182,36 @@ def decode_program(candidate: Candidate, ser: SerializedEGraph, constants: list[
             raise ExtractionError(f"no signature for constructor {n.op}: the backend cannot run it")
         fields: list[Any] = []
         inputs: list[int] = []
+        leaf_views: list[ShapeTracker] = []
         for kind, c in zip(sig, n.children):
             if kind == "ir":
                 inputs.append(build(c))
                 fields.append(_InputRef(len(inputs) - 1))
+            elif kind == "scalar":
+                fields.append(scalar(c, inputs, leaf_views, {}))
             else:
                 fields.append(_field(dec, kind, c))
+        fields.extend(leaf_views)  # a region's leaf views, in input order (LOp.views())
         shape, dtype = shape_dtype(cid)
         prog.ops.append(LOp(n.op, tuple(fields), tuple(inputs), tuple(shape), dtype))
         done[cid] = len(prog.ops) - 1
         return done[cid]
+
+    def scalar(cid: str, inputs: list[int], views: list[ShapeTracker], leaves: dict[str, int]) -> ScalarTree:
+        n = candidate.choice.get(cid)
+        if n is None or n.op not in SCALAR_OPS:
+            raise ExtractionError(f"scalar e-class {cid} has no chosen scalar node")
+        if n.op == "SLeaf":
+            if cid not in leaves:  # one input per distinct (producer, view)
+                inputs.append(build(n.children[0]))
+                views.append(dec.view(n.children[1]))
+                leaves[cid] = len(inputs) - 1
+            return ("leaf", leaves[cid])
+        if n.op == "SInline":  # the producer's body, computed in this region
+            return scalar(n.children[0], inputs, views, leaves)
+        if n.op == "SCast":
+            return ("Cast", dec.dtype(n.children[0]), scalar(n.children[1], inputs, views, leaves))
+        return (SCALAR_OPS[n.op], *(scalar(c, inputs, views, leaves) for c in n.children))
 
     for cid in _list_items(candidate.index, candidate.index.root.children[0]):
         i = build(cid)

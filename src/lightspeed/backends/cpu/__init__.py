@@ -1,8 +1,9 @@
 """The ``cpu`` backend: numpy/BLAS kernels for LLIR programs chosen by the e-graph search.
 
 What it offers (the backend interface): ``signatures`` (the IR constructors it can run: every
-primitive plus its own ops), ``rule_files`` (the .egg files that add its ops as alternatives, in
-schedule order), ``kernels`` (one numpy implementation per constructor) and ``compile``.
+primitive, fused element-wise regions and its own BLAS ops), ``rule_files`` (the .egg files that
+add its ops as alternatives, in schedule order), ``kernels`` (per constructor, a function that
+prepares a step for given dim values; see :mod:`.runtime`) and ``compile``.
 """
 
 from __future__ import annotations
@@ -12,100 +13,125 @@ from typing import Any
 
 import numpy as np
 
-from ...egraph.llir import PRIMITIVE_SIGNATURES, LOp, LProgram
+from ...egraph.llir import FUSED_SIGNATURE, PRIMITIVE_SIGNATURES, LOp
 from ...graph import Graph
-from ...primitives import PRIMITIVES, IotaArg
+from ...primitives import PRIMITIVES
 from ...program import Program
-from ...shape import ShapeTracker
 from .. import register_backend
-from ..reference import last_uses, read_view, strided_array
+from .fused import compile_region
+from .runtime import CpuProgram, Kernel, make_reader, strided_reader
 
-__all__ = ["CpuBackend", "CpuProgram", "SIGNATURES", "RULE_FILES"]
+__all__ = ["CpuBackend", "CpuProgram", "SIGNATURES", "RULE_FILES", "KERNELS"]
 
 HERE = Path(__file__).parent
 RULE_FILES = [HERE / "matmul.egg"]
 # rulesets to run, in order, each capped by the search options (the generic ones first)
-RULESETS = ["simplify", "cleanup", "layout", "cpu_matmul"]
+RULESETS = ["simplify", "cleanup", "layout", "cpu_matmul", "fusion"]
 
 E = "expr"
 SIGNATURES: dict[str, tuple[str, ...]] = dict(PRIMITIVE_SIGNATURES)
+SIGNATURES["Fused"] = FUSED_SIGNATURE
 SIGNATURES["CpuMatmul"] = (E, E, E, "ir", E, E, E, "ir", E, E, E)
 SIGNATURES["CpuBatchMatmul"] = (E, E, E, E, "ir", E, E, E, E, "ir", E, E, E, E)
+SIGNATURES["CpuMatmulAdd"] = SIGNATURES["CpuMatmul"] + ("ir", "view")
 
 
 def _ev(e, dims) -> int:
     return int(e.evaluate(dims))
 
 
-def _matmul(op: LOp, ins: list[np.ndarray], dims: dict[str, int]) -> np.ndarray:
-    m, n, k, _a, sam, sak, aoff, _b, sbk, sbn, boff = op.fields
-    m, n, k = _ev(m, dims), _ev(n, dims), _ev(k, dims)
-    a = strided_array(ins[0], _ev(aoff, dims), (m, k), (_ev(sam, dims), _ev(sak, dims)))
-    b = strided_array(ins[1], _ev(boff, dims), (k, n), (_ev(sbk, dims), _ev(sbn, dims)))
-    return np.matmul(a, b)
+def _matmul(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
+    m, n, k, _a, sam, sak, aoff, _b, sbk, sbn, boff = (_ev(f, dims) if i not in (3, 7) else None
+                                                       for i, f in enumerate(op.fields[:11]))
+    ra = strided_reader(aoff, (m, k), (sam, sak))
+    rb = strided_reader(boff, (k, n), (sbk, sbn))
+
+    def run(ins, out, scratch):
+        np.matmul(ra(ins[0]), rb(ins[1]), out=out)
+    return Kernel(run)
 
 
-def _batch_matmul(op: LOp, ins: list[np.ndarray], dims: dict[str, int]) -> np.ndarray:
-    bt, m, n, k, _a, sab, sam, sak, aoff, _b, sbb, sbk, sbn, boff = op.fields
-    bt, m, n, k = (_ev(x, dims) for x in (bt, m, n, k))
-    a = strided_array(ins[0], _ev(aoff, dims), (bt, m, k), (_ev(sab, dims), _ev(sam, dims), _ev(sak, dims)))
-    b = strided_array(ins[1], _ev(boff, dims), (bt, k, n), (_ev(sbb, dims), _ev(sbk, dims), _ev(sbn, dims)))
-    return np.matmul(a, b)
+def _matmul_add(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
+    product = _matmul(op, dims, in_dtypes).run
+    (addend_view,) = op.views()
+    read_addend = make_reader(addend_view, dims)
+
+    def run(ins, out, scratch):
+        product(ins, out, scratch)
+        np.add(out, read_addend(ins[2]), out=out)
+    return Kernel(run)
 
 
-def _primitive_kernel(name: str):
+def _batch_matmul(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
+    bt, m, n, k, _a, sab, sam, sak, aoff, _b, sbb, sbk, sbn, boff = (
+        _ev(f, dims) if i not in (4, 9) else None for i, f in enumerate(op.fields))
+    ra = strided_reader(aoff, (bt, m, k), (sab, sam, sak))
+    rb = strided_reader(boff, (bt, k, n), (sbb, sbk, sbn))
+
+    def run(ins, out, scratch):
+        np.matmul(ra(ins[0]), rb(ins[1]), out=out)
+    return Kernel(run)
+
+
+def _fused(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
+    region = compile_region(op.fields[1], in_dtypes, op.dtype.np)
+    readers = [make_reader(st, dims) for st in op.views()]
+    fn = region.fn
+
+    def run(ins, out, scratch):
+        fn(*[r(b) for r, b in zip(readers, ins)], out, *scratch)
+    return Kernel(run, region.scratch)
+
+
+def _reduce(name: str):
     prim = PRIMITIVES[name]
+    ufunc = np.add if name == "SumReduce" else np.maximum
 
-    def run(op: LOp, ins: list[np.ndarray], dims: dict[str, int]) -> np.ndarray:
-        views = op.views()
-        args = [read_view(buf, st, dims) for buf, st in zip(ins, views)]
-        arg = op.fields[0] if PRIMITIVE_SIGNATURES[name][0] in ("i64", "dtype") else None
-        return prim.reference(args, arg, dims)
+    def prepare(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
+        axis, _x, st = op.fields
+        read = make_reader(st, dims)
+        dtype = op.dtype.np
+        size = _ev(st.shape[axis], dims)
+        exact = dtype in (np.float32, np.float64) or (name == "SumReduce" and dtype.kind in "iu")
+        if exact and size > 0:  # the reference's own numpy reduction, written in place
+            if name == "SumReduce" and dtype.kind in "iu":
+                def run(ins, out, scratch):
+                    ufunc.reduce(read(ins[0]), axis=axis, dtype=dtype, out=out)
+            else:
+                def run(ins, out, scratch):
+                    ufunc.reduce(read(ins[0]), axis=axis, out=out)
+            return Kernel(run)
 
-    return run
+        def generic(ins, out, scratch):
+            np.copyto(out, prim.reference([read(ins[0])], axis, dims), casting="unsafe")
+        return Kernel(generic)
+    return prepare
 
 
-KERNELS: dict[str, Any] = {name: _primitive_kernel(name) for name in PRIMITIVES
+def _primitive(name: str):
+    """Any primitive through its reference semantics (values copied into the output buffer)."""
+    prim = PRIMITIVES[name]
+    has_arg = PRIMITIVE_SIGNATURES[name][0] in ("i64", "dtype")
+
+    def prepare(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
+        readers = [make_reader(st, dims) for st in op.views()]
+        arg = op.fields[0] if has_arg else None
+
+        def run(ins, out, scratch):
+            val = prim.reference([r(b) for r, b in zip(readers, ins)], arg, dims)
+            np.copyto(out, np.asarray(val).reshape(out.shape), casting="unsafe")
+        return Kernel(run)
+    return prepare
+
+
+KERNELS: dict[str, Any] = {name: _primitive(name) for name in PRIMITIVES
                            if name not in ("Input", "Constant", "Output", "Iota")}
+KERNELS["SumReduce"] = _reduce("SumReduce")
+KERNELS["MaxReduce"] = _reduce("MaxReduce")
+KERNELS["Fused"] = _fused
 KERNELS["CpuMatmul"] = _matmul
 KERNELS["CpuBatchMatmul"] = _batch_matmul
-
-
-class CpuProgram(Program):
-    """Runs an LLIR program op by op; values are freed after their last use."""
-
-    backend_name = "cpu"
-
-    def __init__(self, graph: Graph, lprog: LProgram, report: Any = None):
-        super().__init__(graph)
-        self.lprog = lprog
-        self.search_report = report
-        self.free_after = last_uses([op.inputs for op in lprog.ops])
-
-    def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
-        values: dict[int, np.ndarray] = {}
-        outputs: dict[str, np.ndarray] = {}
-        for i, op in enumerate(self.lprog.ops):
-            if op.op == "Input":
-                val = arrays[op.fields[0]]
-            elif op.op == "Constant":
-                val = self.lprog.constants[op.fields[0]].value
-            elif op.op == "Iota":
-                val = PRIMITIVES["Iota"].reference([], IotaArg(op.fields[0], op.fields[1], op.fields[2]), dims)
-            elif op.op == "Output":
-                st: ShapeTracker = op.fields[2]
-                val = np.array(read_view(values[op.inputs[0]], st, dims), dtype=op.dtype.np, copy=True)
-                outputs[op.fields[0]] = val
-            else:
-                val = KERNELS[op.op](op, [values[j] for j in op.inputs], dims)
-                val = np.ascontiguousarray(np.asarray(val, dtype=op.dtype.np))
-            values[i] = val
-            for j in self.free_after.get(i, ()):
-                values.pop(j, None)
-        return {name: outputs[name] for name in self.output_names}
-
-    def report(self) -> str:
-        return self.search_report.format() if self.search_report is not None else "no search was run"
+KERNELS["CpuMatmulAdd"] = _matmul_add
 
 
 class CpuBackend:
@@ -115,7 +141,7 @@ class CpuBackend:
     rulesets = RULESETS
 
     def rules_text(self) -> str:
-        """The generic rule files (simplify, cleanup) and the backend's own, in schedule order."""
+        """The generic rule files (simplify, cleanup, layout, fusion) and the backend's own."""
         from ...egraph.encode import GENERIC_RULES
 
         return "\n".join(p.read_text() for p in [f for f, _ in GENERIC_RULES] + self.rule_files)
