@@ -101,3 +101,14 @@ def test_schedule_caps_stop_saturation(tmp_path, monkeypatch):
     assert capped["cleanup"][2] == "e-graph size cap 10" and capped["cleanup"][1] == 1
     one = g.compile(backend="cpu", search=ls.SearchOptions(budget=1, iterations=1)).search_report.rulesets
     assert one["cpu_matmul"] == (one["cpu_matmul"][0], 1, "iteration cap")
+
+
+def test_time_budget_stops_the_search(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
+    g.output("y", ((x @ w) * 2.0).exp())
+    opts = ls.SearchOptions(budget=12, time_budget=0.0, roll=False, progress=False)
+    rep = g.compile(backend="cpu", search=opts).search_report
+    # default, greedy and fused are always measured; nothing after the (zero) budget ran out
+    assert [c.origin for c in rep.candidates] == ["default", "greedy", "fused"]

@@ -55,6 +55,9 @@ class SearchOptions:
     progress: bool = True
     # per symbol, inclusive (lo, hi) ranges: one program is searched per bucket (combination)
     dim_buckets: Mapping[str, Sequence[tuple[int, int]]] | None = None
+    # stop drawing candidates after this many seconds of search (the default, greedy and fused
+    # candidates are always measured); None: only ``budget`` limits the search
+    time_budget: float | None = None
     # compile a run of repeated layers once (lightspeed.rolling): saturation stops growing with depth
     roll: bool = True
 
@@ -248,7 +251,8 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
             return prefer_backend(cid, nodes)
         return pick
 
-    decision_key = _digest(key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate)
+    decision_key = _digest(key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate,
+                           opts.time_budget)
     decided = _cache_load(f"search-{decision_key}")
     if decided is not None:
         by_id = {n.id: n for nodes in index.classes.values() for n in nodes}
@@ -269,6 +273,8 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
     best: tuple[float, int, LProgram, Candidate] | None = None
     first_error: Exception | None = None
     for i in range(max(1, opts.budget)):
+        if opts.time_budget is not None and i >= 3 and time.perf_counter() - t_start > opts.time_budget:
+            break
         t0 = time.perf_counter()
         if i == 0:
             cand, origin = Candidate.build(index, prefer_primitives), "default"
@@ -366,7 +372,14 @@ class BucketedProgram(Program):
 
 def compile_searched(graph: Graph, backend: Any, opts: SearchOptions,
                      make_program: Callable[[LProgram, SearchReport | None], Program]) -> Program:
-    """Search once, or once per dim bucket (profiling each bucket at a value inside it)."""
+    """Search once, or once per dim bucket (profiling each bucket at a value inside it).  With
+    ``opts.roll``, a graph with repeated layers is split first and its parts compiled through here."""
+    if opts.roll:
+        from .rolling import compile_rolled  # imported here: rolling imports this module
+
+        rolled = compile_rolled(graph, backend, opts)
+        if rolled is not None:
+            return rolled
     if not opts.dim_buckets:
         lprog, rep = search_program(graph, backend, opts, lambda lp: make_program(lp, None))
         return make_program(lprog, rep)

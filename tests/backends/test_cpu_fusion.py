@@ -169,3 +169,18 @@ def test_arena_reuses_buffers_and_outputs_do_not_alias_it():
     second = default(x=b)["y"]
     np.testing.assert_array_equal(first, kept)  # the second call did not write into the first result
     np.testing.assert_allclose(second, g.compile(backend="reference")(x=b)["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_non_row_major_inputs_are_read_correctly():
+    """Regression: strided readers addressed a caller's Fortran-ordered array as if row-major."""
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 6)), g.input("w", (6, 5))
+    g.output("y", (x @ w).exp() * x.sum(-1, keepdim=True))
+    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=3, progress=False, roll=False))
+    rng = np.random.default_rng(5)
+    xa = rng.standard_normal((4, 6)).astype(np.float32)
+    wa = np.asfortranarray(rng.standard_normal((6, 5)).astype(np.float32))
+    xr = rng.standard_normal((4, 12)).astype(np.float32)[:, ::-2]  # negative-stride view
+    for inputs in ({"x": xa, "w": wa}, {"x": xr, "w": wa}):
+        want = g.compile(backend="reference")(inputs)["y"]
+        np.testing.assert_allclose(prog(inputs)["y"], want, rtol=1e-5, atol=1e-6)

@@ -143,7 +143,7 @@ class CpuProgram(Program):
             if op.op == "Input":
                 steps.append(_input_step(i, op.fields[0]))
             elif op.op == "Constant":
-                steps.append(_value_step(i, np.asarray(self.lprog.constants[op.fields[0]].value)))
+                steps.append(_value_step(i, np.ascontiguousarray(self.lprog.constants[op.fields[0]].value)))
             elif op.op == "Iota":
                 val = PRIMITIVES["Iota"].reference([], IotaArg(op.fields[0], op.fields[1], op.fields[2]), dims)
                 steps.append(_value_step(i, np.ascontiguousarray(val)))
@@ -184,7 +184,9 @@ class CpuProgram(Program):
 
 def _input_step(i: int, name: str):
     def step(vals: list, io: dict) -> None:
-        vals[i] = io["inputs"][name]
+        # readers address a value's memory as a flat row-major buffer: Fortran-ordered or strided
+        # caller arrays are copied once here (row-major arrays, the common case, are not)
+        vals[i] = np.ascontiguousarray(io["inputs"][name])
     return step
 
 
