@@ -10,11 +10,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import lightspeed as ls
 
 SCRIPT = r"""
 import json, sys
+import pytest
+
 import lightspeed as ls
 g = ls.Graph()
 x, w1, w2 = g.input("x", ("s", 32)), g.input("w1", (32, 48)), g.input("w2", (48, 32))
@@ -79,7 +82,7 @@ def test_report_names_the_rules_and_draws_the_program(tmp_path, monkeypatch):
     g.output("y", (x @ w).softmax(-1))
     prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=2, dims={"s": 256}, repeats=1))
     produced = prog.search_report.produced_by
-    assert produced["CpuMatmul"] == ["cpu-matmul-2d"] and produced["CpuBatchMatmul"] == ["cpu-matmul-batched"]
+    assert produced["CpuMatmul"][0] == "cpu-matmul-2d" and produced["CpuBatchMatmul"][0] == "cpu-matmul-batched"
     assert "fuse-exp2" in produced["Fused"] and "cpu-matmul-2d" not in produced["Fused"]
     text = prog.report()
     assert "CpuMatmul x1 <- cpu-matmul-2d" in text
@@ -112,3 +115,18 @@ def test_time_budget_stops_the_search(tmp_path, monkeypatch):
     rep = g.compile(backend="cpu", search=opts).search_report
     # default, greedy and fused are always measured; nothing after the (zero) budget ran out
     assert [c.origin for c in rep.candidates] == ["default", "greedy", "fused"]
+
+
+def test_candidates_over_the_memory_cap_are_rejected_without_running(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 256)), g.input("w", (256, 512))
+    g.output("y", x @ w)
+    # the default candidate's broadcast product is s*512*256 floats = 32 MiB at s=64; BLAS needs 128 KiB
+    opts = ls.SearchOptions(budget=2, dims={"s": 64}, max_memory=1 << 20, roll=False, progress=False)
+    prog = g.compile(backend="cpu", search=opts)
+    default, greedy = prog.search_report.candidates[:2]
+    assert default.seconds is None and "needs 32 MiB" in default.error and "max_memory 1 MiB" in default.error
+    assert greedy.seconds is not None and "CpuMatmul" in greedy.ops
+    with pytest.raises(ls.LightspeedError, match="every candidate failed.*max_memory"):
+        g.compile(backend="cpu", search=ls.SearchOptions(budget=2, dims={"s": 64}, max_memory=1000, roll=False))

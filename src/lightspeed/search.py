@@ -58,6 +58,9 @@ class SearchOptions:
     # stop drawing candidates after this many seconds of search (the default, greedy and fused
     # candidates are always measured); None: only ``budget`` limits the search
     time_budget: float | None = None
+    # candidates whose intermediates need more bytes than this at the profiling dims are rejected
+    # without running (a broadcast product of a large matmul can need gigabytes)
+    max_memory: int = 1 << 30
     # compile a run of repeated layers once (lightspeed.rolling): saturation stops growing with depth
     roll: bool = True
 
@@ -252,7 +255,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         return pick
 
     decision_key = _digest(key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate,
-                           opts.time_budget)
+                           opts.time_budget, opts.max_memory)
     decided = _cache_load(f"search-{decision_key}")
     if decided is not None:
         by_id = {n.id: n for nodes in index.classes.values() for n in nodes}
@@ -309,6 +312,12 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         t_extract += time.perf_counter() - t0
         t0 = time.perf_counter()
         ops = lprog.count()
+        need = lprog.peak_bytes(dims)
+        if need > opts.max_memory:
+            why = (f"needs {need / 2**20:.0f} MiB of intermediates at dims {dims} "
+                   f"(max_memory {opts.max_memory / 2**20:.0f} MiB)")
+            rep.candidates.append(CandidateResult(i, origin, ops, None, why))
+            continue
         try:
             prog = make_program(lprog)
             out = prog(inputs, dims=dims)
@@ -337,7 +346,8 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
     rep.phases["extract"] = t_extract
     rep.phases["profile"] = t_profile
     if best is None:
-        raise LightspeedError(f"search: every candidate failed; first error: {first_error}")
+        why = first_error or next((c.error for c in rep.candidates if c.error), "none ran")
+        raise LightspeedError(f"search: every candidate failed; first error: {why}")
     rep.winner = best[1]
     rep.program_text = str(best[2])
     rep.program = best[2]

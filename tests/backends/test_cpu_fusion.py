@@ -19,7 +19,7 @@ from lightspeed.backends.cpu.fused import compile_region
 from lightspeed.egraph import Candidate
 from lightspeed.egraph.llir import decode_program
 from lightspeed.primitives import PRIMITIVES
-from tests.backends.test_cpu import BACKEND, saturate_cpu
+from tests.backends.test_cpu import BACKEND, check_candidates, saturate_cpu
 
 F32 = np.dtype(np.float32)
 
@@ -184,3 +184,20 @@ def test_non_row_major_inputs_are_read_correctly():
     for inputs in ({"x": xa, "w": wa}, {"x": xr, "w": wa}):
         want = g.compile(backend="reference")(inputs)["y"]
         np.testing.assert_allclose(prog(inputs)["y"], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shapes", [((1, 64), (64, 32)), ((7, 64), (64, 1)), ((3, 1, 64), (3, 64, 16))],
+                         ids=["one-row", "one-col", "batched-one-row"])
+def test_single_row_products_reach_blas(shapes):
+    """Regression: with m = 1 the broadcast view of b is row-major and was encoded Contig, which
+    the strided BLAS patterns did not match, so decode steps (one token) ran broadcast products."""
+    g = ls.Graph()
+    a, b = g.input("a", shapes[0]), g.input("b", shapes[1])
+    g.output("y", a @ b)
+    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=2, progress=False, roll=False))
+    greedy = next(c for c in prog.search_report.candidates if c.origin == "greedy")
+    assert {"CpuMatmul", "CpuBatchMatmul"} & set(greedy.ops), greedy.ops
+    inputs = _inputs(g, {})
+    np.testing.assert_allclose(prog(inputs)["y"], g.compile(backend="reference")(inputs)["y"], rtol=1e-5, atol=1e-5)
+    _, ops, _ = check_candidates(g, inputs)  # every candidate, the BLAS ones included, agrees
+    assert {"CpuMatmul", "CpuBatchMatmul"} & set(ops)

@@ -81,6 +81,28 @@ class LProgram:
             out[o.op] = out.get(o.op, 0) + 1
         return out
 
+    def peak_bytes(self, dims: Mapping[str, int]) -> int:
+        """Peak bytes of intermediate values alive at once (inputs and constants excluded), with
+        each value freed after its last reader: what a liveness-planned runtime needs at least."""
+        last: dict[int, int] = {}
+        for i, o in enumerate(self.ops):
+            for j in o.inputs:
+                last[j] = i
+        live = peak = 0
+        size: dict[int, int] = {}
+        for i, o in enumerate(self.ops):
+            if o.op not in ("Input", "Constant", "Output"):
+                n = 1
+                for d in o.shape:
+                    n *= int(d.evaluate(dims))
+                size[i] = n * o.dtype.itemsize
+                live += size[i]
+                peak = max(peak, live)
+            for j in set(o.inputs):
+                if last[j] == i:
+                    live -= size.pop(j, 0)
+        return peak
+
     def to_dot(self, produced_by: Mapping[str, list[str]] | None = None) -> str:
         """Graphviz DOT: one box per op (backend ops filled, labelled with the rules they came from)."""
         out = ["digraph llir {", "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
