@@ -1,0 +1,146 @@
+"""`load(path)`: a GGUF file or a Hugging Face directory -> config, float32 tensors and tokenizer."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .convert import IGNORED_TENSORS, fix_tensor, gguf_config, hf_name
+from .errors import WeightError
+from .gguf_file import GGUFFile
+from .safetensors_dir import hf_dir_files, read_json, read_safetensors
+from .shapes import expected_shapes
+
+if TYPE_CHECKING:
+    from ..tokenizer import Tokenizer
+
+__all__ = ["LoadedWeights", "load"]
+
+
+@dataclass
+class LoadedWeights:
+    """A model's weights in Hugging Face conventions.
+
+    `config`: a config.json-style dict (`model_type`, `architectures`, `hidden_size`, ...).
+    `tensors`: state_dict name -> array, laid out as the transformers model's state_dict; floating-point
+    tensors are float32. Tied embeddings (`config["tie_word_embeddings"]`) have no `lm_head.weight`.
+    `tokenizer`: a `lightspeed.tokenizer.Tokenizer`, or None when the source has none.
+    `path`: the file or directory loaded. `metadata`: the GGUF key/values (empty for directories)."""
+
+    config: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+    tokenizer: Tokenizer | None = None
+    path: Path | None = None
+    metadata: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        n = sum(a.size for a in self.tensors.values())
+        return (f"LoadedWeights({self.config.get('model_type')!r}, {len(self.tensors)} tensors, {n / 1e6:.1f}M "
+                f"parameters, path={str(self.path)!r})")
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, leave=False, file=sys.stderr,
+                disable=not enabled or not sys.stderr.isatty())
+
+
+def load(path: str | os.PathLike, *, progress: bool = True, tokenizer: bool = True) -> LoadedWeights:
+    """Load a `.gguf` file or a Hugging Face directory (config.json + model.safetensors, or the shards
+    listed in model.safetensors.index.json).
+
+    Quantised GGUF tensors are dequantised to float32 and llama.cpp's layout changes are undone (see
+    `lightspeed.weights.convert`). Shapes are checked against the config for the zoo's model types.
+    A progress bar goes to stderr when it is a terminal and `progress` is true. Raises WeightError
+    naming the file (and tensor) for anything missing, truncated, corrupt or inconsistent."""
+    p = Path(path)
+    if p.is_dir():
+        return _load_hf_dir(p, progress, tokenizer)
+    if not p.exists():
+        raise WeightError(f"{p}: no such file or directory")
+    return _load_gguf(p, progress, tokenizer)
+
+
+def _check(path: Path, config: dict[str, Any], shapes: dict[str, tuple[int, ...]], names: dict[str, str]) -> None:
+    """Compare tensor shapes (HF name -> shape) with what the config implies; `names` maps HF names to the
+    names in the file, for messages."""
+    expected = expected_shapes(config)
+    if expected is None:
+        return
+    for name, shape in shapes.items():
+        want = expected.get(name)
+        if want is None:
+            continue  # an extra tensor (e.g. a buffer some checkpoints carry); not ours to judge
+        if tuple(shape) != want:
+            raise WeightError(f"{path}: tensor {names.get(name, name)!r} has shape {list(shape)}, but the config "
+                              f"({config['model_type']}) implies {list(want)} for {name}")
+    missing = [n for n in expected if n not in shapes]
+    if missing:
+        raise WeightError(f"{path}: missing tensor {missing[0]!r} ({len(missing)} missing in all)")
+
+
+def _load_gguf(p: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights:
+    with GGUFFile(p) as g:
+        config = gguf_config(g)
+        arch = g.architecture
+        names: dict[str, str] = {}  # HF name -> GGUF name
+        for gname in g.tensors:
+            if gname in IGNORED_TENSORS:
+                continue
+            hname = hf_name(arch, gname)
+            if hname is None:
+                raise WeightError(f"{p}: tensor {gname!r} has no Hugging Face counterpart for architecture {arch!r}")
+            names[hname] = gname
+        _check(p, config, {h: g.tensors[n].shape for h, n in names.items()}, {h: n for h, n in names.items()})
+        g.check_supported()
+        tensors: dict[str, np.ndarray] = {}
+        with _progress(sum(g.tensors[n].nbytes for n in names.values()), f"loading {p.name}", progress) as bar:
+            for hname, gname in names.items():
+                tensors[hname] = fix_tensor(config, hname, g.read(gname))
+                bar.update(g.tensors[gname].nbytes)
+        tok = None
+        if want_tokenizer and "tokenizer.ggml.model" in g.metadata:
+            from ..tokenizer import Tokenizer
+
+            tok = Tokenizer.from_gguf_metadata(g.metadata, source=str(p))
+        metadata = g.metadata
+    return LoadedWeights(config, tensors, tok, p, metadata)
+
+
+def _load_hf_dir(d: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights:
+    cfg_path = d / "config.json"
+    if not cfg_path.exists():
+        raise WeightError(f"{d}: not a Hugging Face model directory (no config.json)")
+    config = read_json(cfg_path)
+    if not isinstance(config, dict):
+        raise WeightError(f"{cfg_path}: not a JSON object")
+    files = hf_dir_files(d)
+    for f in files:
+        if not f.exists():
+            raise WeightError(f"{f}: shard listed in model.safetensors.index.json is missing")
+    tensors: dict[str, np.ndarray] = {}
+    owner: dict[str, Path] = {}
+    with _progress(sum(f.stat().st_size for f in files), f"loading {d.name}", progress) as bar:
+        for f in files:
+            for name, a in read_safetensors(f, on_bytes=bar.update).items():
+                if name in tensors:
+                    raise WeightError(f"{f}: tensor {name!r} also appears in {owner[name]}")
+                tensors[name], owner[name] = a, f
+    index = d / "model.safetensors.index.json"
+    if index.exists():
+        for name, fname in read_json(index)["weight_map"].items():
+            if name not in tensors:
+                raise WeightError(f"{d / fname}: tensor {name!r} listed in the index is missing from the file")
+    _check(d, config, {n: a.shape for n, a in tensors.items()}, {})
+    tok = None
+    if want_tokenizer and (d / "tokenizer.json").exists():
+        from ..tokenizer import Tokenizer
+
+        tok = Tokenizer.from_dir(d)
+    return LoadedWeights(config, tensors, tok, d, {})
