@@ -3,6 +3,8 @@ the shapes/dtypes involved."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -77,6 +79,20 @@ def test_primitive_shape_mismatch_when_calling_add_node():
     src = g.input("src", (3,), ls.int32)
     idx = g.input("idx", (2,), ls.int64)
     _raises(ShapeError, lambda: g.add_node("Scatter", [a, idx, src]), "Scatter", "(2)", "(3)")
+
+
+@pytest.mark.parametrize("op", [ls.layer_norm, ls.rms_norm], ids=["layer_norm", "rms_norm"])
+def test_norm_normalized_shape_errors(op):
+    # an Expr or a dim name is one trailing dim (like torch's int); it must still match the input
+    g = ls.Graph()
+    x = g.input("x", (2, "s", "d"))
+    name = op.__name__
+    _raises(ShapeError, lambda: op(x, x.shape[1]), name, "(s,)", "(2, s, d)")
+    _raises(ShapeError, lambda: op(x, "e"), name, "(e,)", "(2, s, d)")
+    _raises(ShapeError, lambda: op(x, (3, "d")), name, "(3, d)", "(2, s, d)")
+    _raises(ShapeError, lambda: op(x, (2, "s", "d", 1)), name, "(2, s, d, 1)")
+    for bad in (2.0, True, None, ("d", 1.5)):
+        _raises(ShapeError, functools.partial(op, x, bad), name, "normalized_shape", repr(bad))
 
 
 def test_negative_input_dim():

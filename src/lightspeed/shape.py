@@ -222,7 +222,9 @@ class ShapeTracker:
         return ShapeTracker(self.views + (View.contiguous(new_shape),))
 
     def slice(self, bounds: Sequence[tuple[ExprLike, ExprLike, int]]) -> ShapeTracker:
-        """Per-axis (start, stop, step) with 0 <= start <= stop <= size and step >= 1."""
+        """Per-axis (start, stop, step) with step >= 1 and 0 <= start <= stop; the axis keeps
+        ceildiv(stop - start, step) elements, and the last one read must be inside the axis (stop may
+        pass the size by less than a step, as hl slicing passes start + length * step)."""
         v = self.view
         if len(bounds) != len(v.shape):  # zip would silently drop the remaining axes
             raise ValueError(f"slice: {len(bounds)} bounds for a rank-{len(v.shape)} view")

@@ -10,6 +10,15 @@ from tests.hl.optable import OpCase, Sample, T
 F = (ls.float32, ls.float64)
 S = ({"s": 1}, {"s": 3})
 
+
+def _attn_mask(rng, shape, d):
+    """Random keep-mask whose second row masks every key (such rows give zeros in PyTorch)."""
+    m = rng.random(shape) < 0.6
+    m[..., 0] = True
+    m[1] = False
+    return m
+
+
 CASES = [
     OpCase("matmul", ls.matmul, torch.matmul, [
         Sample([T((3, 4)), T((4, 5))], name="2d"),
@@ -48,4 +57,13 @@ CASES = [
         Sample([T((3, 8)), T((8,))], {"normalized_shape": (8,), "eps": 1e-6}),
         Sample([T(("s", 8))], {"normalized_shape": [8]}, dims=S, name="sym_noweight"),
     ], dtypes=F + (ls.bfloat16,)),
+    OpCase("scaled_dot_product_attention", ls.scaled_dot_product_attention,
+           torch.nn.functional.scaled_dot_product_attention, [
+        Sample([T((2, 3, 4, 8)), T((2, 3, 6, 8)), T((2, 3, 6, 8))], name="plain"),
+        Sample([T((1, 2, 4, 8)), T((1, 2, 4, 8)), T((1, 2, 4, 8))], {"is_causal": True, "scale": 0.3}, name="causal"),
+        Sample([T((1, 2, 3, 8)), T((1, 2, 5, 8)), T((1, 2, 5, 8)),
+                T((3, 5), ls.bool_, gen=_attn_mask, noncontig=False)], name="bool_mask_with_empty_row"),
+        Sample([T((2, 4, "L", 8)), T((2, 2, "S", 8)), T((2, 2, "S", 8)), T((1, 1, "L", "S"))],
+               {"enable_gqa": True}, dims=({"L": 1, "S": 4}, {"L": 3, "S": 3}), name="gqa_float_mask_sym"),
+    ], dtypes=F + (ls.bfloat16,), tol={"float32": (1e-5, 1e-5), "bfloat16": (3e-2, 3e-2)}),
 ]

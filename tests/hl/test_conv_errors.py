@@ -85,6 +85,9 @@ CASES = [
     ("group_norm", lambda g: ls.group_norm(_x(g, (2, 6, 4)), 3, _w(g, (4,))), S, ["(4,)", "(2, 6, 4)"]),
     ("group_norm", lambda g: ls.group_norm(_x(g, (2, 6, 4), ls.int32), 3), D, ["int32"]),
     ("group_norm", lambda g: ls.group_norm(_x(g, (2, "c", 4)), 3), U, ["c"]),
+    # num_groups given as a dim object: a symbolic one cannot be used, a non-integer is refused
+    ("group_norm", lambda g: (lambda x: ls.group_norm(x, x.shape[2]))(_x(g, (2, 6, "s"))), U, ["num_groups", "s"]),
+    ("group_norm", lambda g: ls.group_norm(_x(g, (2, 6, 4)), 2.0), S, ["num_groups", "2.0"]),
     ("batch_norm", lambda g: ls.batch_norm(_x(g, (2, 3, 4)), _t(g, "m", (3,)), _t(g, "v", (3,)), training=True), U,
      ["training"]),
     ("batch_norm", lambda g: ls.batch_norm(_x(g, (2, 3, 4)), _t(g, "m", (4,)), _t(g, "v", (3,))), S,

@@ -6,7 +6,9 @@ Every op here is a view-heavy composition of primitives:
   (a dilated window is an unfold of size ``(k-1)*d+1`` followed by a strided slice), and the
   grouped product is the canonical :func:`~lightspeed.hl.linalg.matmul` (broadcast Mul +
   SumReduce over one axis) of the weight ``[G, Cout/G, Cin/G*K]`` with the im2col view
-  ``[N, G, Cin/G*K, P]``; the only nodes are the Mul, the SumReduce and the bias Add.
+  ``[G, N*P, Cin/G*K]`` (the batch folded into the output positions, ``G`` dropped when 1), so
+  backends see at most one batch dim and match it to BLAS; the only nodes are the Mul, the
+  SumReduce and the bias Add.
 * ``max_pool*``: ``-inf`` padding (a select), unfold windows, MaxReduce.  ``avg_pool*``: zero
   padding (a view), unfold windows, SumReduce, divided by a window-size tensor computed by Iota
   index arithmetic (so ``ceil_mode`` and ``count_include_pad`` follow PyTorch exactly).
@@ -185,14 +187,25 @@ def _conv(op: str, nsp: int, x: Any, weight: Any, bias: Any, stride: Any, paddin
     out_sp = win.shape[2:2 + nsp]
     g, cog = groups, c_out // groups
     ck = c_in_g * math.prod(kernel)
+    npos = n * prod(out_sp)
     win = win.reshape(n, g, c_in_g, *out_sp, *kernel)
-    # [N, G, Cg, *O, *K] -> [N, G, Cg, *K, *O] -> im2col [N, G, Cg*K, P]
-    order = [0, 1, 2] + [3 + nsp + j for j in range(nsp)] + [3 + j for j in range(nsp)]
-    cols = win.permute(*order).reshape(n, g, ck, prod(out_sp))
+    # im2col as a view: [N, G, Cg, *O, *K] -> [G, N, *O, Cg, *K] -> [G, N*P, Cg*K]. The batch is
+    # folded into the output positions (one GEMM per group, not one per sample) so that the
+    # product has at most one batch dim (the groups): the BLAS rules match [m, n, k] and
+    # [b, m, n, k] products, and a [N, G, ...] product of rank 5 would stay a broadcast Mul that
+    # materialises Cout * positions * Cin*K elements.
+    order = [1, 0] + [3 + j for j in range(nsp)] + [2] + [3 + nsp + j for j in range(nsp)]
+    cols = win.permute(*order).reshape(g, npos, ck)
     wmat = weight.reshape(g, cog, ck)
-    out = matmul(wmat, cols).reshape(n, c_out, *out_sp)  # [N, G, Cout/G, P] is contiguous: a free reshape
+    if g == 1:  # a batch dim of size 1 would still make the product one rank too many for CpuMatmul
+        cols, wmat = cols.squeeze(0), wmat.squeeze(0)
+    out = matmul(wmat, cols.transpose(-1, -2))  # [(G,) Cout/G, N*P]
     if bias is not None:
-        out = out + bias.reshape(c_out, *([1] * nsp))
+        # added to the product read row-major with its own shape, so a matmul+bias epilogue can take it
+        out = out + bias.reshape(*((g,) if g > 1 else ()), cog, 1)
+    # [G, Cout/G, N, *O] -> [N, G, Cout/G, *O] -> [N, Cout, *O]: permutes and merges of strided
+    # axes, so still a single view of the product
+    out = out.reshape(g, cog, n, *out_sp).permute(2, 0, 1, *range(3, 3 + nsp)).reshape(n, c_out, *out_sp)
     return out.squeeze(0) if unbatched else out
 
 
@@ -690,8 +703,11 @@ def group_norm(input: GraphTensor, num_groups: int, weight: GraphTensor | None =
         raise ShapeError(f"{op}: expected an input of at least 2 dims (N, C, *), got shape {fmt_shape(x.shape)}")
     if not x.dtype.is_float:
         raise DTypeError(f"{op}: needs a floating-point input, got {x.dtype.name}")
+    if isinstance(num_groups, Expr):  # e.g. x.shape[1] (instance norm): a dim object, fine when it is a constant
+        num_groups = _const_dim(num_groups, "num_groups", op)
     if not _is_int(num_groups) or num_groups < 1:
         raise ShapeError(f"{op}: num_groups must be a positive int, got {num_groups!r}")
+    num_groups = int(num_groups)
     c = _const_dim(x.shape[1], "the channel dim", op)
     if c % num_groups:
         raise ShapeError(f"{op}: the number of channels ({c}) must be divisible by num_groups ({num_groups}), "

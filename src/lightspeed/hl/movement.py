@@ -172,9 +172,23 @@ def _slice_axis(x: GraphTensor, axis: int, start: Any, stop: Any, step: int | No
     size = x.shape[axis]
     a = _norm_bound(start, size, as_expr(0))
     b = _norm_bound(stop, size, size)
-    b = smax(a, b)
+    # The length is max(0, ceildiv(b - a, step)). For it, a start s >= 0 may be used unclamped:
+    # clamping it to the size only matters where s > size >= b, and there the length is 0 either
+    # way. That keeps min(size, s) out of the length, so x[:, 1::2] of a (4, 2*t) input has t
+    # columns instead of (-min(2*t, 1) + max(2*t, min(2*t, 1)) + 1) // 2.
+    a_len = a
+    if isinstance(start, (int, np.integer)) and start >= 0:
+        a_len = as_expr(int(start))
+    elif isinstance(start, (Expr, str)):
+        lo = as_expr(start).bounds()[0]
+        if lo is not None and lo >= 0:
+            a_len = as_expr(start)
+    n = smax(0, (b - a_len).ceildiv(step))
+    # the stop handed to the view gives exactly that length: (n*step).ceildiv(step) == n. It may
+    # pass the size by less than one step (like a Python stop past the end); the last index read,
+    # a + (n-1)*step, is inside.
     bounds = [(0, d, 1) for d in x.shape]
-    bounds[axis] = (a, b, step)
+    bounds[axis] = (a, a + n * step, step)
     return x.with_view(x.st.slice(bounds))
 
 
