@@ -108,6 +108,20 @@ def _reduce(name: str):
     return prepare
 
 
+def _gather(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
+    """``out[i] = data_flat[idx[i]]`` straight into the output buffer; out-of-range indexes raise
+    like the reference (np.take alone would wrap negative ones)."""
+    read_idx, read_data = (make_reader(st, dims) for st in op.views())
+
+    def run(ins, out, scratch):
+        idx, flat = read_idx(ins[0]), read_data(ins[1]).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= flat.size):
+            bad = idx[(idx < 0) | (idx >= flat.size)].flat[0]
+            raise IndexError(f"Gather: index {bad} out of range for data with {flat.size} elements")
+        np.take(flat, idx, out=out)
+    return Kernel(run)
+
+
 def _primitive(name: str):
     """Any primitive through its reference semantics (values copied into the output buffer)."""
     prim = PRIMITIVES[name]
@@ -128,6 +142,7 @@ KERNELS: dict[str, Any] = {name: _primitive(name) for name in PRIMITIVES
                            if name not in ("Input", "Constant", "Output", "Iota")}
 KERNELS["SumReduce"] = _reduce("SumReduce")
 KERNELS["MaxReduce"] = _reduce("MaxReduce")
+KERNELS["Gather"] = _gather
 KERNELS["Fused"] = _fused
 KERNELS["CpuMatmul"] = _matmul
 KERNELS["CpuBatchMatmul"] = _batch_matmul

@@ -1,4 +1,4 @@
-"""Fused element-wise regions, the BLAS epilogue and the liveness-planned arena of the cpu backend.
+"""cpu kernels: fused element-wise regions, BLAS (single rows, the epilogue), Gather, and the arena.
 
 Region code is checked against the primitives' reference semantics composed by hand; graph-level
 tests check that the search's fused candidate really forms multi-op regions and agrees with the
@@ -201,3 +201,15 @@ def test_single_row_products_reach_blas(shapes):
     np.testing.assert_allclose(prog(inputs)["y"], g.compile(backend="reference")(inputs)["y"], rtol=1e-5, atol=1e-5)
     _, ops, _ = check_candidates(g, inputs)  # every candidate, the BLAS ones included, agrees
     assert {"CpuMatmul", "CpuBatchMatmul"} & set(ops)
+
+
+@pytest.mark.parametrize("bad", [5, -1])
+def test_gather_out_of_range_raises_like_the_reference(bad):
+    g = ls.Graph()
+    idx, data = g.input("i", (3,), ls.int64), g.input("d", (5,))
+    g.output("y", g.add_node("Gather", [idx, data]))
+    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=1, progress=False, roll=False))
+    d = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(prog(i=np.array([4, 0, 2]), d=d)["y"], [4, 0, 2])
+    with pytest.raises(IndexError, match=f"index {bad} out of range"):
+        prog(i=np.array([0, bad, 1]), d=d)
