@@ -241,3 +241,18 @@ def test_cpu_is_the_default_backend_without_a_gpu():
     assert isinstance(prog, CpuProgram) and prog.backend_name == "cpu"
     inputs = _inputs(g, {"s": 2})
     np.testing.assert_allclose(prog(inputs)["y"], g.compile(backend="reference")(inputs)["y"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("build", [lambda x: x * 1.0 + x, lambda x: ls.mul(x, 1.0) * x, lambda x: (x * 1.0).exp() * x])
+def test_self_reaching_class_used_twice_extracts(build):
+    """Regression: x*1 joins x's class (copy elimination) and fusion then gives that class a region
+    whose leaf reaches the class again; a node reading the class twice made cycle repair force the
+    same two classes forever ("could not find an acyclic candidate"). Repair now forces the first
+    unforced class of the whole cycle."""
+    g = ls.Graph()
+    x = g.input("x", ("s", 3))
+    g.output("y", build(x))
+    inputs = _inputs(g, {"s": 2})
+    check_candidates(g, inputs, {"s": 2})
+    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=4, progress=False, roll=False))
+    np.testing.assert_allclose(prog(inputs)["y"], g.compile(backend="reference")(inputs)["y"], rtol=1e-6)

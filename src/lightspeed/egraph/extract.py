@@ -167,19 +167,25 @@ class Candidate:
         forced: set[str] = set()
         for _ in range(len(index.classes) + 1):
             choice: dict[str, ENode] = {}
-            on_path: set[str] = set()
+            on_path: dict[str, None] = {}  # insertion-ordered: the current walk from the root
             try:
                 for cid in _list_items(index, index.root.children[0]):
                     _walk(index, cid, pick, base, forced, choice, on_path)
                 return Candidate(index, choice)
             except _Cycle as cyc:
-                forced.add(cyc.cid if cyc.cid not in forced else cyc.hit)
+                # force the first class of the cycle that is not forced yet; forced classes take
+                # strictly descending nodes, so once every member is forced the cycle is gone
+                loop = cyc.path[cyc.path.index(cyc.hit):] + [cyc.cid]
+                free = [c for c in loop if c not in forced]
+                if not free:  # pragma: no cover - lowest nodes never form a cycle
+                    break
+                forced.add(free[0])
         raise ExtractionError("could not find an acyclic candidate")  # pragma: no cover
 
 
 class _Cycle(Exception):
-    def __init__(self, cid: str, hit: str):
-        self.cid, self.hit = cid, hit
+    def __init__(self, cid: str, hit: str, path: list[str]):
+        self.cid, self.hit, self.path = cid, hit, path
 
 
 def _walk(index, cid, pick, base, forced, choice, on_path) -> None:
@@ -188,7 +194,7 @@ def _walk(index, cid, pick, base, forced, choice, on_path) -> None:
     nodes = index.ir_nodes(cid)
     if not nodes:
         return  # not an IR class (views, exprs, dtypes...)
-    on_path.add(cid)  # a node may reach its own class directly (x*1 = x)
+    on_path[cid] = None  # a node may reach its own class directly (x*1 = x)
     if cid in forced:
         n = index.lowest(cid, ir_only=True)
     else:
@@ -198,10 +204,10 @@ def _walk(index, cid, pick, base, forced, choice, on_path) -> None:
             n = ok[0] if ok else n
     hit = next((c for c in n.children if c in on_path), None)
     if hit is not None:
-        raise _Cycle(cid, hit)
+        raise _Cycle(cid, hit, list(on_path))
     for c in n.children:
         _walk(index, c, pick, base, forced, choice, on_path)
-    on_path.discard(cid)
+    del on_path[cid]
     choice[cid] = n
 
 
