@@ -6,6 +6,8 @@ it.  Start with :class:`Graph`; see README.md for a tour.
 
 from __future__ import annotations
 
+import sys as _sys
+
 from . import hl
 from .dtypes import (
     ALL_DTYPES,
@@ -40,3 +42,16 @@ __all__ = [
     "int64", "int32", "int16", "int8", "uint8", "bool_", "promote_types", "result_type",
     "LightspeedError", "ShapeError", "DTypeError", "InputError", "UnsupportedError",
 ] + list(hl.__all__)
+
+
+def _register_torch_backend() -> None:
+    """``torch.compile(backend="lightspeed")``: registered here only when dynamo is already loaded
+    (importing torch costs seconds, so ``import lightspeed`` never does); otherwise the
+    ``torch_dynamo_backends`` entry point lets dynamo load it on first use."""
+    if "torch._dynamo" in _sys.modules:
+        from .torch import register
+
+        register()
+
+
+_register_torch_backend()

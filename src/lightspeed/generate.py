@@ -1,0 +1,265 @@
+"""Text generation with a compiled prefill program, a compiled decode program and a KV cache.
+
+    gen = Generator(model, weights)                     # compiles prefill + decode once (cached)
+    res = gen.generate(prompt_ids, max_new_tokens=32)  # greedy; temperature/top_k/top_p to sample
+    res.new_ids, res.ttft_s, res.tpot_s, res.tokens_per_s
+
+The KV cache is one preallocated numpy buffer per layer and per K/V, ``[max_len, n_kv, head_dim]``.
+A step passes views ``buf[lo:p]`` (no copy) as the decode program's ``past.{i}.k/v`` inputs and
+writes the program's ``new.{i}.k/v`` rows at ``buf[p:p+s]``; sliding-window layers get only their
+last ``W - 1`` rows (``lo = p - min(p, W - 1)``).  See docs/models.md.
+
+Sampling follows Hugging Face's logits processors, in its order: repetition penalty, temperature,
+top-k, top-p; then a draw from a seeded numpy RNG.  ``temperature=0`` is greedy (argmax).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+from .models.base import DecoderLM
+from .program import Program
+from .search import SearchOptions
+
+__all__ = ["Generator", "GenerationResult", "generate", "apply_repetition_penalty", "top_k_mask", "top_p_mask",
+           "process_logits", "sample_token", "compile_model"]
+
+
+# ---------------------------------------------------------------------- samplers (pure numpy)
+def apply_repetition_penalty(logits: np.ndarray, history: Iterable[int], penalty: float) -> np.ndarray:
+    """HF's RepetitionPenaltyLogitsProcessor: each token seen before has its logit divided by
+    ``penalty`` if positive, multiplied by it if negative (once per token, however often seen)."""
+    out = np.array(logits, dtype=np.float64)
+    if penalty == 1.0:
+        return out
+    if penalty <= 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {penalty}")
+    ids = np.unique(np.fromiter(history, dtype=np.int64))
+    if ids.size:
+        v = out[ids]
+        out[ids] = np.where(v > 0, v / penalty, v * penalty)
+    return out
+
+
+def top_k_mask(logits: np.ndarray, k: int) -> np.ndarray:
+    """Keep the ``k`` largest logits (and any tied with the k-th), set the rest to -inf (HF TopK)."""
+    out = np.array(logits, dtype=np.float64)
+    if k <= 0 or k >= out.size:
+        return out
+    kth = np.partition(out, -k)[-k]
+    out[out < kth] = -np.inf
+    return out
+
+
+def top_p_mask(logits: np.ndarray, p: float) -> np.ndarray:
+    """Nucleus filtering as HF's TopPLogitsWarper: sort ascending, drop the tokens whose cumulative
+    probability (theirs plus all smaller ones) is at most ``1 - p``; the most likely token stays."""
+    out = np.array(logits, dtype=np.float64)
+    if p >= 1.0:
+        return out
+    if p <= 0:
+        raise ValueError(f"top_p must be in (0, 1], got {p}")
+    order = np.argsort(out, kind="stable")
+    srt = out[order]
+    probs = np.exp(srt - srt[-1])
+    probs /= probs.sum()
+    remove = np.cumsum(probs) <= 1.0 - p
+    remove[-1] = False
+    out[order[remove]] = -np.inf
+    return out
+
+
+def process_logits(logits: np.ndarray, history: Sequence[int] = (), *, temperature: float = 1.0,
+                   top_k: int | None = None, top_p: float | None = None,
+                   repetition_penalty: float = 1.0) -> np.ndarray:
+    """The sampling distribution's logits (float64, -inf for filtered tokens), HF order."""
+    out = apply_repetition_penalty(logits, history, repetition_penalty)
+    if temperature > 0 and temperature != 1.0:
+        out = out / temperature
+    if top_k:
+        out = top_k_mask(out, int(top_k))
+    if top_p is not None and top_p < 1.0:
+        out = top_p_mask(out, float(top_p))
+    return out
+
+
+def sample_token(logits: np.ndarray, rng: np.random.Generator, history: Sequence[int] = (), *,
+                 temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+                 repetition_penalty: float = 1.0) -> int:
+    """One token: argmax when ``temperature == 0`` (after the repetition penalty), else a draw
+    from the processed distribution (inverse CDF of one uniform from ``rng``)."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if temperature == 0:
+        return int(np.argmax(apply_repetition_penalty(logits, history, repetition_penalty)))
+    z = process_logits(logits, history, temperature=temperature, top_k=top_k, top_p=top_p,
+                       repetition_penalty=repetition_penalty)
+    probs = np.exp(z - z.max())
+    cdf = np.cumsum(probs)
+    i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+    return min(i, z.size - 1)
+
+
+# ---------------------------------------------------------------------- compiling
+_PROGRAMS: dict[tuple, Program] = {}
+
+
+def _profile_dims(model: DecoderLM, mode: str) -> dict[str, int]:
+    if mode == "prefill":
+        return {"s": 16}
+    dims = {"s": 1, "p": 64}
+    if any(model.cache_rows(i) is not None for i in range(model.num_layers)):
+        rows = min(model.cache_rows(i) or 64 for i in range(model.num_layers))
+        dims["w"] = min(64, rows)
+    return dims
+
+
+def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: SearchOptions | None = None,
+                  all_logits: bool = False) -> Program:
+    """The compiled prefill or decode program of ``model``, cached in-process by (model class,
+    config, dtype, mode, backend, search options): programs do not depend on weight values."""
+    opts = search
+    if backend != "reference":
+        opts = search or SearchOptions(budget=3, seed=0)
+        if opts.dims is None:  # profile at the shapes the program will see
+            opts = dataclasses.replace(opts, dims=_profile_dims(model, mode))
+    key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts))
+    prog = _PROGRAMS.get(key)
+    if prog is None:
+        g = model.build_graph(mode, all_logits)
+        prog = g.compile(backend=backend) if backend == "reference" else g.compile(backend=backend, search=opts)
+        _PROGRAMS[key] = prog
+    return prog
+
+
+# ---------------------------------------------------------------------- generation
+@dataclass
+class GenerationResult:
+    """Token ids (prompt + new), the new ones, why generation stopped and the timings: ``ttft_s``
+    (prefill + first token), ``tpot_s`` (mean decode step), ``tokens_per_s`` (1 / tpot)."""
+
+    ids: list[int]
+    new_ids: list[int]
+    stop_reason: str  # "stop_token" | "max_tokens"
+    ttft_s: float
+    tpot_s: float
+    tokens_per_s: float
+    prefill_s: float
+    step_s: list[float] = field(default_factory=list)
+    logits: list[np.ndarray] | None = None  # raw logits behind each new token (keep_logits=True)
+
+    @property
+    def total_s(self) -> float:
+        return self.ttft_s + sum(self.step_s)
+
+
+class Generator:
+    """Compiled prefill + decode programs of ``model`` with its ``weights`` (HF state_dict names;
+    checked once).  ``backend`` 'cpu' (default) or 'reference'; ``search`` the cpu search options."""
+
+    def __init__(self, model: DecoderLM, weights: Mapping[str, Any], *, backend: str = "cpu",
+                 search: SearchOptions | None = None) -> None:
+        self.model = model
+        self.weights = model.check_weights(weights)
+        self.backend = backend
+        t0 = time.perf_counter()
+        self.prefill = compile_model(model, "prefill", backend, search)
+        self.decode = compile_model(model, "decode", backend, search)
+        self.compile_s = time.perf_counter() - t0
+        cfg = model.config
+        self._rows = [model.cache_rows(i) for i in range(cfg.num_layers)]
+
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, *, temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float | None = None, repetition_penalty: float = 1.0,
+                 seed: int | None = 0, stop_ids: Iterable[int] | None = None,
+                 on_token: Callable[[int], Any] | None = None, keep_logits: bool = False) -> GenerationResult:
+        """Prefill ``prompt_ids``, then decode one token per step until a stop token (default:
+        the model's EOS ids; it is included in the result) or ``max_new_tokens``.  ``on_token``
+        is called with each new token as soon as it is chosen; ``keep_logits`` keeps the raw
+        logits [vocab] each token was chosen from."""
+        cfg = self.model.config
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise InputError("generate: the prompt is empty")
+        bad = [t for t in prompt if not 0 <= t < cfg.vocab_size]
+        if bad:
+            raise InputError(f"generate: token id {bad[0]} is outside the vocabulary (size {cfg.vocab_size})")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        stops = set(cfg.eos_token_ids if stop_ids is None else (int(t) for t in stop_ids))
+        rng = np.random.default_rng(seed)
+        params = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
+        n = len(prompt)
+        max_len = n + max_new_tokens
+        shapes = [(max_len, *self.model.kv_shape(i)) for i in range(cfg.num_layers)]  # per layer (Gemma 4)
+        kbuf = [np.empty(shape, self.model.dtype.np) for shape in shapes]
+        vbuf = [np.empty(shape, self.model.dtype.np) for shape in shapes]
+        ids = list(prompt)
+
+        t0 = time.perf_counter()
+        first = {"input_ids": np.asarray(prompt, dtype=np.int64), **self.weights}
+        if "positions" in self.prefill.input_args:  # models may derive positions from the dims instead
+            first["positions"] = np.arange(n, dtype=np.int64)
+        out = self.prefill(first)
+        self._store(out, kbuf, vbuf, 0, n)
+        t_prefill = time.perf_counter() - t0
+        kept = [out["logits"][-1].copy()] if keep_logits else None
+        tok = sample_token(out["logits"][-1], rng, ids, **params)
+        ttft = time.perf_counter() - t0
+        ids.append(tok)
+        if on_token is not None:
+            on_token(tok)
+        p = n
+        steps: list[float] = []
+        reason = "stop_token" if tok in stops else "max_tokens"
+        inputs = dict(self.weights)
+        with_positions = "positions" in self.decode.input_args
+        while reason == "max_tokens" and len(ids) - n < max_new_tokens:
+            t1 = time.perf_counter()
+            inputs["input_ids"] = np.asarray([tok], dtype=np.int64)
+            if with_positions:
+                inputs["positions"] = np.asarray([p], dtype=np.int64)
+            for i, rows in enumerate(self._rows):
+                lo = 0 if rows is None else p - min(p, rows)
+                inputs[f"past.{i}.k"] = kbuf[i][lo:p]  # views: the cache is never copied
+                inputs[f"past.{i}.v"] = vbuf[i][lo:p]
+            out = self.decode(inputs)
+            self._store(out, kbuf, vbuf, p, 1)
+            p += 1
+            if kept is not None:
+                kept.append(out["logits"][-1].copy())
+            tok = sample_token(out["logits"][-1], rng, ids, **params)
+            ids.append(tok)
+            steps.append(time.perf_counter() - t1)
+            if on_token is not None:
+                on_token(tok)
+            if tok in stops:
+                reason = "stop_token"
+        tpot = float(np.mean(steps)) if steps else 0.0
+        return GenerationResult(ids=ids, new_ids=ids[n:], stop_reason=reason, ttft_s=ttft, tpot_s=tpot,
+                                tokens_per_s=1.0 / tpot if tpot > 0 else 0.0, prefill_s=t_prefill, step_s=steps,
+                                logits=kept)
+
+    @staticmethod
+    def _store(out: Mapping[str, np.ndarray], kbuf: list[np.ndarray], vbuf: list[np.ndarray], p: int, s: int) -> None:
+        for i in range(len(kbuf)):
+            kbuf[i][p:p + s] = out[f"new.{i}.k"]
+            vbuf[i][p:p + s] = out[f"new.{i}.v"]
+
+
+def generate(model: DecoderLM, tokenizer: Any, prompt_ids: Sequence[int], *, weights: Mapping[str, Any],
+             max_new_tokens: int = 64, backend: str = "cpu", search: SearchOptions | None = None,
+             stop_ids: Iterable[int] | None = None, **sampling: Any) -> GenerationResult:
+    """One-call generation.  Stop tokens default to the model's and the tokenizer's EOS ids;
+    ``sampling``: temperature, top_k, top_p, repetition_penalty, seed, on_token."""
+    if stop_ids is None:
+        stop_ids = set(model.config.eos_token_ids) | set(getattr(tokenizer, "eos_ids", None) or ())
+    gen = Generator(model, weights, backend=backend, search=search)
+    return gen.generate(prompt_ids, max_new_tokens, stop_ids=stop_ids, **sampling)

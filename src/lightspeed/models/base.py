@@ -1,0 +1,260 @@
+"""The decoder-only transformer shared by the Llama, Qwen3 and Gemma 3 families.
+
+A model object holds a :class:`DecoderConfig` and the module tree; it never holds weights.  It
+builds two graphs (see ``docs/models.md``):
+
+- **prefill**: ``input_ids`` and ``positions`` int64 [s] -> ``logits`` [1, vocab] (the last
+  position; [s, vocab] with ``all_logits=True``) and ``new.{i}.k`` / ``new.{i}.v``
+  [s, n_kv, head_dim] per layer;
+- **decode**: the same plus inputs ``past.{i}.k`` / ``past.{i}.v`` [P, n_kv, head_dim], the cached
+  keys/values of the tokens before ``positions[0]``.  ``P`` is the dim ``p``; sliding layers take
+  only the last ``min(p, W - 1)`` rows, the dim ``w`` (see :meth:`DecoderLM.cache_rows`).
+
+Weights are graph inputs named exactly like the Hugging Face ``state_dict`` keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .. import dtypes as dt
+from .. import hl
+from ..dtypes import DType
+from ..errors import InputError, UnsupportedError
+from ..graph import Graph, GraphTensor
+from ..nn import Attention, Builder, Embedding, GatedMLP, Linear, Module, RMSNorm, RotaryEmbedding, Step
+
+__all__ = ["DecoderConfig", "DecoderBlock", "DecoderLM", "FULL", "SLIDING"]
+
+FULL, SLIDING = "full_attention", "sliding_attention"
+
+
+@dataclass
+class DecoderConfig:
+    """Everything the decoder needs, in one family-independent form (``from_hf_config`` of each
+    family fills it from an HF ``config.json`` dict)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope: dict[str, RotaryEmbedding]  # per layer type
+    layer_types: tuple[str, ...] = ()  # FULL or SLIDING per layer; empty = all FULL
+    sliding_window: int | None = None
+    rms_norm_eps: float = 1e-6
+    hidden_act: str = "silu"
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    norm_unit_offset: bool = False  # Gemma: RMSNorm multiplies by (1 + w)
+    sandwich_norm: bool = False  # Gemma: norms before and after attention and MLP
+    embed_scale: float | None = None
+    attn_scale: float | None = None  # default head_dim ** -0.5
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    max_position_embeddings: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.layer_types:
+            self.layer_types = (FULL,) * self.num_layers
+        self.layer_types = tuple(self.layer_types)
+        if len(self.layer_types) != self.num_layers:
+            raise ValueError(f"layer_types has {len(self.layer_types)} entries for {self.num_layers} layers")
+        for t in set(self.layer_types):
+            if t not in (FULL, SLIDING):
+                raise UnsupportedError(f"layer type {t!r} is not supported ({FULL!r}, {SLIDING!r} are)")
+            if t not in self.rope:
+                raise ValueError(f"no rotary embedding for layer type {t!r}")
+        if SLIDING in self.layer_types and not self.sliding_window:
+            raise ValueError("sliding_attention layers need a sliding_window")
+
+
+def eos_ids(value: Any) -> tuple[int, ...]:
+    """HF's ``eos_token_id`` (an int, a list or None) as a tuple."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(int(v) for v in value)
+    return (int(value),)
+
+
+class DecoderBlock(Module):
+    """One pre-norm transformer layer: ``x + attn(norm(x))``, ``x + mlp(norm(x))``; with
+    ``sandwich_norm`` each sub-block output is normalised too before the residual add (Gemma)."""
+
+    def __init__(self, prefix: str, cfg: DecoderConfig, layer: int) -> None:
+        super().__init__(prefix)
+        kind = cfg.layer_types[layer]
+        self.kind = kind
+
+        def norm(name: str, dim: int) -> RMSNorm:
+            return RMSNorm(name, dim, cfg.rms_norm_eps, cfg.norm_unit_offset)
+
+        h = cfg.hidden_size
+        self.input_layernorm = norm(self.pname("input_layernorm"), h)
+        self.self_attn = Attention(
+            self.pname("self_attn"), h, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, rope=cfg.rope[kind],
+            bias=cfg.attention_bias, qk_norm=norm if cfg.qk_norm else None, scale=cfg.attn_scale,
+            sliding_window=cfg.sliding_window if kind == SLIDING else None, softcap=cfg.attn_softcap)
+        self.post_attention_layernorm = norm(self.pname("post_attention_layernorm"), h)
+        if cfg.sandwich_norm:
+            self.pre_feedforward_layernorm = norm(self.pname("pre_feedforward_layernorm"), h)
+            self.post_feedforward_layernorm = norm(self.pname("post_feedforward_layernorm"), h)
+        self.sandwich = cfg.sandwich_norm
+        self.mlp = GatedMLP(self.pname("mlp"), h, cfg.intermediate_size, cfg.hidden_act, cfg.mlp_bias)
+
+    def forward(self, b: Builder, step: Step, x: GraphTensor, past: tuple[GraphTensor, GraphTensor] | None
+                ) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
+        h, k, v = self.self_attn.forward(b, step, self.input_layernorm.forward(b, x), past)
+        if self.sandwich:
+            x = x + self.post_attention_layernorm.forward(b, h)
+            h = self.mlp.forward(b, self.pre_feedforward_layernorm.forward(b, x))
+            return x + self.post_feedforward_layernorm.forward(b, h), k, v
+        x = x + h
+        return x + self.mlp.forward(b, self.post_attention_layernorm.forward(b, x)), k, v
+
+
+class DecoderLM(Module):
+    """A decoder-only language model (see the module docstring).  Subclasses set ``family`` and
+    implement ``config_from_hf``; the structure is configured by :class:`DecoderConfig`."""
+
+    family: ClassVar[str] = "decoder"
+    model_types: ClassVar[tuple[str, ...]] = ()  # HF ``model_type`` values this class reads
+
+    def __init__(self, config: DecoderConfig, dtype: DType | str = dt.float32) -> None:
+        super().__init__("")
+        self.config = cfg = config
+        self.dtype = dt.as_dtype(dtype)
+        self.embed_tokens = Embedding("model.embed_tokens", cfg.vocab_size, cfg.hidden_size, cfg.embed_scale)
+        self.layers = [DecoderBlock(f"model.layers.{i}", cfg, i) for i in range(cfg.num_layers)]
+        self.norm = RMSNorm("model.norm", cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_unit_offset)
+        self.lm_head = None if cfg.tie_word_embeddings else Linear("lm_head", cfg.hidden_size, cfg.vocab_size)
+        self._graphs: dict[tuple[str, bool], Graph] = {}
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def config_from_hf(cls, config: Mapping[str, Any]) -> DecoderConfig:
+        raise NotImplementedError
+
+    @classmethod
+    def from_hf_config(cls, config: Mapping[str, Any], dtype: DType | str = dt.float32) -> DecoderLM:
+        """The model described by an HF ``config.json`` dict (either transformers convention)."""
+        if isinstance(config.get("text_config"), Mapping):  # multimodal wrapper: the text model
+            config = {**config["text_config"], **{k: v for k, v in config.items() if k == "torch_dtype"}}
+        return cls(cls.config_from_hf(config), dtype)
+
+    # ------------------------------------------------------------------ cache layout
+    @property
+    def num_layers(self) -> int:
+        return self.config.num_layers
+
+    def cache_rows(self, layer: int) -> int | None:
+        """How many of the latest cached rows layer ``layer`` needs (None: all of them).  A
+        sliding layer of window W never looks further back than W - 1 rows before a new token."""
+        if self.config.layer_types[layer] == SLIDING:
+            return int(self.config.sliding_window) - 1
+        return None
+
+    def kv_shape(self, layer: int) -> tuple[int, int]:
+        """(KV heads, head_dim) of layer ``layer``'s cache rows (Gemma 4's global layers differ)."""
+        return (self.config.num_kv_heads, self.config.head_dim)
+
+    def past_dim(self, layer: int) -> str:
+        return "w" if self.cache_rows(layer) is not None else "p"
+
+    # ------------------------------------------------------------------ graphs
+    def forward(self, b: Builder, step: Step, ids: GraphTensor, past: list | None, all_logits: bool
+                ) -> tuple[GraphTensor, list[tuple[GraphTensor, GraphTensor]]]:
+        for i, layer in enumerate(self.layers):  # tables and masks first: computed once, before the layers
+            layer.self_attn.prepare(b, step, past[i][0].shape[0] if past is not None else None)
+        x = self.embed_tokens.forward(b, ids)
+        new = []
+        for i, layer in enumerate(self.layers):
+            x, k, v = layer.forward(b, step, x, past[i] if past is not None else None)
+            new.append((k, v))
+        if not all_logits:  # only the last position feeds generation: norm and head on one row
+            x = x.narrow(0, step.s - 1, 1)
+        x = self.norm.forward(b, x)
+        if self.lm_head is not None:
+            logits = self.lm_head.forward(b, x)
+        else:
+            logits = x @ self.embed_tokens.weight(b).transpose(0, 1)
+        if self.config.final_softcap is not None:
+            c = self.config.final_softcap
+            logits = hl.tanh(logits * (1.0 / c)) * c
+        return logits, new
+
+    def build_graph(self, mode: str, all_logits: bool = False) -> Graph:
+        """The ``'prefill'`` or ``'decode'`` graph (cached per model object)."""
+        if mode not in ("prefill", "decode"):
+            raise ValueError(f"mode must be 'prefill' or 'decode', got {mode!r}")
+        key = (mode, all_logits)
+        if key in self._graphs:
+            return self._graphs[key]
+        cfg = self.config
+        b = Builder(dtype=self.dtype)
+        g = b.graph
+        ids = g.input("input_ids", ("s",), dt.int64)
+        step = Step(b, g.input("positions", ("s",), dt.int64), "p" if mode == "decode" else None)
+        past = None
+        if mode == "decode":
+            past = []
+            for i in range(cfg.num_layers):
+                shape = (self.past_dim(i), *self.kv_shape(i))
+                past.append((g.input(f"past.{i}.k", shape, self.dtype), g.input(f"past.{i}.v", shape, self.dtype)))
+        logits, new = self.forward(b, step, ids, past, all_logits)
+        g.output("logits", logits)
+        for i, (k, v) in enumerate(new):
+            g.output(f"new.{i}.k", k)
+            g.output(f"new.{i}.v", v)
+        self._graphs[key] = g
+        return g
+
+    def prefill_graph(self, all_logits: bool = False) -> Graph:
+        return self.build_graph("prefill", all_logits)
+
+    def decode_graph(self, all_logits: bool = False) -> Graph:
+        return self.build_graph("decode", all_logits)
+
+    # ------------------------------------------------------------------ weights
+    def own_params(self) -> dict[str, tuple[int, ...]]:
+        return {}
+
+    def check_weights(self, tensors: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The weights the graphs take, checked (every name present, every shape right) and made
+        contiguous arrays of the model dtype; other entries (e.g. a tied ``lm_head.weight``) are
+        left out.  Errors name the tensor."""
+        shapes = self.param_shapes()
+        missing = [n for n in shapes if n not in tensors]
+        if missing:
+            more = f" (and {len(missing) - 1} more: {missing[1:4]}{'...' if len(missing) > 4 else ''})" \
+                if len(missing) > 1 else ""
+            raise InputError(f"{self.family}: missing weight {missing[0]!r} of shape {shapes[missing[0]]}{more}")
+        out: dict[str, np.ndarray] = {}
+        for name, shape in shapes.items():
+            a = tensors[name]
+            if not isinstance(a, np.ndarray):
+                from ..program import to_numpy
+
+                a = to_numpy(a, f"weight {name!r}")
+            if tuple(a.shape) != tuple(shape):
+                raise InputError(f"{self.family}: weight {name!r} has shape {tuple(a.shape)}, "
+                                 f"the model expects {tuple(shape)}")
+            out[name] = np.ascontiguousarray(a, dtype=self.dtype.np)
+        return out
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"{type(self).__name__}(layers={c.num_layers}, hidden={c.hidden_size}, heads={c.num_heads}/"
+                f"{c.num_kv_heads}, head_dim={c.head_dim}, ffn={c.intermediate_size}, vocab={c.vocab_size})")

@@ -1,0 +1,136 @@
+"""Qwen3-MoE (Qwen3-30B-A3B, Qwen3-235B-A22B, ...): Qwen3's attention (q/k RMSNorm per head before
+RoPE, explicit head_dim) with sparse mixture-of-experts MLPs.
+
+Layer ``i`` is sparse unless ``i in mlp_only_layers`` or ``(i + 1) % decoder_sparse_step != 0``
+(or ``num_experts == 0``); dense layers keep the SwiGLU MLP of width ``intermediate_size``.  A
+sparse layer's MLP is :class:`~lightspeed.nn.moe.SparseMoeBlock`: softmax over the experts, top
+``num_experts_per_tok``, renormalised when ``norm_topk_prob``, experts of width
+``moe_intermediate_size`` (see ``lightspeed/nn/moe.py``).
+
+Graphs and weights: as every :class:`~lightspeed.models.base.DecoderLM` (prefill/decode with a
+KV cache).  Expert weights are the stacked transformers-5 tensors
+``model.layers.{i}.mlp.experts.gate_up_proj`` [E, 2I, H] / ``down_proj`` [E, H, I]; original
+checkpoints' per-expert tensors are stacked once by :meth:`Qwen3Moe.check_weights`.  The
+prefill graph runs the experts densely, the decode graph gathers the chosen ones
+(``moe_prefill`` / ``moe_decode`` in the config).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..dtypes import DType
+from ..errors import UnsupportedError
+from ..graph import GraphTensor
+from ..nn import Builder, Step, rope_from_hf
+from ..nn.moe import MOE_MODES, SparseMoeBlock, fuse_expert_weights
+from .base import FULL, SLIDING, DecoderBlock, DecoderConfig, DecoderLM, eos_ids
+
+__all__ = ["Qwen3Moe", "Qwen3MoeConfig", "Qwen3MoeBlock"]
+
+
+@dataclass
+class Qwen3MoeConfig(DecoderConfig):
+    """:class:`DecoderConfig` plus the mixture-of-experts fields.  ``sparse_layers``: the layer
+    indexes whose MLP is sparse.  ``moe_prefill`` / ``moe_decode``: the experts' formulation in
+    each graph, ``"dense"`` or ``"gather"`` (part of the config, so of the compile-cache key)."""
+
+    num_experts: int = 0
+    num_experts_per_tok: int = 1
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    sparse_layers: tuple[int, ...] = ()
+    moe_prefill: str = "dense"
+    moe_decode: str = "gather"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.sparse_layers = tuple(int(i) for i in self.sparse_layers)
+        for mode in (self.moe_prefill, self.moe_decode):
+            if mode not in MOE_MODES:
+                raise ValueError(f"MoE mode must be one of {MOE_MODES}, got {mode!r}")
+        if self.sparse_layers and not 0 < self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(f"num_experts_per_tok ({self.num_experts_per_tok}) must be in [1, num_experts "
+                             f"({self.num_experts})]")
+
+
+def sparse_layer_ids(n_layers: int, num_experts: int, mlp_only_layers: Any, decoder_sparse_step: int
+                     ) -> tuple[int, ...]:
+    """The sparse layers, by HF's rule (``Qwen3MoeDecoderLayer.__init__``)."""
+    dense = set(mlp_only_layers or ())
+    step = int(decoder_sparse_step or 1)
+    return tuple(i for i in range(n_layers) if i not in dense and num_experts > 0 and (i + 1) % step == 0)
+
+
+class Qwen3MoeBlock(DecoderBlock):
+    """A Qwen3 decoder layer whose MLP is a :class:`SparseMoeBlock` on sparse layers."""
+
+    def __init__(self, prefix: str, cfg: Qwen3MoeConfig, layer: int) -> None:
+        super().__init__(prefix, cfg, layer)
+        self.sparse = layer in cfg.sparse_layers
+        self.modes = {"prefill": cfg.moe_prefill, "decode": cfg.moe_decode}
+        if self.sparse:  # replaces the dense GatedMLP the base built
+            self.mlp = SparseMoeBlock(self.pname("mlp"), cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts,
+                                      cfg.num_experts_per_tok, cfg.norm_topk_prob, cfg.hidden_act)
+
+    def forward(self, b: Builder, step: Step, x: GraphTensor, past: tuple[GraphTensor, GraphTensor] | None
+                ) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
+        h, k, v = self.self_attn.forward(b, step, self.input_layernorm.forward(b, x), past)
+        x = x + h
+        y = self.post_attention_layernorm.forward(b, x)
+        if self.sparse:
+            y = self.mlp.forward(b, y, self.modes["prefill" if step.past is None else "decode"])
+        else:
+            y = self.mlp.forward(b, y)
+        return x + y, k, v
+
+
+class Qwen3Moe(DecoderLM):
+    family = "qwen3_moe"
+    model_types = ("qwen3_moe",)
+
+    def __init__(self, config: Qwen3MoeConfig, dtype: DType | str = dt.float32) -> None:
+        super().__init__(config, dtype)
+        self.config: Qwen3MoeConfig = config
+        self.layers = [Qwen3MoeBlock(f"model.layers.{i}", config, i) for i in range(config.num_layers)]
+
+    @classmethod
+    def config_from_hf(cls, config: Mapping[str, Any]) -> Qwen3MoeConfig:
+        c = config
+        heads = int(c["num_attention_heads"])
+        head_dim = int(c.get("head_dim") or c["hidden_size"] // heads)
+        n = int(c["num_hidden_layers"])
+        # HF applies the sliding window to every layer when use_sliding_window is set
+        window = c.get("sliding_window") if c.get("use_sliding_window", False) else None
+        types = [SLIDING if window is not None else FULL] * n
+        # config.json says num_experts; transformers 5's to_dict() writes num_local_experts
+        num_experts = int(c.get("num_experts", c.get("num_local_experts", 0)) or 0)
+        if c.get("shared_expert_intermediate_size"):
+            raise UnsupportedError("qwen3_moe: shared experts (Qwen2-MoE style) are not supported")
+        rope = rope_from_hf(c, head_dim, default_theta=1_000_000.0)
+        return Qwen3MoeConfig(
+            vocab_size=int(c["vocab_size"]), hidden_size=int(c["hidden_size"]),
+            intermediate_size=int(c["intermediate_size"]), num_layers=n, num_heads=heads,
+            num_kv_heads=int(c.get("num_key_value_heads") or heads), head_dim=head_dim,
+            rope={FULL: rope, SLIDING: rope}, layer_types=tuple(types), sliding_window=window,
+            rms_norm_eps=float(c.get("rms_norm_eps", 1e-6)), hidden_act=c.get("hidden_act", "silu"),
+            tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
+            attention_bias=bool(c.get("attention_bias", False)), qk_norm=True,
+            bos_token_id=c.get("bos_token_id"), eos_token_ids=eos_ids(c.get("eos_token_id")),
+            max_position_embeddings=c.get("max_position_embeddings"),
+            num_experts=num_experts, num_experts_per_tok=int(c.get("num_experts_per_tok", 8)),
+            moe_intermediate_size=int(c.get("moe_intermediate_size", 768)),
+            norm_topk_prob=bool(c.get("norm_topk_prob", False)),
+            sparse_layers=sparse_layer_ids(n, num_experts, c.get("mlp_only_layers"),
+                                           int(c.get("decoder_sparse_step", 1))))
+
+    def check_weights(self, tensors: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """As :meth:`DecoderLM.check_weights`, after stacking per-expert checkpoint tensors
+        (``mlp.experts.{j}.gate_proj.weight``, ...) into the fused inputs, once."""
+        prefixes = [f"model.layers.{i}.mlp.experts" for i in self.config.sparse_layers]
+        return super().check_weights(fuse_expert_weights(tensors, prefixes, self.config.num_experts))

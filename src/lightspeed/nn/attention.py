@@ -1,0 +1,213 @@
+"""Grouped-query attention with a KV cache that is never copied inside the graph.
+
+Layout (``H`` query heads, ``n_kv`` KV heads, group ``g = H / n_kv``, ``s`` new tokens, ``P`` cached):
+
+- queries are laid out ``[n_kv, g, s, d]`` by the last element-wise op that produces them (q-norm
+  or RoPE writes that layout directly), so ``[n_kv, g*s, d]`` is a free reshape: one batched
+  matmul per KV head covers its whole query group -- no ``repeat_interleave`` of K/V;
+- new keys/values are ``[s, n_kv, d]`` (the program outputs ``new.{i}.k/v``) and cached ones are
+  the inputs ``past.{i}.k/v`` ``[P, n_kv, d]``, read as ``[n_kv, d, P]`` / ``[n_kv, P, d]`` strided
+  views that BLAS takes as they are;
+- scores against past and new keys are computed separately and only the score tensors are
+  concatenated (softmax runs over ``P + s``); then ``out = E_past @ V_past + E_new @ V_new``.  The
+  cache itself is never concatenated, so a decode step costs O(P) reads, not an O(P) copy;
+- the softmax is in base 2 (the query scale carries ``log2 e``, folded into the RoPE tables) and
+  its normalisation is applied to the ``[s, H, d]`` output instead of the ``[H, s, P+s]``
+  probabilities; that last multiply writes ``[s, n_kv, g, d]``, the layout ``o_proj`` reads.
+
+Masks are additive (0 or the dtype's most negative value), built from the positions once per
+graph and shared by all layers.  A sliding window of ``W`` keeps keys with ``q_pos - k_pos < W`` (Hugging
+Face's convention).  Sliding layers may be given only the last ``W - 1`` cached rows (their own
+past-length symbol): older keys are invisible to every new query anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .. import dtypes as dt
+from .. import hl
+from ..errors import ShapeError
+from ..graph import GraphTensor
+from ..symbolic import INDEX_VAR, Expr, ExprLike, as_expr, sym
+from .layers import Linear
+from .module import Builder, Module
+from .rope import RotaryEmbedding
+
+__all__ = ["Attention", "Step", "gqa_attention"]
+
+LOG2E = 1.4426950408889634
+
+
+class Step:
+    """One graph's view of the sequence: ``s`` new tokens at integer ``positions`` [s], after
+    ``past`` cached ones (None for a prefill graph, which has no cache inputs).
+
+    ``positions`` is a graph input (preferred), or a dim (``"s"``): then the positions are
+    ``past + arange(s)`` from an iota.  Everything derived from an input position tensor (RoPE
+    tables, masks) is computed once per call when the model builds it before its first layer
+    (:meth:`Attention.prepare`) -- also when repeated layers are compiled once and run as a loop
+    (``lightspeed.rolling`` rebuilds input-free subgraphs, such as iota-made tables, in every block)."""
+
+    def __init__(self, b: Builder, positions: GraphTensor | ExprLike, past: ExprLike | None = None) -> None:
+        self.b = b
+        self.past = None if past is None else as_expr(past)
+        if not isinstance(positions, GraphTensor):
+            s, start = as_expr(positions), self.past if self.past is not None else as_expr(0)
+            positions = b.shared(("positions", start, s),
+                                 lambda: b.graph.iota(start + sym(INDEX_VAR), (s,), dt.int64))
+        if positions.ndim != 1 or positions.dtype.is_float:
+            raise ShapeError(f"positions must be a 1-D integer tensor, got {positions!r}")
+        self.positions = positions
+
+    @property
+    def s(self) -> Expr:
+        return self.positions.shape[0]
+
+    def _additive(self, blocked: GraphTensor) -> GraphTensor:
+        """0 where ``blocked`` is false, the dtype's most negative value where it is true."""
+        return hl.to(blocked, self.b.dtype) * float(np.finfo(self.b.dtype.np).min)
+
+    def mask_new(self, window: int | None) -> GraphTensor:
+        """[s, s] mask of new queries i against new keys j: causal, and ``pos_i - pos_j < window``."""
+
+        def make() -> GraphTensor:
+            pi, pj = self.positions.reshape(-1, 1), self.positions.reshape(1, -1)
+            blocked = hl.lt(pi, pj)
+            if window is not None:
+                blocked = hl.logical_or(blocked, hl.lt(window - 1, pi - pj))
+            return self._additive(blocked)
+
+        return self.b.shared(("mask-new", window, self.positions.node, self.positions.st), make)
+
+    def mask_past(self, window: int, past_len: Expr) -> GraphTensor:
+        """[s, L] mask of new queries against the last ``L`` cached keys (positions
+        ``pos_0 - L + r``) under a sliding window: blocked iff ``pos_i - pos_0 + L - r >= window``."""
+        L = as_expr(past_len)
+
+        def make() -> GraphTensor:
+            g = self.b.graph
+            d = self.positions - self.positions.narrow(0, 0, 1)  # offsets of the new tokens from the first
+            back = g.iota(L - sym(INDEX_VAR), (L,), self.positions.dtype)  # L - r
+            return self._additive(hl.lt(window - 1, d.reshape(-1, 1) + back.reshape(1, -1)))
+
+        return self.b.shared(("mask-past", window, L, self.positions.node, self.positions.st), make)
+
+
+def gqa_attention(q: GraphTensor, k_new: GraphTensor, v_new: GraphTensor,
+                  past_k: GraphTensor | None = None, past_v: GraphTensor | None = None,
+                  mask_new: GraphTensor | None = None, mask_past: GraphTensor | None = None,
+                  softcap: float | None = None) -> GraphTensor:
+    """Attention of queries ``q`` [n_kv, g, s, d] -- row-major, already multiplied by the softmax
+    scale and by ``log2 e`` (unless ``softcap``: then by the scale only) -- against new keys and
+    values [t, n_kv, d] and optional cached ones [P, n_kv, d].  Masks broadcast to [s, t] and
+    [s, P].  Returns [s, n_kv * g * d] (heads in HF order)."""
+    n_kv, g, s, d = q.shape
+    if k_new.ndim != 3 or k_new.shape[1:] != (n_kv, d) or v_new.shape[1:] != (n_kv, d):
+        raise ShapeError(f"attention: keys/values must be [t, {n_kv}, {d}], got "
+                         f"{tuple(map(str, k_new.shape))} / {tuple(map(str, v_new.shape))}")
+    t = k_new.shape[0]
+    qf = q.reshape(n_kv, g * s, d)
+    scores = (qf @ k_new.permute(1, 2, 0)).reshape(n_kv, g, s, t)
+    if mask_new is not None:
+        scores = scores + mask_new
+    P = None
+    if past_k is not None:
+        if past_v is None or past_k.shape[1:] != (n_kv, d) or past_v.shape != past_k.shape:
+            raise ShapeError(f"attention: cached keys/values must both be [P, {n_kv}, {d}], got "
+                             f"{tuple(map(str, past_k.shape))} / "
+                             f"{None if past_v is None else tuple(map(str, past_v.shape))}")
+        P = past_k.shape[0]
+        sp = (qf @ past_k.permute(1, 2, 0)).reshape(n_kv, g, s, P)
+        if mask_past is not None:
+            sp = sp + mask_past
+        scores = hl.concat([sp, scores], -1)
+    if softcap is not None:
+        scores = hl.tanh(scores * (1.0 / softcap)) * (softcap * LOG2E)
+    # the negated max is formed on the reduced [.., 1] tensor, so the subtraction is one Add
+    e = hl.exp2(scores + scores.amax(-1, keepdim=True) * -1.0)
+    den = e.sum(-1, keepdim=True)
+    total = t if P is None else P + t
+    ef = e.reshape(n_kv, g * s, total)
+    out = ef.narrow(2, total - t, t) @ v_new.permute(1, 0, 2)
+    if P is not None:
+        out = ef.narrow(2, 0, P) @ past_v.permute(1, 0, 2) + out
+    out = out.reshape(n_kv, g, s, d).permute(2, 0, 1, 3) * hl.reciprocal(den).permute(2, 0, 1, 3)
+    return out.reshape(s, n_kv * g * d)
+
+
+class Attention(Module):
+    """Multi-head attention with grouped KV heads, optional q/k norms (Qwen3, Gemma 3), RoPE,
+    a sliding window and logit soft-capping.  Parameters follow HF names: ``q_proj``, ``k_proj``,
+    ``v_proj``, ``o_proj`` (+ ``q_norm``, ``k_norm``) under ``prefix``.
+
+    ``bias``: one flag for all four projections or a tuple (q, k, v, o) (Qwen2: (T, T, T, F);
+    Whisper: (T, F, T, T)).  ``qk_norm``: a factory ``(prefix, head_dim) -> module`` or None.
+    ``scale`` defaults to ``head_dim ** -0.5``."""
+
+    def __init__(self, prefix: str, hidden: int, n_heads: int, n_kv_heads: int, head_dim: int, *,
+                 rope: RotaryEmbedding | None = None, bias: bool | tuple[bool, bool, bool, bool] = False,
+                 qk_norm: Callable[[str, int], Module] | None = None, scale: float | None = None,
+                 sliding_window: int | None = None, softcap: float | None = None, causal: bool = True) -> None:
+        super().__init__(prefix)
+        if n_heads % n_kv_heads:
+            raise ShapeError(f"attention {prefix}: {n_heads} heads are not a multiple of {n_kv_heads} KV heads")
+        if rope is not None and rope.head_dim != head_dim:
+            raise ShapeError(f"attention {prefix}: rope head_dim {rope.head_dim} != head_dim {head_dim}")
+        bq, bk, bv, bo = (bias,) * 4 if isinstance(bias, bool) else bias
+        self.hidden, self.n_heads, self.n_kv_heads, self.head_dim = hidden, n_heads, n_kv_heads, head_dim
+        self.rope, self.sliding_window, self.softcap, self.causal = rope, sliding_window, softcap, causal
+        self.scale = head_dim ** -0.5 if scale is None else scale
+        self.q_proj = Linear(self.pname("q_proj"), hidden, n_heads * head_dim, bq)
+        self.k_proj = Linear(self.pname("k_proj"), hidden, n_kv_heads * head_dim, bk)
+        self.v_proj = Linear(self.pname("v_proj"), hidden, n_kv_heads * head_dim, bv)
+        self.o_proj = Linear(self.pname("o_proj"), n_heads * head_dim, hidden, bo)
+        self.q_norm = qk_norm(self.pname("q_norm"), head_dim) if qk_norm else None
+        self.k_norm = qk_norm(self.pname("k_norm"), head_dim) if qk_norm else None
+
+    def prepare(self, b: Builder, step: Step, past_len: Expr | None = None) -> None:
+        """Build what this layer reads from the positions (RoPE tables, masks) now.  A model calls
+        it for every layer before the first one, so these subgraphs sit before the repeated layers
+        in the graph and are computed once per call."""
+        if self.rope is not None:
+            self.rope.tables(b, step.positions, self._qscale())
+            self.rope.tables(b, step.positions)
+        if self.causal:
+            step.mask_new(self.sliding_window)
+            if past_len is not None and self.sliding_window is not None:
+                step.mask_past(self.sliding_window, past_len)
+
+    def _qscale(self) -> float:
+        return self.scale * (LOG2E if self.softcap is None else 1.0)
+
+    def forward(self, b: Builder, step: Step, x: GraphTensor,
+                past: tuple[GraphTensor, GraphTensor] | None = None) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
+        """``x`` [s, hidden] -> (output [s, hidden], new keys [s, n_kv, d], new values [s, n_kv, d]).
+        ``past`` = (keys, values) [P, n_kv, d]: the whole cache, or its last rows for a sliding
+        layer (P is then its own dim, at most ``sliding_window - 1``)."""
+        s, kv, d = x.shape[0], self.n_kv_heads, self.head_dim
+        g = self.n_heads // kv
+        q = self.q_proj.forward(b, x).reshape(s, kv, g, d).permute(1, 2, 0, 3)  # [kv, g, s, d] view
+        k = self.k_proj.forward(b, x).reshape(s, kv, d)
+        v = self.v_proj.forward(b, x).reshape(s, kv, d)
+        if self.q_norm is not None:
+            q = self.q_norm.forward(b, q)  # writes [kv, g, s, d] row-major
+            k = self.k_norm.forward(b, k)
+        qscale = self._qscale()
+        if self.rope is not None:
+            q = self.rope.apply(q, self.rope.tables(b, step.positions, qscale), seq_axis=2)
+            k = self.rope.apply(k, self.rope.tables(b, step.positions), seq_axis=0)
+        else:
+            q = q * qscale
+        mask_new = mask_past = None
+        if self.causal:
+            mask_new = step.mask_new(self.sliding_window)
+        pk = pv = None
+        if past is not None:
+            pk, pv = past
+            if self.sliding_window is not None and self.causal:
+                mask_past = step.mask_past(self.sliding_window, pk.shape[0])
+        out = gqa_attention(q, k, v, pk, pv, mask_new, mask_past, self.softcap)
+        return self.o_proj.forward(b, out), k, v

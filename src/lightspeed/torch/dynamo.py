@@ -1,0 +1,59 @@
+"""The ``torch.compile`` backend: ``torch.compile(model, backend="lightspeed", options={...})``.
+
+Dynamo hands over an FX graph of torch-level ops; AOTAutograd lowers it with
+:func:`~lightspeed.torch.aten.decompositions` to a functional core-ATen graph (in-place updates of
+inputs and buffers become extra outputs that AOTAutograd copies back into the caller's tensors after
+each call), and :func:`~lightspeed.torch.translate.compile_fx` turns that into lightspeed programs.
+Parameters and buffers are graph inputs, read from the module's own tensors at every call.
+
+Inference only: a backward graph (when inputs require grad) runs in eager PyTorch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .aten import decompositions
+from .translate import Options, compile_fx
+
+__all__ = ["lightspeed_backend", "register"]
+
+BACKEND_NAME = "lightspeed"
+
+
+def lightspeed_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                       options: dict[str, Any] | None = None, **kwargs: Any) -> Callable:
+    """Dynamo compiler function (``torch.compile(..., backend="lightspeed")``).
+
+    ``options``: ``target`` (``cpu``, ``cuda``, ``reference``; default by the inputs' device),
+    ``budget`` and ``seed`` (the e-graph search), ``fallback`` (``"eager"`` runs unsupported ops in
+    eager PyTorch instead of raising).  ``mode`` is accepted and ignored."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    opts = Options.parse(options)
+
+    def forward_compiler(fx_graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> Callable:
+        return make_boxed_func(compile_fx(fx_graph, inputs, opts))
+
+    def backward_compiler(fx_graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> Callable:
+        return make_boxed_func(fx_graph.forward)  # training is out of scope: backward runs in eager PyTorch
+
+    aot = aot_autograd(fw_compiler=forward_compiler, inference_compiler=forward_compiler,
+                       bw_compiler=backward_compiler, decompositions=decompositions())
+    return aot(gm, example_inputs)
+
+
+def register() -> None:
+    """Make ``backend="lightspeed"`` known to dynamo, unless it is already (or its entry point was
+    found, in which case dynamo loads and registers it on first use)."""
+    from importlib.metadata import EntryPoint
+
+    from torch._dynamo.backends import registry
+
+    if BACKEND_NAME in registry._COMPILER_FNS or isinstance(registry._BACKENDS.get(BACKEND_NAME), EntryPoint):
+        return
+    registry.register_backend(lightspeed_backend, name=BACKEND_NAME)

@@ -1,0 +1,180 @@
+"""Samplers against hand computations; generation loop behaviour; bad inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lightspeed as ls
+from lightspeed.errors import InputError, UnsupportedError
+from lightspeed.generate import (
+    Generator,
+    apply_repetition_penalty,
+    generate,
+    process_logits,
+    sample_token,
+    top_k_mask,
+    top_p_mask,
+)
+from lightspeed.models import MODELS, Llama, family_of, from_hf_config, get
+
+NEG = -np.inf
+
+TINY = dict(model_type="llama", vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-6, rope_theta=10000.0,
+            tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+
+
+def tiny_weights(model, seed=0):
+    rng = np.random.default_rng(seed)
+    return {n: rng.standard_normal(s).astype(np.float32) * 0.5 for n, s in model.param_shapes().items()}
+
+
+# ---------------------------------------------------------------------- samplers
+def test_repetition_penalty_by_hand():
+    out = apply_repetition_penalty(np.array([2.0, -2.0, 1.0, 0.5]), [0, 1, 1], 2.0)
+    np.testing.assert_array_equal(out, [1.0, -4.0, 1.0, 0.5])  # each seen token once, sign-aware
+    np.testing.assert_array_equal(apply_repetition_penalty(np.array([1.0, 2.0]), [0], 1.0), [1.0, 2.0])
+
+
+def test_top_k_by_hand():
+    x = np.array([1.0, 3.0, 2.0, 3.0, -1.0])
+    np.testing.assert_array_equal(top_k_mask(x, 1), [NEG, 3.0, NEG, 3.0, NEG])  # ties with the k-th stay
+    np.testing.assert_array_equal(top_k_mask(x, 3), [NEG, 3.0, 2.0, 3.0, NEG])
+    np.testing.assert_array_equal(top_k_mask(x, 0), x)
+    np.testing.assert_array_equal(top_k_mask(x, 9), x)
+
+
+def test_top_p_by_hand():
+    x = np.log(np.array([0.05, 0.5, 0.15, 0.3]))
+    # ascending: 0.05, 0.15, 0.3, 0.5; cumulative 0.05, 0.2, 0.5, 1.0
+    np.testing.assert_array_equal(np.isfinite(top_p_mask(x, 0.7)), [False, True, False, True])  # drop cum <= 0.3
+    np.testing.assert_array_equal(np.isfinite(top_p_mask(x, 0.9)), [False, True, True, True])   # drop cum <= 0.1
+    np.testing.assert_array_equal(np.isfinite(top_p_mask(x, 0.01)), [False, True, False, False])  # top one stays
+    np.testing.assert_array_equal(top_p_mask(x, 1.0), x)
+
+
+def test_process_logits_order_matches_hf():
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal(50) * 3
+    hist = [3, 7, 7, 20]
+    procs = tf.LogitsProcessorList([tf.RepetitionPenaltyLogitsProcessor(1.3), tf.TemperatureLogitsWarper(0.7),
+                                    tf.TopKLogitsWarper(10), tf.TopPLogitsWarper(0.8)])
+    want = procs(torch.tensor([hist]), torch.from_numpy(logits)[None].clone())[0].numpy()
+    got = process_logits(logits, hist, temperature=0.7, top_k=10, top_p=0.8, repetition_penalty=1.3)
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+    np.testing.assert_allclose(got[np.isfinite(got)], want[np.isfinite(want)], rtol=1e-12)
+
+
+def test_sampling_frequencies_and_greedy():
+    logits = np.log(np.array([0.5, 0.3, 0.2, 1e-9]))
+    rng = np.random.default_rng(0)
+    draws = [sample_token(logits, rng, temperature=1.0) for _ in range(20000)]
+    freq = np.bincount(draws, minlength=4) / len(draws)
+    np.testing.assert_allclose(freq, [0.5, 0.3, 0.2, 0.0], atol=0.015)
+    assert sample_token(logits, rng, temperature=0.0) == 0
+    assert all(sample_token(logits, rng, temperature=5.0, top_k=1) == 0 for _ in range(50))
+    # the penalty can change the greedy choice: 0.5 / 2 < 0.3
+    assert sample_token(np.array([0.5, 0.3]), rng, [0], temperature=0.0, repetition_penalty=2.0) == 1
+    # same seed, same tokens
+    a = [sample_token(logits, np.random.default_rng(7), temperature=1.0, top_p=0.9) for _ in range(5)]
+    b = [sample_token(logits, np.random.default_rng(7), temperature=1.0, top_p=0.9) for _ in range(5)]
+    assert a == b
+
+
+# ---------------------------------------------------------------------- generation loop
+def test_generation_stops_streams_and_times():
+    model = from_hf_config(TINY)
+    w = tiny_weights(model)
+    gen = Generator(model, w, backend="reference")
+    free = gen.generate([1, 5, 9], 12, stop_ids=())
+    assert len(free.new_ids) == 12 and free.stop_reason == "max_tokens"
+    stop = free.new_ids[4]
+    seen = []
+    res = gen.generate([1, 5, 9], 12, stop_ids=[stop], on_token=seen.append)
+    first = free.new_ids.index(stop)
+    assert res.new_ids == free.new_ids[:first + 1] and res.stop_reason == "stop_token"  # stop token kept
+    assert seen == res.new_ids and res.ids == [1, 5, 9] + res.new_ids
+    assert res.ttft_s > 0 and len(res.step_s) == len(res.new_ids) - 1
+    assert res.tpot_s == pytest.approx(np.mean(res.step_s)) and res.tokens_per_s == pytest.approx(1 / res.tpot_s)
+    sampled = [gen.generate([1, 5, 9], 8, temperature=1.0, top_k=5, seed=s, stop_ids=()).new_ids for s in (0, 0, 1)]
+    assert sampled[0] == sampled[1] and sampled[0] != sampled[2]
+
+
+def test_generate_function_uses_tokenizer_eos():
+    class Tok:
+        eos_ids = (7,)
+
+    model = from_hf_config(TINY)
+    w = tiny_weights(model)
+    free = generate(model, None, [1, 5], weights=w, backend="reference", max_new_tokens=10, stop_ids=())
+    stop = free.new_ids[3]
+    Tok.eos_ids = (stop,)
+    res = generate(model, Tok(), [1, 5], weights=w, backend="reference", max_new_tokens=10)
+    assert res.new_ids[-1] == stop and res.stop_reason == "stop_token"
+
+
+# ---------------------------------------------------------------------- bad input
+def test_missing_weight_is_named():
+    model = from_hf_config(TINY)
+    w = tiny_weights(model)
+    del w["model.layers.0.mlp.up_proj.weight"]
+    with pytest.raises(InputError, match=r"model\.layers\.0\.mlp\.up_proj\.weight.*\(32, 16\)"):
+        Generator(model, w, backend="reference")
+
+
+def test_wrong_weight_shape_is_named():
+    model = from_hf_config(TINY)
+    w = tiny_weights(model)
+    w["model.layers.0.self_attn.k_proj.weight"] = np.zeros((16, 16), np.float32)
+    with pytest.raises(InputError, match=r"model\.layers\.0\.self_attn\.k_proj\.weight.*\(16, 16\).*\(8, 16\)"):
+        model.check_weights(w)
+
+
+def test_wrong_cache_shape_is_named():
+    model = from_hf_config(TINY)
+    prog = model.decode_graph().compile(backend="reference")
+    w = model.check_weights(tiny_weights(model))
+    past = {"past.0.k": np.zeros((3, 1, 8), np.float32), "past.0.v": np.zeros((4, 1, 8), np.float32)}
+    with pytest.raises(InputError, match="past.0.v"):
+        prog({"input_ids": np.array([1]), "positions": np.array([3]), **w, **past})
+
+
+def test_bad_prompts():
+    model = from_hf_config(TINY)
+    gen = Generator(model, tiny_weights(model), backend="reference")
+    with pytest.raises(InputError, match="40"):
+        gen.generate([1, 40])
+    with pytest.raises(InputError, match="empty"):
+        gen.generate([])
+
+
+def test_extra_weights_are_ignored_and_cast():
+    model = from_hf_config(TINY)
+    w = {k: v.astype(np.float64) for k, v in tiny_weights(model).items()}
+    w["lm_head.weight"] = w["model.embed_tokens.weight"]  # tied: HF state_dicts list it too
+    out = model.check_weights(w)
+    assert "lm_head.weight" not in out and all(v.dtype == np.float32 for v in out.values())
+
+
+def test_registry():
+    assert {"llama", "qwen3", "gemma3"} <= set(MODELS)
+    assert get("llama") is Llama and family_of({"model_type": "gemma3_text"}) == "gemma3"
+    with pytest.raises(UnsupportedError, match="mamba"):
+        family_of({"model_type": "mamba"})
+    with pytest.raises(UnsupportedError, match="gpt9"):
+        get("gpt9")
+    assert isinstance(from_hf_config(TINY), Llama)
+
+
+def test_program_is_weight_independent():
+    """One compiled program serves any weights (nothing about their values is baked in)."""
+    model = from_hf_config(TINY)
+    gen = Generator(model, tiny_weights(model, 0), backend="cpu", search=ls.SearchOptions(budget=2, seed=0))
+    gen2 = Generator(model, tiny_weights(model, 1), backend="cpu", search=ls.SearchOptions(budget=2, seed=0))
+    assert gen.decode is gen2.decode
+    a = gen.generate([1, 5, 9], 6, stop_ids=()).new_ids
+    b = gen2.generate([1, 5, 9], 6, stop_ids=()).new_ids
+    assert a != b

@@ -1,0 +1,127 @@
+"""Llama, Qwen3 and Gemma 3 against Hugging Face transformers (float64) on the same tiny random
+weights: prefill logits at every position, then greedy decoding through the KV cache (logits of
+every step and the tokens of HF's own cached generation)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lightspeed as ls
+from lightspeed.generate import Generator, compile_model
+from lightspeed.models import from_hf_config
+
+from .tiny import hf_logits, hf_model, torch
+
+PROMPT = [1, 17, 33, 100, 3]
+STEPS = 32
+SEARCH = ls.SearchOptions(budget=3, seed=0)
+CASES = [("llama", "cpu"), ("qwen3", "cpu"), ("gemma3", "cpu"), ("llama", "reference"), ("gemma3", "reference")]
+
+
+_MODELS: dict = {}
+
+
+def setup(family: str):
+    if family not in _MODELS:
+        hf, cfg, sd = hf_model(family)
+        _MODELS[family] = hf, from_hf_config(cfg), sd
+    return _MODELS[family]
+
+
+@pytest.mark.parametrize("family,backend", CASES)
+def test_prefill_logits_match_hf(family, backend):
+    hf, model, sd = setup(family)
+    ids = np.array([1, 17, 33, 100, 3, 9, 200, 45, 7, 8, 250, 0], dtype=np.int64)
+    prog = compile_model(model, "prefill", backend, SEARCH, all_logits=True)
+    out = prog({"input_ids": ids, "positions": np.arange(len(ids)), **model.check_weights(sd)})
+    ref = hf_logits(hf, ids)
+    assert out["logits"].shape == (len(ids), 256)
+    assert np.abs(ref).max() > 2.0  # logits large enough for the tolerance to mean something
+    np.testing.assert_allclose(out["logits"], ref, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("family,backend", CASES)
+def test_greedy_decode_matches_hf(family, backend):
+    hf, model, sd = setup(family)
+    gen = Generator(model, sd, backend=backend, search=SEARCH)
+    res = gen.generate(PROMPT, STEPS, stop_ids=(), keep_logits=True)
+    assert len(res.new_ids) == STEPS and res.stop_reason == "max_tokens"
+    # HF's own greedy generation with its own KV cache
+    with torch.no_grad():
+        want = hf.generate(torch.tensor([PROMPT]), max_new_tokens=STEPS, do_sample=False, eos_token_id=None,
+                           pad_token_id=0)[0, len(PROMPT):].tolist()
+    assert res.new_ids == want
+    # every step's logits against HF recomputing the whole sequence
+    ref = hf_logits(hf, res.ids)[len(PROMPT) - 1:-1]
+    np.testing.assert_allclose(np.stack(res.logits), ref, atol=1e-4, rtol=0)
+    assert len(res.step_s) == STEPS - 1 and res.tpot_s > 0 and res.ttft_s > 0
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_chunked_decode_with_cache(family):
+    """The decode graph with s > 1 new tokens after a cache (prompt processed in chunks); for
+    Gemma the sliding layers get only their last W - 1 cached rows."""
+    hf, model, sd = setup(family)
+    w = model.check_weights(sd)
+    ids = np.array([1, 17, 33, 100, 3, 9, 200, 45, 7, 8, 250, 0], dtype=np.int64)
+    ref = hf_logits(hf, ids)
+    prefill = compile_model(model, "prefill", "reference", all_logits=True)
+    decode = compile_model(model, "decode", "reference", all_logits=True)
+    out = prefill({"input_ids": ids[:3], "positions": np.arange(3), **w})
+    cache = {f"{i}.{c}": out[f"new.{i}.{c}"] for i in range(model.num_layers) for c in "kv"}
+    n = 3
+    for chunk in (4, 1, 3, 1):
+        inputs = {"input_ids": ids[n:n + chunk], "positions": np.arange(n, n + chunk), **w}
+        for i in range(model.num_layers):
+            rows = model.cache_rows(i)
+            lo = 0 if rows is None else n - min(n, rows)
+            for c in "kv":
+                inputs[f"past.{i}.{c}"] = cache[f"{i}.{c}"][lo:n]
+        out = decode(inputs)
+        np.testing.assert_allclose(out["logits"], ref[n:n + chunk], atol=1e-4, rtol=0)
+        for k in cache:
+            cache[k] = np.concatenate([cache[k], out[f"new.{k}"]])
+        n += chunk
+
+
+def test_sliding_window_matters():
+    """The Gemma test model's window (4) changes its output: a model without it disagrees."""
+    import dataclasses
+
+    from lightspeed.models import Gemma3
+
+    hf, model, sd = setup("gemma3")
+    ids = np.array([1, 17, 33, 100, 3, 9, 200, 45], dtype=np.int64)
+    wide = Gemma3(dataclasses.replace(model.config, sliding_window=1000))
+    out = compile_model(wide, "prefill", "reference", all_logits=True)(
+        {"input_ids": ids, "positions": np.arange(len(ids)), **wide.check_weights(sd)})
+    assert np.abs(out["logits"] - hf_logits(hf, ids)).max() > 0.1
+
+
+def test_decode_graph_never_copies_the_cache():
+    """The cached keys/values are read only by matrix products (Mul feeding a SumReduce): no
+    concat, copy or cast of the cache inside the graph."""
+    _, model, _ = setup("gemma3")
+    g = model.decode_graph()
+    consumers: dict[int, list] = {}
+    for n in g.nodes:
+        for src, _ in n.inputs:
+            consumers.setdefault(src, []).append(n)
+    for name, nid in g.inputs.items():
+        if not name.startswith("past."):
+            continue
+        users = consumers[nid]
+        assert users and all(u.op.name == "Mul" for u in users), name
+        for u in users:
+            assert [c.op.name for c in consumers[u.id]] == ["SumReduce"], name
+
+
+def test_past_dims():
+    """Full-attention layers take the whole cache (dim p), sliding ones their window (dim w)."""
+    _, model, _ = setup("gemma3")
+    g = model.decode_graph()
+    shapes = {n: tuple(str(d) for d in g.nodes[i].shape) for n, i in g.inputs.items() if n.startswith("past.")}
+    assert shapes["past.0.k"] == ("w", "2", "16") and shapes["past.1.k"] == ("p", "2", "16")
+    assert [model.cache_rows(i) for i in range(4)] == [3, None, 3, None]
+    assert set(g.outputs) == {"logits"} | {f"new.{i}.{c}" for i in range(4) for c in "kv"}

@@ -1,0 +1,75 @@
+"""In-place updates of buffers and inputs (a static KV cache written with index_copy_, copy_,
+slice assignment) reach the caller's tensors, as in eager PyTorch."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+
+import lightspeed.torch as lst
+
+REF = {"target": "reference"}
+
+
+class StaticCacheAttention(nn.Module):
+    """Single-head attention with a preallocated cache written in place at ``pos`` each step."""
+
+    def __init__(self, dim: int = 8, max_len: int = 6) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.register_buffer("keys", torch.zeros(1, max_len, dim))
+        self.register_buffer("values", torch.zeros(1, max_len, dim))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        self.keys.index_copy_(1, pos, self.k(x))
+        self.values[:, pos] = self.v(x)
+        self.steps.add_(1)
+        live = torch.arange(self.keys.shape[1]) <= pos
+        att = (self.q(x) @ self.keys.transpose(1, 2)).masked_fill(~live, float("-inf")).softmax(-1)
+        return att @ self.values
+
+
+def test_static_kv_cache_buffers_are_written_back():
+    torch.manual_seed(0)
+    eager = StaticCacheAttention().eval()
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, backend="lightspeed", options=REF)
+    with torch.no_grad():
+        for i in range(5):
+            x = torch.randn(1, 1, 8, generator=torch.Generator().manual_seed(i))
+            pos = torch.tensor([i])
+            torch.testing.assert_close(compiled(x, pos), eager(x, pos), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model.keys, eager.keys)
+    torch.testing.assert_close(model.values, eager.values)
+    assert int(model.steps) == 5
+    assert lst.stats()["compilations"] == 1  # the write position is a tensor: one graph for all steps
+
+
+def test_inputs_mutated_in_place():
+    def f(cache, x, out):
+        cache[:, 1:3] = x * 2
+        out.copy_(cache.sum(1))
+        return cache.mean()
+
+    cache, x, out = torch.zeros(2, 4), torch.randn(2, 2), torch.empty(2)
+    ref_cache, ref_out = cache.clone(), out.clone()
+    ref = f(ref_cache, x, ref_out)
+    got = torch.compile(f, backend="lightspeed", options=REF)(cache, x, out)
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(cache, ref_cache)
+    torch.testing.assert_close(out, ref_out)
+
+
+def test_outputs_do_not_alias_inputs():
+    """A result that equals an input (clone) is a fresh tensor: writing to it leaves the input alone."""
+    def f(x):
+        return x.clone(), x + 0
+
+    x = torch.ones(3)
+    a, b = torch.compile(f, backend="lightspeed", options=REF)(x)
+    a.add_(1)
+    b.add_(1)
+    torch.testing.assert_close(x, torch.ones(3))
