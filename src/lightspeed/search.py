@@ -274,6 +274,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
     t_start = time.perf_counter()
     seen: set[tuple] = set()
     best: tuple[float, int, LProgram, Candidate] | None = None
+    finalists: list[tuple[float, int, LProgram, Candidate, Any]] = []
     first_error: Exception | None = None
     for i in range(max(1, opts.budget)):
         if opts.time_budget is not None and i >= 3 and time.perf_counter() - t_start > opts.time_budget:
@@ -332,6 +333,9 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
                 times.append(time.perf_counter() - s)
             sec = min(times)
             rep.candidates.append(CandidateResult(i, origin, ops, sec))
+            finalists.append((sec, i, lprog, cand, prog))
+            finalists.sort(key=lambda f: f[0])
+            del finalists[3:]  # only the three fastest keep their (prepared, memory-holding) programs
             if best is None or sec < best[0]:
                 best = (sec, i, lprog, cand)
         except Exception as e:  # a crashing candidate is rejected, not fatal
@@ -343,6 +347,22 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
             t = f"{c.seconds * 1e3:.3f} ms" if c.seconds is not None else "rejected"
             print(f"[search] candidate {len(rep.candidates)}/{opts.budget} {origin}: {t}; "
                   f"best {best[0] * 1e3:.3f} ms" if best else "", file=sys.stderr)
+    if len(finalists) > 1:
+        # a load spike during one candidate's runs can crown the wrong one (and the decision is
+        # cached): re-time the three fastest in interleaved rounds and keep the best of all rounds
+        t0 = time.perf_counter()
+        again = {f[1]: f[0] for f in finalists}
+        for _ in range(max(2, opts.repeats)):
+            for f in finalists:
+                s = time.perf_counter()
+                f[4](inputs, dims=dims)
+                again[f[1]] = min(again[f[1]], time.perf_counter() - s)
+        win = min(finalists, key=lambda f: (again[f[1]], f[1]))
+        best = (again[win[1]], win[1], win[2], win[3])
+        for c in rep.candidates:
+            if c.index in again:
+                c.seconds = again[c.index]
+        t_profile += time.perf_counter() - t0
     rep.phases["extract"] = t_extract
     rep.phases["profile"] = t_profile
     if best is None:
