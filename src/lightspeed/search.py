@@ -127,6 +127,10 @@ def cache_dir() -> Path | None:
     return Path(d) if d else Path.home() / ".cache" / "lightspeed"
 
 
+# bumped when the way decisions are made changes, so cached decisions of an older search are not reused
+SEARCH_VERSION = 2
+
+
 def _digest(*parts: object) -> str:
     h = hashlib.sha256()
     for p in parts:
@@ -254,7 +258,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
             return prefer_backend(cid, nodes)
         return pick
 
-    decision_key = _digest(key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate,
+    decision_key = _digest(SEARCH_VERSION, key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate,
                            opts.time_budget, opts.max_memory)
     decided = _cache_load(f"search-{decision_key}")
     if decided is not None:

@@ -213,3 +213,18 @@ def test_gather_out_of_range_raises_like_the_reference(bad):
     np.testing.assert_array_equal(prog(i=np.array([4, 0, 2]), d=d)["y"], [4, 0, 2])
     with pytest.raises(IndexError, match=f"index {bad} out of range"):
         prog(i=np.array([0, bad, 1]), d=d)
+
+
+def test_new_dim_values_reprepare_only_the_ops_that_depend_on_them():
+    g = ls.Graph()
+    x, w, k = g.input("x", (1, 16)), g.input("w", (16, 16)), g.input("k", ("p", 16))
+    g.output("y", ((x @ w).exp() @ k.transpose(0, 1)).softmax(-1))
+    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=3, progress=False, roll=False))
+    ref = g.compile(backend="reference")
+    for p in (3, 4, 5, 6, 4):
+        inputs = _inputs(g, {"p": p}, seed=p)
+        np.testing.assert_allclose(prog(inputs)["y"], ref(inputs)["y"], rtol=1e-5, atol=1e-6)
+    per_op = {op.op: len(cache) for op, cache in zip(prog.lprog.ops, prog._kernels) if cache}
+    independent = [len(c) for op, c, syms in zip(prog.lprog.ops, prog._kernels, prog._op_dims) if c and not syms]
+    assert independent and all(n == 1 for n in independent), per_op  # x @ w and exp: prepared once
+    assert max(len(c) for c in prog._kernels) == 4  # the ops that read k: once per distinct p

@@ -23,6 +23,7 @@ from ...graph import Graph
 from ...primitives import PRIMITIVES, IotaArg
 from ...program import Program
 from ...shape import ShapeTracker
+from ...symbolic import Expr
 from ..reference import _plan as view_plan
 from ..reference import last_uses, read_view
 
@@ -77,19 +78,33 @@ def strided_reader(offset: int, shape: tuple[int, ...], strides: tuple[int, ...]
 
 
 class Arena:
-    """Buffers keyed by (dtype, element count); ``take`` reuses a released one when it can."""
+    """One plan's buffers, keyed by (dtype, element count): ``take`` reuses a buffer released
+    earlier in the plan when it can, else the plan's next buffer of that key from ``store``.  The
+    store is shared by all plans of a program (plans never run at the same time), so a new plan
+    for other dim values reuses the memory of the sizes that did not change."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: dict[tuple[np.dtype, int], list[np.ndarray]] | None = None) -> None:
+        self.store = store if store is not None else {}
         self.pool: dict[tuple[np.dtype, int], list[np.ndarray]] = {}
-        self.allocated = 0  # bytes
+        self.used: dict[tuple[np.dtype, int], int] = {}  # distinct buffers this plan holds, per key
+
+    @property
+    def allocated(self) -> int:
+        """Bytes of the distinct buffers this plan uses."""
+        return sum(count * n * dtype.itemsize for (dtype, n), count in self.used.items())
 
     def take(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         n = int(np.prod(shape, dtype=np.int64))
-        free = self.pool.get((dtype, n))
+        key = (dtype, n)
+        free = self.pool.get(key)
         if free:
             return free.pop().reshape(shape)
-        self.allocated += n * dtype.itemsize
-        return np.empty(shape, dtype=dtype)
+        have = self.store.setdefault(key, [])
+        j = self.used.get(key, 0)
+        self.used[key] = j + 1
+        if j == len(have):
+            have.append(np.empty(n, dtype=dtype))
+        return have[j].reshape(shape)
 
     def give(self, buf: np.ndarray) -> None:
         self.pool.setdefault((buf.dtype, buf.size), []).append(buf)
@@ -99,7 +114,7 @@ class Arena:
 class _Prepared:
     steps: list[Callable[[list, dict], None]]
     arena_bytes: int
-
+    keys: frozenset  # the store keys the plan's buffers use
 
 class CpuProgram(Program):
     """Runs an LLIR program with the cpu kernels; see the module docstring."""
@@ -116,6 +131,11 @@ class CpuProgram(Program):
         self.kernels = kernels if kernels is not None else KERNELS
         self.free_after = last_uses([op.inputs for op in lprog.ops])
         self._plans: dict[tuple, _Prepared] = {}
+        self._store: dict[tuple[np.dtype, int], list[np.ndarray]] = {}
+        # prepared kernels per op, keyed by the values of the dims that op depends on: when only
+        # a cache length changes, only the ops that read the cache are prepared again
+        self._op_dims = [_op_symbols(op) for op in lprog.ops]
+        self._kernels: list[dict[tuple, Kernel]] = [{} for _ in lprog.ops]
         missing = {op.op for op in lprog.ops if op.op not in self.kernels
                    and op.op not in ("Input", "Constant", "Iota", "Output")}
         if missing:
@@ -131,11 +151,24 @@ class CpuProgram(Program):
             return hit
         if len(self._plans) >= self.max_plans:
             self._plans.pop(next(iter(self._plans)))
+            live = set().union(*(p.keys for p in self._plans.values()))
+            for k in [k for k in self._store if k not in live]:  # sizes no live plan uses any more
+                del self._store[k]
         hit = self._plans[key] = self._prepare(dims)
         return hit
 
+    def _kernel(self, i: int, op: LOp, dims: dict[str, int]) -> Kernel:
+        cache = self._kernels[i]
+        key = tuple(dims[s] for s in self._op_dims[i])
+        hit = cache.get(key)
+        if hit is None:
+            if len(cache) >= self.max_plans:
+                cache.pop(next(iter(cache)))
+            hit = cache[key] = self.kernels[op.op](op, dims, [self.lprog.ops[j].dtype.np for j in op.inputs])
+        return hit
+
     def _prepare(self, dims: dict[str, int]) -> _Prepared:
-        arena = Arena()
+        arena = Arena(self._store)
         steps: list[Callable[[list, dict], None]] = []
         ops = self.lprog.ops
         bufs: dict[int, np.ndarray] = {}  # value -> its arena buffer (intermediates only)
@@ -151,7 +184,7 @@ class CpuProgram(Program):
                 steps.append(_output_step(i, op.inputs[0], op.fields[0], make_reader(op.fields[2], dims),
                                           op.dtype.np))
             else:
-                kernel = self.kernels[op.op](op, dims, [ops[j].dtype.np for j in op.inputs])
+                kernel = self._kernel(i, op, dims)
                 shape = tuple(int(d.evaluate(dims)) for d in op.shape)
                 out = bufs[i] = arena.take(op.dtype.np, shape)
                 scratch = [arena.take(np.dtype(d), shape) for d in kernel.scratch]
@@ -161,7 +194,7 @@ class CpuProgram(Program):
             for j in self.free_after.get(i, ()):
                 if j in bufs:
                     arena.give(bufs.pop(j))
-        return _Prepared(steps, arena.allocated)
+        return _Prepared(steps, arena.allocated, frozenset(arena.used))
 
     # ------------------------------------------------------------------ running
     def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
@@ -180,6 +213,23 @@ class CpuProgram(Program):
 
     def report(self) -> str:
         return self.search_report.format() if self.search_report is not None else "no search was run"
+
+
+def _op_symbols(op: LOp) -> tuple[str, ...]:
+    """The dims an op's kernel depends on: those in its shape, its expression fields and views."""
+    names: set[str] = set()
+    for d in op.shape:
+        names |= d.free_vars()
+    for f in op.fields:
+        if isinstance(f, ShapeTracker):
+            for v in f.views:
+                for e in (*v.shape, *v.strides, v.offset):
+                    names |= e.free_vars()
+                for lo, hi in v.mask or ():
+                    names |= lo.free_vars() | hi.free_vars()
+        elif isinstance(f, Expr):
+            names |= f.free_vars()
+    return tuple(sorted(names))
 
 
 def _input_step(i: int, name: str):
