@@ -258,8 +258,8 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
             return prefer_backend(cid, nodes)
         return pick
 
-    decision_key = _digest(SEARCH_VERSION, key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate,
-                           opts.time_budget, opts.max_memory)
+    decision_key = _digest(SEARCH_VERSION, key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats,
+                           opts.mutation_rate, opts.time_budget, opts.max_memory)
     decided = _cache_load(f"search-{decision_key}")
     if decided is not None:
         by_id = {n.id: n for nodes in index.classes.values() for n in nodes}

