@@ -53,11 +53,17 @@ def test_real_model_matches_hf(family):
     scale = np.abs(ref).max()
     assert np.abs(out - ref).max() < 1e-4 * max(1.0, scale) * 10, (np.abs(out - ref).max(), scale)
     gen = Generator(model, w.tensors, search=SEARCH)
-    res = gen.generate(ids, 12, stop_ids=())
+    res = gen.generate(ids, 32, stop_ids=(), keep_logits=True)
     with torch.no_grad():
-        want = hf.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=None,
+        want = hf.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False, eos_token_id=None,
                            pad_token_id=0)[0, len(ids):].tolist()
-    assert res.new_ids == want
+        full = hf(torch.tensor([ids + res.new_ids])).logits[0].numpy()
+    assert res.new_ids == want  # 32 greedy tokens identical
+    # the logits behind the first token (prefill) and 8 decode steps through the KV cache
+    for j in range(9):
+        ref_j = full[len(ids) - 1 + j]
+        err = np.abs(res.logits[j] - ref_j).max()
+        assert err < 1e-3 * max(1.0, np.abs(ref_j).max()), (j, err)
 
 
 def test_cli_answers_paris(capsys):
