@@ -180,10 +180,10 @@ def _causal_mask(g: Graph, s: Any) -> GraphTensor:
 def _conv3(x: GraphTensor, weight: GraphTensor, bias: GraphTensor, stride: int) -> GraphTensor:
     """``conv1d(x, weight, bias, stride, padding=1)`` for a 3-tap kernel, as three plain matmuls.
 
-    ``hl.conv1d`` builds an im2col view the cpu backend does not hand to BLAS yet, so it
-    materialises the (out, length, in * 3) product: 1-3 GB at Whisper's size.  Here each tap
-    ``weight[:, :, k]`` (a strided view) multiplies the input's columns directly and the results
-    are added with their shifts; the shift's zero padding is a masked view, not a copy.
+    ``hl.conv1d`` gives the same values and now reaches BLAS too, through a materialised im2col
+    copy (length x in*3).  This form needs no such copy: each tap ``weight[:, :, k]`` (a strided
+    view) multiplies the input's columns directly and the results are added with their shifts; the
+    shift's zero padding is a masked view, not a copy.
     ``out[:, j] = sum_k W_k @ x[:, stride * j + k - 1]``."""
     taps = [weight[:, :, k] for k in range(3)]
     if stride == 1:
