@@ -55,7 +55,35 @@ def make_reader(st: ShapeTracker, dims: dict[str, int]) -> Reader:
         return contig
     if plan[0] == "strided":
         return strided_reader(plan[2], shape, plan[3])
-    return lambda buf: read_view(buf, st, dims)  # masked or stacked views: an index gather
+    if len(st.views) == 1 and st.view.mask is not None:
+        return _box_reader(st, dims, shape)
+    return lambda buf: read_view(buf, st, dims)  # stacked views: an index gather
+
+
+def _box_reader(st: ShapeTracker, dims: dict[str, int], shape: tuple[int, ...]) -> Reader:
+    """A single masked view (padding, concatenation) shows a box of a strided view and zeros
+    elsewhere: keep one zero-filled array per reader and copy only the box into it on each call
+    (readers' results are consumed by their op at once, never kept)."""
+    v = st.view
+    strides = tuple(int(s.evaluate(dims)) for s in v.strides)
+    offset = int(v.offset.evaluate(dims))
+    box = []
+    for n, (lo, hi) in zip(shape, v.mask):
+        lo_i, hi_i = max(0, int(lo.evaluate(dims))), min(n, int(hi.evaluate(dims)))
+        box.append((lo_i, max(lo_i, hi_i)))
+    inner = tuple(hi - lo for lo, hi in box)
+    index = tuple(slice(lo, hi) for lo, hi in box)
+    read_box = strided_reader(offset + sum(lo * s for (lo, _), s in zip(box, strides)), inner, strides)
+    held: dict[np.dtype, np.ndarray] = {}
+
+    def masked(buf: np.ndarray) -> np.ndarray:
+        out = held.get(buf.dtype)
+        if out is None:
+            out = held[buf.dtype] = np.zeros(shape, dtype=buf.dtype)
+        if 0 not in inner:
+            out[index] = read_box(buf)
+        return out
+    return masked
 
 
 def strided_reader(offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Reader:
