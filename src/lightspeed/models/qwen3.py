@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from ..nn import rope_from_hf
-from .base import FULL, SLIDING, DecoderConfig, DecoderLM, eos_ids
+from .base import FULL, SLIDING, DecoderConfig, DecoderLM
+from .llama import Llama
 
 __all__ = ["Qwen3"]
 
@@ -31,13 +33,7 @@ class Qwen3(DecoderLM):
         if window is None:
             types = [FULL] * n
         rope = rope_from_hf(c, head_dim, default_theta=1_000_000.0)
-        return DecoderConfig(
-            vocab_size=int(c["vocab_size"]), hidden_size=int(c["hidden_size"]),
-            intermediate_size=int(c["intermediate_size"]), num_layers=n, num_heads=heads,
-            num_kv_heads=int(c.get("num_key_value_heads") or heads), head_dim=head_dim,
-            rope={FULL: rope, SLIDING: rope}, layer_types=tuple(types), sliding_window=window,
-            rms_norm_eps=float(c.get("rms_norm_eps", 1e-6)), hidden_act=c.get("hidden_act", "silu"),
-            tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
-            attention_bias=bool(c.get("attention_bias", False)), qk_norm=True,
-            bos_token_id=c.get("bos_token_id"), eos_token_ids=eos_ids(c.get("eos_token_id")),
-            max_position_embeddings=c.get("max_position_embeddings"))
+        # Llama's reader, with Qwen3's rope default, per-head q/k norms, no MLP bias and windows
+        return dataclasses.replace(
+            Llama.config_from_hf(c), rope={FULL: rope, SLIDING: rope}, layer_types=tuple(types),
+            sliding_window=window, qk_norm=True, mlp_bias=False)

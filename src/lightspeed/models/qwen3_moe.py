@@ -17,6 +17,7 @@ prefill graph runs the experts densely, the decode graph gathers the chosen ones
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,9 +28,10 @@ from .. import dtypes as dt
 from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..graph import GraphTensor
-from ..nn import Builder, Step, rope_from_hf
+from ..nn import Builder, Step
 from ..nn.moe import MOE_MODES, SparseMoeBlock, fuse_expert_weights
-from .base import FULL, SLIDING, DecoderBlock, DecoderConfig, DecoderLM, eos_ids
+from .base import FULL, SLIDING, DecoderBlock, DecoderConfig, DecoderLM
+from .qwen3 import Qwen3
 
 __all__ = ["Qwen3Moe", "Qwen3MoeConfig", "Qwen3MoeBlock"]
 
@@ -101,28 +103,18 @@ class Qwen3Moe(DecoderLM):
 
     @classmethod
     def config_from_hf(cls, config: Mapping[str, Any]) -> Qwen3MoeConfig:
+        """Qwen3's attention config (shared reader), plus the experts; only the window rule differs."""
         c = config
-        heads = int(c["num_attention_heads"])
-        head_dim = int(c.get("head_dim") or c["hidden_size"] // heads)
-        n = int(c["num_hidden_layers"])
-        # HF applies the sliding window to every layer when use_sliding_window is set
-        window = c.get("sliding_window") if c.get("use_sliding_window", False) else None
-        types = [SLIDING if window is not None else FULL] * n
-        # config.json says num_experts; transformers 5's to_dict() writes num_local_experts
-        num_experts = int(c.get("num_experts", c.get("num_local_experts", 0)) or 0)
         if c.get("shared_expert_intermediate_size"):
             raise UnsupportedError("qwen3_moe: shared experts (Qwen2-MoE style) are not supported")
-        rope = rope_from_hf(c, head_dim, default_theta=1_000_000.0)
+        base = Qwen3.config_from_hf(c)
+        n = base.num_layers
+        # HF applies the sliding window to every layer when use_sliding_window is set
+        types = (SLIDING if base.sliding_window is not None else FULL,) * n
+        # config.json says num_experts; transformers 5's to_dict() writes num_local_experts
+        num_experts = int(c.get("num_experts", c.get("num_local_experts", 0)) or 0)
         return Qwen3MoeConfig(
-            vocab_size=int(c["vocab_size"]), hidden_size=int(c["hidden_size"]),
-            intermediate_size=int(c["intermediate_size"]), num_layers=n, num_heads=heads,
-            num_kv_heads=int(c.get("num_key_value_heads") or heads), head_dim=head_dim,
-            rope={FULL: rope, SLIDING: rope}, layer_types=tuple(types), sliding_window=window,
-            rms_norm_eps=float(c.get("rms_norm_eps", 1e-6)), hidden_act=c.get("hidden_act", "silu"),
-            tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
-            attention_bias=bool(c.get("attention_bias", False)), qk_norm=True,
-            bos_token_id=c.get("bos_token_id"), eos_token_ids=eos_ids(c.get("eos_token_id")),
-            max_position_embeddings=c.get("max_position_embeddings"),
+            **{f.name: getattr(base, f.name) for f in dataclasses.fields(DecoderConfig)} | {"layer_types": types},
             num_experts=num_experts, num_experts_per_tok=int(c.get("num_experts_per_tok", 8)),
             moe_intermediate_size=int(c.get("moe_intermediate_size", 768)),
             norm_topk_prob=bool(c.get("norm_topk_prob", False)),
