@@ -177,19 +177,14 @@ def _rsub(cx: Ctx, a: Any, b: Any, alpha: Any = 1) -> GraphTensor:
 
 
 def _scale(x: GraphTensor, s: Any) -> GraphTensor:
-    """``x * s``, leaving out exact multiplications by one.  Besides saving a node this sidesteps a
-    core bug: the cpu backend's extraction fails on ``x * 1 + x`` (see docs/torch.md)."""
+    """``x * alpha`` for add/sub's ``alpha``: the default alpha=1 adds no node."""
     return x if isinstance(s, (int, float)) and not isinstance(s, bool) and s == 1 else ls.mul(x, s)
 
 
 def _mul(cx: Ctx, a: Any, b: Any) -> GraphTensor:
+    # a multiplication by one is left to the e-graph's copy-elimination rule, like any other graph's
     rdt = torch_result_type(a, b)
-    x, y = cx.operand(a, rdt), cx.operand(b, rdt)
-    if isinstance(x, GraphTensor) and not isinstance(y, GraphTensor):
-        return _scale(x, y)
-    if isinstance(y, GraphTensor) and not isinstance(x, GraphTensor):
-        return _scale(y, x)
-    return ls.mul(x, y)
+    return ls.mul(cx.operand(a, rdt), cx.operand(b, rdt))
 
 
 def _div(cx: Ctx, a: Any, b: Any, rounding_mode: str | None = None) -> GraphTensor:
