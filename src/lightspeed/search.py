@@ -11,20 +11,19 @@ Candidates that crash or produce wrong shapes are rejected, not fatal.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
-import json
 import os
 import random
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from . import cache
+from .cache import cache_dir  # noqa: F401  (kept importable from here)
 from .egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, SerializedEGraph, encode_graph, rules_producing
 from .egraph.llir import LProgram, decode_program
 from .egraph.runner import EGGLOG_VERSION
@@ -118,49 +117,8 @@ class SearchReport:
         return self.program.to_dot(self.produced_by)
 
 
-def cache_dir() -> Path | None:
-    """Where saturated e-graphs and search decisions are kept: ``$LIGHTSPEED_CACHE_DIR`` or
-    ``~/.cache/lightspeed``; ``LIGHTSPEED_CACHE=0`` turns the cache off."""
-    if os.environ.get("LIGHTSPEED_CACHE", "1") == "0":
-        return None
-    d = os.environ.get("LIGHTSPEED_CACHE_DIR")
-    return Path(d) if d else Path.home() / ".cache" / "lightspeed"
-
-
 # bumped when the way decisions are made changes, so cached decisions of an older search are not reused
 SEARCH_VERSION = 2
-
-
-def _digest(*parts: object) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(str(p).encode())
-        h.update(b"\0")
-    return h.hexdigest()[:32]
-
-
-def _cache_load(name: str) -> dict | None:
-    d = cache_dir()
-    if d is None:
-        return None
-    path = d / f"{name}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # missing or corrupt entries are recomputed
-
-
-def _cache_store(name: str, data: dict) -> None:
-    d = cache_dir()
-    if d is None:
-        return
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".{name}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(data))
-        tmp.replace(d / f"{name}.json")  # atomic: concurrent compiles never read half a file
-    except OSError:
-        pass  # a read-only home must not stop compilation
 
 
 def _log(kind: str) -> bool:
@@ -191,8 +149,8 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
     t0 = time.perf_counter()
     rules = backend.rules_text()
     schedule = f"{backend.rulesets} iterations={opts.iterations} max_enodes={opts.max_enodes}"
-    key = _digest(SCHEMA, rules, schedule, enc.program, EGGLOG_VERSION)
-    cached = _cache_load(f"egraph-{key}")
+    key = cache.digest(SCHEMA, rules, schedule, enc.program, EGGLOG_VERSION)
+    cached = cache.load(f"egraph-{key}")
     if cached is not None:
         ser = SerializedEGraph(cached["nodes"], cached["class_data"], cached["root_eclasses"])
         rep.rule_matches = cached["rule_matches"]
@@ -213,7 +171,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         t0 = time.perf_counter()
         ser = runner.serialize("$root")
         rep.phases["serialize"] = time.perf_counter() - t0
-        _cache_store(f"egraph-{key}", {"nodes": ser.nodes, "class_data": ser.class_data,
+        cache.store(f"egraph-{key}", {"nodes": ser.nodes, "class_data": ser.class_data,
                                        "root_eclasses": ser.root_eclasses, "rule_matches": rep.rule_matches})
         if _log("egraph"):
             for rs, (sec, its, why) in rep.rulesets.items():
@@ -258,9 +216,9 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
             return prefer_backend(cid, nodes)
         return pick
 
-    decision_key = _digest(SEARCH_VERSION, key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats,
+    decision_key = cache.digest(SEARCH_VERSION, key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats,
                            opts.mutation_rate, opts.time_budget, opts.max_memory)
-    decided = _cache_load(f"search-{decision_key}")
+    decided = cache.load(f"search-{decision_key}")
     if decided is not None:
         by_id = {n.id: n for nodes in index.classes.values() for n in nodes}
         if all(nid in by_id for nid in decided["choice"].values()):
@@ -375,7 +333,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
     rep.winner = best[1]
     rep.program_text = str(best[2])
     rep.program = best[2]
-    _cache_store(f"search-{decision_key}", {"choice": {c: n.id for c, n in best[3].choice.items()},
+    cache.store(f"search-{decision_key}", {"choice": {c: n.id for c, n in best[3].choice.items()},
                                             "winner": rep.winner,
                                             "candidates": [dataclasses.asdict(c) for c in rep.candidates]})
     if _log("search"):
