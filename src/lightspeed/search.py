@@ -150,7 +150,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
     rules = backend.rules_text()
     schedule = f"{backend.rulesets} iterations={opts.iterations} max_enodes={opts.max_enodes}"
     key = cache.digest(SCHEMA, rules, schedule, enc.program, EGGLOG_VERSION)
-    cached = cache.load(f"egraph-{key}")
+    cached = cache.load(f"egraph-{key}", validate=cache.check_egraph)
     if cached is not None:
         ser = SerializedEGraph(cached["nodes"], cached["class_data"], cached["root_eclasses"])
         rep.rule_matches = cached["rule_matches"]
@@ -218,7 +218,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
 
     decision_key = cache.digest(SEARCH_VERSION, key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats,
                            opts.mutation_rate, opts.time_budget, opts.max_memory)
-    decided = cache.load(f"search-{decision_key}")
+    decided = cache.load(f"search-{decision_key}", validate=cache.decision_validator(ser.nodes))
     if decided is not None:
         by_id = {n.id: n for nodes in index.classes.values() for n in nodes}
         if all(nid in by_id for nid in decided["choice"].values()):

