@@ -82,11 +82,60 @@ def _derived_merges(tokens: Sequence[str], priority: Sequence[float]) -> list[tu
     return [(tokens[m[3]], tokens[m[4]]) for m in found]
 
 
+def _check_gguf_metadata(md: Mapping[str, Any], source: str) -> None:
+    """Refuse tokenizer metadata of the wrong type or size with a WeightError naming the key (rather than
+    an AttributeError or TypeError deep inside the build)."""
+    import numpy as np
+
+    def bad(key: str, want: str) -> WeightError:
+        value = md[key]
+        shown = f"an array of {len(value)} {value.dtype}" if isinstance(value, np.ndarray) else repr(value)[:80]
+        return WeightError(f"{source}: GGUF metadata {key!r} is {shown}, expected {want}")
+
+    tokens = md.get("tokenizer.ggml.tokens")
+    if tokens is not None and (not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens)):
+        raise bad("tokenizer.ggml.tokens", "an array of strings")
+    n = len(tokens or ())
+    for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.chat_template", "general.name",
+                "general.architecture"):
+        if key in md and not isinstance(md[key], str):
+            raise bad(key, "a string")
+    merges = md.get("tokenizer.ggml.merges")
+    if merges is not None and (not isinstance(merges, list)
+                               or not all(isinstance(m, str) and " " in m for m in merges)):
+        raise bad("tokenizer.ggml.merges", "an array of strings of two space-separated tokens")
+    for key, kinds in (("tokenizer.ggml.token_type", "iu"), ("tokenizer.ggml.scores", "iuf")):
+        if key in md:
+            v = md[key]
+            if not isinstance(v, np.ndarray) or v.ndim != 1 or v.dtype.kind not in kinds or len(v) != n:
+                raise bad(key, f"an array of {n} {'integers' if kinds == 'iu' else 'numbers'} (one per token)")
+    for key in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
+                "tokenizer.ggml.padding_token_id"):
+        if key in md:
+            v = md[key]
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n:
+                raise bad(key, f"a token id in 0..{n - 1}")
+    for key in ("tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token", "tokenizer.ggml.add_space_prefix"):
+        if key in md and not isinstance(md[key], bool):
+            raise bad(key, "a boolean")
+
+
+def _bpe(source: str, make: Any) -> Any:
+    """A tokenizers BPE tokenizer from `make()`; its construction errors (a merge of tokens not in the
+    vocabulary, ...) are bare Exceptions, turned into WeightError naming the file."""
+    from tokenizers import Tokenizer as RustTokenizer
+
+    try:
+        return RustTokenizer(make())
+    except Exception as e:  # noqa: BLE001
+        raise WeightError(f"{source}: cannot build the tokenizer from the GGUF vocabulary: {e}") from None
+
+
 def _gguf_backend(md: Mapping[str, Any], source: str) -> Any:
     from tokenizers import AddedToken, Regex, decoders, normalizers, pre_tokenizers
-    from tokenizers import Tokenizer as RustTokenizer
     from tokenizers.models import BPE
 
+    _check_gguf_metadata(md, source)
     kind = md.get("tokenizer.ggml.model")
     tokens = list(md.get("tokenizer.ggml.tokens") or [])
     if not tokens:
@@ -103,7 +152,7 @@ def _gguf_backend(md: Mapping[str, Any], source: str) -> Any:
                    else "".join(spell[b] for b in t.encode("utf-8")) for i, t in enumerate(tokens)]
         if merges is None:
             raise WeightError(f"{source}: byte-level BPE vocabulary without tokenizer.ggml.merges")
-        tok = RustTokenizer(BPE({t: i for i, t in enumerate(spelled)}, merges, fuse_unk=False))
+        tok = _bpe(source, lambda: BPE({t: i for i, t in enumerate(spelled)}, merges, fuse_unk=False))
         pre = md.get("tokenizer.ggml.pre", "default")
         if pre not in _PRE_SPLITS:
             warnings.warn(f"{source}: unknown tokenizer.ggml.pre {pre!r}; splitting text like GPT-2", stacklevel=3)
@@ -126,8 +175,8 @@ def _gguf_backend(md: Mapping[str, Any], source: str) -> Any:
             merges = _derived_merges(spelled, priority)
         unk_id = md.get("tokenizer.ggml.unknown_token_id")
         unk = spelled[unk_id] if unk_id is not None else None
-        tok = RustTokenizer(BPE({t: i for i, t in enumerate(spelled)}, merges, unk_token=unk, fuse_unk=True,
-                                byte_fallback=True))
+        tok = _bpe(source, lambda: BPE({t: i for i, t in enumerate(spelled)}, merges, unk_token=unk, fuse_unk=True,
+                                        byte_fallback=True))
         steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
         if md.get("tokenizer.ggml.add_space_prefix", True):
             # As llama.cpp (and SentencePiece's add_dummy_prefix) do: a space before the text and after every
@@ -159,12 +208,14 @@ def _token_text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _ids(value: Any) -> list[int]:
+def _ids(value: Any, where: str = "config") -> list[int]:
     if value is None:
         return []
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return [value]
-    return [int(v) for v in value]
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return list(value)
+    raise WeightError(f"{where}: token id {value!r} is not an integer or a list of integers")
 
 
 class Tokenizer:
@@ -243,7 +294,8 @@ class Tokenizer:
             text = _token_text(tcfg.get(key))
             if text is not None and backend.token_to_id(text) is not None:
                 return backend.token_to_id(text)
-            ids = _ids(gen.get(key + "_id")) or _ids(model_cfg.get(key + "_id"))
+            ids = (_ids(gen.get(key + "_id"), f"{directory / 'generation_config.json'}: {key}_id")
+                   or _ids(model_cfg.get(key + "_id"), f"{directory / 'config.json'}: {key}_id"))
             return ids[0] if ids else None
 
         bos, eos = token_id("bos_token"), token_id("eos_token")
@@ -253,11 +305,17 @@ class Tokenizer:
             add_bos = bos is not None and backend.encode("a", add_special_tokens=True).ids[:1] == [bos]
         template = tcfg.get("chat_template")
         if isinstance(template, list):  # named templates: use the default one
-            template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+            template = next((t.get("template") for t in template
+                             if isinstance(t, dict) and t.get("name") == "default"), None)
+        if template is not None and not isinstance(template, str):
+            raise WeightError(f"{directory / 'tokenizer_config.json'}: chat_template is {str(template)[:80]}, "
+                              f"expected a string or a list of named templates")
         if (directory / "chat_template.jinja").exists():
             template = (directory / "chat_template.jinja").read_text(encoding="utf-8")
-        return cls(backend, bos_id=bos, eos_id=eos, eos_ids=_ids(gen.get("eos_token_id")) + _ids(
-            model_cfg.get("eos_token_id")), add_bos=add_bos, chat_template=template, name=directory.name)
+        eos_ids = (_ids(gen.get("eos_token_id"), f"{directory / 'generation_config.json'}: eos_token_id")
+                   + _ids(model_cfg.get("eos_token_id"), f"{directory / 'config.json'}: eos_token_id"))
+        return cls(backend, bos_id=bos, eos_id=eos, eos_ids=eos_ids, add_bos=add_bos, chat_template=template,
+                   name=directory.name)
 
     @classmethod
     def from_dir(cls, directory: str | os.PathLike) -> Tokenizer:

@@ -19,6 +19,7 @@ import numpy as np
 
 from .errors import WeightError
 from .gguf_file import GGUFFile
+from .shapes import check_config
 
 __all__ = ["SUPPORTED_ARCHITECTURES", "gguf_config", "hf_name", "permute_qk", "unpermute_qk", "fix_tensor"]
 
@@ -113,14 +114,38 @@ class _Meta:
         if isinstance(value, np.ndarray | list):
             raise WeightError(f"{self.g.path}: GGUF metadata {full!r} is an array (per-layer values are "
                               f"not supported)")
+        # the stored type must fit the field: int(...) of a string or a float would silently invent a value
+        if kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            raise WeightError(f"{self.g.path}: GGUF metadata {full!r} is {value!r} ({type(value).__name__}), "
+                              f"expected {'a finite number' if kind is float else kind.__name__}")
         return kind(value)
+
+    def positive(self, key: str, default: Any = _MISSING, limit: int = 1 << 31) -> Any:
+        """An int field that must lie in 1..limit (or be absent with `default`)."""
+        v = self.get(key, default)
+        if v is not default and not 0 < v <= limit:
+            raise WeightError(f"{self.g.path}: GGUF metadata {self._full(key)!r} is {v}, expected 1..{limit}")
+        return v
+
+    def _full(self, key: str) -> str:
+        return key if key.startswith(("tokenizer.", "general.")) else f"{self.arch}.{key}"
 
 
 def _vocab_size(m: _Meta) -> int:
     if f"{m.arch}.vocab_size" in m.md:
-        return m.get("vocab_size")
+        return m.positive("vocab_size")
     if "tokenizer.ggml.tokens" in m.md:
-        return len(m.md["tokenizer.ggml.tokens"])
+        tokens = m.md["tokenizer.ggml.tokens"]
+        if not isinstance(tokens, list) or not tokens:
+            raise WeightError(f"{m.g.path}: GGUF metadata 'tokenizer.ggml.tokens' is not a non-empty array of "
+                              f"strings")
+        return len(tokens)
     if "token_embd.weight" in m.g.tensors:
         return m.g.tensors["token_embd.weight"].shape[0]
     raise WeightError(f"{m.g.path}: cannot tell the vocabulary size (no vocab_size, tokens or token_embd.weight)")
@@ -158,20 +183,26 @@ def gguf_config(g: GGUFFile) -> dict[str, Any]:
     if arch not in SUPPORTED_ARCHITECTURES:
         raise WeightError(f"{g.path}: GGUF architecture {arch!r} is not supported "
                           f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
-    hidden = m.get("embedding_length")
-    heads = m.get("attention.head_count")
-    kv_heads = m.get("attention.head_count_kv", heads)
-    head_dim = m.get("attention.key_length", None) or hidden // heads
+    # counts are range-checked before anything divides by them or loops over them
+    layers = m.positive("block_count", limit=len(g.tensors) or 1)
+    hidden = m.positive("embedding_length")
+    heads = m.positive("attention.head_count")
+    kv_heads = m.positive("attention.head_count_kv", heads)
+    head_dim = m.positive("attention.key_length", None) or hidden // heads
+    if head_dim == 0:
+        raise WeightError(f"{g.path}: embedding_length {hidden} is smaller than attention.head_count {heads}")
     rope_theta = m.get("rope.freq_base", 10000.0, kind=float)
+    if rope_theta <= 0:
+        raise WeightError(f"{g.path}: GGUF metadata '{arch}.rope.freq_base' is {rope_theta}, expected > 0")
     cfg: dict[str, Any] = {
         "vocab_size": _vocab_size(m),
         "hidden_size": hidden,
-        "intermediate_size": m.get("feed_forward_length"),
-        "num_hidden_layers": m.get("block_count"),
+        "intermediate_size": m.positive("feed_forward_length"),
+        "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
-        "max_position_embeddings": m.get("context_length", 2048),
+        "max_position_embeddings": m.positive("context_length", 2048),
         "rms_norm_eps": m.get("attention.layer_norm_rms_epsilon", kind=float),
         "rope_theta": rope_theta,
         "rope_scaling": _rope_scaling(m, head_dim, rope_theta),
@@ -181,7 +212,11 @@ def gguf_config(g: GGUFFile) -> dict[str, Any]:
     }
     for hf_key, gguf_key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
                              ("pad_token_id", "padding_token_id")):
-        cfg[hf_key] = m.get(f"tokenizer.ggml.{gguf_key}", None)
+        tid = m.get(f"tokenizer.ggml.{gguf_key}", None)
+        if tid is not None and not 0 <= tid < cfg["vocab_size"]:
+            raise WeightError(f"{g.path}: GGUF metadata 'tokenizer.ggml.{gguf_key}' is {tid}, outside the "
+                              f"vocabulary of {cfg['vocab_size']}")
+        cfg[hf_key] = tid
     if arch == "llama":
         cfg |= {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
                 "attention_bias": "blk.0.attn_q.bias" in g.tensors, "mlp_bias": "blk.0.ffn_up.bias" in g.tensors}
@@ -198,22 +233,27 @@ def gguf_config(g: GGUFFile) -> dict[str, Any]:
         # hidden/heads instead of head_dim (it is the one with 62 layers). Newer files may store the
         # pattern as one bool per layer (true = sliding window).
         pattern_raw = g.metadata.get(f"{arch}.attention.sliding_window_pattern", 6)
-        if isinstance(pattern_raw, int):
+        if isinstance(pattern_raw, int) and not isinstance(pattern_raw, bool):
+            if pattern_raw <= 0:
+                raise WeightError(f"{g.path}: {arch}.attention.sliding_window_pattern is {pattern_raw}, expected > 0")
             pattern: int | None = pattern_raw
             layer_types = ["full_attention" if (i + 1) % pattern_raw == 0 else "sliding_attention"
                            for i in range(layers)]
-        else:
+        elif isinstance(pattern_raw, np.ndarray) and pattern_raw.ndim == 1 and pattern_raw.dtype.kind in "biu":
             pattern = None
             layer_types = ["sliding_attention" if bool(b) else "full_attention" for b in pattern_raw]
             if len(layer_types) != layers:
                 raise WeightError(f"{g.path}: {arch}.attention.sliding_window_pattern has {len(layer_types)} "
                                   f"entries for {layers} layers")
+        else:
+            raise WeightError(f"{g.path}: {arch}.attention.sliding_window_pattern is {pattern_raw!r}, expected an "
+                              f"integer or an array of booleans")
         cfg |= {
             "model_type": "gemma3_text",
             "architectures": ["Gemma3ForCausalLM"],
             "hidden_activation": "gelu_pytorch_tanh",
             "attention_bias": False,
-            "sliding_window": m.get("attention.sliding_window"),
+            "sliding_window": m.positive("attention.sliding_window"),
             "sliding_window_pattern": pattern,
             "layer_types": layer_types,
             "rope_local_base_freq": m.get("rope.freq_base_swa", 10000.0, kind=float),
@@ -224,4 +264,5 @@ def gguf_config(g: GGUFFile) -> dict[str, Any]:
         }
         if pattern is None:
             del cfg["sliding_window_pattern"]
+    check_config(g.path, cfg, len(g.tensors))
     return cfg

@@ -27,7 +27,7 @@ CTranslate2 quantises them: ``q = round(w * scale)``, so ``w = q / scale`` (one 
 
 from __future__ import annotations
 
-import json
+import math
 import re
 import struct
 from collections.abc import Mapping
@@ -39,6 +39,7 @@ import ml_dtypes
 import numpy as np
 
 from .errors import WeightError
+from .safetensors_dir import read_json
 
 __all__ = ["CT2Model", "WeightError", "read_ct2", "write_ct2", "whisper_config", "whisper_state_dict",
            "load_whisper", "DTYPES"]
@@ -50,6 +51,8 @@ DTYPES: dict[int, np.dtype] = {
 }
 _DTYPE_IDS = {v: k for k, v in DTYPES.items()}
 MIN_VERSION, MAX_VERSION = 4, 6
+# CTranslate2 stores the rank in a byte; no variable of a real model has more than 4 dims
+MAX_RANK = 8
 # ActivationType enum (include/ctranslate2/ops/activation.h)
 ACTIVATIONS = {0: "relu", 1: "gelu_tanh", 2: "swish", 3: "gelu", 4: "gelu_sigmoid", 5: "tanh"}
 
@@ -93,7 +96,10 @@ class CT2Model:
         a = self.get(name)
         if a.size != 1:
             raise WeightError(f"{self.path}: variable {name!r} should be a scalar, has shape {a.shape}")
-        return int(a.reshape(()))
+        v = a.reshape(())
+        if a.dtype.kind != "i" and not (np.isfinite(v) and float(v) == int(v)):
+            raise WeightError(f"{self.path}: variable {name!r} is {v!r}, not an integer")
+        return int(v)
 
 
 class _Reader:
@@ -141,10 +147,17 @@ def read_ct2(path: str | Path) -> CT2Model:
     spec = r.string("spec name")
     revision = r.u("I", "spec revision")
     count = r.u("I", "variable count")
+    # each variable takes at least 9 bytes (name length and NUL, rank, dtype, byte count): a count the
+    # rest of the file cannot hold is refused before the loop
+    if count * 9 > len(data) - r.pos:
+        raise WeightError(f"{path}: corrupt file: variable count {count} cannot fit in the "
+                          f"{len(data) - r.pos} bytes left (truncated file?)")
     variables: dict[str, np.ndarray] = {}
     for i in range(count):
         name = r.string(f"name of variable #{i}")
         rank = r.u("B", f"rank of variable {name!r}")
+        if rank > MAX_RANK:
+            raise WeightError(f"{path}: corrupt file: variable {name!r} has rank {rank} (at most {MAX_RANK})")
         shape = tuple(r.u("I", f"dim {k} of variable {name!r}") for k in range(rank))
         type_id = r.u("B", f"dtype of variable {name!r}")
         if type_id not in DTYPES:
@@ -152,7 +165,8 @@ def read_ct2(path: str | Path) -> CT2Model:
                               f"at offset {r.pos - 1}")
         dtype = DTYPES[type_id]
         nbytes = r.u("I", f"byte count of variable {name!r}")
-        want = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        # Python ints: a product of huge dims must not wrap around to the stored byte count
+        want = math.prod(shape) * dtype.itemsize
         if nbytes != want:
             raise WeightError(f"{path}: corrupt file: variable {name!r} of shape {shape} and dtype {dtype} "
                               f"needs {want} bytes, the file says {nbytes}")
@@ -162,21 +176,26 @@ def read_ct2(path: str | Path) -> CT2Model:
         # a read-only view of the file's bytes: no copy until a caller converts it
         variables[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)
     aliases: dict[str, str] = {}
-    for i in range(r.u("I", "alias count")):
+    n_aliases = r.u("I", "alias count")
+    if n_aliases * 4 > len(data) - r.pos:  # two strings of at least 2 bytes each
+        raise WeightError(f"{path}: corrupt file: alias count {n_aliases} cannot fit in the "
+                          f"{len(data) - r.pos} bytes left")
+    for i in range(n_aliases):
         alias = r.string(f"name of alias #{i}")
         aliases[alias] = r.string(f"target of alias {alias!r}")
         if aliases[alias] not in variables:
             raise WeightError(f"{path}: corrupt file: alias {alias!r} points at missing variable {aliases[alias]!r}")
+        if alias in variables:
+            raise WeightError(f"{path}: corrupt file: alias {alias!r} has the name of a variable")
     if r.pos != len(data):
         raise WeightError(f"{path}: corrupt file: {len(data) - r.pos} unexpected bytes after the aliases "
                           f"(offset {r.pos})")
     config: dict[str, Any] = {}
     cfg_path = path.with_name("config.json")
     if cfg_path.is_file():
-        try:
-            config = json.loads(cfg_path.read_text())
-        except ValueError as e:
-            raise WeightError(f"{cfg_path}: not valid JSON: {e}") from None
+        config = read_json(cfg_path)
+        if not isinstance(config, dict):
+            raise WeightError(f"{cfg_path}: not a JSON object")
     return CT2Model(path, version, spec, revision, variables, aliases, config)
 
 
@@ -241,14 +260,37 @@ def _vocabulary(m: CT2Model) -> list[str] | None:
     p = m.path.with_name("vocabulary.txt")
     if not p.is_file():
         return None
-    return p.read_text(encoding="utf-8").split("\n")
+    try:
+        return p.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise WeightError(f"{p}: cannot read the vocabulary: {e}") from None
+
+
+def _rank(m: CT2Model, name: str, rank: int) -> np.ndarray:
+    a = m.get(name)
+    if a.ndim != rank or 0 in a.shape:
+        raise WeightError(f"{m.path}: variable {name!r} has shape {a.shape}, expected {rank} non-zero dims")
+    return a
+
+
+def _token_list(m: CT2Model, key: str, vocab_size: int) -> list[int]:
+    """A list of token ids from config.json (e.g. ``suppress_ids``), each checked against the vocabulary."""
+    v = m.config.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size
+                                          for i in v):
+        raise WeightError(f"{m.path.with_name('config.json')}: {key} is {str(v)[:80]}, expected a list of token "
+                          f"ids in 0..{vocab_size - 1}")
+    return list(v)
 
 
 def whisper_config(m: CT2Model) -> dict[str, Any]:
     """Hugging Face ``WhisperConfig`` fields, read off the variables' shapes and the scalar knobs."""
     _check_whisper(m)
-    emb = m.get("decoder/embeddings/weight")
-    conv1 = m.get("encoder/conv1/weight")
+    emb = _rank(m, "decoder/embeddings/weight", 2)
+    conv1 = _rank(m, "encoder/conv1/weight", 3)
+    for name in ("encoder/position_encodings/encodings", "decoder/position_encodings/encodings",
+                 "encoder/layer_0/ffn/linear_0/weight", "decoder/layer_0/ffn/linear_0/weight"):
+        _rank(m, name, 2)
     vocab = _vocabulary(m)
     if vocab is not None and vocab and vocab[-1] == "":
         vocab = vocab[:-1]
@@ -281,14 +323,84 @@ def whisper_config(m: CT2Model) -> dict[str, Any]:
         "eos_token_id": eos,
         "pad_token_id": eos,
         "no_timestamps_token_id": no_ts,
-        "suppress_tokens": list(m.config.get("suppress_ids", [])),
-        "begin_suppress_tokens": list(m.config.get("suppress_ids_begin", [])),
+        "suppress_tokens": _token_list(m, "suppress_ids", int(emb.shape[0])),
+        "begin_suppress_tokens": _token_list(m, "suppress_ids_begin", int(emb.shape[0])),
     }
+    for side in ("encoder", "decoder"):
+        heads = cfg[f"{side}_attention_heads"]
+        if not 0 < heads <= cfg["d_model"] or cfg["d_model"] % heads:
+            raise WeightError(f"{m.path}: variable '{side}/num_heads' is {heads}, which does not divide d_model "
+                              f"{cfg['d_model']} (from 'decoder/embeddings/weight')")
+        if cfg[f"{side}_layers"] == 0:
+            raise WeightError(f"{m.path}: no {side} layers ('{side}/layer_0/...' variables)")
     if "alignment_heads" in m.config:
-        cfg["alignment_heads"] = m.config["alignment_heads"]
+        heads = m.config["alignment_heads"]
+        if not isinstance(heads, list) or not all(
+                isinstance(h, list) and len(h) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in h)
+                and 0 <= h[0] < cfg["decoder_layers"] and 0 <= h[1] < cfg["decoder_attention_heads"] for h in heads):
+            raise WeightError(f"{m.path.with_name('config.json')}: alignment_heads is {str(heads)[:80]}, expected "
+                              f"[layer, head] pairs within {cfg['decoder_layers']} layers and "
+                              f"{cfg['decoder_attention_heads']} heads")
+        cfg["alignment_heads"] = heads
+    _check_variables(m, cfg)
     # multilingual vocabularies (51865 rows) hold a language token after <|startoftranscript|>
     cfg["is_multilingual"] = cfg["vocab_size"] >= 51865
     return cfg
+
+
+def _expected_variables(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """CTranslate2 variable name -> shape for a Whisper model of HF config `cfg` (what its converter writes)."""
+    d, nm = cfg["d_model"], cfg["num_mel_bins"]
+    want: dict[str, tuple[int, ...]] = {
+        "encoder/conv1/weight": (d, nm, 3), "encoder/conv1/bias": (d,),
+        "encoder/conv2/weight": (d, d, 3), "encoder/conv2/bias": (d,),
+        "encoder/position_encodings/encodings": (cfg["max_source_positions"], d),
+        "decoder/position_encodings/encodings": (cfg["max_target_positions"], d),
+        "decoder/embeddings/weight": (cfg["vocab_size"], d),
+    }
+    if not cfg["tie_word_embeddings"]:
+        want["decoder/projection/weight"] = (cfg["vocab_size"], d)
+
+    def ln(p: str) -> None:
+        want[f"{p}/gamma"] = want[f"{p}/beta"] = (d,)
+
+    def lin(p: str, rows: int, cols: int) -> None:
+        want[f"{p}/weight"], want[f"{p}/bias"] = (rows, cols), (rows,)
+
+    for side in ("encoder", "decoder"):
+        f = cfg[f"{side}_ffn_dim"]
+        ln(f"{side}/layer_norm")
+        for i in range(cfg[f"{side}_layers"]):
+            p = f"{side}/layer_{i}"
+            ln(f"{p}/self_attention/layer_norm")
+            lin(f"{p}/self_attention/linear_0", 3 * d, d)
+            lin(f"{p}/self_attention/linear_1", d, d)
+            if side == "decoder":
+                ln(f"{p}/attention/layer_norm")
+                lin(f"{p}/attention/linear_0", d, d)
+                lin(f"{p}/attention/linear_1", 2 * d, d)
+                lin(f"{p}/attention/linear_2", d, d)
+            ln(f"{p}/ffn/layer_norm")
+            lin(f"{p}/ffn/linear_0", f, d)
+            lin(f"{p}/ffn/linear_1", d, f)
+    return want
+
+
+def _check_variables(m: CT2Model, cfg: dict[str, Any]) -> None:
+    """Every variable the mapping reads (weights, biases, norms, and their int8 scales) against the shape
+    the config implies, before any is converted."""
+    for name, shape in _expected_variables(cfg).items():
+        target = m.aliases.get(name, name)
+        if target not in m.variables:
+            continue  # reported by name when the mapping asks for it
+        got = m.variables[target].shape
+        if got != shape:
+            raise WeightError(f"{m.path}: variable {name!r} has shape {got}, expected {shape} (d_model "
+                              f"{cfg['d_model']}, from 'decoder/embeddings/weight')")
+        scale = m.variables.get(f"{target}_scale")
+        if scale is not None and scale.shape not in ((shape[0],), ()):
+            raise WeightError(f"{m.path}: variable '{target}_scale' has shape {scale.shape}, expected "
+                              f"{(shape[0],)} or a scalar")
 
 
 def _split_rows(m: CT2Model, name: str, parts: int) -> list[np.ndarray]:

@@ -9,6 +9,7 @@ parser against `GGUFReader` and the kernels against an independent numpy impleme
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -26,6 +27,13 @@ __all__ = ["GGUFFile", "GGUFTensorInfo", "SUPPORTED_TYPES"]
 
 _MAGIC = b"GGUF"
 _DEFAULT_ALIGNMENT = 32
+# ggml's limit on tensor rank (GGML_MAX_DIMS); llama.cpp's gguf reader refuses more
+_MAX_DIMS = 4
+# the smallest encodings, used to bound counts by the bytes left before anything is allocated:
+# a key/value is a string length (8), a type (4) and at least one byte of value; a tensor-table entry
+# is a name length (8), n_dims (4), a type (4) and an offset (8)
+_MIN_KV_BYTES = 13
+_MIN_TENSOR_BYTES = 24
 
 # The storage types lightspeed dequantises; each one is tested against a hand computation.
 SUPPORTED_TYPES = frozenset(
@@ -79,10 +87,17 @@ class _Cursor:
         start = self.take(struct.calcsize(fmt))
         return struct.unpack_from(fmt, self.buf, start)[0]
 
+    def left(self) -> int:
+        return self.size - self.pos
+
     def string(self) -> str:
         n = self.scalar("<Q")
-        start = self.take(n)
+        start = self.take(n)  # checks n against the bytes left before copying anything
         return bytes(self.buf[start:start + n]).decode("utf-8")
+
+
+class _Corrupt(Exception):
+    """A header value that cannot be right (internal; becomes a WeightError naming where it was read)."""
 
 
 class GGUFFile:
@@ -143,32 +158,53 @@ class GGUFFile:
                 raise WeightError(f"{self.path}: GGUF version {version} is not supported (2 and 3 are)")
             n_tensors = cur.scalar("<Q")
             n_kv = cur.scalar("<Q")
+            # counts are checked against the file's size before any loop or allocation uses them
+            if n_kv * _MIN_KV_BYTES > cur.left():
+                raise _Truncated(f"{n_kv} key/values need at least {n_kv * _MIN_KV_BYTES} bytes, {cur.left()} are left")
+            if n_tensors * _MIN_TENSOR_BYTES > cur.left():
+                raise _Truncated(f"{n_tensors} tensor entries need at least {n_tensors * _MIN_TENSOR_BYTES} bytes, "
+                                 f"{cur.left()} are left")
             metadata: dict[str, Any] = {}
             for i in range(n_kv):
                 where = f"metadata entry {i}"
                 key = cur.string()
                 where = f"metadata key {key!r}"
+                if key in metadata:
+                    raise _Corrupt("a duplicate key")
                 metadata[key] = self._value(cur, cur.scalar("<I"), key)
+            where = "the tensor table"
+            if n_tensors * _MIN_TENSOR_BYTES > cur.left():
+                raise _Truncated(f"{n_tensors} tensor entries need at least {n_tensors * _MIN_TENSOR_BYTES} bytes, "
+                                 f"{cur.left()} are left")
             infos = []
             for i in range(n_tensors):
                 where = f"the tensor table (entry {i})"
                 name = cur.string()
                 where = f"the tensor table (tensor {name!r})"
                 n_dims = cur.scalar("<I")
+                if n_dims > _MAX_DIMS:
+                    raise _Corrupt(f"{n_dims} dims (at most {_MAX_DIMS})")
                 dims = [cur.scalar("<Q") for _ in range(n_dims)]
                 raw_type = cur.scalar("<I")
                 offset = cur.scalar("<Q")
                 infos.append((name, dims, raw_type, offset))
-        except _Truncated:
-            raise WeightError(f"{self.path}: truncated GGUF file (it ends inside {where})") from None
+        except _Truncated as e:
+            detail = f": {e}" if str(e) else ""
+            raise WeightError(f"{self.path}: truncated GGUF file (it ends inside {where}{detail})") from None
+        except _Corrupt as e:
+            raise WeightError(f"{self.path}: corrupt GGUF file: {where}: {e}") from None
         except UnicodeDecodeError as e:
             raise WeightError(f"{self.path}: invalid UTF-8 in {where}: {e}") from None
 
         alignment = metadata.get("general.alignment", _DEFAULT_ALIGNMENT)
-        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-            raise WeightError(f"{self.path}: invalid general.alignment {alignment!r}")
+        # llama.cpp stores it as a uint32; a bool or a string is as wrong as a non-power of two
+        if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):
+            raise WeightError(f"{self.path}: invalid general.alignment {alignment!r} (a power of two is needed)")
         data_offset = -(-cur.pos // alignment) * alignment
         size = cur.size
+        if data_offset > size and infos:
+            raise WeightError(f"{self.path}: truncated GGUF file (the data section would start at byte "
+                              f"{data_offset}, the file has {size})")
         tensors: dict[str, GGUFTensorInfo] = {}
         for name, dims, raw_type, offset in infos:
             if name in tensors:
@@ -177,23 +213,50 @@ class GGUFFile:
                 qtype = GGMLQuantizationType(raw_type)
             except ValueError:
                 raise WeightError(f"{self.path}: tensor {name!r} has unknown quant type {raw_type}") from None
+            if qtype not in GGML_QUANT_SIZES:
+                raise WeightError(f"{self.path}: tensor {name!r} has quant type {qtype.name} of unknown size")
             block, type_size = GGML_QUANT_SIZES[qtype]
             if dims and dims[0] % block:
                 raise WeightError(f"{self.path}: tensor {name!r} ({qtype.name}) has a row of {dims[0]} elements, "
                                   f"not a multiple of the block size {block}")
-            nbytes = int(np.prod(dims, dtype=np.int64)) // block * type_size
+            # Python ints: huge dims cannot wrap around to a small, plausible byte count
+            count = math.prod(dims)
+            if count >= 1 << 63:
+                raise WeightError(f"{self.path}: tensor {name!r} has dims {dims} with more than 2^63 elements")
+            nbytes = count // block * type_size
+            if offset % alignment:
+                raise WeightError(f"{self.path}: tensor {name!r} has offset {offset}, not a multiple of the "
+                                  f"alignment {alignment}")
             start = data_offset + offset
             if start + nbytes > size:
                 raise WeightError(f"{self.path}: tensor {name!r} needs bytes {start}..{start + nbytes} but the file "
                                   f"has {size} bytes (truncated file?)")
             tensors[name] = GGUFTensorInfo(name, tuple(int(d) for d in reversed(dims)), qtype, start, nbytes)
+        # As llama.cpp's reader (gguf.cpp) requires: tensors lie back to back in table order, each padded to
+        # the alignment, so none overlaps another and a changed type or dim cannot silently shift the data
+        # of the next one. The file ends with the last tensor (its padding is optional), so the last
+        # one cannot shrink unnoticed either.
+        expected = 0
+        for t in tensors.values():
+            if t.offset - data_offset != expected:
+                how = "overlaps the tensor before it" if t.offset - data_offset < expected else "leaves a gap"
+                raise WeightError(f"{self.path}: tensor {t.name!r} has offset {t.offset - data_offset}, expected "
+                                  f"{expected} ({how}; tensors must follow each other in table order)")
+            end = expected + t.nbytes
+            expected = -(-end // alignment) * alignment
+        if tensors and not data_offset + end <= size <= data_offset + expected:
+            raise WeightError(f"{self.path}: the file has {size - data_offset - end} bytes after the last tensor's "
+                              f"data (corrupt tensor table?)")
         return metadata, tensors, data_offset
 
-    def _value(self, cur: _Cursor, raw_type: int, key: str) -> Any:
+    def _value(self, cur: _Cursor, raw_type: int, key: str, in_array: bool = False) -> Any:
         try:
             vtype = GGUFValueType(raw_type)
         except ValueError:
             raise WeightError(f"{self.path}: metadata key {key!r} has unknown value type {raw_type}") from None
+        if in_array and vtype == GGUFValueType.ARRAY:
+            # llama.cpp's reader refuses nested arrays too; refusing them also bounds the recursion
+            raise WeightError(f"{self.path}: metadata key {key!r} is an array of arrays (not supported)")
         if vtype == GGUFValueType.STRING:
             return cur.string()
         if vtype == GGUFValueType.FLOAT32:
@@ -212,9 +275,12 @@ class GGUFFile:
                                   f"{etype_raw}") from None
             if etype in _NUMPY_TYPES:
                 dt = np.dtype(_NUMPY_TYPES[etype])
-                start = cur.take(count * dt.itemsize)
+                start = cur.take(count * dt.itemsize)  # checked against the bytes left before the copy
                 return np.frombuffer(self._mm, dtype=dt, count=count, offset=start).copy()
-            return [self._value(cur, etype_raw, key) for _ in range(count)]
+            if count * 8 > cur.left():  # each string has at least its 8-byte length
+                raise WeightError(f"{self.path}: corrupt GGUF file: metadata key {key!r} declares {count} strings, "
+                                  f"more than the {cur.left()} bytes left can hold")
+            return [self._value(cur, etype_raw, key, in_array=True) for _ in range(count)]
         raise WeightError(f"{self.path}: metadata key {key!r} has unhandled value type {vtype.name}")
 
     # -- tensor data -------------------------------------------------------------------------------------

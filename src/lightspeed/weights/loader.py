@@ -13,8 +13,8 @@ import numpy as np
 from .convert import IGNORED_TENSORS, fix_tensor, gguf_config, hf_name
 from .errors import WeightError
 from .gguf_file import GGUFFile
-from .safetensors_dir import hf_dir_files, read_json, read_safetensors
-from .shapes import expected_shapes
+from .safetensors_dir import hf_dir_files, index_weight_map, read_json, read_safetensors
+from .shapes import check_config, expected_shapes
 
 if TYPE_CHECKING:
     from ..tokenizer import Tokenizer
@@ -67,9 +67,12 @@ def load(path: str | os.PathLike, *, progress: bool = True, tokenizer: bool = Tr
     return _load_gguf(p, progress, tokenizer)
 
 
-def _check(path: Path, config: dict[str, Any], shapes: dict[str, tuple[int, ...]], names: dict[str, str]) -> None:
+def _check(path: Path, config: dict[str, Any], shapes: dict[str, tuple[int, ...]], names: dict[str, str],
+           dtypes: dict[str, np.dtype] | None = None) -> None:
     """Compare tensor shapes (HF name -> shape) with what the config implies; `names` maps HF names to the
-    names in the file, for messages."""
+    names in the file, for messages. With `dtypes`, the config's tensors must be floating point."""
+    # before expected_shapes loops over the layers: a corrupt layer count must fail here, at once
+    check_config(path if not path.is_dir() else path / "config.json", config, len(shapes))
     expected = expected_shapes(config)
     if expected is None:
         return
@@ -80,6 +83,10 @@ def _check(path: Path, config: dict[str, Any], shapes: dict[str, tuple[int, ...]
         if tuple(shape) != want:
             raise WeightError(f"{path}: tensor {names.get(name, name)!r} has shape {list(shape)}, but the config "
                               f"({config['model_type']}) implies {list(want)} for {name}")
+        # every weight of the checked models is floating point: an integer one is a corrupt dtype field
+        if dtypes is not None and dtypes[name].kind != "f":
+            raise WeightError(f"{path}: tensor {names.get(name, name)!r} is stored as {dtypes[name]} (an integer "
+                              f"type), but {config['model_type']} weights are floating point")
     missing = [n for n in expected if n not in shapes]
     if missing:
         raise WeightError(f"{path}: missing tensor {missing[0]!r} ({len(missing)} missing in all)")
@@ -120,6 +127,7 @@ def _load_hf_dir(d: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights
     config = read_json(cfg_path)
     if not isinstance(config, dict):
         raise WeightError(f"{cfg_path}: not a JSON object")
+    check_config(cfg_path, config)  # types and ranges, before reading any tensor
     files = hf_dir_files(d)
     for f in files:
         if not f.exists():
@@ -134,10 +142,10 @@ def _load_hf_dir(d: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights
                 tensors[name], owner[name] = a, f
     index = d / "model.safetensors.index.json"
     if index.exists():
-        for name, fname in read_json(index)["weight_map"].items():
+        for name, fname in index_weight_map(d).items():
             if name not in tensors:
                 raise WeightError(f"{d / fname}: tensor {name!r} listed in the index is missing from the file")
-    _check(d, config, {n: a.shape for n, a in tensors.items()}, {})
+    _check(d, config, {n: a.shape for n, a in tensors.items()}, {}, {n: a.dtype for n, a in tensors.items()})
     tok = None
     if want_tokenizer and (d / "tokenizer.json").exists():
         from ..tokenizer import Tokenizer

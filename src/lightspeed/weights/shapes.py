@@ -6,11 +6,96 @@ WeightError naming it) for the model types the zoo supports; other model types a
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-__all__ = ["expected_shapes", "CHECKED_MODEL_TYPES"]
+from .errors import WeightError
+
+__all__ = ["expected_shapes", "check_config", "CHECKED_MODEL_TYPES"]
 
 CHECKED_MODEL_TYPES = frozenset({"llama", "gemma3_text", "qwen2", "qwen3"})
+
+
+# No dimension of a real model comes near this; a bigger value is corruption, refused before any
+# shape arithmetic or allocation uses it.
+MAX_DIM = 1 << 31
+
+_POSITIVE_INTS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                  "vocab_size", "num_hidden_layers", "max_position_embeddings", "sliding_window",
+                  "query_pre_attn_scalar", "original_max_position_embeddings")
+_REQUIRED = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size", "num_hidden_layers")
+_BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias")
+_EPSILONS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_config(where: object, config: Any, n_tensors: int | None = None) -> None:
+    """Range-check the config values lightspeed builds from (layers, heads, dims, vocabulary, RoPE,
+    epsilon), raising WeightError naming `where` and the field.
+
+    Present fields are checked for every model type; the zoo's types (`CHECKED_MODEL_TYPES`) must have
+    the required ones. With `n_tensors` (the file's tensor count), a layer count no file of that many
+    tensors could hold is refused at once, before anything loops over the layers."""
+    if not isinstance(config, dict):
+        raise WeightError(f"{where}: the config is not a JSON object")
+    model_type = config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise WeightError(f"{where}: config field 'model_type' is {model_type!r}, not a string")
+    checked = model_type in CHECKED_MODEL_TYPES
+    for key in _POSITIVE_INTS:
+        v = config.get(key)
+        if v is None:
+            if checked and key in _REQUIRED:
+                raise WeightError(f"{where}: config has no {key!r} (needed for {model_type})")
+            continue
+        if not _is_int(v) or not 0 < v <= MAX_DIM:
+            raise WeightError(f"{where}: config field {key!r} is {v!r}, expected an integer in 1..{MAX_DIM}")
+    for key in _BOOLS:
+        if key in config and not isinstance(config[key], bool):
+            raise WeightError(f"{where}: config field {key!r} is {config[key]!r}, expected true or false")
+    for key in _EPSILONS:
+        v = config.get(key)
+        if v is not None and not (_is_number(v) and 0 < v < 1):
+            raise WeightError(f"{where}: config field {key!r} is {v!r}, expected a number in (0, 1)")
+    for key in ("rope_theta", "rope_local_base_freq"):
+        v = config.get(key)
+        if v is not None and not (_is_number(v) and v > 0):
+            raise WeightError(f"{where}: config field {key!r} is {v!r}, expected a positive number")
+    scaling = config.get("rope_scaling")
+    if scaling is not None:
+        if not isinstance(scaling, dict):
+            raise WeightError(f"{where}: config field 'rope_scaling' is {scaling!r}, expected an object or null")
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind is not None and not isinstance(kind, str):
+            raise WeightError(f"{where}: config field 'rope_scaling.rope_type' is {kind!r}, expected a string")
+        for key in ("factor", "low_freq_factor", "high_freq_factor"):
+            v = scaling.get(key)
+            if v is not None and not (_is_number(v) and v > 0):
+                raise WeightError(f"{where}: config field 'rope_scaling.{key}' is {v!r}, expected a positive number")
+    heads, kv_heads = config.get("num_attention_heads"), config.get("num_key_value_heads")
+    if heads is not None and kv_heads is not None and heads % kv_heads:
+        raise WeightError(f"{where}: config num_attention_heads {heads} is not a multiple of "
+                          f"num_key_value_heads {kv_heads}")
+    if checked:
+        head_dim = config.get("head_dim") or config["hidden_size"] // heads
+        if head_dim == 0 or head_dim % 2:
+            raise WeightError(f"{where}: config head_dim {head_dim} (from head_dim or hidden_size / "
+                              f"num_attention_heads) must be a positive even number for rotary embeddings")
+    layers = config.get("num_hidden_layers")
+    if n_tensors is not None and layers is not None and layers > n_tensors:
+        raise WeightError(f"{where}: config num_hidden_layers {layers} cannot fit in a file of {n_tensors} "
+                          f"tensors (each layer has at least one)")
+    layer_types = config.get("layer_types")
+    if layer_types is not None and (not isinstance(layer_types, list) or len(layer_types) != layers
+                                    or not all(isinstance(t, str) for t in layer_types)):
+        raise WeightError(f"{where}: config field 'layer_types' must be a list of {layers} strings")
 
 
 def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
