@@ -11,7 +11,8 @@ import pytest
 
 import lightspeed as ls
 from lightspeed.backends.cpu import CpuProgram
-from lightspeed.rolling import RolledProgram, find_repeated_blocks, split_graph
+from lightspeed.backends.rolled import BlockLoopProgram as RolledProgram
+from lightspeed.rolling import find_repeated_blocks, split_graph
 from lightspeed.search import BucketedProgram
 
 _spec = importlib.util.spec_from_file_location(
@@ -275,7 +276,7 @@ def test_hook_report_and_opt_out():
     assert isinstance(prog, RolledProgram)
     text = prog.report()
     assert "rolled: 2 blocks of 52 nodes" in text and "template x2" in text and "[template]" in text
-    assert "search report" in text and "epilogue (views only)" in text  # the template's own report follows
+    assert "search report" in text and "[epilogue]" in text  # the template's own report follows
     rep = prog.search_report
     assert {"roll", "encode", "saturate", "serialize", "extract", "profile"} <= set(rep.phases)
     plain = g.compile(backend="cpu", search=ls.SearchOptions(budget=2, seed=0, dims={"s": 3}, roll=False))

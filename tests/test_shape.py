@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from numpy.lib.stride_tricks import sliding_window_view
 
-from lightspeed.backends.reference import read_view
+from lightspeed.backends.numpy_views import read_view
 from lightspeed.shape import ShapeTracker, View
 from lightspeed.symbolic import INDEX_VAR, as_expr, const, prod, sym
 

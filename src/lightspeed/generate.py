@@ -125,16 +125,14 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
                   all_logits: bool = False) -> Program:
     """The compiled prefill or decode program of ``model``, cached in-process by (model class,
     config, dtype, mode, backend, search options): programs do not depend on weight values."""
-    opts = search
-    if backend != "reference":
-        opts = search or SearchOptions(budget=3, seed=0)
-        if opts.dims is None:  # profile at the shapes the program will see
-            opts = dataclasses.replace(opts, dims=_profile_dims(model, mode))
+    opts = search or SearchOptions(budget=3, seed=0)
+    if opts.dims is None:  # profile at the shapes the program will see
+        opts = dataclasses.replace(opts, dims=_profile_dims(model, mode))
     key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts))
     prog = _PROGRAMS.get(key)
     if prog is None:
         g = model.build_graph(mode, all_logits)
-        prog = g.compile(backend=backend) if backend == "reference" else g.compile(backend=backend, search=opts)
+        prog = g.compile(backend=backend, search=opts)
         _PROGRAMS[key] = prog
     return prog
 
@@ -170,8 +168,9 @@ class Generator:
         self.weights = model.check_weights(weights)
         self.backend = backend
         t0 = time.perf_counter()
-        self.prefill = compile_model(model, "prefill", backend, search)
-        self.decode = compile_model(model, "decode", backend, search)
+        # the weights become resident once (checked and placed on the device), not passed per step
+        self.prefill = compile_model(model, "prefill", backend, search).persist(self.weights)
+        self.decode = compile_model(model, "decode", backend, search).persist(self.weights)
         self.compile_s = time.perf_counter() - t0
         cfg = model.config
         self._rows = [model.cache_rows(i) for i in range(cfg.num_layers)]
@@ -203,8 +202,13 @@ class Generator:
         vbuf = [np.empty(shape, self.model.dtype.np) for shape in shapes]
         ids = list(prompt)
 
+        # plan once for the longest prompt and cache this call can reach: no step prepares anything
+        self.prefill.reserve(**{k: n for k in ("s",) if k in self.prefill.symbols})
+        window = max((r for r in self._rows if r is not None), default=max_len)
+        bounds = {"p": max_len, "w": min(max_len, window)}
+        self.decode.reserve(**{k: v for k, v in bounds.items() if k in self.decode.symbols})
         t0 = time.perf_counter()
-        first = {"input_ids": np.asarray(prompt, dtype=np.int64), **self.weights}
+        first = {"input_ids": np.asarray(prompt, dtype=np.int64)}
         if "positions" in self.prefill.input_args:  # models may derive positions from the dims instead
             first["positions"] = np.arange(n, dtype=np.int64)
         out = self.prefill(first)
@@ -219,7 +223,7 @@ class Generator:
         p = n
         steps: list[float] = []
         reason = "stop_token" if tok in stops else "max_tokens"
-        inputs = dict(self.weights)
+        inputs: dict[str, Any] = {}
         with_positions = "positions" in self.decode.input_args
         while reason == "max_tokens" and len(ids) - n < max_new_tokens:
             t1 = time.perf_counter()

@@ -24,6 +24,7 @@ Reference semantics, stated precisely (they define every backend's correctness):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +99,9 @@ class PrimitiveOp:
     shape_rule: Callable[[Sequence[Shape], Any], Shape]
     reference: Callable[[list[np.ndarray], Any, dict], np.ndarray]
     doc: str
+    # the e-graph constructor's fields, (name, kind) in order: the encoder writes them, the
+    # extractor and the LLIR decoder read them by name (kinds: see lightspeed.egraph.llir.OpDecl)
+    fields: tuple[tuple[str, str], ...] = ()
 
     def __repr__(self) -> str:
         return self.name
@@ -361,6 +365,20 @@ _PRIMS: list[PrimitiveOp] = [
                 "named program output"),
 ]
 
+def _operands(*names: str) -> tuple[tuple[str, str], ...]:
+    return tuple(f for n in names for f in ((n, "ir"), (f"{n}_view", "view")))
+
+
+_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "unary": _operands("x"), "binary": _operands("a", "b"), "reduce": (("axis", "i64"), *_operands("x")),
+    "Iota": (("expr", "expr"), ("shape", "elist"), ("dtype", "dtype")),
+    "Gather": _operands("indexes", "data"), "Scatter": _operands("dest", "indexes", "src"),
+    "Cast": (("to", "dtype"), *_operands("x")),
+    "Input": (("name", "str"), ("shape", "elist"), ("dtype", "dtype")),
+    "Constant": (("index", "i64"), ("shape", "elist"), ("dtype", "dtype")),
+    "Output": (("name", "str"), *_operands("x")),
+}
+_PRIMS = [dataclasses.replace(p, fields=_FIELDS.get(p.name) or _FIELDS[p.category]) for p in _PRIMS]
 PRIMITIVES: dict[str, PrimitiveOp] = {p.name: p for p in _PRIMS}
 COMPUTE_PRIMITIVES: tuple[str, ...] = tuple(p.name for p in _PRIMS if p.category != "io")
 assert len(COMPUTE_PRIMITIVES) == 15

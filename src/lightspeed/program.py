@@ -1,13 +1,17 @@
 """A compiled program: what every backend returns from ``compile``.
 
 :class:`Program` owns the part that is the same for every backend: checking the caller's inputs
-against the graph's declared inputs (names, ranks, dims, dtypes) and binding dim symbols from
-the input shapes (or from explicit ``dims=``).  A backend subclasses it and implements
-:meth:`Program.execute`.
+against the graph's declared inputs (names, ranks, dims, dtypes, whatever the array type) and
+binding dim symbols from the input shapes (or from explicit ``dims=``); inputs made resident once
+(:meth:`Program.persist`, e.g. weights) instead of passed on every call; ``out=`` arrays; outputs
+returned as the caller's kind (torch tensors for torch inputs).  A backend subclasses it and
+implements :meth:`Program.execute`; :meth:`Program.to_device` moves a checked host array to the
+backend's device (the host backends keep it as it is).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +23,7 @@ from .graph import Graph
 from .primitives import InputArg
 from .symbolic import Expr
 
-__all__ = ["Program", "to_numpy"]
+__all__ = ["Program", "to_numpy", "fill_out"]
 
 
 def to_numpy(value: Any, what: str) -> np.ndarray:
@@ -41,6 +45,32 @@ def to_numpy(value: Any, what: str) -> np.ndarray:
     raise InputError(f"{what}: expected a numpy array (or torch tensor), got {type(value).__name__}")
 
 
+def _is_torch(v: Any) -> bool:
+    return type(v).__module__.startswith("torch")
+
+
+def _to_torch(a: np.ndarray) -> Any:
+    """A numpy result as a torch tensor sharing its memory (bfloat16/float8 through their bits)."""
+    import torch
+
+    d = dt.as_dtype(a.dtype)
+    if d.name in ("bfloat16", "float8_e4m3", "float8_e5m2"):
+        bits = np.int16 if d.itemsize == 2 else np.uint8
+        return torch.from_numpy(np.ascontiguousarray(a).view(bits)).view(
+            {"bfloat16": torch.bfloat16, "float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}[d.name])
+    return torch.from_numpy(a)
+
+
+def fill_out(res: dict[str, np.ndarray], out: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """Copy results into the caller's ``out`` arrays (for programs that do not write them directly)."""
+    for k, dest in (out or {}).items():
+        if dest.shape != res[k].shape:
+            raise InputError(f"out[{k!r}] has shape {dest.shape}, the output has shape {res[k].shape}")
+        np.copyto(dest, res[k], casting="unsafe")
+        res[k] = dest
+    return res
+
+
 class Program:
     """Callable compiled graph: ``prog(x=array, ...)`` or ``prog({"x": array}, dims={"s": 4})``."""
 
@@ -51,24 +81,83 @@ class Program:
         self.input_args: dict[str, InputArg] = {name: graph.nodes[nid].arg for name, nid in graph.inputs.items()}
         self.output_names = tuple(graph.outputs)
         self.symbols = frozenset(graph.symbols())
+        self._resident: dict[str, Any] = {}  # persisted inputs, on the backend's device
+        self._resident_dims: dict[str, int] = {}
+        self.compiled: Program = self  # the compiled program this one shares (itself, unless persisted)
+
+    def to_device(self, array: np.ndarray) -> Any:
+        """A checked host input as the backend's array type (host backends: unchanged)."""
+        return array
+
+    def persist(self, inputs: Mapping[str, Any] | None = None, /, **named: Any) -> Program:
+        """A program with these inputs resident (checked and moved to the device once): its calls
+        leave them out (and may still pass a value to override one).  The compiled executable is
+        shared; this program is unchanged, so one compiled model serves several weight sets."""
+        given = {**(inputs or {}), **named}
+        extra = set(given) - set(self.input_args)
+        if extra:
+            raise InputError(f"persist: unexpected input(s) {sorted(extra)}; "
+                             f"the program takes {sorted(self.input_args)}")
+        arrays, env = self._check(given, dict(self._resident_dims), partial=True)
+        bound = copy.copy(self)
+        bound._resident = {**self._resident, **{k: self.to_device(v) for k, v in arrays.items()}}
+        bound._resident_dims = env
+        bound._fresh_state()
+        return bound
+
+    def _fresh_state(self) -> None:
+        """Reset per-instance run state in a copy made by :meth:`persist` (buffers, locks)."""
+
+    def reserve(self, **bounds: int) -> Program:
+        """Prepare for dims up to ``bounds`` (e.g. ``reserve(p=4096)`` before decoding), so calls
+        within them prepare nothing.  Returns the program; a backend without plans ignores it."""
+        unknown = set(bounds) - self.symbols
+        if unknown:
+            raise InputError(f"reserve: the program has no dims {sorted(unknown)} (it has {sorted(self.symbols)})")
+        return self
+
+    @property
+    def preparations(self) -> int:
+        """How many executable plans this program has made (buffers, captured graphs)."""
+        return 0
 
     def bind(self, inputs: Mapping[str, Any], dims: Mapping[str, int] | None = None
              ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         """Check inputs and bind dims. Returns (arrays by input name, dim values)."""
-        env: dict[str, int] = {}
+        env: dict[str, int] = dict(self._resident_dims)
         for k, v in (dims or {}).items():
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise InputError(f"dim {k!r}: expected a non-negative int, got {v!r}")
+            if k in self._resident_dims and self._resident_dims[k] != v:
+                raise InputError(f"dim {k!r} = {v}, but the persisted inputs bind it to {self._resident_dims[k]}")
             env[k] = int(v)
         extra = set(inputs) - set(self.input_args)
         if extra:
             raise InputError(f"unexpected input(s) {sorted(extra)}; the program takes {sorted(self.input_args)}")
-        missing = [n for n in self.input_args if n not in inputs]
+        missing = [n for n in self.input_args if n not in inputs and n not in self._resident]
         if missing:
             raise InputError(f"missing input(s) {missing}; the program takes {sorted(self.input_args)}")
+        if self._resident:
+            given, env = self._check(inputs, env, partial=True)
+            arrays = {**self._resident, **{k: self.to_device(v) for k, v in given.items()}}
+        else:
+            arrays, env = self._check(inputs, env, partial=False)
+            arrays = {k: self.to_device(v) for k, v in arrays.items()}
+        unbound = self.symbols - env.keys()
+        if unbound:
+            raise InputError(f"dims {sorted(unbound)} are not determined by the input shapes; "
+                             "pass them explicitly with dims={...}")
+        return arrays, env
+
+    def _check(self, inputs: Mapping[str, Any], env: dict[str, int], partial: bool
+               ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        """Check ``inputs`` (all of them, or those given when ``partial``) against the declared
+        inputs and bind the dims their shapes determine into ``env``."""
         arrays: dict[str, np.ndarray] = {}
         deferred: list[tuple[str, int, Expr, int]] = []
         for name, arg in self.input_args.items():
+            if partial and name not in inputs:
+                continue
             a = to_numpy(inputs[name], f"input {name!r}")
             want = arg.dtype
             if a.dtype != want.np:
@@ -100,23 +189,37 @@ class Program:
                                  "pass them with dims={...}")
             if d.evaluate(env) != n:
                 raise InputError(f"input {name!r}: axis {ax} must have size {d} = {d.evaluate(env)}, got {n}")
-        unbound = self.symbols - env.keys()
-        if unbound:
-            raise InputError(f"dims {sorted(unbound)} are not determined by the input shapes; "
-                             "pass them explicitly with dims={...}")
         return arrays, env
 
     def __call__(self, inputs: Mapping[str, Any] | None = None, /, *, dims: Mapping[str, int] | None = None,
-                 **named: Any) -> dict[str, np.ndarray]:
+                 out: Mapping[str, Any] | None = None, **named: Any) -> dict[str, Any]:
+        """Run the program.  ``out``: arrays (numpy, or torch CPU tensors) to write outputs into;
+        they are returned as given.  Outputs come back as torch tensors when any input was one."""
         all_inputs = dict(inputs or {})
         dup = all_inputs.keys() & named.keys()
         if dup:
             raise InputError(f"input(s) {sorted(dup)} given twice")
         all_inputs.update(named)
         arrays, env = self.bind(all_inputs, dims)
-        return self.execute(arrays, env)
+        dest = None
+        if out:
+            unknown = set(out) - set(self.output_names)
+            if unknown:
+                raise InputError(f"out: unexpected output(s) {sorted(unknown)}; outputs are {list(self.output_names)}")
+            dest = {k: to_numpy(v, f"out[{k!r}]") for k, v in out.items()}
+            for k, v in dest.items():
+                if not v.flags.writeable:
+                    raise InputError(f"out[{k!r}] is read-only")
+        res = self.execute(arrays, env, dest)
+        if out:
+            res = {k: out.get(k, v) for k, v in res.items()}
+        if any(_is_torch(v) for v in all_inputs.values()):
+            res = {k: v if _is_torch(v) else _to_torch(v) for k, v in res.items()}
+        return res
 
-    def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
+    def execute(self, arrays: dict[str, Any], dims: dict[str, int],
+                out: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Run with checked inputs and bound dims; write into ``out`` arrays where given."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

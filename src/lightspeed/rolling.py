@@ -34,12 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from .backends.reference import read_view
 from .graph import Graph, GraphTensor, Node
 from .program import Program
-from .search import BucketedProgram, SearchOptions, SearchReport
+from .search import SearchOptions
 
-__all__ = ["RollPlan", "RolledProgram", "find_repeated_blocks", "compile_rolled", "split_graph"]
+__all__ = ["RollPlan", "RollPart", "find_repeated_blocks", "compile_rolled", "split_graph"]
 
 
 @dataclass(frozen=True)
@@ -269,7 +268,7 @@ def _verify(nodes: list[Node], seq: list[int], shared: set[int], desc: np.ndarra
 
 # ---------------------------------------------------------------------------------- parts
 @dataclass
-class _Part:
+class RollPart:
     """A part graph and how it connects to the original graph."""
 
     role: str  # prelude | template | epilogue
@@ -281,7 +280,7 @@ class _Part:
 
 def _build_part(graph: Graph, members: Sequence[int], shared: frozenset[int], exported: Sequence[int],
                 boundary_name: Callable[[int, int], str], export_name: Callable[[int], str],
-                output_name: Callable[[int], str], role: str) -> _Part:
+                output_name: Callable[[int], str], role: str) -> RollPart:
     """A new Graph holding ``members`` (sequence nodes of ``graph``, in order), the shared nodes
     they read, and an Input per outside value they read (the producer's full shape and dtype,
     read through the original views).  Built with ``add_node``, so every rule is checked again."""
@@ -320,10 +319,10 @@ def _build_part(graph: Graph, members: Sequence[int], shared: frozenset[int], ex
         name = export_name(nid)
         part.output(name, tens[nid])
         exports[name] = nid
-    return _Part(role, part, inputs, exports, finals)
+    return RollPart(role, part, inputs, exports, finals)
 
 
-def split_graph(graph: Graph, plan: RollPlan) -> list[_Part]:
+def split_graph(graph: Graph, plan: RollPlan) -> list[RollPart]:
     """The prelude (if any), the template (block 0) and the epilogue (if any), in run order."""
     nodes = graph.nodes
     # names of values crossing outer parts: original input names, else a prefix no user name has
@@ -332,9 +331,11 @@ def split_graph(graph: Graph, plan: RollPlan) -> list[_Part]:
     while any(name.startswith(prefix) for name in taken):
         prefix += "%"
 
-    def outer_in(src: int, _k: int) -> str:
+    # names of outer parts are structural too (slot numbers, not node ids), so an epilogue that
+    # reads the last layer's output compiles to the same text at any depth
+    def outer_in(src: int, k: int) -> str:
         n = nodes[src]
-        return n.arg.name if n.op.name == "Input" else f"{prefix}{src}"
+        return n.arg.name if n.op.name == "Input" else f"{prefix}{k}"
 
     def outer_out(nid: int) -> str:
         return nodes[nid].arg
@@ -348,8 +349,9 @@ def split_graph(graph: Graph, plan: RollPlan) -> list[_Part]:
     if plan.prelude:
         end = len(plan.prelude)
         exported = [nid for nid in plan.prelude if later_readers.get(nid, -1) >= end]
+        slot = {nid: j for j, nid in enumerate(exported)}
         parts.append(_build_part(graph, plan.prelude, plan.shared, exported, outer_in,
-                                 lambda nid: f"{prefix}{nid}", outer_out, "prelude"))
+                                 lambda nid: f"{prefix}x{slot[nid]}", outer_out, "prelude"))
     block0 = plan.blocks[0]
     offset = {nid: j for j, nid in enumerate(block0)}
     # the template's names depend only on its structure, so the same layer compiles to the same
@@ -359,122 +361,8 @@ def split_graph(graph: Graph, plan: RollPlan) -> list[_Part]:
                              lambda nid: f"o{offset[nid]}", "template"))
     if plan.epilogue:
         parts.append(_build_part(graph, plan.epilogue, plan.shared, [], outer_in,
-                                 lambda nid: f"{prefix}{nid}", outer_out, "epilogue"))
+                                 lambda nid: f"{prefix}x{nid}", outer_out, "epilogue"))
     return parts
-
-
-# ---------------------------------------------------------------------------------- programs
-class _ViewProgram(Program):
-    """A part with no computation (outputs that re-view values made elsewhere): no compile."""
-
-    backend_name = "view"
-
-    def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
-        nodes = self.graph.nodes
-        out = {}
-        for name, nid in self.graph.outputs.items():
-            (src, st), = nodes[nid].inputs
-            buf = np.ascontiguousarray(arrays[nodes[src].arg.name])
-            out[name] = np.array(read_view(buf, st, dims), dtype=nodes[nid].dtype.np, copy=True)
-        return out
-
-    def report(self) -> str:
-        return "no computation: outputs are views of values made in other parts"
-
-
-def _search_reports(prog: Program) -> list[SearchReport]:
-    if isinstance(prog, BucketedProgram):
-        return [r for _, p in prog.buckets for r in _search_reports(p)]
-    rep = getattr(prog, "search_report", None)
-    return [rep] if isinstance(rep, SearchReport) else []
-
-
-def _combine(reports: list[SearchReport], roll_seconds: float) -> SearchReport:
-    """One report for the whole program: phases, e-nodes and rule matches summed over the parts."""
-    out = SearchReport()
-    out.phases["roll"] = roll_seconds
-    for r in reports:
-        for k, v in r.phases.items():
-            out.phases[k] = out.phases.get(k, 0.0) + v
-        for k, v in r.rule_matches.items():
-            out.rule_matches[k] = out.rule_matches.get(k, 0) + v
-        for k, v in r.produced_by.items():
-            out.produced_by.setdefault(k, v)
-        out.profile_dims.update(r.profile_dims)
-        out.egraph_nodes += r.egraph_nodes
-    out.egraph_cached = bool(reports) and all(r.egraph_cached for r in reports)
-    out.decision_cached = bool(reports) and all(r.decision_cached for r in reports)
-    out.program_text = "\n\n".join(r.program_text for r in reports)
-    return out
-
-
-@dataclass
-class _Step:
-    prog: Program
-    inputs: dict[str, int]
-    exports: dict[str, int]
-    finals: dict[str, str]
-
-
-class RolledProgram(Program):
-    """Runs the prelude once, the block template once per block (binding that block's boundary
-    values) and the epilogue once.  Values crossing parts are the producers' full contiguous
-    tensors, kept until their last reader has run."""
-
-    backend_name = "rolled"
-
-    def __init__(self, graph: Graph, plan: RollPlan, parts: list[tuple[_Part, Program]], roll_seconds: float):
-        super().__init__(graph)
-        self.plan = plan
-        self.parts = parts
-        names = [p.backend_name for _, p in parts if not isinstance(p, _ViewProgram)]
-        self.backend_name = names[0] if names else "view"
-        self.steps: list[_Step] = []
-        for part, prog in parts:
-            if part.role != "template":
-                self.steps.append(_Step(prog, part.inputs, part.exports, part.finals))
-                continue
-            for i, block in enumerate(plan.blocks):  # rename block 0's nodes to block i's by offset
-                at = {b0: bi for b0, bi in zip(plan.blocks[0], block)}
-                at.update(zip(plan.boundary[0], plan.boundary[i]))
-                self.steps.append(_Step(prog, {n: at[s] for n, s in part.inputs.items()},
-                                        {n: at[s] for n, s in part.exports.items()},
-                                        {n: graph.nodes[block[int(n[1:])]].arg for n in part.finals}))
-        last: dict[int, int] = {}
-        for k, step in enumerate(self.steps):
-            for nid in step.inputs.values():
-                last[nid] = k
-        self._free: list[list[int]] = [[] for _ in self.steps]
-        for nid, k in last.items():
-            self._free[k].append(nid)
-        self._graph_inputs = {nid: graph.nodes[nid].arg.name for nid in last if graph.nodes[nid].op.name == "Input"}
-        self.search_report = _combine([r for _, p in parts for r in _search_reports(p)], roll_seconds)
-
-    def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
-        values = {nid: arrays[name] for nid, name in self._graph_inputs.items()}
-        outputs: dict[str, np.ndarray] = {}
-        for step, free in zip(self.steps, self._free):
-            res = step.prog.execute({n: values[s] for n, s in step.inputs.items()}, dims)
-            for n, nid in step.exports.items():
-                values[nid] = res[n]
-            for n, final in step.finals.items():
-                outputs[final] = res[n]
-            for nid in free:
-                del values[nid]
-        return {name: outputs[name] for name in self.output_names}
-
-    def report(self) -> str:
-        phases = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.search_report.phases.items())
-        roles = ", ".join(f"{part.role}" + (f" x{self.plan.count}" if part.role == "template" else "")
-                          + (" (views only)" if isinstance(prog, _ViewProgram) else "") for part, prog in self.parts)
-        lines = [f"rolled: {self.plan.describe()}; the template is compiled once",
-                 f"  parts: {roles}",
-                 f"  phases summed over parts: {phases}; {self.search_report.egraph_nodes} e-nodes"]
-        for part, prog in self.parts:
-            if not isinstance(prog, _ViewProgram):
-                body = prog.report() if hasattr(prog, "report") else repr(prog)
-                lines.append(f"\n[{part.role}]\n{body}")
-        return "\n".join(lines)
 
 
 def compile_rolled(graph: Graph, backend: Any, opts: SearchOptions) -> Program | None:
@@ -494,11 +382,8 @@ def compile_rolled(graph: Graph, backend: Any, opts: SearchOptions) -> Program |
     roll_seconds = time.perf_counter() - t0
     compiled = []
     for part in split:
-        if all(n.op.name in ("Input", "Output") for n in part.graph.nodes):
-            compiled.append((part, _ViewProgram(part.graph)))
-            continue
         syms = part.graph.symbols()
         buckets = {k: v for k, v in (opts.dim_buckets or {}).items() if k in syms} or None
         sub = dataclasses.replace(opts, dim_buckets=buckets, roll=part.role != "template")
         compiled.append((part, backend.compile(part.graph, search=sub)))
-    return RolledProgram(graph, plan, compiled, roll_seconds)
+    return backend.compose_rolled(graph, plan, compiled, roll_seconds)

@@ -16,7 +16,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,12 +138,12 @@ def representative_inputs(graph: Graph, dims: Mapping[str, int], seed: int) -> d
     return out
 
 
-def search_program(graph: Graph, backend: Any, opts: SearchOptions,
-                   make_program: Callable[[LProgram], Any]) -> tuple[LProgram, SearchReport]:
+def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LProgram, SearchReport]:
     rep = SearchReport()
     t0 = time.perf_counter()
     enc = encode_graph(graph)
-    rep.produced_by = rules_producing(backend.rules_text())
+    decls = backend.declarations()
+    rep.produced_by = rules_producing(backend.rules_text(), set(decls) - set(PRIMITIVES))
     rep.phases["encode"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -177,7 +177,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
             for rs, (sec, its, why) in rep.rulesets.items():
                 print(f"ruleset {rs}: {sec * 1e3:.1f} ms, {its} iteration(s), stopped: {why}", file=sys.stderr)
             print(runner.stats.format(), file=sys.stderr)
-    index = EGraphIndex(ser, set(backend.signatures))
+    index = EGraphIndex(ser, set(decls))
     rep.egraph_nodes = len(ser.nodes)
     if _log("egraph"):
         print(f"e-graph: {rep.egraph_nodes} e-nodes, {len(index.classes)} e-classes"
@@ -224,7 +224,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
         if all(nid in by_id for nid in decided["choice"].values()):
             t0 = time.perf_counter()
             cand = Candidate(index, {c: by_id[nid] for c, nid in decided["choice"].items()})
-            lprog = decode_program(cand, ser, enc.constants, backend.signatures)
+            lprog = decode_program(cand, ser, enc.constants, decls)
             rep.phases["extract"] = time.perf_counter() - t0
             rep.phases["profile"] = 0.0
             rep.candidates = [CandidateResult(**c) for c in decided["candidates"]]
@@ -267,7 +267,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
             continue
         seen.add(key)
         try:
-            lprog = decode_program(cand, ser, enc.constants, backend.signatures)
+            lprog = decode_program(cand, ser, enc.constants, decls)
         except LightspeedError as e:
             rep.candidates.append(CandidateResult(i, origin, {}, None, f"decode: {e}"))
             t_extract += time.perf_counter() - t0
@@ -282,7 +282,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions,
             rep.candidates.append(CandidateResult(i, origin, ops, None, why))
             continue
         try:
-            prog = make_program(lprog)
+            prog = backend.lower(graph, lprog)
             out = prog(inputs, dims=dims)
             for name, nid in graph.outputs.items():
                 want = tuple(int(d.evaluate(dims)) for d in graph.nodes[nid].shape)
@@ -351,30 +351,32 @@ class BucketedProgram(Program):
         self.buckets = buckets
         self.backend_name = buckets[0][1].backend_name
 
-    def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
+    def execute(self, arrays: dict[str, Any], dims: dict[str, int], out=None) -> dict[str, Any]:
         for ranges, prog in self.buckets:
             if all(lo <= dims[s] <= hi for s, (lo, hi) in ranges.items()):
-                return prog.execute(arrays, dims)
+                return prog.execute(arrays, dims, out)
         have = ", ".join(str(r) for r, _ in self.buckets)
         raise InputError(f"dims {dims} fall outside every dim bucket ({have})")
 
     def report(self) -> str:
         return "\n\n".join(f"bucket {r}:\n{p.report()}" for r, p in self.buckets)
 
+    @property
+    def preparations(self) -> int:
+        return sum(p.preparations for _, p in self.buckets)
 
-def compile_searched(graph: Graph, backend: Any, opts: SearchOptions,
-                     make_program: Callable[[LProgram, SearchReport | None], Program]) -> Program:
-    """Search once, or once per dim bucket (profiling each bucket at a value inside it).  With
-    ``opts.roll``, a graph with repeated layers is split first and its parts compiled through here."""
-    if opts.roll:
-        from .rolling import compile_rolled  # imported here: rolling imports this module
+    def reserve(self, **bounds: int) -> BucketedProgram:
+        super().reserve(**bounds)
+        for ranges, prog in self.buckets:
+            prog.reserve(**{k: min(v, ranges[k][1]) if k in ranges else v for k, v in bounds.items()})
+        return self
 
-        rolled = compile_rolled(graph, backend, opts)
-        if rolled is not None:
-            return rolled
+
+def compile_searched(graph: Graph, backend: Any, opts: SearchOptions) -> Program:
+    """Search once, or once per dim bucket (profiling each bucket at a value inside it)."""
     if not opts.dim_buckets:
-        lprog, rep = search_program(graph, backend, opts, lambda lp: make_program(lp, None))
-        return make_program(lprog, rep)
+        lprog, rep = search_program(graph, backend, opts)
+        return backend.lower(graph, lprog, rep)
     unknown = set(opts.dim_buckets) - graph.symbols()
     if unknown:
         raise LightspeedError(f"dim_buckets name dims {sorted(unknown)} that the graph does not use")
@@ -390,6 +392,6 @@ def compile_searched(graph: Graph, backend: Any, opts: SearchOptions,
         for n, (lo, hi) in ranges.items():
             dims[n] = min(hi, max(lo, opts.default_dim))
         sub = dataclasses.replace(opts, dims=dims, dim_buckets=None)
-        lprog, rep = search_program(graph, backend, sub, lambda lp: make_program(lp, None))
-        buckets.append((ranges, make_program(lprog, rep)))
+        lprog, rep = search_program(graph, backend, sub)
+        buckets.append((ranges, backend.lower(graph, lprog, rep)))
     return BucketedProgram(graph, buckets)

@@ -22,7 +22,7 @@ from typing import Union
 
 import numpy as np
 
-__all__ = ["Expr", "ExprLike", "sym", "const", "as_expr", "smin", "smax", "INDEX_VAR"]
+__all__ = ["Expr", "ExprLike", "sym", "const", "as_expr", "smin", "smax", "INDEX_VAR", "compile_exprs"]
 
 ExprLike = Union["Expr", int, str]
 
@@ -749,6 +749,19 @@ def _compile(e: Expr) -> Callable:
     src = "def _f(env):\n" + "".join(ln + "\n" for ln in lines) + f"    return {names[e]}\n"
     ns = {"_min": _vmin, "_max": _vmax, "_lt": _vlt}
     exec(src, ns)  # noqa: S102 - generated from our own tree
+    return ns["_f"]
+
+
+def compile_exprs(exprs: Iterable[ExprLike]) -> Callable[[Mapping[str, int]], tuple[int, ...]]:
+    """One function giving the values of several expressions for given dims: what a kernel calls
+    at run time (dims are run-time arguments; nothing is re-prepared when they change)."""
+    es = [as_expr(e) for e in exprs]
+    if all(e.is_const for e in es):
+        vals = tuple(e.value for e in es)
+        return lambda env: vals
+    src = "def _f(env):\n    return (" + "".join(f"{_py(e)}, " for e in es) + ")\n"
+    ns = {"_min": _vmin, "_max": _vmax, "_lt": _vlt}
+    exec(src, ns)  # noqa: S102 - generated from our own expressions
     return ns["_f"]
 
 

@@ -29,7 +29,7 @@ def saturate_cpu(g: ls.Graph):
     for rs in BACKEND.rulesets:
         r.run(f"(run-schedule (repeat 8 (run {rs})))")
     ser = r.serialize("$root")
-    return r, enc, EGraphIndex(ser, set(BACKEND.signatures)), ser
+    return r, enc, EGraphIndex(ser, set(BACKEND.declarations())), ser
 
 
 def count_primitives(lprog) -> dict[str, int]:
@@ -45,7 +45,7 @@ def count_primitives(lprog) -> dict[str, int]:
     for op in lprog.ops:
         out[op.op] = out.get(op.op, 0) + 1
         if op.op == "Fused":
-            walk(op.fields[1])
+            walk(op.args["body"])
     return out
 
 
@@ -58,7 +58,7 @@ def check_candidates(g: ls.Graph, inputs: dict, dims: dict | None = None, n: int
         if cand.key() in keys:
             continue
         keys.add(cand.key())
-        lprog = decode_program(cand, ser, enc.constants, BACKEND.signatures)
+        lprog = decode_program(cand, ser, enc.constants, BACKEND.declarations())
         for k, v in count_primitives(lprog).items():
             ops[k] = ops.get(k, 0) + v
         got = CpuProgram(g, lprog)(inputs, dims=dims)

@@ -108,7 +108,7 @@ def test_producer_region_can_be_read_from_its_buffer():
         backend = [n for n in nodes if n.op not in PRIMITIVES]
         return (leaf or backend or nodes)[0]
 
-    lprog = decode_program(Candidate.build(index, prefer_leaf), ser, enc.constants, BACKEND.signatures)
+    lprog = decode_program(Candidate.build(index, prefer_leaf), ser, enc.constants, BACKEND.declarations())
     kinds = {op.op for op in lprog.ops}
     assert not kinds & {"Mul", "Add", "Exp2"}, str(lprog)
     inputs = _inputs(g, {"s": 3})
@@ -125,7 +125,7 @@ def test_prefix_reads_are_not_inlined():
     inputs = {"x": np.abs(np.random.default_rng(1).standard_normal((2, 4))).astype(np.float32)}
     want = g.compile(backend="reference")(inputs)["y"]
     for seed in range(10):
-        lprog = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, BACKEND.signatures)
+        lprog = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, BACKEND.declarations())
         np.testing.assert_allclose(CpuProgram(g, lprog)(inputs)["y"], want, rtol=1e-6)
 
 
@@ -145,7 +145,7 @@ def test_bias_epilogue_matches_reference():
     g.output("y", x @ w + b)
     _, enc, index, ser = saturate_cpu(g)
     cand = Candidate.build(index, lambda cid, nodes: next((n for n in nodes if n.op == "CpuMatmulAdd"), nodes[0]))
-    lprog = decode_program(cand, ser, enc.constants, BACKEND.signatures)
+    lprog = decode_program(cand, ser, enc.constants, BACKEND.declarations())
     assert lprog.count().get("CpuMatmulAdd") == 1
     inputs = _inputs(g, {"s": 5})
     np.testing.assert_allclose(CpuProgram(g, lprog)(inputs)["y"], g.compile(backend="reference")(inputs)["y"],
@@ -215,34 +215,41 @@ def test_gather_out_of_range_raises_like_the_reference(bad):
         prog(i=np.array([0, bad, 1]), d=d)
 
 
-def test_new_dim_values_reprepare_only_the_ops_that_depend_on_them():
+def test_dims_are_run_time_arguments_and_buffers_are_planned_at_bounds():
+    """Kernels are prepared once; the arena is planned at the dims' bounds, so calls at any p up
+    to the reserved bound plan nothing and keep every buffer where it is."""
     g = ls.Graph()
     x, w, k = g.input("x", (1, 16)), g.input("w", (16, 16)), g.input("k", ("p", 16))
     g.output("y", ((x @ w).exp() @ k.transpose(0, 1)).softmax(-1))
     prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=3, progress=False, roll=False))
     ref = g.compile(backend="reference")
-    for p in (3, 4, 5, 6, 4):
+    prog.reserve(p=8)
+    made = prog.preparations
+    steps = None
+    for p in (3, 4, 8, 1, 6, 4):
         inputs = _inputs(g, {"p": p}, seed=p)
         np.testing.assert_allclose(prog(inputs)["y"], ref(inputs)["y"], rtol=1e-5, atol=1e-6)
-    per_op = {op.op: len(cache) for op, cache in zip(prog.lprog.ops, prog._kernels) if cache}
-    independent = [len(c) for op, c, syms in zip(prog.lprog.ops, prog._kernels, prog._op_dims) if c and not syms]
-    assert independent and all(n == 1 for n in independent), per_op  # x @ w and exp: prepared once
-    assert max(len(c) for c in prog._kernels) == 4  # the ops that read k: once per distinct p
+        steps = steps or prog._local.steps
+        assert prog._local.steps is steps  # the same prepared steps and buffers every call
+    assert prog.preparations == made + 1 and prog.bounds == {"p": 8}
+    inputs = _inputs(g, {"p": 20}, seed=20)  # past the bound: planned again, at least twice as large
+    np.testing.assert_allclose(prog(inputs)["y"], ref(inputs)["y"], rtol=1e-5, atol=1e-6)
+    assert prog.preparations == made + 2 and prog.bounds == {"p": 20}
 
 
 def test_masked_view_reader_matches_the_reference_on_every_call():
-    """The box reader keeps one zero-filled array per view and refills only the valid box; two
-    calls with different data (and an empty box) must each read exactly what the reference reads."""
-    from lightspeed.backends.cpu.runtime import make_reader
-    from lightspeed.backends.reference import read_view
+    """The box reader copies only the valid box into a zero array; two calls with different data
+    (and an empty box) must each read exactly what an index gather reads."""
+    from lightspeed.backends.numpy_views import _gather, make_reader
 
     g = ls.Graph()
     x = g.input("x", (3, "n"))
     views = [ls.pad(x, (2, 1, 0, 1)).st, ls.pad(x, (-1, 2)).st, ls.pad(x, (5, 0)).st]
     rng = np.random.default_rng(7)
     for st in views:
+        reader = make_reader(st)
         for n in (4, 1):
-            reader = make_reader(st, {"n": n})
             for _ in range(2):
                 buf = rng.standard_normal(3 * n).astype(np.float32)
-                np.testing.assert_array_equal(reader(buf), read_view(buf, st, {"n": n}))
+                shape = tuple(int(d.evaluate({"n": n})) for d in st.shape)
+                np.testing.assert_array_equal(reader(buf, {"n": n}), _gather(buf, st, {"n": n}, shape))

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from lightspeed.backends.cpu import OPS as CPU_OPS
 from lightspeed.backends.cpu import RULE_FILES as CPU_RULE_FILES
 from lightspeed.egraph import SCHEMA, EGraphRunner
+from lightspeed.egraph.decl import constructors_text
 from lightspeed.egraph.encode import GENERIC_RULES
 
 CHECKS = Path(__file__).parent / "checks"
@@ -23,6 +25,7 @@ def test_rule_file_self_checks(rule_file: Path):
     assert check.exists(), f"{rule_file.name} has no self-check file {check}"
     r = EGraphRunner()
     r.run(SCHEMA, name="schema.egg")
+    r.run(constructors_text(CPU_OPS), name="cpu constructors")
     r.run(rule_file.read_text(), name=rule_file.name)
     r.run(check.read_text(), name=check.name)
 

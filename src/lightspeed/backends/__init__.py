@@ -1,25 +1,21 @@
 """Backends, found by name.
 
-A backend is an object with ``name`` and ``compile(graph, **options) -> Program``.  Backends
-register themselves here; ``get_backend`` imports the built-in ones lazily so that importing
-lightspeed never pulls in optional dependencies.
+A backend is a :class:`lightspeed.backends.base.Backend` (the interface: its ops, rules,
+lowering, timing and compile).  Backends register themselves here; ``get_backend`` imports the
+built-in ones lazily so that importing lightspeed never pulls in optional dependencies.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from ..errors import LightspeedError
 
-__all__ = ["Backend", "register_backend", "get_backend", "available_backends", "default_backend"]
+if TYPE_CHECKING:
+    from .base import Backend
 
-
-class Backend(Protocol):
-    name: str
-
-    def compile(self, graph: Any, **options: Any) -> Any: ...
-
+__all__ = ["register_backend", "get_backend", "available_backends", "default_backend", "registered_backends"]
 
 _REGISTRY: dict[str, Backend] = {}
 _BUILTIN = {"reference": "lightspeed.backends.reference", "cpu": "lightspeed.backends.cpu"}
@@ -37,6 +33,13 @@ def get_backend(name: str) -> Backend:
         return _REGISTRY[name]
     except KeyError:
         raise LightspeedError(f"unknown backend {name!r}; available: {available_backends()}") from None
+
+
+def registered_backends() -> list[Backend]:
+    """Every built-in backend (imported) and every registered one: the conformance suite's list."""
+    for name in _BUILTIN:
+        get_backend(name)
+    return [_REGISTRY[n] for n in sorted(_REGISTRY)]
 
 
 def default_backend() -> str:

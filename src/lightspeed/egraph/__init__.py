@@ -14,13 +14,14 @@ __all__ = [
 ]
 
 
-def rules_producing(rules_text: str) -> dict[str, list[str]]:
+def rules_producing(rules_text: str, ctors: set[str] | None = None) -> dict[str, list[str]]:
     """Constructor -> names of the rules whose actions build it (for reports): a rule produces the
-    ``constructor``s declared in the same text that appear in its action half (its second
-    s-expression; the first is the query)."""
+    constructors (``ctors``, default: those declared in the text) that appear in its action half
+    (its second s-expression; the first is the query)."""
     import re
 
-    ctors = set(re.findall(r"\(constructor\s+(\w+)", rules_text))
+    if ctors is None:
+        ctors = set(re.findall(r"\(constructor\s+(\w+)", rules_text))
     out: dict[str, list[str]] = {}
     for block in re.split(r"\n\(rule\b", rules_text)[1:]:
         name = re.search(r':name\s+"([^"]+)"', block)

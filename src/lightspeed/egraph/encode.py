@@ -29,13 +29,14 @@ from ..graph import Graph
 from ..primitives import PRIMITIVES, ConstantValue, IotaArg
 from ..shape import ShapeTracker, View
 from ..symbolic import INDEX_VAR, Expr
+from .decl import FUSED, PRIMITIVE_OPS, constructors_text
 
 __all__ = [
     "EncodedGraph", "encode_graph", "SCHEMA", "GENERIC_RULES", "DTYPE_CTOR", "CTOR_DTYPE", "expr_to_egg", "view_to_egg",
 ]
 
 RULES_DIR = Path(__file__).parent / "rules"
-SCHEMA = (RULES_DIR / "schema.egg").read_text()
+SCHEMA = (RULES_DIR / "schema.egg").read_text() + constructors_text([*PRIMITIVE_OPS.values(), FUSED])
 # backend-independent rulesets, run before a backend's own (file, ruleset) in schedule order
 GENERIC_RULES = [(RULES_DIR / "simplify.egg", "simplify"), (RULES_DIR / "cleanup.egg", "cleanup"),
                  (RULES_DIR / "layout.egg", "layout"), (RULES_DIR / "fusion.egg", "fusion")]

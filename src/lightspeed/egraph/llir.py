@@ -1,11 +1,11 @@
 """LLIR: a candidate turned into a flat program of backend ops.
 
-Every ``IR`` constructor (primitive or backend op) has a *signature*: the kinds of its fields
-(``i64``, ``str``, ``expr``, ``elist``, ``dtype``, ``view``, ``ir``).  The decoder reads any
-constructor by its signature, so a backend adds ops by declaring signatures (and the rules that
-produce them), never by changing this module.  Each LLIR op also carries its e-class's shape and
-dtype, taken from the primitive HLIR node in the same class (backend ops are always unioned with
-an existing HLIR class).
+Every ``IR`` constructor (primitive or backend op) is declared once as an
+:class:`~lightspeed.egraph.decl.OpDecl` with named, typed fields.  The decoder reads any
+constructor through its declaration, so a backend adds ops by declaring them (and the rules that
+produce them), never by changing this module; kernels read ``op.args[name]``.  Each LLIR op also
+carries its e-class's shape and dtype, taken from the primitive HLIR node in the same class
+(backend ops are always unioned with an existing HLIR class).
 """
 
 from __future__ import annotations
@@ -18,50 +18,50 @@ from ..dtypes import DType
 from ..primitives import PRIMITIVES, ConstantValue, InputArg, IotaArg
 from ..shape import ShapeTracker
 from ..symbolic import Expr
+from .decl import FUSED, PRIMITIVE_OPS, OpDecl
 from .extract import SCALAR_OPS, Candidate, ExtractionError, _Decoder, _list_items
 from .runner import SerializedEGraph
 
-__all__ = ["LOp", "LProgram", "PRIMITIVE_SIGNATURES", "SCALAR_OPS", "FUSED_SIGNATURE", "ScalarTree", "decode_program"]
-
-
-
-def _prim_signature(name: str) -> tuple[str, ...]:
-    p = PRIMITIVES[name]
-    if name == "Input":
-        return ("str", "elist", "dtype")
-    if name == "Constant":
-        return ("i64", "elist", "dtype")
-    if name == "Output":
-        return ("str", "ir", "view")
-    if name == "Iota":
-        return ("expr", "elist", "dtype")
-    if name == "Cast":
-        return ("dtype", "ir", "view")
-    if p.category == "reduce":
-        return ("i64", "ir", "view")
-    return ("ir", "view") * p.arity
-
-
-PRIMITIVE_SIGNATURES: dict[str, tuple[str, ...]] = {n: _prim_signature(n) for n in PRIMITIVES}
-# `Fused` (rules/fusion.egg): an element-wise region, its shape and its body (a ``ScalarTree``).
-# Backends that implement regions add this row to their signatures.
-FUSED_SIGNATURE: tuple[str, ...] = ("elist", "scalar")
+__all__ = ["LOp", "LProgram", "PRIMITIVE_OPS", "FUSED", "OpDecl", "SCALAR_OPS", "ScalarTree", "decode_program",
+           "liveness"]
 
 
 @dataclass
 class LOp:
-    """One op of an LLIR program.  ``inputs`` index earlier ops; ``fields`` holds every decoded
-    field in signature order (for ``ir`` fields, the input's position in ``inputs``)."""
+    """One op of an LLIR program.  ``args`` holds every field of its declaration by name; an
+    ``ir`` field holds the operand's position in ``inputs`` (which index earlier ops).  A fused
+    region's leaves are extra inputs, read through ``leaf_views``."""
 
     op: str
-    fields: tuple[Any, ...]
+    args: dict[str, Any]
     inputs: tuple[int, ...]
     shape: tuple[Expr, ...]
     dtype: DType
+    leaf_views: tuple[ShapeTracker, ...] = ()
 
     def views(self) -> list[ShapeTracker]:
-        """The view through which each input is read, in ``inputs`` order."""
-        return [f for f in self.fields if isinstance(f, ShapeTracker)]
+        """Every view field (declaration order), then the region leaves' views."""
+        return [v for v in self.args.values() if isinstance(v, ShapeTracker)] + list(self.leaf_views)
+
+    def operand_views(self) -> list[ShapeTracker]:
+        """The view through which each input is read, in ``inputs`` order (primitives and regions:
+        every operand has one)."""
+        views = self.views()
+        if len(views) != len(self.inputs):
+            raise ExtractionError(f"{self.op}: {len(self.inputs)} operands but {len(views)} views")
+        return views
+
+
+def liveness(inputs_per_op: list[tuple[int, ...]]) -> dict[int, list[int]]:
+    """Op index -> the values whose last reader it is (free them after it runs)."""
+    last: dict[int, int] = {}
+    for i, ins in enumerate(inputs_per_op):
+        for j in ins:
+            last[j] = i
+    out: dict[int, list[int]] = {}
+    for j, i in last.items():
+        out.setdefault(i, []).append(j)
+    return out
 
 
 # A decoded region body: ("leaf", k) reads input k (through the op's k-th view) at the output
@@ -74,6 +74,7 @@ class LProgram:
     ops: list[LOp] = field(default_factory=list)
     outputs: dict[str, int] = field(default_factory=dict)  # output name -> index of its Output op
     constants: list[ConstantValue] = field(default_factory=list)
+    decls: dict[str, OpDecl] = field(default_factory=dict)  # the declarations the ops were decoded by
 
     def count(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -84,10 +85,7 @@ class LProgram:
     def peak_bytes(self, dims: Mapping[str, int]) -> int:
         """Peak bytes of intermediate values alive at once (inputs and constants excluded), with
         each value freed after its last reader: what a liveness-planned runtime needs at least."""
-        last: dict[int, int] = {}
-        for i, o in enumerate(self.ops):
-            for j in o.inputs:
-                last[j] = i
+        free = liveness([o.inputs for o in self.ops])
         live = peak = 0
         size: dict[int, int] = {}
         for i, o in enumerate(self.ops):
@@ -98,9 +96,8 @@ class LProgram:
                 size[i] = n * o.dtype.itemsize
                 live += size[i]
                 peak = max(peak, live)
-            for j in set(o.inputs):
-                if last[j] == i:
-                    live -= size.pop(j, 0)
+            for j in free.get(i, ()):
+                live -= size.pop(j, 0)
         return peak
 
     def to_dot(self, produced_by: Mapping[str, list[str]] | None = None) -> str:
@@ -126,22 +123,19 @@ class LProgram:
         lines = []
         for i, o in enumerate(self.ops):
             parts = []
-            for f in o.fields:
+            decl = self.decls.get(o.op) or PRIMITIVE_OPS.get(o.op)
+            decl_kinds = dict(decl.fields) if decl else {}
+            for name, f in o.args.items():
                 if isinstance(f, ShapeTracker):
                     d = f.describe()
                     parts.append(f"[{d}]" if d else "[contig]")
-                elif isinstance(f, _InputRef):
-                    parts.append(f"%{o.inputs[f.position]}")
+                elif decl_kinds.get(name) == "ir":
+                    parts.append(f"%{o.inputs[f]}")
                 else:
                     parts.append(str(f))
             shape = ", ".join(map(str, o.shape))
             lines.append(f"%{i} = {o.op}({', '.join(parts)}) : {o.dtype.name}[{shape}]")
         return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class _InputRef:
-    position: int
 
 
 def _class_shape_dtype(dec: _Decoder, cid: str) -> tuple[tuple[Expr, ...], DType]:
@@ -153,7 +147,7 @@ def _class_shape_dtype(dec: _Decoder, cid: str) -> tuple[tuple[Expr, ...], DType
     lv = index._levels
     n = min(nodes, key=lambda m: (1 + max((lv.get(c, 1 << 30) for c in m.children), default=0), m.id))
     prim = PRIMITIVES[n.op]
-    sig = PRIMITIVE_SIGNATURES[n.op]
+    sig = PRIMITIVE_OPS[n.op].kinds
     vals = [None if kind == "ir" else _field(dec, kind, c) for kind, c in zip(sig, n.children)]
     if n.op in ("Input", "Constant", "Iota"):
         return vals[1], vals[2]
@@ -183,10 +177,10 @@ def _field(dec: _Decoder, kind: str, cid: str) -> Any:
 
 
 def decode_program(candidate: Candidate, ser: SerializedEGraph, constants: list[ConstantValue],
-                   signatures: Mapping[str, tuple[str, ...]]) -> LProgram:
+                   ops: Mapping[str, OpDecl]) -> LProgram:
     """The candidate as an LLIR program (ops in dependency order)."""
     dec = _Decoder(candidate.index, ser)
-    prog = LProgram(constants=list(constants))
+    prog = LProgram(constants=list(constants), decls=dict(ops))
     done: dict[str, int] = {}
     shape_cache: dict[str, tuple] = {}
 
@@ -199,23 +193,22 @@ def decode_program(candidate: Candidate, ser: SerializedEGraph, constants: list[
         if cid in done:
             return done[cid]
         n = candidate.choice[cid]
-        sig = signatures.get(n.op)
-        if sig is None:
-            raise ExtractionError(f"no signature for constructor {n.op}: the backend cannot run it")
-        fields: list[Any] = []
+        decl = ops.get(n.op)
+        if decl is None:
+            raise ExtractionError(f"no declaration for constructor {n.op}: the backend cannot run it")
+        args: dict[str, Any] = {}
         inputs: list[int] = []
         leaf_views: list[ShapeTracker] = []
-        for kind, c in zip(sig, n.children):
+        for (name, kind), c in zip(decl.fields, n.children):
             if kind == "ir":
                 inputs.append(build(c))
-                fields.append(_InputRef(len(inputs) - 1))
+                args[name] = len(inputs) - 1
             elif kind == "scalar":
-                fields.append(scalar(c, inputs, leaf_views, {}))
+                args[name] = scalar(c, inputs, leaf_views, {})
             else:
-                fields.append(_field(dec, kind, c))
-        fields.extend(leaf_views)  # a region's leaf views, in input order (LOp.views())
+                args[name] = _field(dec, kind, c)
         shape, dtype = shape_dtype(cid)
-        prog.ops.append(LOp(n.op, tuple(fields), tuple(inputs), tuple(shape), dtype))
+        prog.ops.append(LOp(n.op, args, tuple(inputs), tuple(shape), dtype, tuple(leaf_views)))
         done[cid] = len(prog.ops) - 1
         return done[cid]
 
@@ -237,13 +230,13 @@ def decode_program(candidate: Candidate, ser: SerializedEGraph, constants: list[
 
     for cid in _list_items(candidate.index, candidate.index.root.children[0]):
         i = build(cid)
-        prog.outputs[prog.ops[i].fields[0]] = i
+        prog.outputs[prog.ops[i].args["name"]] = i
     return prog
 
 
 def iota_arg(op: LOp) -> IotaArg:
-    return IotaArg(op.fields[0], op.fields[1], op.fields[2])
+    return IotaArg(op.args["expr"], op.args["shape"], op.args["dtype"])
 
 
 def input_arg(op: LOp) -> InputArg:
-    return InputArg(op.fields[0], op.fields[1], op.fields[2])
+    return InputArg(op.args["name"], op.args["shape"], op.args["dtype"])

@@ -295,15 +295,12 @@ def _compile(g_fn: Any, cfg: WhisperConfig, kind: str, backend: str, search: Sea
     key = (arch, cfg.encoder_attention_heads, cfg.decoder_attention_heads, backend, repr(search), kind)
     if key not in _PROGRAMS:
         g = g_fn()
-        if backend == "reference":
-            _PROGRAMS[key] = g.compile(backend=backend)
-        else:
-            opts = search if search is not None else SearchOptions(budget=4, seed=0, repeats=1)
-            if opts.dims is None:  # within the position tables: they are read with narrow views
-                limit = {"t": cfg.max_source_positions, "s": cfg.max_target_positions // 2,
-                         "p": cfg.max_target_positions // 2}
-                opts = dataclasses.replace(opts, dims={k: min(v, limit[k]) for k, v in PROFILE_DIMS[kind].items()})
-            _PROGRAMS[key] = g.compile(backend=backend, search=opts)
+        opts = search if search is not None else SearchOptions(budget=4, seed=0, repeats=1)
+        if opts.dims is None:  # within the position tables: they are read with narrow views
+            limit = {"t": cfg.max_source_positions, "s": cfg.max_target_positions // 2,
+                     "p": cfg.max_target_positions // 2}
+            opts = dataclasses.replace(opts, dims={k: min(v, limit[k]) for k, v in PROFILE_DIMS[kind].items()})
+        _PROGRAMS[key] = g.compile(backend=backend, search=opts)
     return _PROGRAMS[key]
 
 

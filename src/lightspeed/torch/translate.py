@@ -473,11 +473,8 @@ def _compile_fx(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Opti
     hints = _hint_dims(example_inputs)
     compiled = CompiledGraph(tr, _binders(tr))
     for seg in compiled.segments:
-        if target == "reference":
-            seg.program = seg.graph.compile(backend="reference")
-        else:
-            search = SearchOptions(budget=options.budget, seed=options.seed, dims=hints or None, progress=False)
-            seg.program = seg.graph.compile(backend=target, search=search)
+        search = SearchOptions(budget=options.budget, seed=options.seed, dims=hints or None, progress=False)
+        seg.program = seg.graph.compile(backend=target, search=search)
     if compiled.eager_ops:
         key = tuple(sorted(set(compiled.eager_ops)))
         if key not in _WARNED:

@@ -1,9 +1,9 @@
 """The ``cpu`` backend: numpy/BLAS kernels for LLIR programs chosen by the e-graph search.
 
-What it offers (the backend interface): ``signatures`` (the IR constructors it can run: every
-primitive, fused element-wise regions and its own BLAS ops), ``rule_files`` (the .egg files that
-add its ops as alternatives, in schedule order), ``kernels`` (per constructor, a function that
-prepares a step for given dim values; see :mod:`.runtime`) and ``compile``.
+Its part of the backend interface (:mod:`lightspeed.backends.base`): ``OPS`` (its own IR
+constructors, with named fields), ``RULE_FILES`` and ``RULESETS`` (the .egg files that add its
+ops as alternatives, and the schedule), ``FUSE_DTYPES`` (what its generated region kernels compute
+exactly), ``KERNELS`` (per constructor, a function that prepares a step; see :mod:`.runtime`).
 """
 
 from __future__ import annotations
@@ -13,73 +13,92 @@ from typing import Any
 
 import numpy as np
 
-from ...egraph.llir import FUSED_SIGNATURE, PRIMITIVE_SIGNATURES, LOp
+from ... import dtypes as dt
+from ...egraph.decl import OpDecl
+from ...egraph.llir import LOp, LProgram
 from ...graph import Graph
 from ...primitives import PRIMITIVES
 from ...program import Program
+from ...symbolic import compile_exprs
 from .. import register_backend
+from ..base import Backend
+from ..numpy_views import make_reader, strided_array
 from .fused import compile_region
-from .runtime import CpuProgram, Kernel, make_reader, strided_reader
+from .runtime import CpuProgram, Kernel
 
-__all__ = ["CpuBackend", "CpuProgram", "SIGNATURES", "RULE_FILES", "KERNELS"]
+__all__ = ["CpuBackend", "CpuProgram", "OPS", "RULE_FILES", "RULESETS", "KERNELS"]
 
 HERE = Path(__file__).parent
-RULE_FILES = [HERE / "matmul.egg"]
+RULE_FILES = (HERE / "matmul.egg",)
 # rulesets to run, in order, each capped by the search options (the generic ones first)
-RULESETS = ["simplify", "cleanup", "layout", "cpu_matmul", "fusion"]
-
-E = "expr"
-SIGNATURES: dict[str, tuple[str, ...]] = dict(PRIMITIVE_SIGNATURES)
-SIGNATURES["Fused"] = FUSED_SIGNATURE
-SIGNATURES["CpuMatmul"] = (E, E, E, "ir", E, E, E, "ir", E, E, E)
-SIGNATURES["CpuBatchMatmul"] = (E, E, E, E, "ir", E, E, E, E, "ir", E, E, E, E)
-SIGNATURES["CpuMatmulAdd"] = SIGNATURES["CpuMatmul"] + ("ir", "view")
+RULESETS = ("simplify", "cleanup", "layout", "cpu_matmul", "fusion")
+# the generated numpy region kernels compute these exactly like the reference (one ufunc per
+# primitive, same dtype); low-precision floats round per op in the reference, so they stay unfused
+FUSE_DTYPES = (dt.float32, dt.float64)
 
 
-def _ev(e, dims) -> int:
-    return int(e.evaluate(dims))
+def _operand(name: str, *strides: str) -> tuple[tuple[str, str], ...]:
+    return ((name, "ir"), *((f"{name}_stride_{s}", "expr") for s in strides), (f"{name}_offset", "expr"))
 
 
-def _matmul(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
-    m, n, k, _a, sam, sak, aoff, _b, sbk, sbn, boff = (_ev(f, dims) if i not in (3, 7) else None
-                                                       for i, f in enumerate(op.fields[:11]))
-    ra = strided_reader(aoff, (m, k), (sam, sak))
-    rb = strided_reader(boff, (k, n), (sbk, sbn))
+_MATMUL_FIELDS = (("m", "expr"), ("n", "expr"), ("k", "expr"), *_operand("a", "m", "k"), *_operand("b", "k", "n"))
+OPS = (
+    OpDecl("CpuMatmul", _MATMUL_FIELDS, "C[m, n] = A[m, k] @ B[k, n] through BLAS, operands strided"),
+    OpDecl("CpuBatchMatmul", (("batch", "expr"), ("m", "expr"), ("n", "expr"), ("k", "expr"),
+                              *_operand("a", "batch", "m", "k"), *_operand("b", "batch", "k", "n")),
+           "C[b, m, n] = A[b, m, k] @ B[b, k, n] (batch stride 0 = broadcast)"),
+    OpDecl("CpuMatmulAdd", (*_MATMUL_FIELDS, ("r", "ir"), ("r_view", "view")), "A @ B + R in one call"),
+)
 
-    def run(ins, out, scratch):
-        np.matmul(ra(ins[0]), rb(ins[1]), out=out)
+
+def _numbers(op: LOp, *names: str):
+    """The op's expression fields ``names`` as one function of the dims (fixed if symbol-free)."""
+    return compile_exprs([op.args[n] for n in names])
+
+
+def _flat(buf: np.ndarray) -> np.ndarray:
+    return buf.reshape(-1)
+
+
+def _matmul(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
+    nums = _numbers(op, "m", "n", "k", "a_stride_m", "a_stride_k", "a_offset", "b_stride_k", "b_stride_n",
+                    "b_offset")
+
+    def run(ins, out, scratch, dims):
+        m, n, k, sam, sak, aoff, sbk, sbn, boff = nums(dims)
+        np.matmul(strided_array(_flat(ins[0]), aoff, (m, k), (sam, sak)),
+                  strided_array(_flat(ins[1]), boff, (k, n), (sbk, sbn)), out=out)
     return Kernel(run)
 
 
-def _matmul_add(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
-    product = _matmul(op, dims, in_dtypes).run
-    (addend_view,) = op.views()
-    read_addend = make_reader(addend_view, dims)
+def _matmul_add(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
+    product = _matmul(op, in_dtypes).run
+    read_addend = make_reader(op.args["r_view"])
 
-    def run(ins, out, scratch):
-        product(ins, out, scratch)
-        np.add(out, read_addend(ins[2]), out=out)
+    def run(ins, out, scratch, dims):
+        product(ins, out, scratch, dims)
+        np.add(out, read_addend(ins[2], dims), out=out)
     return Kernel(run)
 
 
-def _batch_matmul(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
-    bt, m, n, k, _a, sab, sam, sak, aoff, _b, sbb, sbk, sbn, boff = (
-        _ev(f, dims) if i not in (4, 9) else None for i, f in enumerate(op.fields))
-    ra = strided_reader(aoff, (bt, m, k), (sab, sam, sak))
-    rb = strided_reader(boff, (bt, k, n), (sbb, sbk, sbn))
+def _batch_matmul(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
+    nums = _numbers(op, "batch", "m", "n", "k", "a_stride_batch", "a_stride_m", "a_stride_k", "a_offset",
+                    "b_stride_batch", "b_stride_k", "b_stride_n", "b_offset")
 
-    def run(ins, out, scratch):
-        np.matmul(ra(ins[0]), rb(ins[1]), out=out)
+    def run(ins, out, scratch, dims):
+        bt, m, n, k, sab, sam, sak, aoff, sbb, sbk, sbn, boff = nums(dims)
+        np.matmul(strided_array(_flat(ins[0]), aoff, (bt, m, k), (sab, sam, sak)),
+                  strided_array(_flat(ins[1]), boff, (bt, k, n), (sbb, sbk, sbn)), out=out)
     return Kernel(run)
 
 
-def _fused(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
-    region = compile_region(op.fields[1], in_dtypes, op.dtype.np)
-    readers = [make_reader(st, dims) for st in op.views()]
+def _fused(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
+    region = compile_region(op.args["body"], in_dtypes, op.dtype.np)
+    readers = [make_reader(st) for st in op.operand_views()]
     fn = region.fn
 
-    def run(ins, out, scratch):
-        fn(*[r(b) for r, b in zip(readers, ins)], out, *scratch)
+    def run(ins, out, scratch, dims):
+        fn(*[r(b, dims) for r, b in zip(readers, ins)], out, *scratch)
     return Kernel(run, region.scratch)
 
 
@@ -87,34 +106,34 @@ def _reduce(name: str):
     prim = PRIMITIVES[name]
     ufunc = np.add if name == "SumReduce" else np.maximum
 
-    def prepare(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
-        axis, _x, st = op.fields
-        read = make_reader(st, dims)
+    def prepare(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
+        axis = op.args["axis"]
+        read = make_reader(op.args["x_view"])
+        size_of = compile_exprs([op.args["x_view"].shape[axis]])
         dtype = op.dtype.np
-        size = _ev(st.shape[axis], dims)
-        exact = dtype in (np.float32, np.float64) or (name == "SumReduce" and dtype.kind in "iu")
-        if exact and size > 0:  # the reference's own numpy reduction, written in place
-            if name == "SumReduce" and dtype.kind in "iu":
-                def run(ins, out, scratch):
-                    ufunc.reduce(read(ins[0]), axis=axis, dtype=dtype, out=out)
-            else:
-                def run(ins, out, scratch):
-                    ufunc.reduce(read(ins[0]), axis=axis, out=out)
-            return Kernel(run)
+        integer_sum = name == "SumReduce" and dtype.kind in "iu"
+        exact = dtype in (np.float32, np.float64) or integer_sum
 
-        def generic(ins, out, scratch):
-            np.copyto(out, prim.reference([read(ins[0])], axis, dims), casting="unsafe")
-        return Kernel(generic)
+        def run(ins, out, scratch, dims):
+            x = read(ins[0], dims)
+            if exact and size_of(dims)[0] > 0:  # the reference's own numpy reduction, in place
+                if integer_sum:
+                    ufunc.reduce(x, axis=axis, dtype=dtype, out=out)
+                else:
+                    ufunc.reduce(x, axis=axis, out=out)
+            else:
+                np.copyto(out, prim.reference([x], axis, dims), casting="unsafe")
+        return Kernel(run)
     return prepare
 
 
-def _gather(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
+def _gather(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
     """``out[i] = data_flat[idx[i]]`` straight into the output buffer; out-of-range indexes raise
     like the reference (np.take alone would wrap negative ones)."""
-    read_idx, read_data = (make_reader(st, dims) for st in op.views())
+    read_idx, read_data = make_reader(op.args["indexes_view"]), make_reader(op.args["data_view"])
 
-    def run(ins, out, scratch):
-        idx, flat = read_idx(ins[0]), read_data(ins[1]).reshape(-1)
+    def run(ins, out, scratch, dims):
+        idx, flat = read_idx(ins[0], dims), read_data(ins[1], dims).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= flat.size):
             bad = idx[(idx < 0) | (idx >= flat.size)].flat[0]
             raise IndexError(f"Gather: index {bad} out of range for data with {flat.size} elements")
@@ -125,14 +144,14 @@ def _gather(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
 def _primitive(name: str):
     """Any primitive through its reference semantics (values copied into the output buffer)."""
     prim = PRIMITIVES[name]
-    has_arg = PRIMITIVE_SIGNATURES[name][0] in ("i64", "dtype")
+    arg_field = {"reduce": "axis", "cast": "to"}.get(prim.category)
 
-    def prepare(op: LOp, dims: dict[str, int], in_dtypes: list[np.dtype]) -> Kernel:
-        readers = [make_reader(st, dims) for st in op.views()]
-        arg = op.fields[0] if has_arg else None
+    def prepare(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
+        readers = [make_reader(st) for st in op.operand_views()]
+        arg = op.args[arg_field] if arg_field else None
 
-        def run(ins, out, scratch):
-            val = prim.reference([r(b) for r, b in zip(readers, ins)], arg, dims)
+        def run(ins, out, scratch, dims):
+            val = prim.reference([r(b, dims) for r, b in zip(readers, ins)], arg, dims)
             np.copyto(out, np.asarray(val).reshape(out.shape), casting="unsafe")
         return Kernel(run)
     return prepare
@@ -149,25 +168,15 @@ KERNELS["CpuBatchMatmul"] = _batch_matmul
 KERNELS["CpuMatmulAdd"] = _matmul_add
 
 
-class CpuBackend:
+class CpuBackend(Backend):
     name = "cpu"
-    signatures = SIGNATURES
+    ops = OPS
     rule_files = RULE_FILES
     rulesets = RULESETS
+    fuse_dtypes = FUSE_DTYPES
 
-    def rules_text(self) -> str:
-        """The generic rule files (simplify, cleanup, layout, fusion) and the backend's own."""
-        from ...egraph.encode import GENERIC_RULES
-
-        return "\n".join(p.read_text() for p in [f for f, _ in GENERIC_RULES] + self.rule_files)
-
-    def compile(self, graph: Graph, search: Any = None, **options: Any) -> Program:
-        from ...search import SearchOptions, compile_searched
-
-        if options:
-            raise TypeError(f"cpu backend: unknown options {sorted(options)} (pass search=ls.SearchOptions(...))")
-        opts = search if search is not None else SearchOptions()
-        return compile_searched(graph, self, opts, lambda lp, rep: CpuProgram(graph, lp, rep))
+    def lower(self, graph: Graph, lprog: LProgram, report: Any = None) -> Program:
+        return CpuProgram(graph, lprog, report)
 
 
 register_backend(CpuBackend())

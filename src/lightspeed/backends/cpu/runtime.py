@@ -1,154 +1,89 @@
-"""Running an LLIR program on the cpu: per-dims execution plans over a liveness-planned arena.
+"""Running an LLIR program on the cpu: kernels prepared once, dims as run-time arguments, and an
+arena planned at the dims' upper bounds.
 
-For each binding of the symbolic dims (cached, most recent few) the program is *prepared* once:
-every view is resolved to a reader (contiguous prefix, strided numpy view, or an index gather),
-every kernel to a step with its numbers (strides, offsets, region function) fixed, and every
-intermediate value to a preallocated buffer.  Buffers come from an arena planned by liveness: a
-value's buffer returns to the pool after its last reader ran and is handed to a later value of the
-same dtype and size, so peak memory follows the live set, not the op count.  A call then only runs
-the steps.  Inputs and constants are read in place and never written; outputs are fresh copies,
-so callers never hold arena memory.
+*Prepared once.*  Every op's kernel is prepared when the program is made: its numbers (strides,
+offsets, m/n/k, view boxes) are compiled into one function of the dims (or fixed, when they have
+no symbols) and read when it runs.  A call with new dim values prepares nothing.
+
+*Planned at bounds.*  Every intermediate value gets a slot of a liveness-planned arena: a slot
+returns to the pool after its value's last reader and is handed to a later value of the same
+dtype that fits.  Slots are sized for the dims' upper bounds (:meth:`CpuProgram.reserve`, or the
+first call's values), so no buffer moves when a dim changes below its bound; a call past a bound
+plans again at twice the bound (counted in :attr:`CpuProgram.preparations`).
+
+*Thread-safe.*  The plan is immutable; each thread that calls the program gets its own buffers
+(allocated on its first call), so concurrent calls never share intermediate memory.
+
+Inputs and constants are read in place and never written; outputs are fresh arrays (or the
+caller's ``out=`` arrays), so callers never hold arena memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ...egraph.llir import LOp, LProgram
+from ...egraph.llir import LOp, LProgram, iota_arg, liveness
+from ...errors import LightspeedError
 from ...graph import Graph
-from ...primitives import PRIMITIVES, IotaArg
+from ...primitives import PRIMITIVES
 from ...program import Program
-from ...shape import ShapeTracker
-from ...symbolic import Expr
-from ..reference import _plan as view_plan
-from ..reference import last_uses, read_view
+from ...symbolic import compile_exprs
+from ..numpy_views import make_reader
 
-__all__ = ["CpuProgram", "Reader", "make_reader", "strided_reader", "Arena", "Kernel"]
+__all__ = ["CpuProgram", "Kernel", "Prepare"]
 
-Reader = Callable[[np.ndarray], np.ndarray]
-# a kernel's preparation: (op, dim values, input dtypes) -> Kernel
-Prepare = Callable[[LOp, dict[str, int], list[np.dtype]], "Kernel"]
+Dims = Mapping[str, int]
 
 
 @dataclass
 class Kernel:
-    """A prepared op: ``run(ins, out, scratch)`` where ``ins`` are the op's input buffers (raw, not
-    read through views: the kernel reads them itself) and ``out`` its preallocated result."""
+    """A prepared op: ``run(ins, out, scratch, dims)`` where ``ins`` are the op's input buffers
+    (raw, not read through views: the kernel reads them itself, with the dims of this call),
+    ``out`` its result array and ``scratch`` arrays of the result's shape, one per dtype listed."""
 
-    run: Callable[[list[np.ndarray], np.ndarray, list[np.ndarray]], None]
+    run: Callable[[list[np.ndarray], np.ndarray, list[np.ndarray], Dims], None]
     scratch: tuple[np.dtype, ...] = ()
 
 
-def make_reader(st: ShapeTracker, dims: dict[str, int]) -> Reader:
-    """A function giving the array that ``st`` shows of a node's contiguous buffer."""
-    plan = view_plan(st, dims)
-    shape = plan[1]
-    if plan[0] == "contig":
-        n = plan[2]
-
-        def contig(buf: np.ndarray) -> np.ndarray:
-            return buf if buf.shape == shape else buf.reshape(-1)[:n].reshape(shape)
-        return contig
-    if plan[0] == "strided":
-        return strided_reader(plan[2], shape, plan[3])
-    if len(st.views) == 1 and st.view.mask is not None:
-        return _box_reader(st, dims, shape)
-    return lambda buf: read_view(buf, st, dims)  # stacked views: an index gather
+# a kernel's preparation: (op, input dtypes) -> Kernel; done once per program
+Prepare = Callable[[LOp, list[np.dtype]], Kernel]
 
 
-def _box_reader(st: ShapeTracker, dims: dict[str, int], shape: tuple[int, ...]) -> Reader:
-    """A single masked view (padding, concatenation) shows a box of a strided view and zeros
-    elsewhere: keep one zero-filled array per reader and copy only the box into it on each call
-    (readers' results are consumed by their op at once, never kept)."""
-    v = st.view
-    strides = tuple(int(s.evaluate(dims)) for s in v.strides)
-    offset = int(v.offset.evaluate(dims))
-    box = []
-    for n, (lo, hi) in zip(shape, v.mask):
-        lo_i, hi_i = max(0, int(lo.evaluate(dims))), min(n, int(hi.evaluate(dims)))
-        box.append((lo_i, max(lo_i, hi_i)))
-    inner = tuple(hi - lo for lo, hi in box)
-    index = tuple(slice(lo, hi) for lo, hi in box)
-    read_box = strided_reader(offset + sum(lo * s for (lo, _), s in zip(box, strides)), inner, strides)
-    held: dict[np.dtype, np.ndarray] = {}
-
-    def masked(buf: np.ndarray) -> np.ndarray:
-        out = held.get(buf.dtype)
-        if out is None:
-            out = held[buf.dtype] = np.zeros(shape, dtype=buf.dtype)
-        if 0 not in inner:
-            out[index] = read_box(buf)
-        return out
-    return masked
+class _Grow(Exception):
+    """A value needs more elements than its slot holds (a dim passed its planned bound)."""
 
 
-def strided_reader(offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Reader:
-    """Reads elements ``offset + sum(i_k * strides[k])`` of a flat buffer as a numpy view (element
-    strides; zero and negative allowed), bounds-checked against the buffer."""
-    if 0 in shape:
-        return lambda buf: np.zeros(shape, dtype=buf.dtype)
-    lo = offset + sum(min(0, (d - 1) * s) for d, s in zip(shape, strides))
-    hi = offset + sum(max(0, (d - 1) * s) for d, s in zip(shape, strides))
+@dataclass(frozen=True)
+class _Plan:
+    """Slots of the arena at some bounds: per op its value's slot and its scratch slots."""
 
-    def strided(buf: np.ndarray) -> np.ndarray:
-        if lo < 0 or hi >= buf.size:
-            raise IndexError(f"strided read [{lo}, {hi}] outside a buffer of {buf.size} elements")
-        item = buf.itemsize
-        out = np.ndarray(shape, dtype=buf.dtype, buffer=buf, offset=offset * item,
-                         strides=tuple(s * item for s in strides))
-        out.flags.writeable = False
-        return out
-    return strided
-
-
-class Arena:
-    """One plan's buffers, keyed by (dtype, element count): ``take`` reuses a buffer released
-    earlier in the plan when it can, else the plan's next buffer of that key from ``store``.  The
-    store is shared by all plans of a program (plans never run at the same time), so a new plan
-    for other dim values reuses the memory of the sizes that did not change."""
-
-    def __init__(self, store: dict[tuple[np.dtype, int], list[np.ndarray]] | None = None) -> None:
-        self.store = store if store is not None else {}
-        self.pool: dict[tuple[np.dtype, int], list[np.ndarray]] = {}
-        self.used: dict[tuple[np.dtype, int], int] = {}  # distinct buffers this plan holds, per key
+    bounds: dict[str, int]
+    value_slot: tuple[int | None, ...]
+    scratch_slots: tuple[tuple[int, ...], ...]
+    slot_cap: tuple[int, ...]  # elements per slot
+    slot_dtype: tuple[np.dtype, ...]
 
     @property
-    def allocated(self) -> int:
-        """Bytes of the distinct buffers this plan uses."""
-        return sum(count * n * dtype.itemsize for (dtype, n), count in self.used.items())
-
-    def take(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        n = int(np.prod(shape, dtype=np.int64))
-        key = (dtype, n)
-        free = self.pool.get(key)
-        if free:
-            return free.pop().reshape(shape)
-        have = self.store.setdefault(key, [])
-        j = self.used.get(key, 0)
-        self.used[key] = j + 1
-        if j == len(have):
-            have.append(np.empty(n, dtype=dtype))
-        return have[j].reshape(shape)
-
-    def give(self, buf: np.ndarray) -> None:
-        self.pool.setdefault((buf.dtype, buf.size), []).append(buf)
+    def nbytes(self) -> int:
+        return sum(c * d.itemsize for c, d in zip(self.slot_cap, self.slot_dtype))
 
 
-@dataclass
-class _Prepared:
-    steps: list[Callable[[list, dict], None]]
-    arena_bytes: int
-    keys: frozenset  # the store keys the plan's buffers use
+def _numel_at(shape, env: Dims) -> int:
+    n = 1
+    for d in shape:
+        n *= max(0, int(d.evaluate(env)))
+    return n
+
 
 class CpuProgram(Program):
     """Runs an LLIR program with the cpu kernels; see the module docstring."""
 
     backend_name = "cpu"
-    max_plans = 8
 
     def __init__(self, graph: Graph, lprog: LProgram, report: Any = None, kernels: dict[str, Prepare] | None = None):
         super().__init__(graph)
@@ -156,140 +91,237 @@ class CpuProgram(Program):
 
         self.lprog = lprog
         self.search_report = report
-        self.kernels = kernels if kernels is not None else KERNELS
-        self.free_after = last_uses([op.inputs for op in lprog.ops])
-        self._plans: dict[tuple, _Prepared] = {}
-        self._store: dict[tuple[np.dtype, int], list[np.ndarray]] = {}
-        # prepared kernels per op, keyed by the values of the dims that op depends on: when only
-        # a cache length changes, only the ops that read the cache are prepared again
-        self._op_dims = [_op_symbols(op) for op in lprog.ops]
-        self._kernels: list[dict[tuple, Kernel]] = [{} for _ in lprog.ops]
-        missing = {op.op for op in lprog.ops if op.op not in self.kernels
-                   and op.op not in ("Input", "Constant", "Iota", "Output")}
+        table = kernels if kernels is not None else KERNELS
+        ops = lprog.ops
+        missing = {op.op for op in ops if op.op not in table and op.op not in _NO_KERNEL}
         if missing:
-            from ...errors import LightspeedError
-
             raise LightspeedError(f"cpu backend: no kernel for {sorted(missing)}")
+        self.free_after = liveness([op.inputs for op in ops])
+        # every kernel prepared once; dims arrive at run time
+        self.kernels: list[Kernel | None] = [
+            None if op.op in _NO_KERNEL else table[op.op](op, [ops[j].dtype.np for j in op.inputs]) for op in ops]
+        self._shape_of = [compile_exprs(op.shape) for op in ops]
+        self._static_shape = [None if any(d.free_vars() for d in op.shape) else self._shape_of[i]({})
+                              for i, op in enumerate(ops)]
+        self._symbols = sorted(self.symbols)
+        self._reserved: dict[str, int] = {}
+        self._fresh_state()
 
-    # ------------------------------------------------------------------ preparation
-    def prepare(self, dims: dict[str, int]) -> _Prepared:
-        key = tuple(sorted((k, v) for k, v in dims.items() if k in self.symbols))
-        hit = self._plans.get(key)
-        if hit is not None:
-            return hit
-        if len(self._plans) >= self.max_plans:
-            self._plans.pop(next(iter(self._plans)))
-            live = set().union(*(p.keys for p in self._plans.values()))
-            for k in [k for k in self._store if k not in live]:  # sizes no live plan uses any more
-                del self._store[k]
-        hit = self._plans[key] = self._prepare(dims)
-        return hit
+    def _fresh_state(self) -> None:
+        self._preparations = 0  # arena plans made: one, plus one per bound a call went past
+        self._plan: _Plan | None = None
+        self._reserved = dict(self._reserved)
+        self._lock = threading.Lock()
+        self._local = threading.local()
 
-    def _kernel(self, i: int, op: LOp, dims: dict[str, int]) -> Kernel:
-        cache = self._kernels[i]
-        key = tuple(dims[s] for s in self._op_dims[i])
-        hit = cache.get(key)
-        if hit is None:
-            if len(cache) >= self.max_plans:
-                cache.pop(next(iter(cache)))
-            hit = cache[key] = self.kernels[op.op](op, dims, [self.lprog.ops[j].dtype.np for j in op.inputs])
-        return hit
+    # ------------------------------------------------------------------ planning
+    def reserve(self, **bounds: int) -> CpuProgram:
+        """Plan the arena for dims up to ``bounds`` (e.g. ``reserve(p=4096)`` before decoding), so
+        no later call within them plans again."""
+        super().reserve(**bounds)
+        with self._lock:
+            self._reserved.update({k: int(v) for k, v in bounds.items()})
+            if self._plan is not None and any(self._plan.bounds.get(k, 0) < v for k, v in self._reserved.items()):
+                self._plan = None
+        return self
 
-    def _prepare(self, dims: dict[str, int]) -> _Prepared:
-        arena = Arena(self._store)
-        steps: list[Callable[[list, dict], None]] = []
-        ops = self.lprog.ops
-        bufs: dict[int, np.ndarray] = {}  # value -> its arena buffer (intermediates only)
-        for i, op in enumerate(ops):
+    def _plan_for(self, dims: Dims) -> _Plan:
+        plan = self._plan
+        if plan is not None and all(dims[s] <= plan.bounds[s] for s in self._symbols):
+            return plan
+        with self._lock:
+            plan = self._plan
+            if plan is None or not all(dims[s] <= plan.bounds[s] for s in self._symbols):
+                old = plan.bounds if plan is not None else {}
+                bounds = {s: max(dims[s], self._reserved.get(s, 0),
+                                 2 * old[s] if s in old and dims[s] > old[s] else old.get(s, 0))
+                          for s in self._symbols}
+                plan = self._plan = self._make_plan(bounds)
+        return plan
+
+    @property
+    def preparations(self) -> int:
+        return self._preparations
+
+    def _make_plan(self, bounds: dict[str, int]) -> _Plan:
+        self._preparations += 1
+        caps: list[int] = []
+        dtypes: list[np.dtype] = []
+        pool: dict[np.dtype, list[int]] = {}
+        value_slot: list[int | None] = []
+        scratch_slots: list[tuple[int, ...]] = []
+        held: dict[int, int] = {}
+
+        def take(dtype: np.dtype, n: int) -> int:
+            free = pool.get(dtype, [])
+            fit = [s for s in free if caps[s] >= n]
+            if fit:  # the smallest free slot that holds it
+                s = min(fit, key=lambda s: caps[s])
+                free.remove(s)
+                return s
+            if free:  # grow the largest free slot rather than adding one
+                s = max(free, key=lambda s: caps[s])
+                free.remove(s)
+                caps[s] = n
+                return s
+            caps.append(n)
+            dtypes.append(dtype)
+            return len(caps) - 1
+
+        for i, op in enumerate(self.lprog.ops):
+            if op.op in _NO_KERNEL:
+                value_slot.append(None)
+                scratch_slots.append(())
+            else:
+                n = _numel_at(op.shape, bounds)
+                value_slot.append(take(op.dtype.np, n))
+                held[i] = value_slot[-1]
+                ss = tuple(take(np.dtype(d), n) for d in self.kernels[i].scratch)
+                for s in ss:  # scratch lives only while the op runs
+                    pool.setdefault(dtypes[s], []).append(s)
+                scratch_slots.append(ss)
+            for j in self.free_after.get(i, ()):
+                if j in held:
+                    s = held.pop(j)
+                    pool.setdefault(dtypes[s], []).append(s)
+        return _Plan(dict(bounds), tuple(value_slot), tuple(scratch_slots), tuple(caps), tuple(dtypes))
+
+    # ------------------------------------------------------------------ per-thread steps
+    def _steps(self, plan: _Plan) -> list[Callable]:
+        local = self._local
+        if getattr(local, "plan", None) is plan:
+            return local.steps
+        bufs = [np.empty(c, dtype=d) for c, d in zip(plan.slot_cap, plan.slot_dtype)]
+        steps = []
+        for i, op in enumerate(self.lprog.ops):
             if op.op == "Input":
-                steps.append(_input_step(i, op.fields[0]))
+                steps.append(_input_step(i, op.args["name"]))
             elif op.op == "Constant":
-                steps.append(_value_step(i, np.ascontiguousarray(self.lprog.constants[op.fields[0]].value)))
+                steps.append(_value_step(i, np.ascontiguousarray(self.lprog.constants[op.args["index"]].value)))
             elif op.op == "Iota":
-                val = PRIMITIVES["Iota"].reference([], IotaArg(op.fields[0], op.fields[1], op.fields[2]), dims)
-                steps.append(_value_step(i, np.ascontiguousarray(val)))
+                steps.append(_iota_step(i, op))
             elif op.op == "Output":
-                steps.append(_output_step(i, op.inputs[0], op.fields[0], make_reader(op.fields[2], dims),
+                steps.append(_output_step(i, op.inputs[0], op.args["name"], make_reader(op.args["x_view"]),
                                           op.dtype.np))
             else:
-                kernel = self._kernel(i, op, dims)
-                shape = tuple(int(d.evaluate(dims)) for d in op.shape)
-                out = bufs[i] = arena.take(op.dtype.np, shape)
-                scratch = [arena.take(np.dtype(d), shape) for d in kernel.scratch]
-                for s in scratch:  # scratch lives only while the op runs
-                    arena.give(s)
-                steps.append(_kernel_step(i, op.inputs, kernel.run, out, scratch))
-            for j in self.free_after.get(i, ()):
-                if j in bufs:
-                    arena.give(bufs.pop(j))
-        return _Prepared(steps, arena.allocated, frozenset(arena.used))
+                out = _shaped(bufs[plan.value_slot[i]], self._static_shape[i], self._shape_of[i])
+                scratch = [_shaped(bufs[s], self._static_shape[i], self._shape_of[i]) for s in plan.scratch_slots[i]]
+                steps.append(_kernel_step(i, op.inputs, self.kernels[i].run, out, scratch))
+        local.plan, local.steps, local.nbytes = plan, steps, plan.nbytes
+        return steps
 
     # ------------------------------------------------------------------ running
-    def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int]) -> dict[str, np.ndarray]:
-        plan = self.prepare(dims)
-        vals: list = [None] * len(self.lprog.ops)
-        outputs: dict[str, np.ndarray] = {}
-        io = {"inputs": arrays, "outputs": outputs}
-        with np.errstate(all="ignore"):
-            for step in plan.steps:
-                step(vals, io)
-        return {name: outputs[name] for name in self.output_names}
+    def execute(self, arrays: dict[str, np.ndarray], dims: dict[str, int],
+                out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        while True:
+            plan = self._plan_for(dims)
+            steps = self._steps(plan)
+            vals: list = [None] * len(steps)
+            outputs: dict[str, np.ndarray] = dict(out or {})
+            try:
+                with np.errstate(all="ignore"):
+                    for step in steps:
+                        step(vals, arrays, dims, outputs)
+            except _Grow:
+                # a value outgrew its slot below the dims' bounds (a size that is not monotone in
+                # the dims): plan again at twice the bounds
+                with self._lock:
+                    if self._plan is plan:
+                        self._plan = self._make_plan({s: 2 * max(1, b) for s, b in plan.bounds.items()})
+                continue
+            return {name: outputs[name] for name in self.output_names}
 
-    def arena_bytes(self, dims: dict[str, int]) -> int:
-        """Bytes of intermediate buffers the plan for ``dims`` preallocates."""
-        return self.prepare(dict(dims)).arena_bytes
+    def arena_bytes(self, dims: Mapping[str, int] | None = None) -> int:
+        """Bytes of the arena's slots (planned at the dims' bounds, which ``dims`` may raise)."""
+        return self._plan_for({**self.bounds, **(dims or {})}).nbytes
+
+    @property
+    def bounds(self) -> dict[str, int]:
+        """The dim bounds the arena is planned for (empty before the first call)."""
+        return dict(self._plan.bounds) if self._plan is not None else {}
 
     def report(self) -> str:
         return self.search_report.format() if self.search_report is not None else "no search was run"
 
 
-def _op_symbols(op: LOp) -> tuple[str, ...]:
-    """The dims an op's kernel depends on: those in its shape, its expression fields and views."""
-    names: set[str] = set()
-    for d in op.shape:
-        names |= d.free_vars()
-    for f in op.fields:
-        if isinstance(f, ShapeTracker):
-            for v in f.views:
-                for e in (*v.shape, *v.strides, v.offset):
-                    names |= e.free_vars()
-                for lo, hi in v.mask or ():
-                    names |= lo.free_vars() | hi.free_vars()
-        elif isinstance(f, Expr):
-            names |= f.free_vars()
-    return tuple(sorted(names))
+_NO_KERNEL = ("Input", "Constant", "Output", "Iota")  # bound or computed by the runtime itself
+
+
+def _shaped(flat: np.ndarray, static: tuple[int, ...] | None, shape_of: Callable) -> Any:
+    """The value's array in its slot: fixed when its shape has no symbols, else a function of the dims."""
+    if static is not None:
+        n = 1
+        for d in static:
+            n *= d
+        return flat[:n].reshape(static)
+
+    def at(dims: Dims) -> np.ndarray:
+        shape = shape_of(dims)
+        n = 1
+        for d in shape:
+            n *= d
+        if n > flat.size:
+            raise _Grow
+        return flat[:n].reshape(shape)
+    return at
 
 
 def _input_step(i: int, name: str):
-    def step(vals: list, io: dict) -> None:
-        # readers address a value's memory as a flat row-major buffer: Fortran-ordered or strided
-        # caller arrays are copied once here (row-major arrays, the common case, are not)
-        vals[i] = np.ascontiguousarray(io["inputs"][name])
+    def step(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
+        # kernels address a value as a flat row-major buffer: Fortran-ordered or strided caller
+        # arrays are copied once here (row-major arrays, the common case, are not)
+        vals[i] = np.ascontiguousarray(arrays[name])
     return step
 
 
 def _value_step(i: int, value: np.ndarray):
-    def step(vals: list, io: dict) -> None:
+    def step(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
         vals[i] = value
     return step
 
 
-def _output_step(i: int, src: int, name: str, reader: Reader, dtype: np.dtype):
-    def step(vals: list, io: dict) -> None:
-        io["outputs"][name] = np.array(reader(vals[src]), dtype=dtype, copy=True)
+def _iota_step(i: int, op: LOp):
+    arg = iota_arg(op)
+    ref = PRIMITIVES["Iota"].reference
+    if not (arg.expr.free_vars() - {"z"}) and not any(d.free_vars() for d in arg.shape):
+        return _value_step(i, np.ascontiguousarray(ref([], arg, {})))
+
+    def step(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
+        vals[i] = ref([], arg, dims)
     return step
 
 
-def _kernel_step(i: int, srcs: tuple[int, ...], run, out: np.ndarray, scratch: list[np.ndarray]):
-    if len(srcs) == 1:
-        (a,) = srcs
+def _output_step(i: int, src: int, name: str, reader, dtype: np.dtype):
+    def step(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
+        got = reader(vals[src], dims)
+        dest = outputs.get(name)
+        if dest is None:
+            outputs[name] = np.array(got, dtype=dtype, copy=True)
+        else:
+            if dest.shape != got.shape:
+                raise LightspeedError(f"out[{name!r}] has shape {dest.shape}, the output has shape {got.shape}")
+            np.copyto(dest, got, casting="unsafe")
+    return step
 
-        def step1(vals: list, io: dict) -> None:
-            run([vals[a]], out, scratch)
+
+def _kernel_step(i: int, srcs: tuple[int, ...], run, out, scratch: list):
+    dynamic = callable(out) or any(callable(s) for s in scratch)
+    if not dynamic:
+        if len(srcs) == 1:
+            (a,) = srcs
+
+            def step1(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
+                run([vals[a]], out, scratch, dims)
+                vals[i] = out
+            return step1
+
+        def step(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
+            run([vals[j] for j in srcs], out, scratch, dims)
             vals[i] = out
-        return step1
+        return step
 
-    def step(vals: list, io: dict) -> None:
-        run([vals[j] for j in srcs], out, scratch)
-        vals[i] = out
-    return step
+    def dyn(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
+        o = out(dims)
+        run([vals[j] for j in srcs], o, [s(dims) for s in scratch], dims)
+        vals[i] = o
+    return dyn

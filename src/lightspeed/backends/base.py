@@ -1,0 +1,141 @@
+"""The backend interface: everything the core asks of a backend, in one place.
+
+A backend declares
+
+* ``name`` and :meth:`Backend.device` (an identity string that enters cache keys: a decision
+  measured on one device is not reused on another);
+* ``ops``: its own IR constructors as :class:`~lightspeed.egraph.decl.OpDecl` rows (named, typed
+  fields; the egglog ``constructor`` lines are generated from them);
+* ``rule_files`` (its ``.egg`` files) and ``rulesets`` (the full saturation schedule, generic
+  rulesets included, in order);
+* ``fuse_dtypes``: the dtypes its fused region kernels compute exactly like the reference (the
+  ``fuse_dtype`` facts ``rules/fusion.egg`` reads; empty = no regions);
+* :meth:`Backend.lower` (an LLIR program -> a callable :class:`~lightspeed.program.Program`),
+  :meth:`Backend.to_device` (a host array -> the backend's array type), :meth:`Backend.time`
+  (seconds of one call: cpu wall clock, GPU events), :meth:`Backend.compose_rolled` (how a
+  program of repeated blocks runs: cpu a loop, a GPU backend one graph) and
+  :meth:`Backend.compile`.
+
+:meth:`Backend.rules_text` is the one function that assembles a backend's rule text, and
+:meth:`Backend.code_hash` hashes the backend's code and rule files (a changed kernel never reuses
+a stale cached decision).  A new backend subclasses :class:`Backend` and calls
+``register_backend``; see docs/architecture.md for the checklist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DType
+from ..egraph.decl import FUSED, PRIMITIVE_OPS, OpDecl, constructors_text
+from ..egraph.encode import DTYPE_CTOR, GENERIC_RULES
+from ..egraph.llir import LProgram
+from ..graph import Graph
+from ..program import Program
+
+__all__ = ["Backend", "GENERIC_RULE_FILES"]
+
+GENERIC_RULE_FILES: tuple[Path, ...] = tuple(f for f, _ in GENERIC_RULES)
+
+
+class Backend:
+    """Base class of every backend; see the module docstring for the contract."""
+
+    name: str = "abstract"
+    ops: tuple[OpDecl, ...] = ()
+    rule_files: tuple[Path, ...] = ()
+    rulesets: tuple[str, ...] = ()
+    fuse_dtypes: tuple[DType, ...] = ()
+    # False for a backend that runs HLIR as it is (the reference): no e-graph search
+    searched: bool = True
+
+    # ------------------------------------------------------------------ identity
+    def device(self) -> str:
+        """Which device programs run on (enters the search-decision cache key)."""
+        return f"{self.name}:{platform.machine()}:{platform.system()}"
+
+    def code_hash(self) -> str:
+        """A hash of the backend's Python package and rule files, and of the generic rule files."""
+        h = getattr(self, "_code_hash", None)
+        if h is None:
+            digest = hashlib.sha256()
+            mod = sys.modules[type(self).__module__]
+            root = Path(mod.__file__).parent if mod.__file__.endswith("__init__.py") else Path(mod.__file__)
+            files = sorted(root.rglob("*.py")) + sorted(root.rglob("*.egg")) if root.is_dir() else [root]
+            for f in [*files, *self.rule_files, *GENERIC_RULE_FILES, Path(__file__)]:
+                digest.update(f.name.encode())
+                digest.update(f.read_bytes())
+            h = self._code_hash = digest.hexdigest()[:16]
+        return h
+
+    # ------------------------------------------------------------------ e-graph side
+    def declarations(self) -> dict[str, OpDecl]:
+        """Every constructor this backend can run: the primitives, regions (if it fuses) and its own."""
+        out = dict(PRIMITIVE_OPS)
+        if self.fuse_dtypes:
+            out[FUSED.name] = FUSED
+        for d in self.ops:
+            out[d.name] = d
+        return out
+
+    def rules_text(self) -> str:
+        """The one place a backend's rule text is assembled: its constructors (generated), its
+        ``fuse_dtype`` facts, the generic rule files, then its own."""
+        facts = "".join(f"(fuse_dtype ({DTYPE_CTOR[d]}))\n" for d in self.fuse_dtypes)
+        files = [*GENERIC_RULE_FILES, *self.rule_files]
+        return "\n".join([constructors_text(self.ops) if self.ops else "", facts,
+                          *(f.read_text() for f in files)])
+
+    # ------------------------------------------------------------------ running
+    def lower(self, graph: Graph, lprog: LProgram, report: Any = None) -> Program:
+        raise NotImplementedError(f"backend {self.name} cannot lower LLIR programs")
+
+    def to_device(self, array: np.ndarray) -> Any:
+        """A host array as this backend's array type (cpu: the array itself)."""
+        return array
+
+    def time(self, prog: Program, inputs: Mapping[str, Any], dims: Mapping[str, int], repeats: int) -> float:
+        """Seconds of one call of ``prog`` (the minimum of ``repeats``), measured the way this
+        device should be: wall clock here, device events on a GPU backend."""
+        best = float("inf")
+        for _ in range(max(1, repeats)):
+            t = time.perf_counter()
+            prog(inputs, dims=dims)
+            best = min(best, time.perf_counter() - t)
+        return best
+
+    def compose_rolled(self, graph: Graph, plan: Any, parts: Sequence[tuple[Any, Program]],
+                       roll_seconds: float) -> Program:
+        """A program running ``parts`` (prelude, a block template once per block, epilogue):
+        by default a host loop over the blocks."""
+        from .rolled import BlockLoopProgram
+
+        return BlockLoopProgram(graph, plan, parts, roll_seconds)
+
+    def compile(self, graph: Graph, search: Any = None, **options: Any) -> Program:
+        """Search the e-graph for the fastest program on this backend and lower it."""
+        from ..rolling import compile_rolled
+        from ..search import SearchOptions, compile_searched
+
+        if options:
+            raise TypeError(f"{self.name} backend: unknown options {sorted(options)} "
+                            "(pass search=ls.SearchOptions(...))")
+        opts = search if search is not None else SearchOptions()
+        if not isinstance(opts, SearchOptions):
+            raise TypeError(f"{self.name} backend: search must be a SearchOptions, got {type(opts).__name__}")
+        if opts.roll:
+            rolled = compile_rolled(graph, self, opts)
+            if rolled is not None:
+                return rolled
+        return compile_searched(graph, self, opts)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
