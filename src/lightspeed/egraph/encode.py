@@ -19,12 +19,14 @@ the program refers to them by index.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..dtypes import ALL_DTYPES, DType
+from ..errors import UnsupportedError
 from ..graph import Graph
 from ..primitives import PRIMITIVES, ConstantValue, IotaArg
 from ..shape import ShapeTracker, View
@@ -53,6 +55,23 @@ _BINOP = {"add": "MAdd", "mul": "MMul", "floordiv": "MDiv", "mod": "MMod", "min"
           "lt": "MLt"}
 
 
+def egg_string(s: str) -> str:
+    """`s` as an egglog string literal that reads back (from the serialised e-graph, via JSON) as `s`.
+
+    egglog 13.2's parser knows the escapes \\" \\\\ \\n \\t (no \\u); its serialiser writes strings with
+    Rust's Debug escaping, which JSON reads back except for \\u{...}, used for control characters,
+    non-printable and combining characters. Those cannot round-trip, so a name holding one is refused
+    here with its position, instead of being silently renamed or breaking the e-graph text."""
+    for i, c in enumerate(s):
+        if c in "\n\t":
+            continue
+        if not c.isprintable() or unicodedata.category(c).startswith("M"):
+            raise UnsupportedError(f"name {s!r}: character {i} (U+{ord(c):04X}) cannot be written to the e-graph; "
+                                   f"use printable characters in input, output and dim names")
+    body = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{body}"'
+
+
 def expr_to_egg(e: Expr, cache: dict[Expr, str] | None = None) -> str:
     """An Expr as an egglog term (n-ary sums/products folded left into binary constructors)."""
     if cache is not None and e in cache:
@@ -61,7 +80,7 @@ def expr_to_egg(e: Expr, cache: dict[Expr, str] | None = None) -> str:
     if k == "const":
         s = f"(MNum {e.value})"
     elif k == "var":
-        s = "(MIter)" if e.name == INDEX_VAR else f'(MVar "{e.name}")'
+        s = "(MIter)" if e.name == INDEX_VAR else f"(MVar {egg_string(e.name)})"
     else:
         args = [expr_to_egg(a, cache) for a in e.args]
         ctor = _BINOP[k]
@@ -120,7 +139,7 @@ def encode_graph(graph: Graph) -> EncodedGraph:
         ins = " ".join(f"{enc.node_globals[src]} {view_to_egg(st, cache)}" for src, st in n.inputs)
         cat = n.op.category
         if name == "Input":
-            term = f'(Input "{n.arg.name}" {elist_to_egg(n.arg.shape, cache)} ({DTYPE_CTOR[n.arg.dtype]}))'
+            term = f"(Input {egg_string(n.arg.name)} {elist_to_egg(n.arg.shape, cache)} ({DTYPE_CTOR[n.arg.dtype]}))"
         elif name == "Constant":
             assert isinstance(n.arg, ConstantValue)
             enc.constants.append(n.arg)
@@ -128,7 +147,7 @@ def encode_graph(graph: Graph) -> EncodedGraph:
             if n.arg.is_scalar and n.arg.value.astype(np.float64) == 1.0:
                 lines.append(f"(unit_constant {len(enc.constants) - 1})")
         elif name == "Output":
-            term = f'(Output "{n.arg}" {ins})'
+            term = f"(Output {egg_string(n.arg)} {ins})"
         elif name == "Iota":
             assert isinstance(n.arg, IotaArg)
             term = (f"(Iota {expr_to_egg(n.arg.expr, cache)} {elist_to_egg(n.arg.shape, cache)} "
