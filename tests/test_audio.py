@@ -4,6 +4,8 @@ independent numpy implementation) on several signals."""
 
 from __future__ import annotations
 
+import re
+import struct
 import wave
 
 import numpy as np
@@ -124,3 +126,70 @@ def test_bad_inputs_raise_audio_errors(tmp_path):
         read_wav(tmp_path / "missing.wav")
     with pytest.raises(AudioError, match="mono"):
         log_mel_spectrogram(np.zeros((2, 100), np.float32))
+
+
+# ---------------------------------------------------------------------- float and 8-bit WAV
+def _riff(fmt_tag: int, channels: int, bits: int, data: bytes, rate: int = 16_000, extensible: bool = False) -> bytes:
+    """A WAV file laid out by hand (RIFF, fmt, an unrelated LIST chunk, data)."""
+    block = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", 0xFFFE if extensible else fmt_tag, channels, rate, rate * block, block, bits)
+    if extensible:  # cbSize, valid bits, channel mask, sub-format GUID (tag, then the fixed tail)
+        fmt += struct.pack("<HHI", 22, bits, 0) + struct.pack("<H", fmt_tag) + \
+            b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"
+    chunks = b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"LIST" + struct.pack("<I", 3) + b"abc\x00"
+    chunks += b"data" + struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WAVE" + chunks
+
+
+def _signal() -> np.ndarray:
+    rng = np.random.default_rng(3)
+    return np.clip(0.4 * rng.standard_normal((800, 2)), -0.99, 0.99)
+
+
+@pytest.mark.parametrize("bits, extensible", [(32, False), (64, False), (32, True)])
+def test_float_wav_reads_like_pcm(tmp_path, bits, extensible):
+    x = _signal()
+    stored = x.astype("<f4" if bits == 32 else "<f8")
+    (tmp_path / "f.wav").write_bytes(_riff(3, 2, bits, stored.tobytes(), extensible=extensible))
+    got, rate = read_wav(tmp_path / "f.wav")
+    assert rate == 16_000 and got.dtype == np.float32 and got.shape == (800, 2)
+    np.testing.assert_array_equal(got, stored.astype(np.float32))
+    # the same signal as 16-bit PCM, written by the stdlib, reads back within one quantisation step
+    with wave.open(str(tmp_path / "p.wav"), "wb") as w:
+        w.setnchannels(2)
+        w.setsampwidth(2)
+        w.setframerate(16_000)
+        w.writeframes(np.clip(np.round(x * 32768), -32768, 32767).astype("<i2").tobytes())
+    pcm, _ = read_wav(tmp_path / "p.wav")
+    np.testing.assert_allclose(got, pcm, atol=0.5 / 32768 + 1e-7)
+
+
+def test_eight_bit_wav_reads_like_sixteen_bit(tmp_path):
+    x = _signal()[:, :1]
+    # 8-bit PCM is unsigned with its zero at 128; both scale by 2^(bits-1) as the reader decodes them
+    for width, data in ((1, np.clip(np.round(x * 128) + 128, 0, 255).astype(np.uint8).tobytes()),
+                        (2, np.clip(np.round(x * 32768), -32768, 32767).astype("<i2").tobytes())):
+        with wave.open(str(tmp_path / f"{width}.wav"), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(width)
+            w.setframerate(8000)
+            w.writeframes(data)
+    eight, rate8 = read_wav(tmp_path / "1.wav")
+    sixteen, rate16 = read_wav(tmp_path / "2.wav")
+    assert rate8 == rate16 == 8000 and eight.shape == sixteen.shape == (800, 1)
+    np.testing.assert_allclose(eight, sixteen, atol=0.5 / 128 + 0.5 / 32768)
+
+
+def test_bad_wavs_are_audio_errors(tmp_path):
+    cases = {
+        "nan.wav": (_riff(3, 1, 32, np.array([0.1, np.nan], "<f4").tobytes()), "NaN or infinity"),
+        "f16.wav": (_riff(3, 1, 16, bytes(8)), "unsupported float sample width of 2 bytes"),
+        "alaw.wav": (_riff(6, 1, 8, bytes(8)), "WAV encoding 0x0006 is not supported"),
+        "nodata.wav": (_riff(1, 1, 16, b"")[:-8], "without a data chunk"),
+        "zero.wav": (_riff(1, 0, 16, bytes(8)), "invalid WAV format (0 channels"),
+        "text.wav": (b"hello world, not audio", "not a WAV file"),
+    }
+    for name, (data, match) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(AudioError, match=re.escape(match)):
+            read_wav(tmp_path / name)

@@ -11,7 +11,6 @@ float32, so it agrees with HF's (float64) implementation to float32 rounding.
 
 from __future__ import annotations
 
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -33,20 +32,67 @@ class AudioError(LightspeedError, ValueError):
     """An audio file cannot be read (format, encoding) or audio has the wrong shape."""
 
 
+_PCM, _IEEE_FLOAT, _EXTENSIBLE = 0x0001, 0x0003, 0xFFFE
+
+
+def _wav_chunks(path: Path, data: bytes) -> tuple[bytes, bytes]:
+    """The ``fmt `` and ``data`` chunks of a RIFF/WAVE file (other chunks skipped; sizes bounded)."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise AudioError(f"{path}: not a WAV file (no RIFF/WAVE header); use PCM or IEEE-float WAV")
+    fmt = body = None
+    pos = 12
+    while pos + 8 <= len(data):
+        cid, size = data[pos:pos + 4], int.from_bytes(data[pos + 4:pos + 8], "little")
+        start = pos + 8
+        if cid == b"data":
+            # a streamed WAV may declare a larger (or 0xFFFFFFFF) size: read what is there, as wave does
+            body = data[start:min(start + size, len(data))]
+        elif cid == b"fmt ":
+            if start + size > len(data):
+                raise AudioError(f"{path}: truncated WAV file (the fmt chunk runs past the end)")
+            fmt = data[start:start + size]
+        pos = start + size + (size & 1)  # chunks are padded to an even size
+        if fmt is not None and body is not None:
+            break
+    if fmt is None or len(fmt) < 16:
+        raise AudioError(f"{path}: WAV file without a valid fmt chunk")
+    if body is None:
+        raise AudioError(f"{path}: WAV file without a data chunk")
+    return fmt, body
+
+
 def read_wav(path: str | Path) -> tuple[np.ndarray, int]:
-    """(samples as float32 in [-1, 1), shape (frames, channels); sample rate) of a PCM WAV file."""
+    """(samples as float32, shape (frames, channels); sample rate) of a WAV file: integer PCM of 8, 16, 24 or
+    32 bits (scaled to [-1, 1)) or IEEE float of 32 or 64 bits (as stored), plain or WAVE_FORMAT_EXTENSIBLE.
+
+    The RIFF chunks are parsed here: the stdlib's ``wave`` reads integer PCM only."""
     path = Path(path)
     try:
-        with wave.open(str(path), "rb") as w:
-            channels, width, rate, frames = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
-            raw = w.readframes(frames)
-    except (wave.Error, EOFError) as e:  # e.g. IEEE-float WAVs: the stdlib reads integer PCM only
-        raise AudioError(f"{path}: not a PCM WAV file the stdlib can read ({e}); convert it to 16-bit PCM") from None
+        data = path.read_bytes()
     except OSError as e:
         raise AudioError(f"{path}: cannot read: {e}") from None
+    fmt, raw = _wav_chunks(path, data)
+    tag, channels = int.from_bytes(fmt[0:2], "little"), int.from_bytes(fmt[2:4], "little")
+    rate, bits = int.from_bytes(fmt[4:8], "little"), int.from_bytes(fmt[14:16], "little")
+    if tag == _EXTENSIBLE:
+        if len(fmt) < 26:
+            raise AudioError(f"{path}: WAVE_FORMAT_EXTENSIBLE without its sub-format")
+        tag = int.from_bytes(fmt[24:26], "little")  # the first two bytes of the sub-format GUID
+    if channels < 1 or rate < 1 or bits % 8 or not bits:
+        raise AudioError(f"{path}: invalid WAV format ({channels} channels, {rate} Hz, {bits} bits)")
+    width = bits // 8
     n = len(raw) // (width * channels)
     raw = raw[:n * width * channels]  # a truncated last frame is dropped, as wave's own readers do
-    if width == 1:  # 8-bit WAV is unsigned with a 128 offset
+    if tag == _IEEE_FLOAT:
+        if width not in (4, 8):
+            raise AudioError(f"{path}: unsupported float sample width of {width} bytes (32 and 64 bits are)")
+        x = np.frombuffer(raw, "<f4" if width == 4 else "<f8").astype(np.float32)
+        if not np.isfinite(x).all():  # NaN or inf would poison every mel frame of the window
+            raise AudioError(f"{path}: the float samples include NaN or infinity")
+    elif tag != _PCM:
+        raise AudioError(f"{path}: WAV encoding {tag:#06x} is not supported (integer PCM and IEEE float are); "
+                         f"convert it to 16-bit PCM")
+    elif width == 1:  # 8-bit WAV is unsigned with a 128 offset
         x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
     elif width == 2:
         x = np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0

@@ -9,7 +9,9 @@
                          generate text (streamed), then print TTFT, TPOT and tok/s
     lightspeed run whisper AUDIO.wav
                          transcribe a WAV file, then print encode time, TTFT, TPOT and tok/s
-    lightspeed version
+    lightspeed version   (or lightspeed --version)
+
+Every option is checked (type and range) before anything is loaded; Ctrl-C ends with status 130.
 
 Families without shipped weights (qwen3, qwen3_moe, gemma4_moe) run with ``--weights PATH`` or with
 ``--random``: a small built-in config, random weights drawn with ``--seed`` and a byte-level stand-in
@@ -66,6 +68,53 @@ def _ops(args: argparse.Namespace) -> int:
     for name, op in sorted(HL_OPS.items()):
         print(f"{name:20s} {op.category:12s} {op.torch or ''}")
     return 0
+
+
+# ---------------------------------------------------------------------- option checks (before anything loads)
+def _number(kind: type, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+            what: str = "") -> Callable[[str], Any]:
+    """An argparse `type` that parses `kind` and checks the range, so that a bad value is a usage error
+    naming the option and its valid range (argparse prefixes "argument --name:")."""
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}"
+                                             f"{'; ' + what if what else ''}") from None
+        if kind is float and not np.isfinite(v):
+            raise argparse.ArgumentTypeError(f"must be finite, got {text}")
+        if lo is not None and (v <= lo if lo_open else v < lo):
+            raise argparse.ArgumentTypeError(f"must be {'>' if lo_open else '>='} {lo:g}"
+                                             f"{f' and <= {hi:g}' if hi is not None else ''}, got {text}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi:g}{f' and > {lo:g}' if lo_open else ''}, got {text}")
+        return v
+    return parse
+
+
+_PLANNED_BACKENDS = {"cuda": "the cuda backend is planned but not built yet"}
+
+
+def _available_backends() -> list[str]:
+    from lightspeed import backends
+
+    return list(backends.available_backends())
+
+
+def _backend(name: str) -> str:
+    available = _available_backends()
+    if name in available:
+        return name
+    why = _PLANNED_BACKENDS.get(name, f"unknown backend {name!r}")
+    raise argparse.ArgumentTypeError(f"{why}; available: {', '.join(available)}")
+
+
+# options that only the text decoders read: whisper refuses them instead of silently ignoring them
+_TEXT_ONLY = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+              "repetition_penalty": "--repetition-penalty", "seed": "--seed", "search_budget": "--search-budget",
+              "system": "--system", "chat": "--chat/--no-chat"}
+_TEXT_DEFAULTS = {"temperature": 0.0, "repetition_penalty": 1.0, "seed": 0, "search_budget": 3,
+                  "system": None}  # system: filled with DEFAULT_SYSTEM below
 
 
 # ---------------------------------------------------------------------- families and their weights
@@ -451,8 +500,23 @@ def _run(args: argparse.Namespace) -> int:
         _err(f"lightspeed run {args.model}: missing {what}, e.g. lightspeed run {args.model} "
              f"{'--random ' if family not in _DEFAULT_WEIGHTS else ''}{example}")
         return 2
-    if args.max_tokens is not None and args.max_tokens < 1:
-        _err(f"lightspeed run: --max-tokens must be >= 1, got {args.max_tokens}")
+    if args.prompt == "":
+        what = "AUDIO path" if family == WHISPER else "PROMPT"
+        _err(f"lightspeed run {args.model}: the {what} is empty")
+        return 2
+    if family == WHISPER:
+        given = [flag for key, flag in _TEXT_ONLY.items() if getattr(args, key) is not None]
+        if given:
+            _err(f"lightspeed run whisper: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for the text "
+                 f"models; whisper decodes greedily with its own prompt (options: --weights, --backend, "
+                 f"--max-tokens)")
+            return 2
+    else:
+        for key, default in _TEXT_DEFAULTS.items():
+            if getattr(args, key) is None:
+                setattr(args, key, DEFAULT_SYSTEM if key == "system" else default)
+    if args.weights is not None and not Path(args.weights).exists():
+        _err(f"lightspeed run {args.model}: --weights {args.weights}: no such file or directory")
         return 2
     try:
         return _run_whisper(args) if family == WHISPER else _run_text(args, family)
@@ -465,10 +529,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from lightspeed import __version__
+
     ap = argparse.ArgumentParser(prog="lightspeed", description="lightspeed deep-learning inference compiler")
+    ap.add_argument("--version", action="version", version=f"lightspeed {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="run a small graph and check it against numpy")
-    d.add_argument("--backend", default="reference")
+    d.add_argument("--backend", default="reference", type=_backend)
     d.set_defaults(fn=_demo)
     sub.add_parser("ops", help="list high-level ops").set_defaults(fn=_ops)
     sub.add_parser("models", help="list model families, their default weights and whether they are installed"
@@ -487,17 +554,23 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--random", action="store_true",
                      help="random weights (from --seed), a small built-in config and a byte-level tokenizer: for "
                      "families without shipped weights (qwen3, qwen3_moe, gemma4_moe) or to test the compiler")
-    r.add_argument("--backend", default="cpu", help="cpu (default) or reference")
-    r.add_argument("--max-tokens", type=int, default=None,
-                   help=f"tokens to generate (default {DEFAULT_MAX_TOKENS['text']}; whisper "
+    # Text-only options default to None so that whisper can tell a given one from a default; _run fills
+    # in the defaults named in the help for the text models.
+    r.add_argument("--backend", default="cpu", type=_backend, help="cpu (default) or reference")
+    r.add_argument("--max-tokens", "--max-new-tokens", dest="max_tokens", type=_number(int, 1), default=None,
+                   help=f"tokens to generate, >= 1 (default {DEFAULT_MAX_TOKENS['text']}; whisper "
                    f"{DEFAULT_MAX_TOKENS[WHISPER]} per 30 s window)")
-    r.add_argument("--search-budget", type=int, default=3, help="candidates the cpu search measures")
-    r.add_argument("--seed", type=int, default=0, help="sampling, search and --random weights seed")
-    r.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    r.add_argument("--top-k", type=int, default=None)
-    r.add_argument("--top-p", type=float, default=None)
-    r.add_argument("--repetition-penalty", type=float, default=1.0)
-    r.add_argument("--system", default=DEFAULT_SYSTEM,
+    r.add_argument("--search-budget", type=_number(int, 1), default=None,
+                   help="candidates the cpu search measures, >= 1 (default 3)")
+    r.add_argument("--seed", type=_number(int, 0), default=None,
+                   help="sampling, search and --random weights seed, >= 0 (default 0)")
+    r.add_argument("--temperature", type=_number(float, 0), default=None, help=">= 0; 0 = greedy (default)")
+    r.add_argument("--top-k", type=_number(int, 1), default=None, help=">= 1 (default: no top-k cut)")
+    r.add_argument("--top-p", type=_number(float, 0, 1, lo_open=True), default=None,
+                   help="in (0, 1] (default: no nucleus cut)")
+    r.add_argument("--repetition-penalty", type=_number(float, 0, lo_open=True), default=None,
+                   help="> 0; 1 = none (default)")
+    r.add_argument("--system", default=None,
                    help=f"system message for chat models (default {DEFAULT_SYSTEM!r}; '' = the template's own)")
     chat = r.add_mutually_exclusive_group()
     chat.add_argument("--chat", dest="chat", action="store_true", default=None,
@@ -506,14 +579,19 @@ def main(argv: list[str] | None = None) -> int:
     r.set_defaults(fn=_run)
     sub.add_parser("version", help="print the version").set_defaults(
         fn=lambda a: print(__import__("lightspeed").__version__) or 0)
-    args, extra = ap.parse_known_args(argv)
-    # argparse fills an optional positional at the first run of positionals, so in
-    # `run qwen3 --random "hi"` the prompt arrives as a leftover: take it as the prompt
-    if extra and args.cmd == "run" and args.prompt is None and not extra[0].startswith("-"):
-        args.prompt, extra = extra[0], extra[1:]
-    if extra:
-        ap.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args.fn(args)
+    try:
+        args, extra = ap.parse_known_args(argv)
+        # argparse fills an optional positional at the first run of positionals, so in
+        # `run qwen3 --random "hi"` the prompt arrives as a leftover: take it as the prompt
+        if extra and args.cmd == "run" and args.prompt is None and not extra[0].startswith("-"):
+            args.prompt, extra = extra[0], extra[1:]
+        if extra:
+            ap.error(f"unrecognized arguments: {' '.join(extra)}")
+        return args.fn(args)
+    except KeyboardInterrupt:
+        # Ctrl-C: no traceback, the shell's convention for death by SIGINT (128 + 2)
+        _err("interrupted")
+        return 130
 
 
 if __name__ == "__main__":
