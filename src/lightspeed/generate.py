@@ -5,9 +5,11 @@
     res.new_ids, res.ttft_s, res.tpot_s, res.tokens_per_s
 
 The KV cache is one preallocated numpy buffer per layer and per K/V, ``[max_len, n_kv, head_dim]``.
-A step passes views ``buf[lo:p]`` (no copy) as the decode program's ``past.{i}.k/v`` inputs and
-writes the program's ``new.{i}.k/v`` rows at ``buf[p:p+s]``; sliding-window layers get only their
-last ``W - 1`` rows (``lo = p - min(p, W - 1)``).  See docs/models.md.
+Prefill returns its rows (``new.{i}.k/v``), stored once at ``[0, n)``; every decode step takes the
+whole buffers as its ``cache.{i}.k/v`` inputs with ``dims={"p": p}`` and writes its new row at
+``p`` in place (the outputs alias the inputs): the host sends a token id and receives logits, and
+no cache row is copied.  Weights are made resident once (``Program.persist``) and the programs
+are planned once for the longest prompt and cache (``Program.reserve``).  See docs/models.md.
 
 Sampling follows Hugging Face's logits processors, in its order: repetition penalty, temperature,
 top-k, top-p; then a draw from a seeded numpy RNG.  ``temperature=0`` is greedy (argmax).
@@ -114,11 +116,7 @@ _PROGRAMS: dict[tuple, Program] = {}
 def _profile_dims(model: DecoderLM, mode: str) -> dict[str, int]:
     if mode == "prefill":
         return {"s": 16}
-    dims = {"s": 1, "p": 64}
-    if any(model.cache_rows(i) is not None for i in range(model.num_layers)):
-        rows = min(model.cache_rows(i) or 64 for i in range(model.num_layers))
-        dims["w"] = min(64, rows)
-    return dims
+    return {"s": 1, "p": 64, "M": 128}
 
 
 def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: SearchOptions | None = None,
@@ -172,8 +170,6 @@ class Generator:
         self.prefill = compile_model(model, "prefill", backend, search).persist(self.weights)
         self.decode = compile_model(model, "decode", backend, search).persist(self.weights)
         self.compile_s = time.perf_counter() - t0
-        cfg = model.config
-        self._rows = [model.cache_rows(i) for i in range(cfg.num_layers)]
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, *, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, repetition_penalty: float = 1.0,
@@ -198,15 +194,13 @@ class Generator:
         n = len(prompt)
         max_len = n + max_new_tokens
         shapes = [(max_len, *self.model.kv_shape(i)) for i in range(cfg.num_layers)]  # per layer (Gemma 4)
-        kbuf = [np.empty(shape, self.model.dtype.np) for shape in shapes]
-        vbuf = [np.empty(shape, self.model.dtype.np) for shape in shapes]
+        kbuf = [np.zeros(shape, self.model.dtype.np) for shape in shapes]
+        vbuf = [np.zeros(shape, self.model.dtype.np) for shape in shapes]
         ids = list(prompt)
 
         # plan once for the longest prompt and cache this call can reach: no step prepares anything
-        self.prefill.reserve(**{k: n for k in ("s",) if k in self.prefill.symbols})
-        window = max((r for r in self._rows if r is not None), default=max_len)
-        bounds = {"p": max_len, "w": min(max_len, window)}
-        self.decode.reserve(**{k: v for k, v in bounds.items() if k in self.decode.symbols})
+        self.prefill.reserve(s=n)
+        self.decode.reserve(**{k: v for k, v in {"p": max_len, "M": max_len}.items() if k in self.decode.symbols})
         t0 = time.perf_counter()
         first = {"input_ids": np.asarray(prompt, dtype=np.int64)}
         if "positions" in self.prefill.input_args:  # models may derive positions from the dims instead
@@ -225,17 +219,15 @@ class Generator:
         reason = "stop_token" if tok in stops else "max_tokens"
         inputs: dict[str, Any] = {}
         with_positions = "positions" in self.decode.input_args
+        for i in range(cfg.num_layers):  # the whole buffers: each step writes its row into them
+            inputs[f"cache.{i}.k"] = kbuf[i]
+            inputs[f"cache.{i}.v"] = vbuf[i]
         while reason == "max_tokens" and len(ids) - n < max_new_tokens:
             t1 = time.perf_counter()
             inputs["input_ids"] = np.asarray([tok], dtype=np.int64)
             if with_positions:
                 inputs["positions"] = np.asarray([p], dtype=np.int64)
-            for i, rows in enumerate(self._rows):
-                lo = 0 if rows is None else p - min(p, rows)
-                inputs[f"past.{i}.k"] = kbuf[i][lo:p]  # views: the cache is never copied
-                inputs[f"past.{i}.v"] = vbuf[i][lo:p]
-            out = self.decode(inputs)
-            self._store(out, kbuf, vbuf, p, 1)
+            out = self.decode(inputs, dims={"p": p})
             p += 1
             if kept is not None:
                 kept.append(out["logits"][-1].copy())

@@ -52,6 +52,7 @@ class Graph:
         self.nodes: list[Node] = []
         self.inputs: dict[str, int] = {}
         self.outputs: dict[str, int] = {}
+        self.output_aliases: dict[str, str] = {}  # output name -> the input it is written into
         self._dedup: dict[tuple, int] = {}
 
     # ------------------------------------------------------------------ building
@@ -116,14 +117,29 @@ class Graph:
         shp = tuple(as_expr(d) for d in shape)
         return self.add_node(PRIMITIVES["Iota"], [], IotaArg(as_expr(expr), shp, dt.as_dtype(dtype)))
 
-    def output(self, name: str, tensor: GraphTensor) -> GraphTensor:
-        """Mark ``tensor`` as the program output ``name``."""
+    def output(self, name: str, tensor: GraphTensor, aliases: str | None = None) -> GraphTensor:
+        """Mark ``tensor`` as the program output ``name``.
+
+        ``aliases``: the name of an input of the same shape and dtype that this output is written
+        into (Luminal's ``output_aliases_input``): after a call the caller's array holds the
+        output, and a backend may compute it in place (a KV cache updated by its new rows)."""
         if not isinstance(tensor, GraphTensor) or tensor.graph is not self:
             raise TypeError(f"output {name!r}: expected a GraphTensor of this graph, got {tensor!r}")
         if name in self.outputs:
             raise ValueError(f"graph already has an output named {name!r}")
+        if aliases is not None:
+            if aliases not in self.inputs:
+                raise ValueError(f"output {name!r} aliases {aliases!r}, which is not an input of this graph")
+            arg = self.nodes[self.inputs[aliases]].arg
+            if tuple(tensor.shape) != tuple(arg.shape) or tensor.dtype != arg.dtype:
+                raise ShapeError(f"output {name!r} aliases input {aliases!r}: it must have the input's shape and "
+                                 f"dtype {arg.dtype.name}[{', '.join(map(str, arg.shape))}], got {tensor!r}")
+            if aliases in self.output_aliases.values():
+                raise ValueError(f"input {aliases!r} is already aliased by another output")
         t = self.add_node(PRIMITIVES["Output"], [tensor], name)
         self.outputs[name] = t.node
+        if aliases is not None:
+            self.output_aliases[name] = aliases
         return tensor
 
     # ------------------------------------------------------------------ queries

@@ -23,7 +23,7 @@ from .graph import Graph
 from .primitives import InputArg
 from .symbolic import Expr
 
-__all__ = ["Program", "to_numpy", "fill_out"]
+__all__ = ["Program", "to_numpy", "fill_out", "same_memory"]
 
 
 def to_numpy(value: Any, what: str) -> np.ndarray:
@@ -61,6 +61,15 @@ def _to_torch(a: np.ndarray) -> Any:
     return torch.from_numpy(a)
 
 
+def same_memory(a: Any, b: Any) -> bool:
+    """Whether two host arrays are the same elements (an in-place kernel returned its input)."""
+    if a is b:
+        return True
+    ia, ib = getattr(a, "__array_interface__", None), getattr(b, "__array_interface__", None)
+    return ia is not None and ib is not None and ia["data"] == ib["data"] and a.shape == b.shape and \
+        a.dtype == b.dtype and ia.get("strides") == ib.get("strides")
+
+
 def fill_out(res: dict[str, np.ndarray], out: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     """Copy results into the caller's ``out`` arrays (for programs that do not write them directly)."""
     for k, dest in (out or {}).items():
@@ -84,6 +93,8 @@ class Program:
         self._resident: dict[str, Any] = {}  # persisted inputs, on the backend's device
         self._resident_dims: dict[str, int] = {}
         self.compiled: Program = self  # the compiled program this one shares (itself, unless persisted)
+        self.output_aliases: dict[str, str] = dict(graph.output_aliases)  # output -> input written in place
+        self._aliased_inputs = frozenset(self.output_aliases.values())
 
     def to_device(self, array: np.ndarray) -> Any:
         """A checked host input as the backend's array type (host backends: unchanged)."""
@@ -164,6 +175,10 @@ class Program:
                 mod = "ml_dtypes" if want.np.kind == "V" else "np"  # bfloat16/float8 are ml_dtypes types
                 raise InputError(f"input {name!r}: expected dtype {want.name}, got {a.dtype} "
                                  f"(cast it, e.g. x.astype({mod}.{want.np.name}))")
+            if name in self._aliased_inputs and not (a.flags.c_contiguous and a.flags.writeable):
+                out = next(o for o, i in self.output_aliases.items() if i == name)
+                raise InputError(f"input {name!r} is written in place (output {out!r} aliases it): pass a writable, "
+                                 "C-contiguous array")
             if a.ndim != len(arg.shape):
                 raise InputError(f"input {name!r}: expected rank {len(arg.shape)} with shape "
                                  f"({', '.join(map(str, arg.shape))}), got shape {a.shape}")
@@ -211,6 +226,11 @@ class Program:
                 if not v.flags.writeable:
                     raise InputError(f"out[{k!r}] is read-only")
         res = self.execute(arrays, env, dest)
+        for o, i in self.output_aliases.items():  # the input holds the output after the call
+            target = arrays[i]
+            if not same_memory(res[o], target):
+                np.copyto(target, res[o])
+            res[o] = all_inputs[i] if i in all_inputs else target
         if out:
             res = {k: out.get(k, v) for k, v in res.items()}
         if any(_is_torch(v) for v in all_inputs.values()):

@@ -310,7 +310,11 @@ def _build_part(graph: Graph, members: Sequence[int], shared: frozenset[int], ex
         ops = [operand(src, st) for src, st in n.inputs]
         if n.op.name == "Output":
             name = output_name(nid)
-            part.output(name, ops[0])
+            # an output written into an input stays so when that input is one of this part's
+            alias = graph.output_aliases.get(n.arg)
+            src = graph.inputs.get(alias) if alias is not None else None
+            part_in = next((k for k, v in inputs.items() if v == src), None) if src is not None else None
+            part.output(name, ops[0], aliases=part_in)
             finals[name] = n.arg
         else:
             tens[nid] = part.add_node(n.op, ops, n.arg)

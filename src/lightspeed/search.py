@@ -1,9 +1,19 @@
-"""Profiling-guided search over the programs an e-graph holds.
+"""Profiling-guided search over the programs an e-graph holds, in three phases.
 
-Phases (each timed and reported): encode the graph, saturate the backend's rulesets (capped),
-serialise, extract candidates, decode each to LLIR, run it on the backend with representative
-dims, keep the fastest.  Candidates, in order: the primitive-only default, the greedy one that
-takes every backend op the rules offered, then random draws and mutations of the best so far.
+1. :func:`saturate`: encode the graph, run the backend's rulesets (capped), serialise and index
+   the e-graph (or load it from the cache).
+2. :func:`candidates`: the programs to try, in an order that depends on the e-graph, the options
+   and the seed only: the primitive-only default, the greedy one (every backend op the rules
+   offered), the fused one, then random draws and mutations of the fused one.
+3. :func:`measure`: lower a candidate with the backend, run it once on representative inputs
+   (made on the backend's device once, only when something is measured), time it through
+   ``backend.time`` (cpu: wall clock; GPU: events).  The three fastest are re-timed in
+   interleaved rounds and the fastest is kept.
+
+"Deterministic" means: for one graph, backend code, rules, options and seed, the *list* of
+candidates measured is always the same (with ``time_budget``, a prefix of it); only the choice
+among them depends on the measured times.  Decisions are cached by the e-graph's key, the
+device identity and the backend's code hash; a cached decision measures and generates nothing.
 Candidates that crash or produce wrong shapes are rejected, not fatal.
 ``LIGHTSPEED_LOG=search`` prints the report, ``LIGHTSPEED_LOG=egraph`` the per-rule statistics.
 """
@@ -16,7 +26,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,36 +128,67 @@ class SearchReport:
 
 
 # bumped when the way decisions are made changes, so cached decisions of an older search are not reused
-SEARCH_VERSION = 2
+SEARCH_VERSION = 3
 
 
 def _log(kind: str) -> bool:
     return kind in os.environ.get("LIGHTSPEED_LOG", "").split(",")
 
 
+_REPRESENTATIVE: dict[tuple, np.ndarray] = {}  # (shape, dtype, seed) -> array, for profiling only
+_REPRESENTATIVE_BYTES = 512 << 20
+
+
+def _representative(shape: tuple[int, ...], dtype: Any, seed: int) -> np.ndarray:
+    """A profiling input: standard normal floats (zeros for ints: valid indexes for every gather),
+    made once per (shape, dtype, seed) in a process, so parts of a rolled model (the prelude's and
+    the epilogue's vocabulary-sized embeddings) and later compiles share it."""
+    key = (shape, dtype.name, seed)
+    hit = _REPRESENTATIVE.get(key)
+    if hit is None:
+        if dtype.is_float:
+            hit = np.random.default_rng([seed, *shape]).standard_normal(shape, dtype=np.float32).astype(dtype.np)
+        else:
+            hit = np.zeros(shape, dtype=dtype.np)
+        while _REPRESENTATIVE and sum(a.nbytes for a in _REPRESENTATIVE.values()) + hit.nbytes > _REPRESENTATIVE_BYTES:
+            _REPRESENTATIVE.pop(next(iter(_REPRESENTATIVE)))
+        _REPRESENTATIVE[key] = hit
+    return hit
+
+
 def representative_inputs(graph: Graph, dims: Mapping[str, int], seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
     out = {}
     for name, nid in graph.inputs.items():
         arg = graph.nodes[nid].arg
         shape = tuple(int(d.evaluate(dims)) for d in arg.shape)
-        if arg.dtype.is_float:
-            out[name] = rng.standard_normal(shape).astype(arg.dtype.np)
-        else:  # zeros are valid indexes for every gather/scatter
-            out[name] = np.zeros(shape, dtype=arg.dtype.np)
+        a = _representative(shape, arg.dtype, seed)
+        # inputs written in place (aliased by an output) get their own copy: candidates write them
+        out[name] = a.copy() if name in graph.output_aliases.values() else a
     return out
 
 
-def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LProgram, SearchReport]:
-    rep = SearchReport()
+# ---------------------------------------------------------------------- phase 1: saturate
+@dataclass
+class Saturated:
+    """A saturated e-graph and what extraction needs."""
+
+    enc: Any  # EncodedGraph
+    ser: SerializedEGraph
+    index: EGraphIndex
+    decls: dict[str, Any]  # constructor -> OpDecl, what the backend can run
+    key: str  # cache key of the e-graph (graph text, rules, schedule, egglog)
+
+
+def saturate(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport) -> Saturated:
+    """Encode ``graph``, run the backend's rulesets (capped by ``opts``) or load the saturated
+    e-graph from the cache, and index it."""
     t0 = time.perf_counter()
     enc = encode_graph(graph)
     decls = backend.declarations()
-    rep.produced_by = rules_producing(backend.rules_text(), set(decls) - set(PRIMITIVES))
-    rep.phases["encode"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
     rules = backend.rules_text()
+    rep.produced_by = rules_producing(rules, set(decls) - set(PRIMITIVES))
+    rep.phases["encode"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     schedule = f"{backend.rulesets} iterations={opts.iterations} max_enodes={opts.max_enodes}"
     key = cache.digest(SCHEMA, rules, schedule, enc.program, EGGLOG_VERSION)
     cached = cache.load(f"egraph-{key}", validate=cache.check_egraph)
@@ -182,49 +223,114 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
     if _log("egraph"):
         print(f"e-graph: {rep.egraph_nodes} e-nodes, {len(index.classes)} e-classes"
               + (" (from the on-disk cache)" if rep.egraph_cached else ""), file=sys.stderr)
+    return Saturated(enc, ser, index, decls, key)
 
+
+# ---------------------------------------------------------------------- phase 2: candidates
+def _prefer_primitives(cid, nodes):
+    prims = [n for n in nodes if n.op in PRIMITIVES]
+    return prims[0] if prims else nodes[0]
+
+
+def _prefer_backend(cid, nodes):  # every backend op the rules offered, one region per op
+    leaf = [n for n in nodes if n.op == "SLeaf"]
+    if leaf:
+        return leaf[0]
+    ops = [n for n in nodes if n.op not in PRIMITIVES]
+    return ops[0] if ops else nodes[0]
+
+
+def _fuse_single_use(first: Candidate):
+    """Regions grown over producers that have one reader in ``first`` (no recomputation)."""
+    uses: dict[str, int] = {}
+    for n in first.choice.values():
+        for c in set(n.children):
+            uses[c] = uses.get(c, 0) + 1
+
+    def pick(cid, nodes):
+        leaf = next((n for n in nodes if n.op == "SLeaf"), None)
+        if leaf is not None:
+            inline = [n for n in nodes if n.op == "SInline"]
+            # the leaf's producer (children[0]) is read only here: compute it inline
+            single = uses.get(leaf.children[0], 0) <= 1 and uses.get(cid, 0) <= 1
+            return inline[0] if inline and single else leaf
+        return _prefer_backend(cid, nodes)
+    return pick
+
+
+def candidates(index: EGraphIndex, opts: SearchOptions) -> Iterator[tuple[str, Candidate]]:
+    """The candidates to measure, in order, as a function of the e-graph, the options and the seed
+    alone (never of measured times, so a search is reproducible): the primitive-only default, the
+    greedy one (every backend op), the fused one (regions over single-reader producers), then
+    alternately random draws and mutations of the fused one (a fraction of its real choices
+    flipped).  Duplicates are skipped; at most ``opts.budget`` are yielded."""
+    rng = random.Random(opts.seed)
+    seen: set[tuple] = set()
+    default = Candidate.build(index, _prefer_primitives)
+    greedy = Candidate.build(index, _prefer_backend)
+    fused = Candidate.build(index, _fuse_single_use(greedy))
+    fixed = [("default", default), ("greedy", greedy), ("fused", fused)]
+    open_ = sorted(c for c in fused.choice if len(index.ir_nodes(c)) > 1)
+    tries = 0
+    while len(seen) < max(1, opts.budget) and tries < 4 * max(1, opts.budget) + 3:
+        k = tries
+        tries += 1
+        if k < len(fixed):
+            origin, cand = fixed[k]
+        elif k % 2 == 1 and open_:
+            flips = set(rng.sample(open_, max(1, round(len(open_) * opts.mutation_rate))))
+            base = {c: n for c, n in fused.choice.items() if c not in flips}
+
+            def other(cid, nodes, prev=fused.choice):
+                return rng.choice([n for n in nodes if n is not prev.get(cid)] or nodes)
+            origin, cand = "mutation", Candidate.build(index, other, base)
+        else:
+            origin, cand = "random", Candidate.random(index, rng)
+        key = cand.key()
+        if key not in seen:
+            seen.add(key)
+            yield origin, cand
+
+
+# ---------------------------------------------------------------------- phase 3: measure
+@dataclass
+class _Measured:
+    seconds: float
+    index: int
+    lprog: LProgram
+    cand: Candidate
+    prog: Program
+
+
+def measure(graph: Graph, backend: Any, lprog: LProgram, inputs: Mapping[str, Any], dims: Mapping[str, int],
+            repeats: int) -> tuple[Program, float]:
+    """Lower ``lprog``, run it once (checking the output shapes) and time it through the backend."""
+    prog = backend.lower(graph, lprog)
+    out = prog(inputs, dims=dims)
+    for name, nid in graph.outputs.items():
+        want = tuple(int(d.evaluate(dims)) for d in graph.nodes[nid].shape)
+        if tuple(out[name].shape) != want:
+            raise LightspeedError(f"output {name!r} has shape {tuple(out[name].shape)}, expected {want}")
+    return prog, backend.time(prog, inputs, dims, repeats)
+
+
+def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LProgram, SearchReport]:
+    """Saturate, then take the cached decision or measure the candidates and keep the fastest."""
+    rep = SearchReport()
+    sat = saturate(graph, backend, opts, rep)
     dims = {s: int(opts.dims[s]) if opts.dims and s in opts.dims else opts.default_dim for s in graph.symbols()}
     rep.profile_dims = dims
-    inputs = representative_inputs(graph, dims, opts.seed)
-    rng = random.Random(opts.seed)
-
-    def prefer_primitives(cid, nodes):
-        prims = [n for n in nodes if n.op in PRIMITIVES]
-        return prims[0] if prims else nodes[0]
-
-    def prefer_backend(cid, nodes):  # every backend op the rules offered, one region per op
-        leaf = [n for n in nodes if n.op == "SLeaf"]
-        if leaf:
-            return leaf[0]
-        ops = [n for n in nodes if n.op not in PRIMITIVES]
-        return ops[0] if ops else nodes[0]
-
-    def fuse_single_use(first: Candidate):
-        """Regions grown over producers that have one reader in ``first`` (no recomputation)."""
-        uses: dict[str, int] = {}
-        for n in first.choice.values():
-            for c in set(n.children):
-                uses[c] = uses.get(c, 0) + 1
-
-        def pick(cid, nodes):
-            leaf = next((n for n in nodes if n.op == "SLeaf"), None)
-            if leaf is not None:
-                inline = [n for n in nodes if n.op == "SInline"]
-                # the leaf's producer (children[0]) is read only here: compute it inline
-                single = uses.get(leaf.children[0], 0) <= 1 and uses.get(cid, 0) <= 1
-                return inline[0] if inline and single else leaf
-            return prefer_backend(cid, nodes)
-        return pick
-
-    decision_key = cache.digest(SEARCH_VERSION, key, repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats,
-                           opts.mutation_rate, opts.time_budget, opts.max_memory)
-    decided = cache.load(f"search-{decision_key}", validate=cache.decision_validator(ser.nodes))
+    # a decision is the device's and the backend code's: a changed kernel or rule never reuses it
+    decision_key = cache.digest(SEARCH_VERSION, sat.key, backend.device(), backend.code_hash(),
+                                repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate,
+                                opts.time_budget, opts.max_memory)
+    decided = cache.load(f"search-{decision_key}", validate=cache.decision_validator(sat.ser.nodes))
     if decided is not None:
-        by_id = {n.id: n for nodes in index.classes.values() for n in nodes}
+        by_id = {n.id: n for nodes in sat.index.classes.values() for n in nodes}
         if all(nid in by_id for nid in decided["choice"].values()):
             t0 = time.perf_counter()
-            cand = Candidate(index, {c: by_id[nid] for c, nid in decided["choice"].items()})
-            lprog = decode_program(cand, ser, enc.constants, decls)
+            cand = Candidate(sat.index, {c: by_id[nid] for c, nid in decided["choice"].items()})
+            lprog = decode_program(cand, sat.ser, sat.enc.constants, sat.decls)
             rep.phases["extract"] = time.perf_counter() - t0
             rep.phases["profile"] = 0.0
             rep.candidates = [CandidateResult(**c) for c in decided["candidates"]]
@@ -234,40 +340,23 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
 
     t_extract = t_profile = 0.0
     t_start = time.perf_counter()
-    seen: set[tuple] = set()
-    best: tuple[float, int, LProgram, Candidate] | None = None
-    finalists: list[tuple[float, int, LProgram, Candidate, Any]] = []
+    inputs: dict[str, Any] | None = None  # made on the device once, when the first candidate runs
+    best: _Measured | None = None
+    finalists: list[_Measured] = []
     first_error: Exception | None = None
-    for i in range(max(1, opts.budget)):
-        if opts.time_budget is not None and i >= 3 and time.perf_counter() - t_start > opts.time_budget:
+    stream = candidates(sat.index, opts)
+    i = -1
+    while True:
+        if opts.time_budget is not None and i >= 2 and time.perf_counter() - t_start > opts.time_budget:
             break
         t0 = time.perf_counter()
-        if i == 0:
-            cand, origin = Candidate.build(index, prefer_primitives), "default"
-        elif i == 1:
-            greedy = Candidate.build(index, prefer_backend)
-            cand, origin = greedy, "greedy"
-        elif i == 2:
-            cand, origin = Candidate.build(index, fuse_single_use(greedy)), "fused"
-        elif best is not None and i % 2 == 1:
-            # flip a few of the best candidate's real choices (classes with alternatives)
-            choices = best[3].choice
-            open_ = sorted(c for c in choices if len(index.ir_nodes(c)) > 1)
-            flips = set(rng.sample(open_, max(1, round(len(open_) * opts.mutation_rate)))) if open_ else set()
-            base = {c: n for c, n in choices.items() if c not in flips}
-            def other(cid, nodes, prev=choices):
-                return rng.choice([n for n in nodes if n is not prev.get(cid)] or nodes)
-
-            cand, origin = Candidate.build(index, other, base), "mutation"
-        else:
-            cand, origin = Candidate.random(index, rng), "random"
-        key = cand.key()
-        if key in seen:
-            t_extract += time.perf_counter() - t0
-            continue
-        seen.add(key)
+        nxt = next(stream, None)
+        if nxt is None:
+            break
+        i += 1
+        origin, cand = nxt
         try:
-            lprog = decode_program(cand, ser, enc.constants, decls)
+            lprog = decode_program(cand, sat.ser, sat.enc.constants, sat.decls)
         except LightspeedError as e:
             rep.candidates.append(CandidateResult(i, origin, {}, None, f"decode: {e}"))
             t_extract += time.perf_counter() - t0
@@ -281,25 +370,15 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
                    f"(max_memory {opts.max_memory / 2**20:.0f} MiB)")
             rep.candidates.append(CandidateResult(i, origin, ops, None, why))
             continue
+        if inputs is None:
+            inputs = {k: backend.to_device(v) for k, v in representative_inputs(graph, dims, opts.seed).items()}
         try:
-            prog = backend.lower(graph, lprog)
-            out = prog(inputs, dims=dims)
-            for name, nid in graph.outputs.items():
-                want = tuple(int(d.evaluate(dims)) for d in graph.nodes[nid].shape)
-                if out[name].shape != want:
-                    raise LightspeedError(f"output {name!r} has shape {out[name].shape}, expected {want}")
-            times = []
-            for _ in range(opts.repeats):
-                s = time.perf_counter()
-                prog(inputs, dims=dims)
-                times.append(time.perf_counter() - s)
-            sec = min(times)
+            prog, sec = measure(graph, backend, lprog, inputs, dims, opts.repeats)
             rep.candidates.append(CandidateResult(i, origin, ops, sec))
-            finalists.append((sec, i, lprog, cand, prog))
-            finalists.sort(key=lambda f: f[0])
-            del finalists[3:]  # only the three fastest keep their (prepared, memory-holding) programs
-            if best is None or sec < best[0]:
-                best = (sec, i, lprog, cand)
+            m = _Measured(sec, i, lprog, cand, prog)
+            finalists = sorted([*finalists, m], key=lambda f: f.seconds)[:3]  # only these keep their programs
+            if best is None or sec < best.seconds:
+                best = m
         except Exception as e:  # a crashing candidate is rejected, not fatal
             first_error = first_error or e
             rep.candidates.append(CandidateResult(i, origin, ops, None, f"{type(e).__name__}: {e}"))
@@ -308,19 +387,16 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
             c = rep.candidates[-1]
             t = f"{c.seconds * 1e3:.3f} ms" if c.seconds is not None else "rejected"
             print(f"[search] candidate {len(rep.candidates)}/{opts.budget} {origin}: {t}; "
-                  f"best {best[0] * 1e3:.3f} ms" if best else "", file=sys.stderr)
+                  f"best {best.seconds * 1e3:.3f} ms" if best else "", file=sys.stderr)
     if len(finalists) > 1:
         # a load spike during one candidate's runs can crown the wrong one (and the decision is
         # cached): re-time the three fastest in interleaved rounds and keep the best of all rounds
         t0 = time.perf_counter()
-        again = {f[1]: f[0] for f in finalists}
+        again = {f.index: f.seconds for f in finalists}
         for _ in range(max(2, opts.repeats)):
             for f in finalists:
-                s = time.perf_counter()
-                f[4](inputs, dims=dims)
-                again[f[1]] = min(again[f[1]], time.perf_counter() - s)
-        win = min(finalists, key=lambda f: (again[f[1]], f[1]))
-        best = (again[win[1]], win[1], win[2], win[3])
+                again[f.index] = min(again[f.index], backend.time(f.prog, inputs, dims, 1))
+        best = min(finalists, key=lambda f: (again[f.index], f.index))
         for c in rep.candidates:
             if c.index in again:
                 c.seconds = again[c.index]
@@ -330,15 +406,15 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
     if best is None:
         why = first_error or next((c.error for c in rep.candidates if c.error), "none ran")
         raise LightspeedError(f"search: every candidate failed; first error: {why}")
-    rep.winner = best[1]
-    rep.program_text = str(best[2])
-    rep.program = best[2]
-    cache.store(f"search-{decision_key}", {"choice": {c: n.id for c, n in best[3].choice.items()},
+    rep.winner = best.index
+    rep.program_text = str(best.lprog)
+    rep.program = best.lprog
+    cache.store(f"search-{decision_key}", {"choice": {c: n.id for c, n in best.cand.choice.items()},
                                             "winner": rep.winner,
                                             "candidates": [dataclasses.asdict(c) for c in rep.candidates]})
     if _log("search"):
         print(rep.format(), file=sys.stderr)
-    return best[2], rep
+    return best.lprog, rep
 
 
 class BucketedProgram(Program):

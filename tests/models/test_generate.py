@@ -137,9 +137,9 @@ def test_wrong_cache_shape_is_named():
     model = from_hf_config(TINY)
     prog = model.decode_graph().compile(backend="reference")
     w = model.check_weights(tiny_weights(model))
-    past = {"past.0.k": np.zeros((3, 1, 8), np.float32), "past.0.v": np.zeros((4, 1, 8), np.float32)}
-    with pytest.raises(InputError, match="past.0.v"):
-        prog({"input_ids": np.array([1]), "positions": np.array([3]), **w, **past})
+    caches = {"cache.0.k": np.zeros((3, 1, 8), np.float32), "cache.0.v": np.zeros((4, 1, 8), np.float32)}
+    with pytest.raises(InputError, match="cache.0.v"):
+        prog({"input_ids": np.array([1]), "positions": np.array([3]), **w, **caches}, dims={"p": 2})
 
 
 def test_bad_prompts():

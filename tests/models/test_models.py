@@ -11,7 +11,7 @@ import lightspeed as ls
 from lightspeed.generate import Generator, compile_model
 from lightspeed.models import from_hf_config
 
-from .tiny import hf_logits, hf_model, torch
+from .tiny import decode_chunk, empty_caches, hf_logits, hf_model, store_prefill, torch
 
 PROMPT = [1, 17, 33, 100, 3]
 STEPS = 32
@@ -58,31 +58,28 @@ def test_greedy_decode_matches_hf(family, backend):
     assert len(res.step_s) == STEPS - 1 and res.tpot_s > 0 and res.ttft_s > 0
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3"])
-def test_chunked_decode_with_cache(family):
-    """The decode graph with s > 1 new tokens after a cache (prompt processed in chunks); for
-    Gemma the sliding layers get only their last W - 1 cached rows."""
+@pytest.mark.parametrize("family,backend", [("llama", "reference"), ("gemma3", "reference"), ("gemma3", "cpu")])
+def test_chunked_decode_with_cache(family, backend):
+    """The decode graph with s > 1 new tokens after a cache (prompt processed in chunks), writing
+    its rows into the preallocated caches in place; Gemma's sliding layers read only their last
+    W - 1 cached rows.  The caches end up holding what a prefill of the whole sequence computes."""
     hf, model, sd = setup(family)
     w = model.check_weights(sd)
     ids = np.array([1, 17, 33, 100, 3, 9, 200, 45, 7, 8, 250, 0], dtype=np.int64)
     ref = hf_logits(hf, ids)
-    prefill = compile_model(model, "prefill", "reference", all_logits=True)
-    decode = compile_model(model, "decode", "reference", all_logits=True)
-    out = prefill({"input_ids": ids[:3], "positions": np.arange(3), **w})
-    cache = {f"{i}.{c}": out[f"new.{i}.{c}"] for i in range(model.num_layers) for c in "kv"}
+    prefill = compile_model(model, "prefill", backend, SEARCH, all_logits=True)
+    decode = compile_model(model, "decode", backend, SEARCH, all_logits=True)
+    caches = empty_caches(model, len(ids) + 2)
+    store_prefill(caches, prefill({"input_ids": ids[:3], "positions": np.arange(3), **w}), 3)
     n = 3
     for chunk in (4, 1, 3, 1):
-        inputs = {"input_ids": ids[n:n + chunk], "positions": np.arange(n, n + chunk), **w}
-        for i in range(model.num_layers):
-            rows = model.cache_rows(i)
-            lo = 0 if rows is None else n - min(n, rows)
-            for c in "kv":
-                inputs[f"past.{i}.{c}"] = cache[f"{i}.{c}"][lo:n]
-        out = decode(inputs)
+        out = decode_chunk(decode, w, caches, ids[n:n + chunk], n)
         np.testing.assert_allclose(out["logits"], ref[n:n + chunk], atol=1e-4, rtol=0)
-        for k in cache:
-            cache[k] = np.concatenate([cache[k], out[f"new.{k}"]])
         n += chunk
+    whole = prefill({"input_ids": ids[:n], "positions": np.arange(n), **w})
+    for name, buf in caches.items():
+        np.testing.assert_allclose(buf[:n], whole["new." + name.removeprefix("cache.")], atol=1e-5, rtol=1e-5)
+        assert not buf[n:].any()  # rows past the last write are untouched
 
 
 def test_sliding_window_matters():
@@ -100,28 +97,36 @@ def test_sliding_window_matters():
 
 
 def test_decode_graph_never_copies_the_cache():
-    """The cached keys/values are read only by matrix products (Mul feeding a SumReduce): no
-    concat, copy or cast of the cache inside the graph."""
-    _, model, _ = setup("gemma3")
+    """Each cache input is read once, by the Scatter writing the new rows; the updated cache is
+    read by matrix products (Mul feeding a SumReduce) and by its aliased output only: no concat,
+    copy or cast of the cache in the graph, and on cpu the write runs in place."""
+    _, model, sd = setup("gemma3")
     g = model.decode_graph()
     consumers: dict[int, list] = {}
     for n in g.nodes:
         for src, _ in n.inputs:
             consumers.setdefault(src, []).append(n)
-    for name, nid in g.inputs.items():
-        if not name.startswith("past."):
-            continue
-        users = consumers[nid]
-        assert users and all(u.op.name == "Mul" for u in users), name
+    names = [n for n in g.inputs if n.startswith("cache.")]
+    assert len(names) == 2 * model.num_layers
+    for name in names:
+        (write,) = consumers[g.inputs[name]]
+        assert write.op.name == "Scatter", name
+        users = consumers[write.id]
+        assert {u.op.name for u in users} == {"Mul", "Output"}, name
         for u in users:
-            assert [c.op.name for c in consumers[u.id]] == ["SumReduce"], name
+            if u.op.name == "Mul":
+                assert [c.op.name for c in consumers[u.id]] == ["SumReduce"], name
+    prog = compile_model(model, "decode", "cpu", SEARCH)
+    assert "ScatterInPlace" in prog.report()
 
 
-def test_past_dims():
-    """Full-attention layers take the whole cache (dim p), sliding ones their window (dim w)."""
+def test_cache_inputs_and_aliases():
+    """Every layer takes its whole cache [M, n_kv, d] and outputs it updated, aliasing the input;
+    sliding layers read their last W - 1 rows (cache_rows)."""
     _, model, _ = setup("gemma3")
     g = model.decode_graph()
-    shapes = {n: tuple(str(d) for d in g.nodes[i].shape) for n, i in g.inputs.items() if n.startswith("past.")}
-    assert shapes["past.0.k"] == ("w", "2", "16") and shapes["past.1.k"] == ("p", "2", "16")
+    shapes = {n: tuple(str(d) for d in g.nodes[i].shape) for n, i in g.inputs.items() if n.startswith("cache.")}
+    assert shapes["cache.0.k"] == ("M", "2", "16") and shapes["cache.1.k"] == ("M", "2", "16")
     assert [model.cache_rows(i) for i in range(4)] == [3, None, 3, None]
-    assert set(g.outputs) == {"logits"} | {f"new.{i}.{c}" for i in range(4) for c in "kv"}
+    assert set(g.outputs) == {"logits"} | {f"cache.{i}.{c}" for i in range(4) for c in "kv"}
+    assert g.output_aliases == {f"cache.{i}.{c}": f"cache.{i}.{c}" for i in range(4) for c in "kv"}

@@ -17,7 +17,7 @@ from lightspeed.models.qwen3_moe import Qwen3Moe
 from lightspeed.nn import Builder
 from lightspeed.nn.moe import Experts, Gemma4Router, TopKRouter, fuse_expert_weights
 
-from .tiny import COMMON, hf_logits, tf, torch
+from .tiny import COMMON, decode_chunk, empty_caches, hf_logits, store_prefill, tf, torch
 
 SEARCH = ls.SearchOptions(budget=2, seed=0)
 PROMPT = [1, 17, 33, 100, 3]
@@ -107,20 +107,12 @@ def greedy_loop(model, weights, backend, prompt, steps):
     prefill = compile_model(model, "prefill", backend, SEARCH)
     decode = compile_model(model, "decode", backend, SEARCH)
     out = prefill({"input_ids": np.asarray(prompt, np.int64), "positions": np.arange(len(prompt)), **w})
-    cache = {(i, c): out[f"new.{i}.{c}"] for i in range(model.num_layers) for c in "kv"}
+    caches = empty_caches(model, len(prompt) + steps)
+    store_prefill(caches, out, len(prompt))
     logits, toks = [out["logits"][-1]], [int(np.argmax(out["logits"][-1]))]
     p = len(prompt)
     for _ in range(steps - 1):
-        inputs = {"input_ids": np.array([toks[-1]], np.int64), "positions": np.array([p]), **w}
-        for i in range(model.num_layers):
-            rows = model.cache_rows(i)
-            lo = 0 if rows is None else p - min(p, rows)
-            for c in "kv":
-                inputs[f"past.{i}.{c}"] = cache[i, c][lo:p]
-        out = decode(inputs)
-        for i in range(model.num_layers):
-            for c in "kv":
-                cache[i, c] = np.concatenate([cache[i, c], out[f"new.{i}.{c}"]])
+        out = decode_chunk(decode, w, caches, [toks[-1]], p)
         p += 1
         logits.append(out["logits"][-1])
         toks.append(int(np.argmax(logits[-1])))
@@ -271,20 +263,12 @@ def test_chunked_decode_with_cache(family):
     ref = hf_logits(hf, IDS)
     prefill = compile_model(model, "prefill", "reference", all_logits=True)
     decode = compile_model(model, "decode", "reference", all_logits=True)
-    out = prefill({"input_ids": IDS[:3], "positions": np.arange(3), **w})
-    cache = {(i, c): out[f"new.{i}.{c}"] for i in range(model.num_layers) for c in "kv"}
+    caches = empty_caches(model, len(IDS))
+    store_prefill(caches, prefill({"input_ids": IDS[:3], "positions": np.arange(3), **w}), 3)
     n = 3
     for chunk in (4, 1, 3, 1):
-        inputs = {"input_ids": IDS[n:n + chunk], "positions": np.arange(n, n + chunk), **w}
-        for i in range(model.num_layers):
-            rows = model.cache_rows(i)
-            lo = 0 if rows is None else n - min(n, rows)
-            for c in "kv":
-                inputs[f"past.{i}.{c}"] = cache[i, c][lo:n]
-        out = decode(inputs)
+        out = decode_chunk(decode, w, caches, IDS[n:n + chunk], n)
         np.testing.assert_allclose(out["logits"], ref[n:n + chunk], atol=1e-4, rtol=0)
-        for i, c in cache:
-            cache[i, c] = np.concatenate([cache[i, c], out[f"new.{i}.{c}"]])
         n += chunk
 
 
@@ -312,11 +296,11 @@ def test_decode_gathers_only_chosen_experts(family):
 
 
 def test_gemma4_cache_shapes():
-    """Sliding layers cache [w, 2, 16]; global layers [p, 1, 32] (own head_dim, one KV head)."""
+    """Sliding layers cache [M, 2, 16]; global layers [M, 1, 32] (own head_dim, one KV head)."""
     _, model, _ = setup("gemma4_moe")
     g = model.decode_graph()
-    shapes = {n: tuple(str(d) for d in g.nodes[i].shape) for n, i in g.inputs.items() if n.startswith("past.")}
-    assert shapes["past.0.k"] == ("w", "2", "16") and shapes["past.1.v"] == ("p", "1", "32")
+    shapes = {n: tuple(str(d) for d in g.nodes[i].shape) for n, i in g.inputs.items() if n.startswith("cache.")}
+    assert shapes["cache.0.k"] == ("M", "2", "16") and shapes["cache.1.v"] == ("M", "1", "32")
     assert [model.kv_shape(i) for i in range(4)] == [(2, 16), (1, 32), (2, 16), (1, 32)]
     assert "model.layers.1.self_attn.v_proj.weight" not in model.param_shapes()  # values = keys there
     assert "model.layers.0.self_attn.v_proj.weight" in model.param_shapes()

@@ -58,3 +58,26 @@ def hf_logits(model, ids) -> np.ndarray:
     """HF float64 logits at every position of ``ids``."""
     with torch.no_grad():
         return model(torch.as_tensor(np.asarray(ids))[None]).logits[0].numpy()
+
+
+def empty_caches(model, rows: int) -> dict:
+    """Preallocated per-layer caches ``cache.{i}.k/v`` [rows, n_kv, head_dim] (each layer's own
+    shape: Gemma 4's global layers differ), as the Generator makes them."""
+    return {f"cache.{i}.{c}": np.zeros((rows, *model.kv_shape(i)), model.dtype.np)
+            for i in range(model.num_layers) for c in "kv"}
+
+
+def store_prefill(caches: dict, out: dict, n: int) -> None:
+    """Prefill's rows ``new.{i}.k/v`` written at [0, n) of the caches."""
+    for name, buf in caches.items():
+        buf[:n] = out["new." + name.removeprefix("cache.")]
+
+
+def decode_chunk(decode, weights: dict, caches: dict, ids, p: int) -> dict:
+    """One decode call for tokens ``ids`` at positions [p, p + len): the program writes their rows
+    into ``caches`` in place; checks that it did (the outputs are the caller's own arrays)."""
+    ids = np.asarray(ids, np.int64)
+    out = decode({"input_ids": ids, "positions": np.arange(p, p + len(ids)), **weights, **caches}, dims={"p": p})
+    for name, buf in caches.items():
+        assert out[name] is buf, f"{name} was not written in place"
+    return out

@@ -323,6 +323,41 @@ def index_copy(x: GraphTensor, dim: int, index: GraphTensor, source: GraphTensor
     return prim("Scatter", x, _scatter_positions(x, k, sel), source)
 
 
+@hl_op(torch="torch.slice_scatter", category="indexing")
+def slice_scatter(x: GraphTensor, src: GraphTensor, dim: int = 0, start: ExprLike = 0) -> GraphTensor:
+    """Copy of ``x`` with ``x[..., start:start + len, ...]`` along ``dim`` replaced by ``src`` (step 1).
+
+    ``start`` may be symbolic (a dim expression such as the cache position ``p``): the write
+    positions are an iota of it, so one compiled program writes at any position.  Rows that would
+    land past the end of the axis are dropped.  Written into an input that an output aliases, this
+    is an in-place update (a KV cache's new rows)."""
+    _check_tensor("slice_scatter", "input", x)
+    _check_tensor("slice_scatter", "src", src)
+    k = norm_axis(dim, x.ndim, "slice_scatter")
+    if x.ndim == 0:
+        raise ShapeError("slice_scatter: 0-d inputs are not supported")
+    if src.dtype != x.dtype:
+        raise DTypeError(f"slice_scatter: src must have the input's dtype, got input {x.dtype.name} and "
+                         f"src {src.dtype.name}")
+    if src.ndim != x.ndim or any(a != b for d, (a, b) in enumerate(zip(src.shape, x.shape)) if d != k):
+        raise ShapeError(f"slice_scatter: src must match the input's shape except along dim {k}, got input "
+                         f"{fmt_shape(x.shape)} and src {fmt_shape(src.shape)}")
+    s0 = as_expr(start)
+    strides = _row_major_strides(x.shape)
+    pos: Expr = const(0)
+    along = const(0)
+    for d, i in enumerate(_unflatten_index(sym(INDEX_VAR), src.shape)):
+        if d == k:
+            along = i + s0
+            pos = pos + along * strides[d]
+        else:
+            pos = pos + i * strides[d]
+    inside = along.lt(x.shape[k]) * (const(-1).lt(along))  # 1 where the row exists
+    numel = prod(x.shape)
+    idx = x.graph.iota(pos * inside + numel * (1 - inside), src.shape, dt.int64)  # outside -> skipped
+    return prim("Scatter", x, idx, src)
+
+
 @hl_op(torch="torch.nn.functional.one_hot", category="indexing", method=False)
 def one_hot(tensor: GraphTensor, num_classes: ExprLike = -1) -> GraphTensor:
     """int64 tensor of shape ``(*tensor.shape, num_classes)`` with a 1 at each id's position.

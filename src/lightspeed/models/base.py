@@ -6,9 +6,12 @@ builds two graphs (see ``docs/models.md``):
 - **prefill**: ``input_ids`` and ``positions`` int64 [s] -> ``logits`` [1, vocab] (the last
   position; [s, vocab] with ``all_logits=True``) and ``new.{i}.k`` / ``new.{i}.v``
   [s, n_kv, head_dim] per layer;
-- **decode**: the same plus inputs ``past.{i}.k`` / ``past.{i}.v`` [P, n_kv, head_dim], the cached
-  keys/values of the tokens before ``positions[0]``.  ``P`` is the dim ``p``; sliding layers take
-  only the last ``min(p, W - 1)`` rows, the dim ``w`` (see :meth:`DecoderLM.cache_rows`).
+- **decode**: the same inputs plus ``cache.{i}.k`` / ``cache.{i}.v`` [M, n_kv, head_dim], each
+  layer's whole preallocated cache, and the dim ``p`` (the rows already filled: the tokens before
+  ``positions[0]``, passed as ``dims={"p": p}``).  The step writes its new keys/values into rows
+  ``[p, p + s)`` in place (the outputs ``cache.{i}.k/v`` alias the inputs) and reads rows
+  ``[0, p)``; sliding layers read only the last ``min(p, W - 1)`` of them (see
+  :meth:`DecoderLM.cache_rows`).  Nothing about ``p`` or ``M`` is compiled in.
 
 Weights are graph inputs named exactly like the Hugging Face ``state_dict`` keys.
 """
@@ -170,19 +173,24 @@ class DecoderLM(Module):
         """(KV heads, head_dim) of layer ``layer``'s cache rows (Gemma 4's global layers differ)."""
         return (self.config.num_kv_heads, self.config.head_dim)
 
-    def past_dim(self, layer: int) -> str:
-        return "w" if self.cache_rows(layer) is not None else "p"
-
     # ------------------------------------------------------------------ graphs
-    def forward(self, b: Builder, step: Step, ids: GraphTensor, past: list | None, all_logits: bool
+    def forward(self, b: Builder, step: Step, ids: GraphTensor, caches: list | None, all_logits: bool
                 ) -> tuple[GraphTensor, list[tuple[GraphTensor, GraphTensor]]]:
-        for i, layer in enumerate(self.layers):  # tables and masks first: computed once, before the layers
-            layer.self_attn.prepare(b, step, past[i][0].shape[0] if past is not None else None)
+        for layer in self.layers:  # tables and masks first: computed once, before the layers
+            layer.self_attn.prepare(b, step)
         x = self.embed_tokens.forward(b, ids)
         new = []
         for i, layer in enumerate(self.layers):
-            x, k, v = layer.forward(b, step, x, past[i] if past is not None else None)
+            x, k, v = layer.forward(b, step, x, caches[i] if caches is not None else None)
             new.append((k, v))
+            # each layer's cache outputs are declared with the layer, so they sit inside the
+            # repeated block: a rolled template then writes its own cache input in place
+            if caches is not None:
+                b.graph.output(f"cache.{i}.k", k, aliases=f"cache.{i}.k")
+                b.graph.output(f"cache.{i}.v", v, aliases=f"cache.{i}.v")
+            else:
+                b.graph.output(f"new.{i}.k", k)
+                b.graph.output(f"new.{i}.v", v)
         if not all_logits:  # only the last position feeds generation: norm and head on one row
             x = x.narrow(0, step.s - 1, 1)
         x = self.norm.forward(b, x)
@@ -207,17 +215,12 @@ class DecoderLM(Module):
         g = b.graph
         ids = g.input("input_ids", ("s",), dt.int64)
         step = Step(b, g.input("positions", ("s",), dt.int64), "p" if mode == "decode" else None)
-        past = None
-        if mode == "decode":
-            past = []
-            for i in range(cfg.num_layers):
-                shape = (self.past_dim(i), *self.kv_shape(i))
-                past.append((g.input(f"past.{i}.k", shape, self.dtype), g.input(f"past.{i}.v", shape, self.dtype)))
-        logits, new = self.forward(b, step, ids, past, all_logits)
+        caches = None
+        if mode == "decode":  # the whole preallocated cache of every layer, M rows
+            caches = [tuple(g.input(f"cache.{i}.{c}", ("M", *self.kv_shape(i)), self.dtype) for c in "kv")
+                      for i in range(cfg.num_layers)]
+        logits, _ = self.forward(b, step, ids, caches, all_logits)  # declares the cache outputs
         g.output("logits", logits)
-        for i, (k, v) in enumerate(new):
-            g.output(f"new.{i}.k", k)
-            g.output(f"new.{i}.v", v)
         self._graphs[key] = g
         return g
 

@@ -31,7 +31,7 @@ from .. import dtypes as dt
 from .. import hl
 from ..errors import ShapeError
 from ..graph import GraphTensor
-from ..symbolic import INDEX_VAR, Expr, ExprLike, as_expr, sym
+from ..symbolic import INDEX_VAR, Expr, ExprLike, as_expr, smin, sym
 from .layers import Linear
 from .module import Builder, Module
 from .rope import RotaryEmbedding
@@ -167,7 +167,7 @@ class Attention(Module):
         self.q_norm = qk_norm(self.pname("q_norm"), head_dim) if qk_norm else None
         self.k_norm = qk_norm(self.pname("k_norm"), head_dim) if qk_norm else None
 
-    def prepare(self, b: Builder, step: Step, past_len: Expr | None = None) -> None:
+    def prepare(self, b: Builder, step: Step) -> None:
         """Build what this layer reads from the positions (RoPE tables, masks) now.  A model calls
         it for every layer before the first one, so these subgraphs sit before the repeated layers
         in the graph and are computed once per call."""
@@ -176,17 +176,32 @@ class Attention(Module):
             self.rope.tables(b, step.positions)
         if self.causal:
             step.mask_new(self.sliding_window)
-            if past_len is not None and self.sliding_window is not None:
-                step.mask_past(self.sliding_window, past_len)
+            if step.past is not None and self.sliding_window is not None:
+                step.mask_past(self.sliding_window, self.past_rows(step)[1])
+
+    def past_rows(self, step: Step) -> tuple[Expr, Expr]:
+        """(first row, row count) of the cached rows this layer reads at past length ``p``: all
+        ``p`` of them, or for a sliding layer the last ``min(p, W - 1)`` (older keys are invisible
+        to every new query)."""
+        p = step.past
+        if self.sliding_window is None or not self.causal:
+            return as_expr(0), p
+        n = smin(p, self.sliding_window - 1)
+        return p - n, n
 
     def _qscale(self) -> float:
         return self.scale * (LOG2E if self.softcap is None else 1.0)
 
     def forward(self, b: Builder, step: Step, x: GraphTensor,
-                past: tuple[GraphTensor, GraphTensor] | None = None) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
-        """``x`` [s, hidden] -> (output [s, hidden], new keys [s, n_kv, d], new values [s, n_kv, d]).
-        ``past`` = (keys, values) [P, n_kv, d]: the whole cache, or its last rows for a sliding
-        layer (P is then its own dim, at most ``sliding_window - 1``)."""
+                cache: tuple[GraphTensor, GraphTensor] | None = None) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
+        """``x`` [s, hidden] -> (output [s, hidden], keys, values).
+
+        Without ``cache`` (a prefill) the keys and values are this step's [s, n_kv, d].  With
+        ``cache`` = (keys, values) [M, n_kv, d], the whole preallocated cache of which the first
+        ``p = step.past`` rows are filled, the new rows are written at ``[p, p + s)``
+        (:func:`~lightspeed.hl.slice_scatter`) and the updated caches are returned: a graph that
+        outputs them aliasing its cache inputs updates the cache in place, and attention reads the
+        cached rows of the updated cache (so the write happens first) and the new rows directly."""
         s, kv, d = x.shape[0], self.n_kv_heads, self.head_dim
         g = self.n_heads // kv
         q = self.q_proj.forward(b, x).reshape(s, kv, g, d).permute(1, 2, 0, 3)  # [kv, g, s, d] view
@@ -204,10 +219,19 @@ class Attention(Module):
         mask_new = mask_past = None
         if self.causal:
             mask_new = step.mask_new(self.sliding_window)
-        pk = pv = None
-        if past is not None:
-            pk, pv = past
-            if self.sliding_window is not None and self.causal:
-                mask_past = step.mask_past(self.sliding_window, pk.shape[0])
+        if cache is None:
+            return self.o_proj.forward(b, gqa_attention(q, k, v, None, None, mask_new, None, self.softcap)), k, v
+        ck, cv = cache
+        if step.past is None:
+            raise ShapeError(f"attention {self.prefix}: a cache needs a step with a past length")
+        if ck.ndim != 3 or ck.shape[1:] != (kv, d) or cv.shape != ck.shape:
+            raise ShapeError(f"attention {self.prefix}: caches must both be [M, {kv}, {d}], got "
+                             f"{tuple(map(str, ck.shape))} / {tuple(map(str, cv.shape))}")
+        ck = hl.slice_scatter(ck, k, 0, step.past)
+        cv = hl.slice_scatter(cv, v, 0, step.past)
+        lo, n = self.past_rows(step)
+        pk, pv = ck.narrow(0, lo, n), cv.narrow(0, lo, n)
+        if self.sliding_window is not None and self.causal:
+            mask_past = step.mask_past(self.sliding_window, n)
         out = gqa_attention(q, k, v, pk, pv, mask_new, mask_past, self.softcap)
-        return self.o_proj.forward(b, out), k, v
+        return self.o_proj.forward(b, out), ck, cv

@@ -31,7 +31,7 @@ from ...egraph.llir import LOp, LProgram, iota_arg, liveness
 from ...errors import LightspeedError
 from ...graph import Graph
 from ...primitives import PRIMITIVES
-from ...program import Program
+from ...program import Program, same_memory
 from ...symbolic import compile_exprs
 from ..numpy_views import make_reader
 
@@ -48,6 +48,8 @@ class Kernel:
 
     run: Callable[[list[np.ndarray], np.ndarray, list[np.ndarray], Dims], None]
     scratch: tuple[np.dtype, ...] = ()
+    # the op writes into its first operand's buffer (``out`` is that buffer): no arena slot
+    in_place: bool = False
 
 
 # a kernel's preparation: (op, input dtypes) -> Kernel; done once per program
@@ -100,6 +102,9 @@ class CpuProgram(Program):
         # every kernel prepared once; dims arrive at run time
         self.kernels: list[Kernel | None] = [
             None if op.op in _NO_KERNEL else table[op.op](op, [ops[j].dtype.np for j in op.inputs]) for op in ops]
+        for i, k in enumerate(self.kernels):
+            if k is not None and k.in_place:
+                self._check_in_place(i)
         self._shape_of = [compile_exprs(op.shape) for op in ops]
         self._static_shape = [None if any(d.free_vars() for d in op.shape) else self._shape_of[i]({})
                               for i, op in enumerate(ops)]
@@ -113,6 +118,17 @@ class CpuProgram(Program):
         self._reserved = dict(self._reserved)
         self._lock = threading.Lock()
         self._local = threading.local()
+
+    def _check_in_place(self, i: int) -> None:
+        """An in-place op overwrites its first operand: sound only if that operand is an input that
+        an output aliases and that nothing else reads (a later reader would see the new values)."""
+        ops = self.lprog.ops
+        dest = ops[i].inputs[0]
+        readers = [j for j, op in enumerate(ops) if dest in op.inputs]
+        name = ops[dest].args.get("name") if ops[dest].op == "Input" else None
+        if readers != [i] or name not in self.output_aliases.values():
+            raise LightspeedError(f"{ops[i].op} (op {i}) writes into value {dest} in place, but "
+                                  + ("other ops read it" if readers != [i] else "it is not an aliased input"))
 
     # ------------------------------------------------------------------ planning
     def reserve(self, **bounds: int) -> CpuProgram:
@@ -169,7 +185,7 @@ class CpuProgram(Program):
             return len(caps) - 1
 
         for i, op in enumerate(self.lprog.ops):
-            if op.op in _NO_KERNEL:
+            if op.op in _NO_KERNEL or self.kernels[i].in_place:
                 value_slot.append(None)
                 scratch_slots.append(())
             else:
@@ -202,7 +218,9 @@ class CpuProgram(Program):
                 steps.append(_iota_step(i, op))
             elif op.op == "Output":
                 steps.append(_output_step(i, op.inputs[0], op.args["name"], make_reader(op.args["x_view"]),
-                                          op.dtype.np))
+                                          op.dtype.np, self.output_aliases.get(op.args["name"])))
+            elif self.kernels[i].in_place:
+                steps.append(_in_place_step(i, op.inputs, self.kernels[i].run))
             else:
                 out = _shaped(bufs[plan.value_slot[i]], self._static_shape[i], self._shape_of[i])
                 scratch = [_shaped(bufs[s], self._static_shape[i], self._shape_of[i]) for s in plan.scratch_slots[i]]
@@ -291,16 +309,29 @@ def _iota_step(i: int, op: LOp):
     return step
 
 
-def _output_step(i: int, src: int, name: str, reader, dtype: np.dtype):
+def _output_step(i: int, src: int, name: str, reader, dtype: np.dtype, alias: str | None):
     def step(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
         got = reader(vals[src], dims)
         dest = outputs.get(name)
-        if dest is None:
+        if alias is not None and dest is None:  # written into its input (in place already, or now)
+            target = arrays[alias]
+            if not same_memory(got, target):
+                np.copyto(target, got)
+            outputs[name] = target
+        elif dest is None:
             outputs[name] = np.array(got, dtype=dtype, copy=True)
         else:
             if dest.shape != got.shape:
                 raise LightspeedError(f"out[{name!r}] has shape {dest.shape}, the output has shape {got.shape}")
             np.copyto(dest, got, casting="unsafe")
+    return step
+
+
+def _in_place_step(i: int, srcs: tuple[int, ...], run):
+    def step(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
+        ins = [vals[j] for j in srcs]
+        run(ins, ins[0], [], dims)
+        vals[i] = ins[0]
     return step
 
 
