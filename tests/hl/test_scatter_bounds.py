@@ -35,3 +35,18 @@ def test_index_copy_drops_out_of_range_rows():
     xa, sa = np.zeros((3, 2), np.float32), np.ones((2, 2), np.float32)
     got = g.compile(backend="reference")(x=xa, i=np.array([1, 3], np.int64), s=sa)["y"]
     np.testing.assert_array_equal(got, np.array([[0, 0], [1, 1], [0, 0]], np.float32))
+
+
+def test_slice_scatter_symbolic_start_and_rows_past_the_end():
+    """One compiled graph writes at any position p (a dim); rows that would land past the end of
+    the axis are dropped, never wrapped onto the next row."""
+    g = ls.Graph()
+    x, rows = g.input("x", (5, 2)), g.input("r", ("s", 2))
+    g.output("y", ls.slice_scatter(x, rows, 0, "p"))
+    prog = g.compile(backend="reference")
+    base = np.arange(10, dtype=np.float32).reshape(5, 2)
+    for p, s in ((0, 2), (3, 2), (4, 2), (5, 1)):
+        r = -np.ones((s, 2), np.float32) * (p + 1)
+        want = base.copy()
+        want[p:p + s] = r[:max(0, 5 - p)]
+        np.testing.assert_array_equal(prog(x=base, r=r, dims={"p": p})["y"], want)
