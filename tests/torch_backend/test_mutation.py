@@ -73,3 +73,36 @@ def test_outputs_do_not_alias_inputs():
     a.add_(1)
     b.add_(1)
     torch.testing.assert_close(x, torch.ones(3))
+
+
+def test_static_kv_cache_is_written_in_place_on_cpu(monkeypatch):
+    """On the cpu target the cache buffers are outputs aliasing their inputs: the compiled
+    program writes the new rows into the caller's buffers (ScatterInPlace, no whole-cache copy) and
+    returns the buffers themselves, so AOTAutograd's copy back is a no-op.  Results, cache contents
+    and the buffers' storage match eager at every step."""
+    import lightspeed.torch.dynamo as dynamo
+
+    made = []
+    real = dynamo.compile_fx
+
+    def spy(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(dynamo, "compile_fx", spy)
+    torch.manual_seed(0)
+    eager = StaticCacheAttention().eval()
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, backend="lightspeed", options={"target": "cpu", "budget": 3})
+    storage = (model.keys.data_ptr(), model.values.data_ptr())
+    with torch.no_grad():
+        for p in range(4):
+            x = torch.randn(1, 1, 8)
+            pos = torch.tensor([p])
+            torch.testing.assert_close(compiled(x, pos), eager(x, pos), rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(model.keys, eager.keys, rtol=1e-6, atol=1e-7)
+            torch.testing.assert_close(model.values, eager.values, rtol=1e-6, atol=1e-7)
+    assert (model.keys.data_ptr(), model.values.data_ptr()) == storage
+    (cg,) = made
+    assert len(cg.written) == 3  # keys, values and the step counter are written into the caller's buffers
+    assert any("ScatterInPlace" in seg.program.report() for seg in cg.segments)

@@ -37,7 +37,7 @@ def lightspeed_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     opts = Options.parse(options)
 
     def forward_compiler(fx_graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> Callable:
-        return make_boxed_func(compile_fx(fx_graph, inputs, opts))
+        return make_boxed_func(compile_fx(fx_graph, inputs, opts, mutated=_mutated_outputs()))
 
     def backward_compiler(fx_graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> Callable:
         return make_boxed_func(fx_graph.forward)  # training is out of scope: backward runs in eager PyTorch
@@ -45,6 +45,25 @@ def lightspeed_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     aot = aot_autograd(fw_compiler=forward_compiler, inference_compiler=forward_compiler,
                        bw_compiler=backward_compiler, decompositions=decompositions())
     return aot(gm, example_inputs)
+
+
+def _mutated_outputs() -> dict[int, int]:
+    """Output position -> input position for the inputs AOTAutograd copies back after the call
+    (its functionalized graph returns their new values first, in input order)."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    if meta is None:
+        return {}
+    try:
+        from torch._functorch._aot_autograd.schemas import MutationType
+    except ImportError:  # pragma: no cover - an older layout: no in-place writes, copies stay correct
+        return {}
+    out_of_graph = [i for i, info in enumerate(meta.input_info)
+                    if getattr(info, "mutation_type", None) == MutationType.MUTATED_OUT_GRAPH
+                    and info.mutates_data and not info.mutates_metadata]
+    return dict(enumerate(out_of_graph))
 
 
 def register() -> None:

@@ -155,10 +155,13 @@ _SMALL_CONSTANT = 64  # get_attr tensors up to this many elements are copied int
 
 
 class _Translator:
-    def __init__(self, gm: fx.GraphModule, options: Options, bound: dict[int, torch.Tensor] | None):
+    def __init__(self, gm: fx.GraphModule, options: Options, bound: dict[int, torch.Tensor] | None,
+                 mutated: dict[int, int] | None = None):
         self.gm = gm
         self.options = options
         self.bound = bound or {}
+        self.mutated = mutated or {}  # output position -> the placeholder it is the new value of
+        self.written: dict[str, int] = {}  # slot key -> argument written in place
         self.vals: dict[fx.Node, Any] = {}
         self.segments: list[Segment] = [Segment()]
         self.steps: list[Segment | EagerStep] = [self.segments[0]]
@@ -235,9 +238,31 @@ class _Translator:
             elif node.op == "call_function":
                 self._call(node)
             elif node.op == "output":
+                for k, j in self.mutated.items():
+                    self._write_in_place(node.args[0][k], j)
                 self.outputs = fx.node.map_arg(node.args[0], self.runtime_ref)
             else:
                 raise UnsupportedError(f"FX node kind {node.op!r} ({node.name}) at {node_location(node)}")
+
+    def _write_in_place(self, node: Any, j: int) -> None:
+        """Output ``node`` is the new value of argument ``j``: if it was computed in a segment that
+        reads that argument (e.g. a cache with rows written into it), declare it as an output
+        aliasing that input, so the segment writes into the caller's tensor."""
+        v = self.vals.get(node) if isinstance(node, fx.Node) else None
+        ph = self.placeholders[j] if j < len(self.placeholders) else None
+        if not isinstance(v, GraphTensor) or ph is None:
+            return
+        seg = self.home[id(v.graph)]
+        meta = ph.meta.get("val")
+        if (seg.sources.get(ph.name) != ("arg", j) or not isinstance(meta, torch.Tensor)
+                or not meta.is_contiguous() or node.name in seg.outputs):
+            return
+        arg = seg.graph.nodes[seg.graph.inputs[ph.name]].arg
+        if tuple(v.shape) != tuple(arg.shape) or v.dtype != arg.dtype:
+            return
+        seg.graph.output(node.name, v, aliases=ph.name)
+        seg.outputs[node.name] = node.name
+        self.written[node.name] = j
 
     def _placeholder(self, node: fx.Node) -> None:
         i = len(self.placeholders)
@@ -354,6 +379,7 @@ class CompiledGraph:
         self.binders = binders
         self.segments = [s for s in self.steps if isinstance(s, Segment)]
         self.eager_ops = list(tr.eager_ops)
+        self.written = dict(tr.written)  # slot key -> argument the segment wrote in place
 
     def _dims(self, args: Sequence[Any]) -> dict[str, int]:
         dims: dict[str, int] = {}
@@ -397,6 +423,9 @@ class CompiledGraph:
                 arrays = list(inputs.values())
                 for name, key in step.outputs.items():
                     a = out[name]
+                    if key in self.written:  # the argument itself, updated in place
+                        slots[key] = args[self.written[key]]
+                        continue
                     if any(np.may_share_memory(a, b) for b in arrays):
                         a = a.copy()  # a fresh tensor, as in eager, not a view of an input
                     slots[key] = a
@@ -453,21 +482,24 @@ def default_target(example_inputs: Sequence[Any]) -> str:
 
 
 def compile_fx(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Options | None = None,
-               bound: dict[int, torch.Tensor] | None = None) -> CompiledGraph:
+               bound: dict[int, torch.Tensor] | None = None, mutated: dict[int, int] | None = None) -> CompiledGraph:
     """Translate and compile an ATen-level FX graph (nodes carry ``meta['val']``).
 
     ``bound`` maps placeholder positions to tensors the program reads directly (parameters and
-    buffers of an exported program); the rest are the call's arguments."""
+    buffers of an exported program); the rest are the call's arguments.  ``mutated`` maps output
+    positions to the placeholder whose new value they are (AOTAutograd copies them back after the
+    call): such an output is written into that argument in place (an in-place KV cache update
+    writes its new rows only) and returned as the argument itself, so the copy back is a no-op."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():  # AOTAutograd calls compilers under fake mode; constants are real
-        return _compile_fx(gm, example_inputs, options or Options(), bound)
+        return _compile_fx(gm, example_inputs, options or Options(), bound, mutated or {})
 
 
 def _compile_fx(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Options,
-                bound: dict[int, torch.Tensor] | None) -> CompiledGraph:
+                bound: dict[int, torch.Tensor] | None, mutated: dict[int, int]) -> CompiledGraph:
     t0 = time.perf_counter()
-    tr = _Translator(gm, options, bound)
+    tr = _Translator(gm, options, bound, mutated)
     tr.run()
     target = options.target or default_target(example_inputs)
     hints = _hint_dims(example_inputs)
