@@ -18,7 +18,7 @@ Examples and their checks:
   and random weights in transformers' model (float64; Qwen3ForCausalLM, Qwen3MoeForCausalLM,
   Gemma4ForCausalLM): the prefill logits at every prompt position and the logits behind every
   generated token (transformers recomputing the whole sequence) agree within 1e-4 of the largest logit.
-- **whisper**: `lightspeed run whisper jfk.wav`, the WAV spoken by espeak-ng (22.05 kHz; lightspeed.audio
+- **whisper**: `lightspeed run whisper jfk.wav`, the WAV spoken by espeak-ng (22.05 kHz; lightspeed.models.audio
   resamples). Check: the transcript contains "what your country can do for you". SKIP without espeak-ng.
 
 Examples that run the command are subprocesses of the installed `lightspeed` script, which is what a
@@ -145,7 +145,7 @@ def _compare_with_hf(family: str, opts: argparse.Namespace) -> str:
 
     import lightspeed as ls
     from lightspeed.cli import compile_generator, encode_prompt, load_text_model
-    from lightspeed.generate import compile_model
+    from lightspeed.models.generate import compile_model
 
     tm = load_text_model(family, random=True, seed=0, progress=False)  # what `lightspeed run --random` builds
     ids = encode_prompt(tm, PROMPT)

@@ -14,7 +14,7 @@ import torch
 
 import lightspeed as ls
 from lightspeed.dtypes import as_dtype
-from lightspeed.hl._base import prim
+from lightspeed.hl.common import prim
 from lightspeed.primitives import COMPUTE_PRIMITIVES, PRIMITIVES
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -228,7 +228,7 @@ class ByteTokenizer:
 
     ``decode`` renders invalid UTF-8 as U+FFFD and control characters other than newline and tab as
     ``\\xNN`` escapes: a random model emits arbitrary bytes, and raw escape sequences would garble
-    the terminal.  Same interface as :class:`lightspeed.tokenizer.Tokenizer` as far as generation
+    the terminal.  Same interface as :class:`lightspeed.weights.tokenizer.Tokenizer` as far as generation
     uses it (``encode``, ``decode``, ``stream_decoder``, ``bos_id``, ``eos_ids``, ``chat_template``)."""
 
     SPECIALS = ("<pad>", "<bos>", "<eos>")
@@ -260,7 +260,7 @@ class ByteTokenizer:
         return "".join(ch if ch.isprintable() or ch in "\n\t" else ascii(ch)[1:-1] for ch in "".join(parts))
 
     def stream_decoder(self, skip_special: bool = False) -> Any:
-        from lightspeed.tokenizer import StreamDecoder
+        from lightspeed.weights.tokenizer import StreamDecoder
 
         return StreamDecoder(self, skip_special=skip_special)  # type: ignore[arg-type]  # duck-typed: decode()
 
@@ -333,7 +333,7 @@ class TextModel:
     family: str
     model: Any  # lightspeed.models.DecoderLM
     tensors: Mapping[str, np.ndarray]
-    tokenizer: Any  # lightspeed.tokenizer.Tokenizer or ByteTokenizer
+    tokenizer: Any  # lightspeed.weights.tokenizer.Tokenizer or ByteTokenizer
     source: str
     random: bool
     load_s: float
@@ -403,9 +403,9 @@ def encode_prompt(tm: TextModel, prompt: str, chat: bool | None = None, system: 
 
 def compile_generator(tm: TextModel, backend: str = "cpu", search: Any = None,
                       say: Callable[..., None] | None = _say) -> Any:
-    """A :class:`lightspeed.generate.Generator` for ``tm``, compiling prefill and decode one at a
+    """A :class:`lightspeed.models.generate.Generator` for ``tm``, compiling prefill and decode one at a
     time with a line each (Generator then finds both in the in-process program cache)."""
-    from lightspeed.generate import Generator, compile_model
+    from lightspeed.models.generate import Generator, compile_model
 
     for mode in ("prefill", "decode"):
         if say is not None:
@@ -463,7 +463,7 @@ def _run_whisper(args: argparse.Namespace) -> int:
     if args.random:
         raise CliError("--random is for the text decoders; whisper runs its default weights (tiny.en) or "
                        "--weights DIR, a CTranslate2 Whisper directory (model.bin, config.json, tokenizer.json)")
-    from lightspeed.audio import read_wav
+    from lightspeed.models.audio import read_wav
 
     read_wav(audio)  # an unreadable file fails now (AudioError), not after the model is loaded and compiled
     model_dir = whisper.find_model_dir(args.weights)  # fetches the default (saying so) on first use

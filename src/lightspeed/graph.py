@@ -264,7 +264,7 @@ class GraphTensor:
     def size(self, dim: int | None = None):
         if dim is None:
             return self.shape
-        return self.shape[_norm_axis(dim, self.ndim, "size")]
+        return self.shape[normalize_axis(dim, self.ndim, "size")]
 
     def numel(self) -> Expr:
         return prod(self.shape)
@@ -290,7 +290,7 @@ class GraphTensor:
     __hash__ = object.__hash__
 
 
-def _norm_axis(axis: int, ndim: int, op: str) -> int:
+def normalize_axis(axis: int, ndim: int, op: str) -> int:
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
         raise TypeError(f"{op}: dim must be an int, got {axis!r}")
     a = int(axis)

@@ -69,7 +69,7 @@ class View:
         return index, valid
 
 
-def _unflatten_index(z: Expr, shape: Shape) -> list[Expr]:
+def unflatten_index(z: Expr, shape: Shape) -> list[Expr]:
     """Per-axis indexes of flat index z in a row-major shape."""
     if any(d == 0 for d in shape):
         # an empty index space: no index is ever read (and `% 0` would not be defined)
@@ -156,7 +156,7 @@ class ShapeTracker:
         z = sym(INDEX_VAR)
         index, valid = z, const(1)
         for v in reversed(self.views):
-            idx, vv = v.index_and_valid(_unflatten_index(index, v.shape))
+            idx, vv = v.index_and_valid(unflatten_index(index, v.shape))
             valid = valid * vv
             index = idx
         return index, valid
@@ -348,8 +348,8 @@ def _reshape_strides(old_shape: Shape, old_strides: Shape, new_shape: Shape) -> 
 
 def _divides_expr(a: Expr, b: Expr) -> bool:
     """Symbolic 'a divides b' (exact polynomial division)."""
-    from .symbolic import _divides  # local: private helper
-    return _divides(a, b) is not None and a != b
+    from .symbolic import divides  # local: private helper
+    return divides(a, b) is not None and a != b
 
 
 def _fmt_shape(shape: Sequence[Expr]) -> str:

@@ -407,7 +407,7 @@ def _positive(e: Expr) -> bool:
     return False
 
 
-def _divides(d: Expr, t: Expr) -> Expr | None:
+def divides(d: Expr, t: Expr) -> Expr | None:
     """If term t == d * q exactly (as polynomials), return q."""
     if d.op == _CONST:
         dv = d.args[0]
@@ -449,7 +449,7 @@ def _floordiv(a: Expr, b: Expr) -> Expr:
         terms = a.args if a.op == _ADD else (a,)
         quot, rest = [], []
         for t in terms:
-            q = _divides(b, t)
+            q = divides(b, t)
             (quot.append(q) if q is not None else rest.append(t))
         if quot:
             return _add(quot + [_floordiv(_add(rest), b)])
@@ -476,7 +476,7 @@ def _mod(a: Expr, b: Expr) -> Expr:
         return const(0)
     if _positive(b):
         terms = a.args if a.op == _ADD else (a,)
-        rest = [t for t in terms if _divides(b, t) is None]
+        rest = [t for t in terms if divides(b, t) is None]
         if len(rest) != len(terms):
             return _mod(_add(rest), b)
         lo, hi = a.bounds()
@@ -484,7 +484,7 @@ def _mod(a: Expr, b: Expr) -> Expr:
         if lo is not None and lo >= 0 and hi is not None and hi < blo:
             return a
         # (x % c1) % c2 == x % c2 when c2 divides c1
-        if a.op == _MOD and _divides(b, a.args[1]) is not None:
+        if a.op == _MOD and divides(b, a.args[1]) is not None:
             return _mod(a.args[0], b)
     return Expr._make(_MOD, (a, b))
 

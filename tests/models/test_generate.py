@@ -7,7 +7,8 @@ import pytest
 
 import lightspeed as ls
 from lightspeed.errors import InputError, UnsupportedError
-from lightspeed.generate import (
+from lightspeed.models import MODELS, Llama, family_of, from_hf_config, get
+from lightspeed.models.generate import (
     Generator,
     apply_repetition_penalty,
     generate,
@@ -16,7 +17,6 @@ from lightspeed.generate import (
     top_k_mask,
     top_p_mask,
 )
-from lightspeed.models import MODELS, Llama, family_of, from_hf_config, get
 
 NEG = -np.inf
 

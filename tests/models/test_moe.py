@@ -11,8 +11,8 @@ import pytest
 
 import lightspeed as ls
 from lightspeed.errors import UnsupportedError
-from lightspeed.generate import Generator, compile_model
 from lightspeed.models.gemma4 import Gemma4
+from lightspeed.models.generate import Generator, compile_model
 from lightspeed.models.qwen3_moe import Qwen3Moe
 from lightspeed.nn import Builder
 from lightspeed.nn.moe import Experts, Gemma4Router, TopKRouter, fuse_expert_weights

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import lightspeed as ls
-from lightspeed.generate import Generator, compile_model
 from lightspeed.models import from_hf_config
+from lightspeed.models.generate import Generator, compile_model
 
 pytestmark = pytest.mark.slow
 

@@ -251,7 +251,7 @@ JFK = "And so my fellow Americans, ask not what your country can do for you, ask
 
 @pytest.mark.slow
 def test_tiny_en_matches_transformers_with_converted_weights(tmp_path):
-    from lightspeed.audio import load_audio, log_mel_spectrogram
+    from lightspeed.models.audio import load_audio, log_mel_spectrogram
     from lightspeed.weights.ctranslate2 import load_whisper
 
     cfg, sd = load_whisper(_tiny_en_dir())

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lightspeed.tokenizer import Tokenizer
 from lightspeed.weights import default_weights, installed, load
+from lightspeed.weights.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.slow
 

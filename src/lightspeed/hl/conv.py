@@ -34,7 +34,7 @@ from .. import dtypes as dt
 from ..errors import DTypeError, ShapeError, UnsupportedError
 from ..graph import GraphTensor
 from ..symbolic import INDEX_VAR, Expr, ExprLike, as_expr, prod, smax, smin, sym
-from ._base import cast, fill_expr, fmt_shape, full, prim
+from .common import cast, fill_expr, fmt_shape, full, prim
 from .elementwise import div, minimum, rsqrt
 from .linalg import matmul
 from .movement import pad as pad_

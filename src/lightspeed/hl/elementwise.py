@@ -16,7 +16,7 @@ from ..dtypes import DType
 from ..errors import DTypeError
 from ..graph import GraphTensor
 from ..symbolic import INDEX_VAR, sym
-from ._base import as_tensor, binary_operands, broadcast_shapes, broadcast_to, cast, fill_expr, full, graph_of, prim
+from .common import as_tensor, binary_operands, broadcast_shapes, broadcast_to, cast, fill_expr, full, graph_of, prim
 from .registry import hl_op
 
 LOG2E = 1.4426950408889634
@@ -454,7 +454,7 @@ def _stack2_reduce_max(x: GraphTensor, y: GraphTensor) -> GraphTensor:
     return prim("MaxReduce", prim("Add", xs, ys), arg=x.ndim)
 
 
-def _order_reverse(x: GraphTensor) -> GraphTensor:
+def order_reverse(x: GraphTensor) -> GraphTensor:
     """An order-reversing bijection: -x for floats, ~x = -1 - x for integers, not x for bool."""
     if x.dtype.is_bool:
         return logical_not(x)
@@ -472,7 +472,7 @@ def maximum(a: Any, b: Any) -> GraphTensor:
 @hl_op(torch="torch.minimum", category="select")
 def minimum(a: Any, b: Any) -> GraphTensor:
     x, y = binary_operands(a, b, "minimum")
-    return _order_reverse(_stack2_reduce_max(_order_reverse(x), _order_reverse(y)))
+    return order_reverse(_stack2_reduce_max(order_reverse(x), order_reverse(y)))
 
 
 @hl_op(torch="torch.clamp", category="select", aliases=("clip",))

@@ -18,9 +18,9 @@ from typing import Any
 from .. import dtypes as dt
 from ..errors import DTypeError, ShapeError, UnsupportedError, describe_operands
 from ..graph import GraphTensor
-from ..shape import _unflatten_index
+from ..shape import unflatten_index
 from ..symbolic import INDEX_VAR, Expr, ExprLike, as_expr, const, prod, sym
-from ._base import cast, fill_expr, fmt_shape, full, is_scalar, norm_axis, prim
+from .common import cast, fill_expr, fmt_shape, full, is_scalar, norm_axis, prim
 from .registry import hl_op
 
 Shape = tuple[Expr, ...]
@@ -36,7 +36,7 @@ def _pos_iota(g, shape: Shape, strides: Shape, skip: int | None) -> GraphTensor:
     """int64 tensor of ``shape``: sum over axes d != skip of (index along d) * strides[d]."""
     z = sym(INDEX_VAR)
     e: Expr = const(0)
-    for d, (i, s) in enumerate(zip(_unflatten_index(z, shape), strides)):
+    for d, (i, s) in enumerate(zip(unflatten_index(z, shape), strides)):
         if d != skip:
             e = e + i * s
     return g.iota(e, shape, dt.int64)
@@ -188,7 +188,7 @@ def take_along_dim(x: GraphTensor, indices: GraphTensor, dim: int | None = None)
     if indices.ndim != x.ndim:
         raise ShapeError(f"take_along_dim: input and indices must have the same number of dims, got input "
                          f"{fmt_shape(x.shape)} and indices {fmt_shape(indices.shape)}")
-    from ._base import broadcast_shapes
+    from .common import broadcast_shapes
 
     xs, ishp = list(x.shape), list(indices.shape)
     for d in range(x.ndim):
@@ -346,7 +346,7 @@ def slice_scatter(x: GraphTensor, src: GraphTensor, dim: int = 0, start: ExprLik
     strides = _row_major_strides(x.shape)
     pos: Expr = const(0)
     along = const(0)
-    for d, i in enumerate(_unflatten_index(sym(INDEX_VAR), src.shape)):
+    for d, i in enumerate(unflatten_index(sym(INDEX_VAR), src.shape)):
         if d == k:
             along = i + s0
             pos = pos + along * strides[d]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..errors import DTypeError, ShapeError
 from ..graph import GraphTensor
-from ._base import broadcast_shapes, fmt_shape, prim
+from .common import broadcast_shapes, fmt_shape, prim
 from .registry import hl_op
 
 

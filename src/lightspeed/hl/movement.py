@@ -15,8 +15,8 @@ from .. import dtypes as dt
 from ..errors import ShapeError, UnsupportedError
 from ..graph import GraphTensor
 from ..symbolic import Expr, ExprLike, as_expr, prod, smax, smin
-from ._base import broadcast_to as _broadcast_to
-from ._base import cast, fmt_shape, full, graph_of, norm_axis, prim
+from .common import broadcast_to as _broadcast_to
+from .common import cast, fmt_shape, full, graph_of, norm_axis, prim
 from .registry import hl_op
 
 
@@ -280,7 +280,7 @@ def getitem(x: GraphTensor, index: Any) -> GraphTensor:
 
 
 def _fill_size(t: GraphTensor, size: Expr) -> GraphTensor:
-    from ._base import fill_expr
+    from .common import fill_expr
 
     return fill_expr(t.graph, size, t.shape, t.dtype)
 

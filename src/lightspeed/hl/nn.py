@@ -13,7 +13,7 @@ from ..dtypes import DType
 from ..errors import ShapeError, UnsupportedError
 from ..graph import GraphTensor
 from ..symbolic import Expr, ExprLike, as_expr
-from ._base import cast, fmt_shape, full, norm_axis
+from .common import cast, fmt_shape, full, norm_axis
 from .elementwise import exp, log, maximum, rsqrt, sub, where
 from .linalg import matmul
 from .movement import repeat_interleave

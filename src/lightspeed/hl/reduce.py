@@ -14,8 +14,8 @@ from ..dtypes import DType
 from ..errors import DTypeError, UnsupportedError
 from ..graph import GraphTensor
 from ..symbolic import INDEX_VAR, as_expr, prod, sym
-from ._base import cast, fill_expr, full, norm_axes, norm_axis, prim
-from .elementwise import _order_reverse, div, eq, exp2, log2, logical_not, mul, sqrt, sub, where
+from .common import cast, fill_expr, full, norm_axes, norm_axis, prim
+from .elementwise import div, eq, exp2, log2, logical_not, mul, order_reverse, sqrt, sub, where
 from .registry import hl_op
 
 Dim = int | Sequence[int] | None
@@ -53,7 +53,7 @@ def amax(x: GraphTensor, dim: Dim = None, keepdim: bool = False) -> GraphTensor:
 
 @hl_op(torch="torch.amin", category="reduce")
 def amin(x: GraphTensor, dim: Dim = None, keepdim: bool = False) -> GraphTensor:
-    return _order_reverse(amax(_order_reverse(x), dim, keepdim))
+    return order_reverse(amax(order_reverse(x), dim, keepdim))
 
 
 class ValuesIndices(NamedTuple):

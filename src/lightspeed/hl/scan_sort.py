@@ -26,8 +26,8 @@ from ..dtypes import DType
 from ..errors import DTypeError, ShapeError, UnsupportedError
 from ..graph import Graph, GraphTensor
 from ..symbolic import INDEX_VAR, Expr, ExprLike, as_expr, is_expr_like, prod, smax, sym
-from ._base import cast, fill_expr, fmt_shape, full, norm_axis, prim
-from .elementwise import _order_reverse, eq, isnan, logical_not, where
+from .common import cast, fill_expr, fmt_shape, full, norm_axis, prim
+from .elementwise import eq, isnan, logical_not, order_reverse, where
 from .reduce import ValuesIndices, prod_
 from .registry import hl_op
 
@@ -236,8 +236,8 @@ def cummin(x: GraphTensor, dim: int) -> ValuesIndices:
     _check_tensor("cummin", x)
 
     def run(t: GraphTensor, k: int) -> ValuesIndices:
-        v, i = _cummax(_order_reverse(t), k)
-        return ValuesIndices(_order_reverse(v), i)
+        v, i = _cummax(order_reverse(t), k)
+        return ValuesIndices(order_reverse(v), i)
 
     return _vector_op(run, x, dim, "cummin")
 

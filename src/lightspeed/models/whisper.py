@@ -496,7 +496,7 @@ def transcribe(path_to_wav: str | Path, backend: str = "cpu", model_dir: str | P
 
     Audio longer than 30 s is cut into consecutive 30 s windows transcribed independently (no
     timestamp-based seeking, so a word cut at a boundary may be lost or split)."""
-    from ..audio import N_SAMPLES, load_audio, log_mel_spectrogram
+    from .audio import N_SAMPLES, load_audio, log_mel_spectrogram
 
     t_all = time.perf_counter()
     t0 = time.perf_counter()

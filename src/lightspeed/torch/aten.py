@@ -29,8 +29,8 @@ from .. import hl as ls
 from ..dtypes import DType
 from ..errors import DTypeError, UnsupportedError
 from ..graph import Graph, GraphTensor
-from ..hl._base import broadcast_shapes, cast, fill_expr, full, prim
-from ..shape import _unflatten_index
+from ..hl.common import broadcast_shapes, cast, fill_expr, full, prim
+from ..shape import unflatten_index
 from ..symbolic import INDEX_VAR, Expr, as_expr, const, prod, sym
 from .convert import ls_dtype, torch_result_type
 
@@ -791,7 +791,7 @@ def _advanced_positions(x: GraphTensor, indices: Sequence[GraphTensor | None], o
     after = [d for d in rest if d not in before]
     out_shape = tuple(x.shape[d] for d in before) + tuple(bshape) + tuple(x.shape[d] for d in after)
     strides = _row_major_strides(x.shape)
-    coords = _unflatten_index(sym(INDEX_VAR), out_shape)
+    coords = unflatten_index(sym(INDEX_VAR), out_shape)
     e: Expr = const(0)
     for a, d in enumerate(before):
         e = e + coords[a] * strides[d]
@@ -885,7 +885,7 @@ def _index_add(cx: Ctx, x: GraphTensor, dim: int, index: GraphTensor, source: Gr
 
 def _slice_positions(x: GraphTensor, shape: Sequence[Expr], k: int, start: Any, step: int) -> GraphTensor:
     strides = _row_major_strides(x.shape)
-    coords = _unflatten_index(sym(INDEX_VAR), tuple(shape))
+    coords = unflatten_index(sym(INDEX_VAR), tuple(shape))
     e: Expr = const(0)
     for d, (c, s) in enumerate(zip(coords, strides)):
         e = e + ((as_expr(start) + c * step) * s if d == k else c * s)

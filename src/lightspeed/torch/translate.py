@@ -28,7 +28,7 @@ import torch.fx as fx
 
 from ..errors import LightspeedError, UnsupportedError
 from ..graph import Graph, GraphTensor
-from ..hl._base import cast
+from ..hl.common import cast
 from ..program import Program, to_numpy
 from ..search import SearchOptions
 from ..symbolic import Expr

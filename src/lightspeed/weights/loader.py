@@ -17,7 +17,7 @@ from .safetensors_dir import hf_dir_files, index_weight_map, read_json, read_saf
 from .shapes import check_config, expected_shapes
 
 if TYPE_CHECKING:
-    from ..tokenizer import Tokenizer
+    from .tokenizer import Tokenizer
 
 __all__ = ["LoadedWeights", "load"]
 
@@ -29,7 +29,7 @@ class LoadedWeights:
     `config`: a config.json-style dict (`model_type`, `architectures`, `hidden_size`, ...).
     `tensors`: state_dict name -> array, laid out as the transformers model's state_dict; floating-point
     tensors are float32. Tied embeddings (`config["tie_word_embeddings"]`) have no `lm_head.weight`.
-    `tokenizer`: a `lightspeed.tokenizer.Tokenizer`, or None when the source has none.
+    `tokenizer`: a `lightspeed.weights.tokenizer.Tokenizer`, or None when the source has none.
     `path`: the file or directory loaded. `metadata`: the GGUF key/values (empty for directories)."""
 
     config: dict[str, Any]
@@ -113,7 +113,7 @@ def _load_gguf(p: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights:
                 bar.update(g.tensors[gname].nbytes)
         tok = None
         if want_tokenizer and "tokenizer.ggml.model" in g.metadata:
-            from ..tokenizer import Tokenizer
+            from .tokenizer import Tokenizer
 
             tok = Tokenizer.from_gguf_metadata(g.metadata, source=str(p))
         metadata = g.metadata
@@ -148,7 +148,7 @@ def _load_hf_dir(d: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights
     _check(d, config, {n: a.shape for n, a in tensors.items()}, {}, {n: a.dtype for n, a in tensors.items()})
     tok = None
     if want_tokenizer and (d / "tokenizer.json").exists():
-        from ..tokenizer import Tokenizer
+        from .tokenizer import Tokenizer
 
         tok = Tokenizer.from_dir(d)
     return LoadedWeights(config, tensors, tok, d, {})

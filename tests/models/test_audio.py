@@ -11,7 +11,7 @@ import wave
 import numpy as np
 import pytest
 
-from lightspeed.audio import (
+from lightspeed.models.audio import (
     N_FRAMES,
     AudioError,
     hz_to_mel,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import LightspeedError
+from ..errors import LightspeedError
 
 __all__ = ["SAMPLE_RATE", "N_FFT", "HOP_LENGTH", "CHUNK_SECONDS", "N_SAMPLES", "N_FRAMES", "AudioError",
            "read_wav", "load_audio", "resample", "mel_filters", "log_mel_spectrogram", "hz_to_mel", "mel_to_hz"]

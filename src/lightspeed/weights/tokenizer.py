@@ -24,8 +24,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import UnsupportedError
-from .weights.errors import WeightError
+from ..errors import UnsupportedError
+from .errors import WeightError
 
 __all__ = ["Tokenizer", "StreamDecoder"]
 
@@ -247,7 +247,7 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> Tokenizer:
         """The tokenizer described by a GGUF file's metadata."""
-        from .weights.gguf_file import GGUFFile
+        from .gguf_file import GGUFFile
 
         with GGUFFile(path) as g:
             return cls.from_gguf_metadata(g.metadata, source=str(path))

@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..errors import DTypeError, ShapeError, describe_operands
-from ..graph import Graph, GraphTensor, _norm_axis
+from ..graph import Graph, GraphTensor, normalize_axis
 from ..primitives import PRIMITIVES
 from ..symbolic import Expr, ExprLike, as_expr, prod
 
@@ -132,7 +132,7 @@ def binary_operands(a: Any, b: Any, op: str, dtype: DType | None = None,
 
 
 def norm_axis(axis: int, ndim: int, op: str) -> int:
-    return _norm_axis(axis, ndim, op)
+    return normalize_axis(axis, ndim, op)
 
 
 def norm_axes(dim: int | Sequence[int] | None, ndim: int, op: str) -> list[int]:

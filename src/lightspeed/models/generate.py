@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
-from .models.base import DecoderLM
-from .program import Program
-from .search import SearchOptions
+from ..errors import InputError
+from ..program import Program
+from ..search import SearchOptions
+from .base import DecoderLM
 
 __all__ = ["Generator", "GenerationResult", "generate", "apply_repetition_penalty", "top_k_mask", "top_p_mask",
            "process_logits", "sample_token", "compile_model"]

@@ -10,10 +10,10 @@ import json
 import pytest
 
 from lightspeed.errors import UnsupportedError
-from lightspeed.tokenizer import Tokenizer
 from lightspeed.weights import WeightError
+from lightspeed.weights.tokenizer import Tokenizer
 
-from .weights.gguf_helpers import write_gguf
+from .gguf_helpers import write_gguf
 
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
