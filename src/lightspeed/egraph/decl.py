@@ -54,3 +54,110 @@ FUSED = OpDecl("Fused", (("shape", "elist"), ("body", "scalar")), "element-wise 
 
 def constructors_text(decls) -> str:
     return "\n".join(d.constructor() for d in decls) + "\n"
+
+
+# ---------------------------------------------------------------- the fusion language
+# A region body is a `Scalar` term (rules/fusion.egg).  Its constructors are listed once, here: the
+# `Scalar` datatype in rules/schema.egg, the one-op `fuse-*` rules in rules/fusion.egg (between the
+# GENERATED markers) and the decoder's table (extract.SCALAR_OPS) are all generated from this table,
+# so adding an element-wise primitive to the fusion language is one row.  Regenerate the files with
+# `python -c "import lightspeed.egraph.decl as d; d.regenerate()"` (a test fails while they are stale).
+#
+# Index spaces: every node is evaluated at one flat index z of an index space.  The region's root
+# is evaluated over the region's shape; the child of a reduction node over that node's
+# pre-reduction shape `space` (the reduced axis put back).  A leaf reads its operand through its
+# view at z; nodes of one element-wise node share their parent's space.  Every node of one Scalar
+# e-class must be evaluable in the same space (up to size-1 dims), so the leaves computed in place
+# carry the shape of the read they replace: were (SConst i) shared by the reads of one constant at
+# [3, 5] and at [3, 4, 5], the e-class would mix leaves of two spaces.
+
+
+@dataclass(frozen=True)
+class ScalarOp:
+    """A `Scalar` constructor: its argument sorts, the primitive it computes ("" = none), a doc line."""
+
+    name: str
+    sorts: tuple[str, ...]
+    computes: str = ""
+    doc: str = ""
+
+
+# the element-wise primitives, in the primitive table's order: each one has a one-op region rule
+ELEMENTWISE: tuple[str, ...] = tuple(n for n, p in PRIMITIVES.items() if p.category in ("unary", "binary"))
+# reductions of one axis: (SumReduce / MaxReduce axis x) becomes a region whose root reduces the
+# operand's values over the operand's view shape
+REDUCTIONS: tuple[str, ...] = tuple(n for n, p in PRIMITIVES.items() if p.category == "reduce")
+
+SCALAR_TABLE: tuple[ScalarOp, ...] = (
+    ScalarOp("SLeaf", ("IR", "View"), "", "operand IR read through View at z"),
+    ScalarOp("SConst", ("i64", "EList"), "", "index shape: a one-element constant (index into the constant table)"),
+    ScalarOp("SIota", ("Expr", "DType", "EList"), "Iota", "expr dtype shape: expr(z) in dtype"),
+    *(ScalarOp(f"S{n}", ("Scalar",) * PRIMITIVES[n].arity, n) for n in ELEMENTWISE),
+    ScalarOp("SCast", ("DType", "Scalar"), "Cast"),
+    *(ScalarOp(f"S{n}", ("i64", "EList", "Scalar"), n, "axis space body: body over space, reduced along axis")
+      for n in REDUCTIONS),
+    ScalarOp("SInline", ("Scalar",), "", "a producer region's body computed here (identity)"),
+)
+# Scalar constructor -> the primitive it computes (decoders read bodies through it)
+SCALAR_OPS: dict[str, str] = {o.name: o.computes for o in SCALAR_TABLE}
+
+_BEGIN = "; ---- BEGIN GENERATED from lightspeed/egraph/decl.py (regenerate()); do not edit\n"
+_END = "; ---- END GENERATED\n"
+
+
+def _kebab(name: str) -> str:
+    return "".join(("-" + c.lower()) if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+def scalar_datatype_text() -> str:
+    """The `Scalar` datatype (rules/schema.egg)."""
+    rows = "\n".join(f"  ({o.name}{''.join(' ' + s for s in o.sorts)})" + (f"  ; {o.doc}" if o.doc else "")
+                     for o in SCALAR_TABLE)
+    return f"(datatype Scalar\n{rows}\n)\n"
+
+
+def fusion_rules_text() -> str:
+    """The one-op region rules (rules/fusion.egg): every element-wise primitive of a `fuse_dtype`
+    operand dtype is also a region computing just that op; every reduction of such a dtype read
+    through an unmasked view (Contig or Strided: the view's first field is its shape) is a region
+    whose root reduces the leaf over the view's shape."""
+    out = []
+    for n in ELEMENTWISE:
+        fields = PRIMITIVE_OPS[n].fields
+        pattern = " ".join(f"?{f}" for f, _ in fields)
+        leaves = " ".join(f"(SLeaf ?{f} ?{f}_view)" for f, k in fields if k == "ir")
+        first = fields[0][0]
+        out.append(f"(rule ((= ?e ({n} {pattern})) (= ?dt (dtype ?{first})) (fuse_dtype ?dt) (= ?s (shape ?e)))\n"
+                   f"      ((union ?e (Fused ?s (S{n} {leaves})))) :ruleset fusion :name \"fuse-{_kebab(n)}\")")
+    for n in REDUCTIONS:
+        for view, pat in (("contig", "(Contig ?space)"), ("strided", "(Strided ?space ?strides ?offset)")):
+            out.append(f"(rule ((= ?e ({n} ?axis ?x {pat})) (= ?dt (dtype ?x)) (fuse_dtype ?dt) (= ?s (shape ?e)))\n"
+                       f"      ((union ?e (Fused ?s (S{n} ?axis ?space (SLeaf ?x {pat})))))"
+                       f" :ruleset fusion :name \"fuse-{_kebab(n)}-{view}\")")
+    return "\n".join(out) + "\n"
+
+
+def _splice(text: str, generated: str, where: str) -> str:
+    if text.count(_BEGIN) != 1 or text.count(_END) != 1:
+        raise ValueError(f"{where}: expected one GENERATED section")
+    head, rest = text.split(_BEGIN)
+    _, tail = rest.split(_END)
+    return head + _BEGIN + generated + _END + tail
+
+
+def regenerate(write: bool = True) -> list[str]:
+    """Rewrite the GENERATED sections of rules/schema.egg and rules/fusion.egg from the tables
+    above; returns the files that were stale."""
+    from pathlib import Path
+
+    rules = Path(__file__).parent / "rules"
+    stale = []
+    for name, gen in (("schema.egg", scalar_datatype_text), ("fusion.egg", fusion_rules_text)):
+        f = rules / name
+        old = f.read_text()
+        new = _splice(old, gen(), str(f))
+        if new != old:
+            stale.append(str(f))
+            if write:
+                f.write_text(new)
+    return stale

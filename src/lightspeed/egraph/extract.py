@@ -20,17 +20,15 @@ from ..graph import Graph, GraphTensor
 from ..primitives import PRIMITIVES, ConstantValue
 from ..shape import ShapeTracker, View
 from ..symbolic import INDEX_VAR, Expr, const, smax, smin, sym
+from .decl import SCALAR_OPS
 from .encode import CTOR_DTYPE
 from .runner import SerializedEGraph
 
 __all__ = ["EGraphIndex", "Candidate", "decode_graph", "ExtractionError", "SCALAR_OPS"]
 
-# Scalar expression constructors of rules/fusion.egg (the bodies of `Fused` regions) -> the primitive
-# each one computes.  Their e-classes are choices of a candidate like IR classes: a leaf class may
-# also hold the producer's inlined body.
-SCALAR_OPS: dict[str, str] = {"SLeaf": "", "SLog2": "Log2", "SExp2": "Exp2", "SSin": "Sin", "SSqrt": "Sqrt",
-                              "SRecip": "Recip", "SAdd": "Add", "SMul": "Mul", "SMod": "Mod",
-                              "SLessThan": "LessThan", "SCast": "Cast", "SInline": ""}
+# SCALAR_OPS: the Scalar constructors of region bodies (rules/fusion.egg, declared once in decl.py)
+# -> the primitive each one computes.  Their e-classes are choices of a candidate like IR classes:
+# a leaf class may also hold the producer's inlined body, a constant or an iota.
 IR_OPS = set(PRIMITIVES) | {"Input", "Constant", "Output"}
 # analysis functions declared in schema.egg: they appear as e-nodes but are not terms
 ANALYSIS_FUNCTIONS = frozenset({"dtype", "shape", "view_shape"})

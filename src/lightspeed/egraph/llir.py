@@ -64,9 +64,25 @@ def liveness(inputs_per_op: list[tuple[int, ...]]) -> dict[int, list[int]]:
     return out
 
 
-# A decoded region body: ("leaf", k) reads input k (through the op's k-th view) at the output
-# index; ("Cast", dtype, child); (primitive name, child, ...) for the other element-wise ops.
+# A decoded region body (the fusion language of egraph/decl.py), evaluated at one flat index z of
+# an index space (the region's shape at the root):
+#   ("leaf", k)                      input k read through the op's k-th view at z
+#   ("const", value, dtype)          a one-element constant (value: a Python scalar of dtype)
+#   ("iota", expr, dtype)            expr(z) computed as int64, cast to dtype (the Iota primitive)
+#   ("Cast", dtype, child)
+#   ("SumReduce" | "MaxReduce", axis, RegionSpace, child)
+#                                    child evaluated over the space's shape, reduced along axis;
+#                                    the result has the enclosing space's element count
+#   (primitive name, child, ...)     the other element-wise ops
 ScalarTree = tuple
+
+
+@dataclass(frozen=True)
+class RegionSpace:
+    """The pre-reduction index space of a reduction node (not a tuple, so tree walkers that
+    descend into tuple children skip it)."""
+
+    shape: tuple[Expr, ...]
 
 
 @dataclass
@@ -226,6 +242,15 @@ def decode_program(candidate: Candidate, ser: SerializedEGraph, constants: list[
             return scalar(n.children[0], inputs, views, leaves)
         if n.op == "SCast":
             return ("Cast", dec.dtype(n.children[0]), scalar(n.children[1], inputs, views, leaves))
+        if n.op == "SConst":  # the value is embedded: constants live on the Python side
+            c = prog.constants[_field(dec, "i64", n.children[0])]
+            return ("const", c.value.reshape(-1)[0].item(), c.dtype)
+        if n.op == "SIota":
+            return ("iota", dec.expr(n.children[0]), dec.dtype(n.children[1]))
+        if n.op in ("SSumReduce", "SMaxReduce"):
+            axis, space, body = n.children
+            return (SCALAR_OPS[n.op], _field(dec, "i64", axis), RegionSpace(dec.elist(space)),
+                    scalar(body, inputs, views, leaves))
         return (SCALAR_OPS[n.op], *(scalar(c, inputs, views, leaves) for c in n.children))
 
     for cid in _list_items(candidate.index, candidate.index.root.children[0]):

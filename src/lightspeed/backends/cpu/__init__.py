@@ -93,13 +93,10 @@ def _batch_matmul(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
 
 
 def _fused(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
-    region = compile_region(op.args["body"], in_dtypes, op.dtype.np)
-    readers = [make_reader(st) for st in op.operand_views()]
-    fn = region.fn
+    from .fused import region_kernel
 
-    def run(ins, out, scratch, dims):
-        fn(*[r(b, dims) for r, b in zip(readers, ins)], out, *scratch)
-    return Kernel(run, region.scratch)
+    region = compile_region(op.args["body"], in_dtypes, op.dtype.np)
+    return Kernel(*region_kernel(region, [make_reader(st) for st in op.operand_views()]))
 
 
 def _reduce(name: str):
