@@ -39,12 +39,15 @@ _REDUCE = {"SumReduce": "np.add.reduce", "MaxReduce": "np.maximum.reduce"}
 
 @dataclass(frozen=True)
 class Region:
-    """A compiled region: ``fn(X, out, T, S, dims)`` with ``X`` the leaf arrays, ``T`` the scratch
-    buffers and ``S`` the spaces' shapes (``S[0]`` = ``out.shape``, ``S[i]`` = ``spaces[i - 1]``
-    evaluated).  ``scratch`` lists each scratch buffer's (dtype, space)."""
+    """A compiled region: ``fn(leaf_0, ..., leaf_n-1, out, *scratch, S=None, dims=None)``;
+    ``scratch`` lists the dtypes of the scratch buffers the caller provides, ``scratch_spaces`` the
+    space of each (0: the region's shape).  ``S`` holds the spaces' shapes (``S[0]`` =
+    ``out.shape``, ``S[i]`` = ``spaces[i - 1]`` evaluated); a region without reductions or iotas
+    needs neither ``S`` nor ``dims``."""
 
     fn: Callable[..., None]
-    scratch: tuple[tuple[np.dtype, int], ...]
+    scratch: tuple[np.dtype, ...]
+    scratch_spaces: tuple[int, ...]
     spaces: tuple[tuple, ...]  # pre-reduction shapes (Exprs) of spaces 1, 2, ...
     source: str
 
@@ -119,7 +122,7 @@ def _generate(tree: tuple, leaf_dtypes: list[np.dtype], out_dtype: np.dtype) -> 
                 key = (node[1], space)
                 if key not in shaped:
                     shaped[key] = f"x{node[1]}_{space}"
-                    lines.insert(0, f"x{node[1]}_{space} = X[{node[1]}].reshape(S[{space}])")
+                    lines.insert(0, f"x{node[1]}_{space} = x{node[1]}.reshape(S[{space}])")
                 val = shaped[key]
             elif tag == "const":
                 val = f"c{len(env)}"
@@ -170,10 +173,11 @@ def _generate(tree: tuple, leaf_dtypes: list[np.dtype], out_dtype: np.dtype) -> 
         return d
 
     emit(tree, 0, True)
-    unpack = [f"t{k} = T[{k}]" for k in range(len(scratch))]
-    src = "def region(X, out, T, S, dims):\n" + "".join(f"    {ln}\n" for ln in unpack + lines)
+    params = [f"x{i}" for i in range(len(leaf_dtypes))] + ["out"] + [f"t{k}" for k in range(len(scratch))]
+    head = ["if S is None: S = (out.shape,)"]
+    src = f"def region({', '.join(params)}, S=None, dims=None):\n" + "".join(f"    {ln}\n" for ln in head + lines)
     exec(compile(src, "<lightspeed fused region>", "exec"), env)  # noqa: S102 - generated from a tree
-    return Region(env["region"], tuple(scratch), tuple(spaces), src)
+    return Region(env["region"], tuple(d for d, _ in scratch), tuple(s for _, s in scratch), tuple(spaces), src)
 
 
 def region_kernel(region: Region, readers: Sequence[Callable]) -> tuple[Callable, tuple[np.dtype, ...]]:
@@ -182,10 +186,11 @@ def region_kernel(region: Region, readers: Sequence[Callable]) -> tuple[Callable
     Scratch of the reduction spaces depends on the dims of the call: it is allocated here, once per
     thread and shape (a new shape replaces the old buffers)."""
     fn = region.fn
-    own = tuple(d for d, sp in region.scratch if sp == 0)
+    pairs = list(zip(region.scratch, region.scratch_spaces))
+    own = tuple(d for d, sp in pairs if sp == 0)
     if not region.spaces:
         def run(ins, out, scratch, dims):
-            fn([r(b, dims) for r, b in zip(readers, ins)], out, scratch, (out.shape,), dims)
+            fn(*[r(b, dims) for r, b in zip(readers, ins)], out, *scratch, S=(out.shape,), dims=dims)
         return run, own
 
     lengths = [len(s) for s in region.spaces]
@@ -201,9 +206,9 @@ def region_kernel(region: Region, readers: Sequence[Callable]) -> tuple[Callable
         key = tuple(shapes[1:])
         held = getattr(local, "held", None)
         if held is None or held[0] != key:
-            held = local.held = (key, [None if sp == 0 else np.empty(shapes[sp], d) for d, sp in region.scratch])
+            held = local.held = (key, [None if sp == 0 else np.empty(shapes[sp], d) for d, sp in pairs])
         bufs, own_iter = [], iter(scratch)
         for b in held[1]:
             bufs.append(next(own_iter) if b is None else b)
-        fn([r(b, dims) for r, b in zip(readers, ins)], out, bufs, shapes, dims)
+        fn(*[r(b, dims) for r, b in zip(readers, ins)], out, *bufs, S=shapes, dims=dims)
     return run, own
