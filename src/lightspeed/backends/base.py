@@ -10,6 +10,9 @@ A backend declares
   rulesets included, in order);
 * ``fuse_dtypes``: the dtypes its fused region kernels compute exactly like the reference (the
   ``fuse_dtype`` facts ``rules/fusion.egg`` reads; empty = no regions);
+* ``matmul_dtypes``: the dtypes whose generic ``Matmul`` (``rules/linalg.egg``) it computes exactly
+  like the reference's Mul + SumReduce, up to summation order (the ``matmul_dtype`` facts; empty =
+  no Matmul); a backend that runs ``Matmul`` itself lists it in ``ops``;
 * :meth:`Backend.lower` (an LLIR program -> a callable :class:`~lightspeed.program.Program`),
   :meth:`Backend.to_device` (a host array -> the backend's array type), :meth:`Backend.time`
   (seconds of one call: cpu wall clock, GPU events), :meth:`Backend.compose_rolled` (how a
@@ -35,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DType
-from ..egraph.decl import FUSED, PRIMITIVE_OPS, OpDecl, constructors_text
+from ..egraph.decl import FUSED, LINALG_OPS, PRIMITIVE_OPS, OpDecl, constructors_text
 from ..egraph.encode import DTYPE_CTOR, GENERIC_RULES
 from ..egraph.llir import LProgram
 from ..graph import Graph
@@ -54,6 +57,7 @@ class Backend:
     rule_files: tuple[Path, ...] = ()
     rulesets: tuple[str, ...] = ()
     fuse_dtypes: tuple[DType, ...] = ()
+    matmul_dtypes: tuple[DType, ...] = ()
     # False for a backend that runs HLIR as it is (the reference): no e-graph search
     searched: bool = True
 
@@ -88,11 +92,14 @@ class Backend:
 
     def rules_text(self) -> str:
         """The one place a backend's rule text is assembled: its constructors (generated), its
-        ``fuse_dtype`` facts, the generic rule files, then its own."""
+        ``fuse_dtype`` facts, the generic rule files, then its own, then its ``matmul_dtype`` facts
+        (a relation ``rules/linalg.egg`` declares). The generic ops' constructors are always
+        declared (the generic rule files name them), once."""
         facts = "".join(f"(fuse_dtype ({DTYPE_CTOR[d]}))\n" for d in self.fuse_dtypes)
         files = [*GENERIC_RULE_FILES, *self.rule_files]
-        return "\n".join([constructors_text(self.ops) if self.ops else "", facts,
-                          *(f.read_text() for f in files)])
+        ops = [*(d for d in LINALG_OPS if d not in self.ops), *self.ops]
+        return "\n".join([constructors_text(ops), facts, *(f.read_text() for f in files),
+                          "".join(f"(matmul_dtype ({DTYPE_CTOR[d]}))\n" for d in self.matmul_dtypes)])
 
     # ------------------------------------------------------------------ running
     def lower(self, graph: Graph, lprog: LProgram, report: Any = None) -> Program:

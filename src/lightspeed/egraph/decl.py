@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ..primitives import PRIMITIVES
 
-__all__ = ["OpDecl", "KIND_SORT", "PRIMITIVE_OPS", "FUSED", "constructors_text"]
+__all__ = ["OpDecl", "KIND_SORT", "PRIMITIVE_OPS", "FUSED", "MATMUL", "MATMUL_ADD", "LINALG_OPS",
+           "constructors_text"]
 
 KIND_SORT = {"i64": "i64", "str": "String", "expr": "Expr", "elist": "EList", "dtype": "DType", "view": "View",
              "ir": "IR", "scalar": "Scalar"}
@@ -50,6 +51,18 @@ class OpDecl:
 PRIMITIVE_OPS: dict[str, OpDecl] = {n: OpDecl(n, p.fields, p.doc) for n, p in PRIMITIVES.items()}
 # an element-wise region (rules/fusion.egg): for every element of `shape`, the scalar tree `body`
 FUSED = OpDecl("Fused", (("shape", "elist"), ("body", "scalar")), "element-wise region")
+# generic linear algebra (rules/linalg.egg recognises it; a backend runs it or lowers it to its own ops):
+# C[*batch, i, j] = sum_l A[a_offset + <batch index, a_batch_strides> + i*a_stride_m + l*a_stride_k]
+#                       * B[b_offset + <batch index, b_batch_strides> + l*b_stride_k + j*b_stride_n]
+# for i < m, j < n, l < k; C is row-major [*batch, m, n]; a batch stride of 0 broadcasts that operand
+MATMUL = OpDecl("Matmul", (
+    ("batch", "elist"), ("m", "expr"), ("n", "expr"), ("k", "expr"),
+    ("a", "ir"), ("a_batch_strides", "elist"), ("a_stride_m", "expr"), ("a_stride_k", "expr"), ("a_offset", "expr"),
+    ("b", "ir"), ("b_batch_strides", "elist"), ("b_stride_k", "expr"), ("b_stride_n", "expr"), ("b_offset", "expr")),
+    "C[*batch, m, n] = A[*batch, m, k] @ B[*batch, k, n], operands strided")
+# ... plus an addend R read through r_view (same dtype as the product): C = A @ B + R
+MATMUL_ADD = OpDecl("MatmulAdd", (*MATMUL.fields, ("r", "ir"), ("r_view", "view")), "A @ B + R")
+LINALG_OPS = (MATMUL, MATMUL_ADD)
 
 
 def constructors_text(decls) -> str:

@@ -41,7 +41,8 @@ RULES_DIR = Path(__file__).parent / "rules"
 SCHEMA = (RULES_DIR / "schema.egg").read_text() + constructors_text([*PRIMITIVE_OPS.values(), FUSED])
 # backend-independent rulesets, run before a backend's own (file, ruleset) in schedule order
 GENERIC_RULES = [(RULES_DIR / "simplify.egg", "simplify"), (RULES_DIR / "cleanup.egg", "cleanup"),
-                 (RULES_DIR / "layout.egg", "layout"), (RULES_DIR / "fusion.egg", "fusion")]
+                 (RULES_DIR / "layout.egg", "layout"), (RULES_DIR / "linalg.egg", "linalg"),
+                 (RULES_DIR / "fusion.egg", "fusion")]
 
 DTYPE_CTOR: dict[DType, str] = {
     d: {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float8_e4m3": "F8E4M3",

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes as dt
-from ...egraph.decl import OpDecl
+from ...egraph.decl import LINALG_OPS, OpDecl
 from ...egraph.llir import LOp, LProgram
 from ...graph import Graph
 from ...primitives import PRIMITIVES
@@ -29,26 +29,20 @@ from .runtime import CpuProgram, Kernel
 __all__ = ["CpuBackend", "CpuProgram", "OPS", "RULE_FILES", "RULESETS", "KERNELS"]
 
 HERE = Path(__file__).parent
-RULE_FILES = (HERE / "matmul.egg",)
+# matmul recognition is generic (egraph/rules/linalg.egg); the cpu runs Matmul itself, with BLAS
+RULE_FILES: tuple[Path, ...] = ()
 # rulesets to run, in order, each capped by the search options (the generic ones first)
-RULESETS = ("simplify", "cleanup", "layout", "cpu_matmul", "fusion")
+RULESETS = ("simplify", "cleanup", "layout", "linalg", "fusion")
 # the generated numpy region kernels compute these exactly like the reference (one ufunc per
 # primitive, same dtype); low-precision floats round per op in the reference, so they stay unfused
 FUSE_DTYPES = (dt.float32, dt.float64)
 
+# np.matmul (BLAS) accumulates unrounded products: like the reference's Mul + SumReduce up to
+# summation order for these; bf16/f16 products round per element in the reference
+MATMUL_DTYPES = (dt.float32, dt.float64)
 
-def _operand(name: str, *strides: str) -> tuple[tuple[str, str], ...]:
-    return ((name, "ir"), *((f"{name}_stride_{s}", "expr") for s in strides), (f"{name}_offset", "expr"))
-
-
-_MATMUL_FIELDS = (("m", "expr"), ("n", "expr"), ("k", "expr"), *_operand("a", "m", "k"), *_operand("b", "k", "n"))
-OPS = (
-    OpDecl("CpuMatmul", _MATMUL_FIELDS, "C[m, n] = A[m, k] @ B[k, n] through BLAS, operands strided"),
-    OpDecl("CpuBatchMatmul", (("batch", "expr"), ("m", "expr"), ("n", "expr"), ("k", "expr"),
-                              *_operand("a", "batch", "m", "k"), *_operand("b", "batch", "k", "n")),
-           "C[b, m, n] = A[b, m, k] @ B[b, k, n] (batch stride 0 = broadcast)"),
-    OpDecl("CpuMatmulAdd", (*_MATMUL_FIELDS, ("r", "ir"), ("r_view", "view")), "A @ B + R in one call"),
-)
+# the generic linear-algebra ops (egraph/decl.py), run here by numpy/BLAS on strided views
+OPS: tuple[OpDecl, ...] = LINALG_OPS
 
 
 def _numbers(op: LOp, *names: str):
@@ -60,14 +54,39 @@ def _flat(buf: np.ndarray) -> np.ndarray:
     return buf.reshape(-1)
 
 
+def _blas_operand(buf: np.ndarray, offset: int, batch, rows: int, cols: int, batch_strides, sr: int, sc: int):
+    """A strided view numpy hands to BLAS: a size-1 dim gets a leading-dimension stride (numpy's
+    matmul takes a stride 0 there, e.g. a decode step's single row, for non-BLAS layout and runs
+    its slow loop), and a matrix BLAS cannot take (broadcast rows, negative or gapped strides in
+    both dims) is copied row-major first, which costs far less than the product."""
+    if rows == 1:
+        sr = max(1, cols * abs(sc))
+    if cols == 1:
+        sc = max(1, rows * abs(sr))
+    arr = strided_array(_flat(buf), offset, (*batch, rows, cols), (*batch_strides, sr, sc))
+    if not ((sc == 1 and sr >= cols) or (sr == 1 and sc >= rows)):
+        arr = np.ascontiguousarray(arr)
+    return arr
+
+
 def _matmul(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
-    nums = _numbers(op, "m", "n", "k", "a_stride_m", "a_stride_k", "a_offset", "b_stride_k", "b_stride_n",
-                    "b_offset")
+    """``Matmul``: one np.matmul over every batch dim at once, on strided views of the operands'
+    flat buffers (a batch stride of 0 broadcasts), written into ``out`` ([*batch, m, n])."""
+    a = op.args
+    nb = len(a["batch"])
+    if len(a["a_batch_strides"]) != nb or len(a["b_batch_strides"]) != nb:
+        raise ValueError(f"{op.op}: {nb} batch dims but batch strides {a['a_batch_strides']}, {a['b_batch_strides']}")
+    nums = compile_exprs([*a["batch"], a["m"], a["n"], a["k"],
+                          *a["a_batch_strides"], a["a_stride_m"], a["a_stride_k"], a["a_offset"],
+                          *a["b_batch_strides"], a["b_stride_k"], a["b_stride_n"], a["b_offset"]])
 
     def run(ins, out, scratch, dims):
-        m, n, k, sam, sak, aoff, sbk, sbn, boff = nums(dims)
-        np.matmul(strided_array(_flat(ins[0]), aoff, (m, k), (sam, sak)),
-                  strided_array(_flat(ins[1]), boff, (k, n), (sbk, sbn)), out=out)
+        v = nums(dims)
+        batch, (m, n, k) = v[:nb], v[nb:nb + 3]
+        sa, (sam, sak, aoff) = v[nb + 3:2 * nb + 3], v[2 * nb + 3:2 * nb + 6]
+        sb, (sbk, sbn, boff) = v[2 * nb + 6:3 * nb + 6], v[3 * nb + 6:]
+        np.matmul(_blas_operand(ins[0], aoff, batch, m, k, sa, sam, sak),
+                  _blas_operand(ins[1], boff, batch, k, n, sb, sbk, sbn), out=out)
     return Kernel(run)
 
 
@@ -78,17 +97,6 @@ def _matmul_add(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
     def run(ins, out, scratch, dims):
         product(ins, out, scratch, dims)
         np.add(out, read_addend(ins[2], dims), out=out)
-    return Kernel(run)
-
-
-def _batch_matmul(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
-    nums = _numbers(op, "batch", "m", "n", "k", "a_stride_batch", "a_stride_m", "a_stride_k", "a_offset",
-                    "b_stride_batch", "b_stride_k", "b_stride_n", "b_offset")
-
-    def run(ins, out, scratch, dims):
-        bt, m, n, k, sab, sam, sak, aoff, sbb, sbk, sbn, boff = nums(dims)
-        np.matmul(strided_array(_flat(ins[0]), aoff, (bt, m, k), (sab, sam, sak)),
-                  strided_array(_flat(ins[1]), boff, (bt, k, n), (sbb, sbk, sbn)), out=out)
     return Kernel(run)
 
 
@@ -160,9 +168,8 @@ KERNELS["SumReduce"] = _reduce("SumReduce")
 KERNELS["MaxReduce"] = _reduce("MaxReduce")
 KERNELS["Gather"] = _gather
 KERNELS["Fused"] = _fused
-KERNELS["CpuMatmul"] = _matmul
-KERNELS["CpuBatchMatmul"] = _batch_matmul
-KERNELS["CpuMatmulAdd"] = _matmul_add
+KERNELS["Matmul"] = _matmul
+KERNELS["MatmulAdd"] = _matmul_add
 
 
 class CpuBackend(Backend):
@@ -171,6 +178,7 @@ class CpuBackend(Backend):
     rule_files = RULE_FILES
     rulesets = RULESETS
     fuse_dtypes = FUSE_DTYPES
+    matmul_dtypes = MATMUL_DTYPES
 
     def lower(self, graph: Graph, lprog: LProgram, report: Any = None) -> Program:
         return CpuProgram(graph, lprog, report)
