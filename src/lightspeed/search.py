@@ -233,6 +233,9 @@ def _prefer_primitives(cid, nodes):
 
 
 def _prefer_backend(cid, nodes):  # every backend op the rules offered, one region per op
+    computed = [n for n in nodes if n.op in ("SConst", "SIota")]  # a constant or iota leaf made in place
+    if computed:
+        return computed[0]
     leaf = [n for n in nodes if n.op == "SLeaf"]
     if leaf:
         return leaf[0]
@@ -248,6 +251,9 @@ def _fuse_single_use(first: Candidate):
             uses[c] = uses.get(c, 0) + 1
 
     def pick(cid, nodes):
+        computed = next((n for n in nodes if n.op in ("SConst", "SIota")), None)
+        if computed is not None:
+            return computed
         leaf = next((n for n in nodes if n.op == "SLeaf"), None)
         if leaf is not None:
             inline = [n for n in nodes if n.op == "SInline"]
