@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import DType
-from ..egraph.decl import FUSED, LINALG_OPS, PRIMITIVE_OPS, OpDecl, constructors_text
+from ..egraph.decl import FUSED, LINALG_OPS, PRIMITIVE_OPS, SCATTER_IN_PLACE, OpDecl, constructors_text
 from ..egraph.encode import DTYPE_CTOR, GENERIC_RULES
 from ..egraph.llir import LProgram
 from ..graph import Graph
@@ -62,6 +62,10 @@ class Backend:
     searched: bool = True
 
     # ------------------------------------------------------------------ identity
+    def available(self) -> bool:
+        """Whether this machine has the backend's device and libraries (tests skip it otherwise)."""
+        return True
+
     def device(self) -> str:
         """Which device programs run on (enters the search-decision cache key)."""
         return f"{self.name}:{platform.machine()}:{platform.system()}"
@@ -86,6 +90,8 @@ class Backend:
         out = dict(PRIMITIVE_OPS)
         if self.fuse_dtypes:
             out[FUSED.name] = FUSED
+        if "inplace" in self.rulesets:
+            out[SCATTER_IN_PLACE.name] = SCATTER_IN_PLACE
         for d in self.ops:
             out[d.name] = d
         return out

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from ..primitives import PRIMITIVES
 
-__all__ = ["OpDecl", "KIND_SORT", "PRIMITIVE_OPS", "FUSED", "MATMUL", "MATMUL_ADD", "LINALG_OPS",
-           "constructors_text"]
+__all__ = ["OpDecl", "KIND_SORT", "PRIMITIVE_OPS", "FUSED", "MATMUL", "MATMUL_ADD", "LINALG_OPS", "SCATTER_IN_PLACE",
+           "GENERIC_OPS", "constructors_text"]
 
 KIND_SORT = {"i64": "i64", "str": "String", "expr": "Expr", "elist": "EList", "dtype": "DType", "view": "View",
              "ir": "IR", "scalar": "Scalar"}
@@ -63,6 +63,15 @@ MATMUL = OpDecl("Matmul", (
 # ... plus an addend R read through r_view (same dtype as the product): C = A @ B + R
 MATMUL_ADD = OpDecl("MatmulAdd", (*MATMUL.fields, ("r", "ir"), ("r_view", "view")), "A @ B + R")
 LINALG_OPS = (MATMUL, MATMUL_ADD)
+
+
+# a Scatter written into its destination's own buffer: `dest` is an input that an output aliases
+# (rules/inplace.egg), so only the `src` rows are written and the value is `dest`'s buffer itself
+SCATTER_IN_PLACE = OpDecl("ScatterInPlace", (("dest", "ir"), ("indexes", "ir"), ("indexes_view", "view"),
+                                             ("src", "ir"), ("src_view", "view")),
+                          "Scatter into an aliased input's buffer, in place")
+# generic constructors declared with the schema (their rule files are generic too)
+GENERIC_OPS = (FUSED, SCATTER_IN_PLACE)
 
 
 def constructors_text(decls) -> str:

@@ -31,16 +31,17 @@ from ..graph import Graph
 from ..primitives import PRIMITIVES, ConstantValue, IotaArg
 from ..shape import ShapeTracker, View
 from ..symbolic import INDEX_VAR, Expr
-from .decl import FUSED, PRIMITIVE_OPS, constructors_text
+from .decl import GENERIC_OPS, PRIMITIVE_OPS, constructors_text
 
 __all__ = [
     "EncodedGraph", "encode_graph", "SCHEMA", "GENERIC_RULES", "DTYPE_CTOR", "CTOR_DTYPE", "expr_to_egg", "view_to_egg",
 ]
 
 RULES_DIR = Path(__file__).parent / "rules"
-SCHEMA = (RULES_DIR / "schema.egg").read_text() + constructors_text([*PRIMITIVE_OPS.values(), FUSED])
+SCHEMA = (RULES_DIR / "schema.egg").read_text() + constructors_text([*PRIMITIVE_OPS.values(), *GENERIC_OPS])
 # backend-independent rulesets, run before a backend's own (file, ruleset) in schedule order
 GENERIC_RULES = [(RULES_DIR / "simplify.egg", "simplify"), (RULES_DIR / "cleanup.egg", "cleanup"),
+                 (RULES_DIR / "inplace.egg", "inplace"),
                  (RULES_DIR / "layout.egg", "layout"), (RULES_DIR / "linalg.egg", "linalg"),
                  (RULES_DIR / "fusion.egg", "fusion")]
 
@@ -169,6 +170,8 @@ def encode_graph(graph: Graph) -> EncodedGraph:
     outs = "(INil)"
     for name in reversed(list(graph.outputs)):
         outs = f"(ICons {enc.node_globals[graph.outputs[name]]} {outs})"
+    for out_name, in_name in graph.output_aliases.items():
+        lines.append(f"(output_alias {egg_string(out_name)} {egg_string(in_name)})")
     lines.append(f"(let $root (Root {outs}))")
     enc.output_names = list(graph.outputs)
     enc.program = "\n".join(lines) + "\n"

@@ -167,7 +167,7 @@ class Candidate:
             choice: dict[str, ENode] = {}
             on_path: dict[str, None] = {}  # insertion-ordered: the current walk from the root
             try:
-                for cid in _list_items(index, index.root.children[0]):
+                for cid in list_items(index, index.root.children[0]):
                     _walk(index, cid, pick, base, forced, choice, on_path)
                 return Candidate(index, choice)
             except _Cycle as cyc:
@@ -209,7 +209,7 @@ def _walk(index, cid, pick, base, forced, choice, on_path) -> None:
     choice[cid] = n
 
 
-def _list_items(index: EGraphIndex, cid: str) -> list[str]:
+def list_items(index: EGraphIndex, cid: str) -> list[str]:
     """The element classes of an IList class (an ICons/INil chain)."""
     out = []
     while True:
@@ -221,7 +221,7 @@ def _list_items(index: EGraphIndex, cid: str) -> list[str]:
 
 
 # ============================================================================ decoding
-class _Decoder:
+class Decoder:
     def __init__(self, index: EGraphIndex, ser: SerializedEGraph):
         self.index = index
         self.ser = ser
@@ -306,7 +306,7 @@ def decode_graph(candidate: Candidate, ser: SerializedEGraph, constants: list[Co
     ``inputs`` (InputArg rows of the original graph) re-declares inputs that no output reads, so
     the rebuilt program keeps the caller-visible signature."""
     index = candidate.index
-    dec = _Decoder(index, ser)
+    dec = Decoder(index, ser)
     g = Graph()
     built: dict[str, GraphTensor] = {}
 
@@ -340,7 +340,7 @@ def decode_graph(candidate: Candidate, ser: SerializedEGraph, constants: list[Co
         built[cid] = t
         return t
 
-    for cid in _list_items(index, index.root.children[0]):
+    for cid in list_items(index, index.root.children[0]):
         build(cid)
     for arg in inputs or ():
         if arg.name not in g.inputs:

@@ -19,7 +19,7 @@ from ..primitives import PRIMITIVES, ConstantValue, InputArg, IotaArg
 from ..shape import ShapeTracker
 from ..symbolic import Expr
 from .decl import FUSED, PRIMITIVE_OPS, OpDecl
-from .extract import SCALAR_OPS, Candidate, ExtractionError, _Decoder, _list_items
+from .extract import SCALAR_OPS, Candidate, Decoder, ExtractionError, list_items
 from .runner import SerializedEGraph
 
 __all__ = ["LOp", "LProgram", "PRIMITIVE_OPS", "FUSED", "OpDecl", "SCALAR_OPS", "ScalarTree", "decode_program",
@@ -154,7 +154,7 @@ class LProgram:
         return "\n".join(lines)
 
 
-def _class_shape_dtype(dec: _Decoder, cid: str) -> tuple[tuple[Expr, ...], DType]:
+def _class_shape_dtype(dec: Decoder, cid: str) -> tuple[tuple[Expr, ...], DType]:
     """Shape and dtype of an IR e-class, from its lowest primitive node."""
     index = dec.index
     nodes = [n for n in index.classes.get(cid, ()) if n.op in PRIMITIVES]
@@ -176,7 +176,7 @@ def _class_shape_dtype(dec: _Decoder, cid: str) -> tuple[tuple[Expr, ...], DType
     return shape, dec.dtype(dcid)
 
 
-def _field(dec: _Decoder, kind: str, cid: str) -> Any:
+def _field(dec: Decoder, kind: str, cid: str) -> Any:
     if kind == "i64":
         return dec.int(cid)
     if kind == "str":
@@ -195,7 +195,7 @@ def _field(dec: _Decoder, kind: str, cid: str) -> Any:
 def decode_program(candidate: Candidate, ser: SerializedEGraph, constants: list[ConstantValue],
                    ops: Mapping[str, OpDecl]) -> LProgram:
     """The candidate as an LLIR program (ops in dependency order)."""
-    dec = _Decoder(candidate.index, ser)
+    dec = Decoder(candidate.index, ser)
     prog = LProgram(constants=list(constants), decls=dict(ops))
     done: dict[str, int] = {}
     shape_cache: dict[str, tuple] = {}
@@ -253,7 +253,7 @@ def decode_program(candidate: Candidate, ser: SerializedEGraph, constants: list[
                     scalar(body, inputs, views, leaves))
         return (SCALAR_OPS[n.op], *(scalar(c, inputs, views, leaves) for c in n.children))
 
-    for cid in _list_items(candidate.index, candidate.index.root.children[0]):
+    for cid in list_items(candidate.index, candidate.index.root.children[0]):
         i = build(cid)
         prog.outputs[prog.ops[i].args["name"]] = i
     return prog

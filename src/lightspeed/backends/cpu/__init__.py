@@ -32,11 +32,10 @@ HERE = Path(__file__).parent
 # matmul recognition is generic (egraph/rules/linalg.egg); the cpu runs Matmul itself, with BLAS
 RULE_FILES: tuple[Path, ...] = ()
 # rulesets to run, in order, each capped by the search options (the generic ones first)
-RULESETS = ("simplify", "cleanup", "layout", "linalg", "fusion")
+RULESETS = ("simplify", "cleanup", "inplace", "layout", "linalg", "fusion")
 # the generated numpy region kernels compute these exactly like the reference (one ufunc per
 # primitive, same dtype); low-precision floats round per op in the reference, so they stay unfused
 FUSE_DTYPES = (dt.float32, dt.float64)
-
 # np.matmul (BLAS) accumulates unrounded products: like the reference's Mul + SumReduce up to
 # summation order for these; bf16/f16 products round per element in the reference
 MATMUL_DTYPES = (dt.float32, dt.float64)
@@ -100,6 +99,7 @@ def _matmul_add(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
     return Kernel(run)
 
 
+
 def _fused(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
     from .fused import region_kernel
 
@@ -146,6 +146,23 @@ def _gather(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
     return Kernel(run)
 
 
+def _scatter_in_place(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
+    """``dest_flat[idx[i]] = src[i]`` written into the destination's own buffer (an aliased input,
+    checked by the runtime); indexes outside the buffer are skipped, like Scatter's."""
+    read_idx, read_src = make_reader(op.args["indexes_view"]), make_reader(op.args["src_view"])
+
+    def run(ins, out, scratch, dims):
+        flat = out.reshape(-1)
+        idx = read_idx(ins[1], dims).reshape(-1)
+        src = read_src(ins[2], dims).reshape(-1)
+        keep = (idx >= 0) & (idx < flat.size)
+        if keep.all():
+            flat[idx] = src
+        else:
+            flat[idx[keep]] = src[keep]
+    return Kernel(run, in_place=True)
+
+
 def _primitive(name: str):
     """Any primitive through its reference semantics (values copied into the output buffer)."""
     prim = PRIMITIVES[name]
@@ -167,6 +184,7 @@ KERNELS: dict[str, Any] = {name: _primitive(name) for name in PRIMITIVES
 KERNELS["SumReduce"] = _reduce("SumReduce")
 KERNELS["MaxReduce"] = _reduce("MaxReduce")
 KERNELS["Gather"] = _gather
+KERNELS["ScatterInPlace"] = _scatter_in_place
 KERNELS["Fused"] = _fused
 KERNELS["Matmul"] = _matmul
 KERNELS["MatmulAdd"] = _matmul_add

@@ -1,0 +1,283 @@
+"""One conformance suite for every registered backend (``lightspeed.backends.registered_backends``).
+
+A backend joins by registering: each test below is parametrised over the registry.  What every
+backend must show:
+
+* the op table (each high-level op's first sample, permuted operands) against PyTorch eager;
+* for backends that search, at least 20 distinct random candidates per graph agree with the
+  reference runtime (every program the e-graph can extract is equivalent: a disagreement is an
+  unsound rule);
+* model blocks (attention + gated MLP, a conv stack, a tiny Llama decoding three tokens with its
+  KV cache written in place) against the reference runtime;
+* inputs checked whatever their array type, torch tensors in give torch tensors out, ``persist``,
+  ``out=`` and ``reserve``;
+* concurrent calls from several threads into several programs give the right results.
+
+Backends that need a device skip cleanly when it is absent (``backend.available()`` is False).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import lightspeed as ls
+from lightspeed.backends import registered_backends
+from lightspeed.egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, encode_graph
+from lightspeed.egraph.llir import decode_program
+from lightspeed.models import from_hf_config
+from tests.hl.optable import all_cases, build_inputs, check_close, feed, torch_reference
+
+BACKENDS = registered_backends()
+SEARCHED = [b for b in BACKENDS if b.searched]
+FAST = ls.SearchOptions(budget=3, seed=0, progress=False)
+
+
+def _ids(backends):
+    return [b.name for b in backends]
+
+
+def _first_cases():
+    seen, out = set(), []
+    for c in all_cases():
+        if c.op not in seen and not c.xfail:
+            seen.add(c.op)
+            out.append(c)
+    return out
+
+
+CASES = _first_cases()
+
+
+def _require(backend):
+    if not getattr(backend, "available", lambda: True)():
+        pytest.skip(f"backend {backend.name} has no device here")
+
+
+def _inputs(g: ls.Graph, dims: dict, seed=0):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, nid in g.inputs.items():
+        arg = g.nodes[nid].arg
+        shape = tuple(int(d.evaluate(dims)) for d in arg.shape)
+        out[name] = (rng.standard_normal(shape) * 0.3).astype(arg.dtype.np)
+    return out
+
+
+def random_candidates_agree(backend, g: ls.Graph, inputs: dict, dims: dict | None, n: int = 20,
+                            rtol=1e-5, atol=1e-5) -> tuple[dict, int]:
+    """Saturate ``g`` with the backend's rules; lower ``n`` random candidates (distinct ones) with
+    the backend and compare each with the reference runtime.  Returns (rule matches, distinct)."""
+    enc = encode_graph(g)
+    r = EGraphRunner()
+    r.run(SCHEMA)
+    r.run(backend.rules_text())
+    r.run(enc.program)
+    for rs in backend.rulesets:
+        r.run(f"(run-schedule (repeat 8 (run {rs})))")
+    ser = r.serialize("$root")
+    decls = backend.declarations()
+    index = EGraphIndex(ser, set(decls))
+    want = g.compile(backend="reference")({k: v.copy() for k, v in inputs.items()}, dims=dims)
+    keys = set()
+    for seed in range(n):
+        cand = Candidate.random(index, random.Random(seed))
+        if cand.key() in keys:
+            continue
+        keys.add(cand.key())
+        lprog = decode_program(cand, ser, enc.constants, decls)
+        got = backend.lower(g, lprog)({k: v.copy() for k, v in inputs.items()}, dims=dims)
+        for k in want:
+            assert got[k].dtype == want[k].dtype
+            np.testing.assert_allclose(np.asarray(got[k], np.float64), want[k].astype(np.float64), rtol=rtol,
+                                       atol=atol, err_msg=f"{backend.name} candidate seed {seed}:\n{lprog}")
+    return r.stats.rule_matches, len(keys)
+
+
+# ---------------------------------------------------------------------- the op table
+def _op_graph(case):
+    sample = case.samples[0]
+    g = ls.Graph()
+    operands, feeders = build_inputs(case, sample, case.dtypes[0], "permuted", g)
+    outs = case.ls_fn(*operands, **sample.kwargs)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    for j, o in enumerate(outs):
+        g.output(f"out{j}", o)
+    return g, sample, feeders, outs
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=_ids(BACKENDS))
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_op_table_matches_torch(backend, case):
+    _require(backend)
+    g, sample, feeders, outs = _op_graph(case)
+    prog = backend.compile(g, search=FAST)
+    dtype = case.dtypes[0]
+    for dims in sample.dims:
+        logical, physical = feed(np.random.default_rng(0), sample, dtype, feeders, dims)
+        got = prog(physical, dims=dims or None)
+        for j, ref in enumerate(torch_reference(case, sample, dtype, logical)):
+            what = f"{backend.name} {case.id} dims={dims} output {j}"
+            ours = np.asarray(got[f"out{j}"])
+            assert ours.dtype == outs[j].dtype.np, what
+            if ref.dtype == np.bool_ or ours.dtype == np.bool_:
+                np.testing.assert_array_equal(ours.astype(bool), ref.astype(bool), err_msg=what)
+            else:
+                check_close(ours, ref, dtype, case, what)
+
+
+@pytest.mark.parametrize("backend", SEARCHED, ids=_ids(SEARCHED))
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_op_table_random_candidates_match_reference(backend, case):
+    _require(backend)
+    g, sample, feeders, _ = _op_graph(case)
+    dims = dict(sample.dims[-1]) or None
+    _, physical = feed(np.random.default_rng(0), sample, case.dtypes[0], feeders, dims or {})
+    random_candidates_agree(backend, g, physical, dims, n=20)
+
+
+# ---------------------------------------------------------------------- model blocks
+def _attention_block(g: ls.Graph, s="s", d=16, heads=2):
+    x = g.input("x", (s, d))
+    wq, wk, wv, wo = (g.input(n, (d, d)) for n in ("wq", "wk", "wv", "wo"))
+    q = (x @ wq).reshape(s, heads, d // heads).transpose(0, 1)
+    k = (x @ wk).reshape(s, heads, d // heads).transpose(0, 1)
+    v = (x @ wv).reshape(s, heads, d // heads).transpose(0, 1)
+    mask = ls.triu(ls.full_like(q @ k.transpose(-1, -2), float("-inf")), 1)
+    att = ((q @ k.transpose(-1, -2)) * (1 / np.sqrt(d // heads)) + mask).softmax(-1)
+    return x + ((att @ v).transpose(0, 1).reshape(s, d) @ wo)
+
+
+def _mlp_block(g: ls.Graph, h, d=16):
+    w1, w2, w3 = g.input("w1", (d, 32)), g.input("w2", (32, d)), g.input("w3", (d, 32))
+    n = ls.rms_norm(h, (d,), g.input("g", (d,)), eps=1e-6)
+    return h + ((n @ w1).silu() * (n @ w3)) @ w2
+
+
+def _transformer_block():
+    g = ls.Graph()
+    g.output("y", _mlp_block(g, _attention_block(g)))
+    return g
+
+
+def _conv_block():
+    g = ls.Graph()
+    x = g.input("x", (2, 3, "h", 8))
+    w = g.input("w", (4, 3, 3, 3))
+    y = ls.max_pool2d(ls.conv2d(x, w, padding=1).relu(), 2)
+    g.output("y", ls.group_norm(y, 2))
+    return g
+
+
+BLOCKS = {"transformer": (_transformer_block, [{"s": 1}, {"s": 5}]), "conv": (_conv_block, [{"h": 6}])}
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=_ids(BACKENDS))
+@pytest.mark.parametrize("block", sorted(BLOCKS))
+def test_model_blocks_match_reference(backend, block):
+    _require(backend)
+    make, dims_list = BLOCKS[block]
+    g = make()
+    prog = backend.compile(g, search=FAST)
+    ref = g.compile(backend="reference")
+    for dims in dims_list:
+        inputs = _inputs(g, dims, seed=sum(dims.values()))
+        np.testing.assert_allclose(np.asarray(prog(inputs)["y"]), ref(inputs)["y"], rtol=1e-5, atol=1e-5)
+        if backend.searched:
+            _, n = random_candidates_agree(backend, g, inputs, dims)
+            assert n > 5
+
+
+TINY = dict(model_type="llama", vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+            num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-6, rope_theta=10000.0,
+            tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=_ids(BACKENDS))
+def test_decode_writes_its_cache_in_place(backend):
+    """A tiny Llama decodes three tokens on the backend and on the reference runtime, each with its
+    own preallocated cache: same logits, same cache contents, and the caches are the caller's own
+    arrays (written in place, not returned as copies)."""
+    _require(backend)
+    model = from_hf_config(TINY)
+    rng = np.random.default_rng(0)
+    weights = {n: rng.standard_normal(s).astype(np.float32) * 0.5 for n, s in model.param_shapes().items()}
+    g = model.decode_graph()
+    progs = {"ours": backend.compile(g, search=ls.SearchOptions(budget=3, seed=0, progress=False,
+                                                                 dims={"s": 1, "p": 4, "M": 8})).persist(weights),
+             "ref": g.compile(backend="reference").persist(weights)}
+    caches = {k: {f"cache.{i}.{c}": rng.standard_normal((6, 1, 8)).astype(np.float32) * 0 for i in range(2)
+                  for c in "kv"} for k in progs}
+    for p, tok in enumerate([3, 7, 11]):
+        outs = {k: prog({"input_ids": np.array([tok]), "positions": np.array([p]), **caches[k]}, dims={"p": p})
+                for k, prog in progs.items()}
+        np.testing.assert_allclose(np.asarray(outs["ours"]["logits"]), outs["ref"]["logits"], rtol=1e-5, atol=1e-5)
+        for name in caches["ours"]:
+            assert outs["ours"][name] is caches["ours"][name]
+            np.testing.assert_allclose(caches["ours"][name], caches["ref"][name], rtol=1e-6, atol=1e-6)
+    assert np.abs(caches["ours"]["cache.1.v"][:3]).min() > 0 and not caches["ours"]["cache.1.v"][3:].any()
+
+
+# ---------------------------------------------------------------------- the program contract
+@pytest.mark.parametrize("backend", BACKENDS, ids=_ids(BACKENDS))
+def test_inputs_of_any_array_type_persist_out_and_reserve(backend):
+    _require(backend)
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
+    g.output("y", (x @ w).softmax(-1))
+    prog = backend.compile(g, search=FAST)
+    xa, wa = _inputs(g, {"s": 3}).values()
+    want = g.compile(backend="reference")(x=xa, w=wa)["y"]
+    got = prog(x=torch.from_numpy(xa), w=torch.from_numpy(wa))["y"]
+    assert isinstance(got, torch.Tensor)  # torch in, torch out
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-6)
+    bound = prog.persist(w=wa).reserve(s=16)  # weights resident; dims planned up to 16
+    before = bound.preparations
+    for s in (3, 16, 1, 7):
+        xs = _inputs(g, {"s": s}, seed=s)["x"]
+        np.testing.assert_allclose(bound(x=xs)["y"], g.compile(backend="reference")(x=xs, w=wa)["y"],
+                                   rtol=1e-6, atol=1e-6)
+    assert bound.preparations <= max(before, 1)  # nothing prepared again within the bound
+    dest = np.zeros((3, 4), np.float32)
+    res = prog(x=xa, w=wa, out={"y": dest})
+    assert res["y"] is dest
+    np.testing.assert_allclose(dest, want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ls.InputError, match="expected dtype float32"):
+        prog(x=xa.astype(np.float64), w=wa)
+    with pytest.raises(ls.InputError, match="missing input"):
+        prog(x=xa)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=_ids(BACKENDS))
+def test_concurrent_calls_give_right_results(backend):
+    """4 threads call two programs (one of them shared by all threads, one with persisted weights)
+    with different inputs and shapes: every result equals the reference's."""
+    _require(backend)
+    g = _transformer_block()
+    prog = backend.compile(g, search=FAST)
+    ref = g.compile(backend="reference")
+    cases = [_inputs(g, {"s": s}, seed=s) for s in (1, 2, 3, 5, 8, 13)]
+    wants = [ref(c)["y"] for c in cases]
+    bound = prog.persist({k: v for k, v in cases[0].items() if k != "x"})
+    errors: list[str] = []
+
+    def worker(t: int) -> None:
+        for it in range(40):
+            k = (t * 7 + it) % len(cases)
+            if it % 2:
+                got = bound(x=cases[k]["x"])["y"] if k == 0 else prog(cases[k])["y"]
+            else:
+                got = prog(cases[k])["y"]
+            if not np.allclose(np.asarray(got), wants[k], rtol=1e-5, atol=1e-5):
+                errors.append(f"thread {t} call {it} case {k}")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:5]
