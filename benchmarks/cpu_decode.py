@@ -78,6 +78,21 @@ class Ours:
         self.p = p + 1
 
 
+class BlasOnly:
+    """The step's matrix-vector products alone, back to back in numpy (each weight read once): the
+    floor of any backend built on numpy's BLAS."""
+
+    def __init__(self, weights: dict):
+        self.mats = [(w, np.ones((1, w.shape[1]), np.float32)) for w in weights.values() if w.ndim == 2]
+
+    def start(self, past: int) -> None:
+        pass
+
+    def step(self) -> None:
+        for w, x in self.mats:
+            x @ w.T
+
+
 class TorchMinimal:
     """A plain eager Llama step (gpt-fast style) with a preallocated cache, on the same weights."""
 
@@ -176,6 +191,7 @@ def main() -> int:
     threads = args.torch_threads or os.cpu_count()
     systems = {"lightspeed cpu": Ours(model, weights, args.budget, max_len)}
     ours = systems["lightspeed cpu"]
+    systems["numpy BLAS only"] = BlasOnly(weights)
     if not args.no_torch:
         systems["PyTorch eager, minimal"] = TorchMinimal(cfg, weights, max_len, threads)
         if not args.no_hf:

@@ -21,6 +21,7 @@ Candidates that crash or produce wrong shapes are rejected, not fatal.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import os
 import random
@@ -28,6 +29,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -127,8 +129,10 @@ class SearchReport:
         return self.program.to_dot(self.produced_by)
 
 
-# bumped when the way decisions are made changes, so cached decisions of an older search are not reused
-SEARCH_VERSION = 3
+# bumped when the way decisions are made changes, so cached decisions of an older search are not
+# reused; the decision key also hashes this module's source, so any change here invalidates them
+SEARCH_VERSION = 4
+_SEARCH_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 def _log(kind: str) -> bool:
@@ -239,7 +243,9 @@ def _prefer_backend(cid, nodes):  # every backend op the rules offered, one regi
     leaf = [n for n in nodes if n.op == "SLeaf"]
     if leaf:
         return leaf[0]
-    ops = [n for n in nodes if n.op not in PRIMITIVES]
+    # a library op (Matmul, ...) before a region: a region over a broadcast product (a reduction
+    # region of Mul) is offered for every matmul-shaped SumReduce, and materialises the product
+    ops = sorted((n for n in nodes if n.op not in PRIMITIVES), key=lambda n: n.op == "Fused")
     return ops[0] if ops else nodes[0]
 
 
@@ -327,7 +333,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
     dims = {s: int(opts.dims[s]) if opts.dims and s in opts.dims else opts.default_dim for s in graph.symbols()}
     rep.profile_dims = dims
     # a decision is the device's and the backend code's: a changed kernel or rule never reuses it
-    decision_key = cache.digest(SEARCH_VERSION, sat.key, backend.device(), backend.code_hash(),
+    decision_key = cache.digest(SEARCH_VERSION, _SEARCH_SOURCE, sat.key, backend.device(), backend.code_hash(),
                                 repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate,
                                 opts.time_budget, opts.max_memory)
     decided = cache.load(f"search-{decision_key}", validate=cache.decision_validator(sat.ser.nodes))

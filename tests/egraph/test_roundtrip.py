@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import lightspeed as ls
-from lightspeed.egraph import Candidate, EgglogError, EGraphRunner, decode_graph, saturate_graph
+from lightspeed.egraph import Candidate, EgglogError, EGraphRunner
+from tests.egraph.roundtrip import decode_graph, saturate_graph
 from tests.hl.optable import all_cases, build_inputs, feed
 
 COMMUTE = """

@@ -5,12 +5,12 @@ that touches egglog's bindings) and ``extract`` (serialised e-graph -> candidate
 """
 
 from .encode import SCHEMA, EncodedGraph, encode_graph
-from .extract import Candidate, EGraphIndex, ExtractionError, decode_graph
+from .extract import Candidate, EGraphIndex, ExtractionError
 from .runner import EgglogError, EGraphRunner, RunStats, SerializedEGraph
 
 __all__ = [
-    "SCHEMA", "EncodedGraph", "encode_graph", "Candidate", "EGraphIndex", "ExtractionError", "decode_graph",
-    "EGraphRunner", "EgglogError", "RunStats", "SerializedEGraph", "saturate_graph", "rules_producing",
+    "SCHEMA", "EncodedGraph", "encode_graph", "Candidate", "EGraphIndex", "ExtractionError",
+    "EGraphRunner", "EgglogError", "RunStats", "SerializedEGraph", "rules_producing",
 ]
 
 
@@ -48,15 +48,3 @@ def _sexprs(text: str) -> list[str]:
             if depth == 0:
                 out.append(text[start:i + 1])
     return out
-
-
-def saturate_graph(graph, rules: str = ""):
-    """Encode ``graph``, run ``rules`` (egglog text), return (runner, encoded, index, serialised)."""
-    enc = encode_graph(graph)
-    runner = EGraphRunner()
-    runner.run(SCHEMA, name="schema.egg")
-    runner.run(enc.program, name="graph")
-    if rules:
-        runner.run(rules, name="rules")
-    ser = runner.serialize("$root")
-    return runner, enc, EGraphIndex(ser), ser

@@ -83,7 +83,7 @@ def constructors_text(decls) -> str:
 # `Scalar` datatype in rules/schema.egg, the one-op `fuse-*` rules in rules/fusion.egg (between the
 # GENERATED markers) and the decoder's table (extract.SCALAR_OPS) are all generated from this table,
 # so adding an element-wise primitive to the fusion language is one row.  Regenerate the files with
-# `python -c "import lightspeed.egraph.decl as d; d.regenerate()"` (a test fails while they are stale).
+# `python scripts/gen_fusion_rules.py` (a test fails while they are stale).
 #
 # Index spaces: every node is evaluated at one flat index z of an index space.  The region's root
 # is evaluated over the region's shape; the child of a reduction node over that node's
@@ -123,10 +123,6 @@ SCALAR_TABLE: tuple[ScalarOp, ...] = (
 # Scalar constructor -> the primitive it computes (decoders read bodies through it)
 SCALAR_OPS: dict[str, str] = {o.name: o.computes for o in SCALAR_TABLE}
 
-_BEGIN = "; ---- BEGIN GENERATED from lightspeed/egraph/decl.py (regenerate()); do not edit\n"
-_END = "; ---- END GENERATED\n"
-
-
 def _kebab(name: str) -> str:
     return "".join(("-" + c.lower()) if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
@@ -157,29 +153,3 @@ def fusion_rules_text() -> str:
                        f"      ((union ?e (Fused ?s (S{n} ?axis ?space (SLeaf ?x {pat})))))"
                        f" :ruleset fusion :name \"fuse-{_kebab(n)}-{view}\")")
     return "\n".join(out) + "\n"
-
-
-def _splice(text: str, generated: str, where: str) -> str:
-    if text.count(_BEGIN) != 1 or text.count(_END) != 1:
-        raise ValueError(f"{where}: expected one GENERATED section")
-    head, rest = text.split(_BEGIN)
-    _, tail = rest.split(_END)
-    return head + _BEGIN + generated + _END + tail
-
-
-def regenerate(write: bool = True) -> list[str]:
-    """Rewrite the GENERATED sections of rules/schema.egg and rules/fusion.egg from the tables
-    above; returns the files that were stale."""
-    from pathlib import Path
-
-    rules = Path(__file__).parent / "rules"
-    stale = []
-    for name, gen in (("schema.egg", scalar_datatype_text), ("fusion.egg", fusion_rules_text)):
-        f = rules / name
-        old = f.read_text()
-        new = _splice(old, gen(), str(f))
-        if new != old:
-            stale.append(str(f))
-            if write:
-                f.write_text(new)
-    return stale

@@ -16,15 +16,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import LightspeedError
-from ..graph import Graph, GraphTensor
-from ..primitives import PRIMITIVES, ConstantValue
+from ..primitives import PRIMITIVES
 from ..shape import ShapeTracker, View
 from ..symbolic import INDEX_VAR, Expr, const, smax, smin, sym
 from .decl import SCALAR_OPS
 from .encode import CTOR_DTYPE
 from .runner import SerializedEGraph
 
-__all__ = ["EGraphIndex", "Candidate", "decode_graph", "ExtractionError", "SCALAR_OPS"]
+__all__ = ["EGraphIndex", "Candidate", "Decoder", "ExtractionError", "SCALAR_OPS", "list_items"]
 
 # SCALAR_OPS: the Scalar constructors of region bodies (rules/fusion.egg, declared once in decl.py)
 # -> the primitive each one computes.  Their e-classes are choices of a candidate like IR classes:
@@ -297,52 +296,3 @@ class Decoder:
             lo, hi = self.elist(n.children[3]), self.elist(n.children[4])
             return ShapeTracker((View(shape, strides, off, tuple(zip(lo, hi))),))
         raise ExtractionError(f"unknown view constructor {n.op}")
-
-
-def decode_graph(candidate: Candidate, ser: SerializedEGraph, constants: list[ConstantValue],
-                 inputs: Iterable | None = None) -> Graph:
-    """Rebuild an HLIR :class:`Graph` from a candidate whose chosen nodes are all primitives.
-
-    ``inputs`` (InputArg rows of the original graph) re-declares inputs that no output reads, so
-    the rebuilt program keeps the caller-visible signature."""
-    index = candidate.index
-    dec = Decoder(index, ser)
-    g = Graph()
-    built: dict[str, GraphTensor] = {}
-
-    def build(cid: str) -> GraphTensor:
-        if cid in built:
-            return built[cid]
-        n = candidate.choice[cid]
-        ch = n.children
-        op = n.op
-        if op == "Input":
-            t = g.input(dec.string(ch[0]), dec.elist(ch[1]), dec.dtype(ch[2]))
-        elif op == "Constant":
-            t = g.add_node(PRIMITIVES["Constant"], [], constants[dec.int(ch[0])])
-        elif op == "Iota":
-            t = g.iota(dec.expr(ch[0]), dec.elist(ch[1]), dec.dtype(ch[2]))
-        elif op == "Output":
-            src = build(ch[1])
-            t = g.output(dec.string(ch[0]), src.with_view(dec.view(ch[2])))
-        else:
-            prim = PRIMITIVES.get(op)
-            if prim is None:
-                raise ExtractionError(f"decode_graph: {op} is not a primitive (lower it with a backend)")
-            arg = None
-            rest = ch
-            if prim.category == "reduce":
-                arg, rest = dec.int(ch[0]), ch[1:]
-            elif op == "Cast":
-                arg, rest = dec.dtype(ch[0]), ch[1:]
-            ins = [build(rest[i]).with_view(dec.view(rest[i + 1])) for i in range(0, len(rest), 2)]
-            t = g.add_node(prim, ins, arg)
-        built[cid] = t
-        return t
-
-    for cid in list_items(index, index.root.children[0]):
-        build(cid)
-    for arg in inputs or ():
-        if arg.name not in g.inputs:
-            g.input(arg.name, arg.shape, arg.dtype)
-    return g

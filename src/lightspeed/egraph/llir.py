@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..dtypes import DType
-from ..primitives import PRIMITIVES, ConstantValue, InputArg, IotaArg
+from ..primitives import PRIMITIVES, ConstantValue, IotaArg
 from ..shape import ShapeTracker
 from ..symbolic import Expr
 from .decl import FUSED, PRIMITIVE_OPS, OpDecl
@@ -262,6 +262,3 @@ def decode_program(candidate: Candidate, ser: SerializedEGraph, constants: list[
 def iota_arg(op: LOp) -> IotaArg:
     return IotaArg(op.args["expr"], op.args["shape"], op.args["dtype"])
 
-
-def input_arg(op: LOp) -> InputArg:
-    return InputArg(op.args["name"], op.args["shape"], op.args["dtype"])

@@ -344,6 +344,10 @@ def slice_scatter(x: GraphTensor, src: GraphTensor, dim: int = 0, start: ExprLik
                          f"{fmt_shape(x.shape)} and src {fmt_shape(src.shape)}")
     s0 = as_expr(start)
     strides = _row_major_strides(x.shape)
+    numel = prod(x.shape)
+    if k == 0:  # rows past the end land at numel or beyond, which Scatter skips: no mask needed
+        idx = x.graph.iota(sym(INDEX_VAR) + s0 * strides[0], src.shape, dt.int64)
+        return prim("Scatter", x, idx, src)
     pos: Expr = const(0)
     along = const(0)
     for d, i in enumerate(unflatten_index(sym(INDEX_VAR), src.shape)):
@@ -352,8 +356,7 @@ def slice_scatter(x: GraphTensor, src: GraphTensor, dim: int = 0, start: ExprLik
             pos = pos + along * strides[d]
         else:
             pos = pos + i * strides[d]
-    inside = along.lt(x.shape[k]) * (const(-1).lt(along))  # 1 where the row exists
-    numel = prod(x.shape)
+    inside = along.lt(x.shape[k])  # 1 where the row exists (start is a non-negative dim)
     idx = x.graph.iota(pos * inside + numel * (1 - inside), src.shape, dt.int64)  # outside -> skipped
     return prim("Scatter", x, idx, src)
 

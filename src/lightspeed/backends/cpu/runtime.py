@@ -273,14 +273,21 @@ def _shaped(flat: np.ndarray, static: tuple[int, ...] | None, shape_of: Callable
             n *= d
         return flat[:n].reshape(static)
 
+    views: dict[tuple[int, ...], np.ndarray] = {}  # this thread's views of the slot, by shape
+
     def at(dims: Dims) -> np.ndarray:
         shape = shape_of(dims)
-        n = 1
-        for d in shape:
-            n *= d
-        if n > flat.size:
-            raise _Grow
-        return flat[:n].reshape(shape)
+        v = views.get(shape)
+        if v is None:
+            n = 1
+            for d in shape:
+                n *= d
+            if n > flat.size:
+                raise _Grow
+            if len(views) > 8:
+                views.clear()
+            v = views[shape] = flat[:n].reshape(shape)
+        return v
     return at
 
 
