@@ -100,8 +100,7 @@ def main() -> int:
     default_lprog = None
     # rebuild the default candidate (#0) from the same search for a same-run comparison
     from lightspeed.search import SearchOptions, search_program
-    default_lprog, _ = search_program(g, searched_backend(), SearchOptions(budget=1, seed=0, dims=dims),
-                                      lambda lp: CpuProgram(g, lp))
+    default_lprog, _ = search_program(g, searched_backend(), SearchOptions(budget=1, seed=0, dims=dims))
     default = CpuProgram(g, default_lprog)
     reference = g.compile(backend="reference")
 

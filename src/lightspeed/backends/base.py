@@ -92,19 +92,19 @@ class Backend:
             out[FUSED.name] = FUSED
         if "inplace" in self.rulesets:
             out[SCATTER_IN_PLACE.name] = SCATTER_IN_PLACE
+        if self.matmul_dtypes:
+            out.update((d.name, d) for d in LINALG_OPS)
         for d in self.ops:
             out[d.name] = d
         return out
 
     def rules_text(self) -> str:
-        """The one place a backend's rule text is assembled: its constructors (generated), its
-        ``fuse_dtype`` facts, the generic rule files, then its own, then its ``matmul_dtype`` facts
-        (a relation ``rules/linalg.egg`` declares). The generic ops' constructors are always
-        declared (the generic rule files name them), once."""
+        """The one place a backend's rule text is assembled: its own constructors (generated; the
+        generic ones come with the schema), its ``fuse_dtype`` facts, the generic rule files, then
+        its own, then its ``matmul_dtype`` facts (a relation ``rules/linalg.egg`` declares)."""
         facts = "".join(f"(fuse_dtype ({DTYPE_CTOR[d]}))\n" for d in self.fuse_dtypes)
         files = [*GENERIC_RULE_FILES, *self.rule_files]
-        ops = [*(d for d in LINALG_OPS if d not in self.ops), *self.ops]
-        return "\n".join([constructors_text(ops), facts, *(f.read_text() for f in files),
+        return "\n".join([constructors_text(self.ops) if self.ops else "", facts, *(f.read_text() for f in files),
                           "".join(f"(matmul_dtype ({DTYPE_CTOR[d]}))\n" for d in self.matmul_dtypes)])
 
     # ------------------------------------------------------------------ running

@@ -71,7 +71,7 @@ SCATTER_IN_PLACE = OpDecl("ScatterInPlace", (("dest", "ir"), ("indexes", "ir"), 
                                              ("src", "ir"), ("src_view", "view")),
                           "Scatter into an aliased input's buffer, in place")
 # generic constructors declared with the schema (their rule files are generic too)
-GENERIC_OPS = (FUSED, SCATTER_IN_PLACE)
+GENERIC_OPS = (FUSED, SCATTER_IN_PLACE, *LINALG_OPS)
 
 
 def constructors_text(decls) -> str:

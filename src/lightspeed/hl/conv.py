@@ -197,7 +197,7 @@ def _conv(op: str, nsp: int, x: Any, weight: Any, bias: Any, stride: Any, paddin
     order = [1, 0] + [3 + j for j in range(nsp)] + [2] + [3 + nsp + j for j in range(nsp)]
     cols = win.permute(*order).reshape(g, npos, ck)
     wmat = weight.reshape(g, cog, ck)
-    if g == 1:  # a batch dim of size 1 would still make the product one rank too many for CpuMatmul
+    if g == 1:  # a batch dim of size 1 would still make the product one rank too many for a 2-D Matmul
         cols, wmat = cols.squeeze(0), wmat.squeeze(0)
     out = matmul(wmat, cols.transpose(-1, -2))  # [(G,) Cout/G, N*P]
     if bias is not None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes as dt
-from ...egraph.decl import LINALG_OPS, OpDecl
+from ...egraph.decl import OpDecl
 from ...egraph.llir import LOp, LProgram
 from ...graph import Graph
 from ...primitives import PRIMITIVES
@@ -40,13 +40,9 @@ FUSE_DTYPES = (dt.float32, dt.float64)
 # summation order for these; bf16/f16 products round per element in the reference
 MATMUL_DTYPES = (dt.float32, dt.float64)
 
-# the generic linear-algebra ops (egraph/decl.py), run here by numpy/BLAS on strided views
-OPS: tuple[OpDecl, ...] = LINALG_OPS
-
-
-def _numbers(op: LOp, *names: str):
-    """The op's expression fields ``names`` as one function of the dims (fixed if symbol-free)."""
-    return compile_exprs([op.args[n] for n in names])
+# no ops of its own: it runs the generic ones (primitives, Fused, ScatterInPlace, Matmul/MatmulAdd
+# by numpy/BLAS on strided views)
+OPS: tuple[OpDecl, ...] = ()
 
 
 def _flat(buf: np.ndarray) -> np.ndarray:
