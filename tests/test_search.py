@@ -130,3 +130,32 @@ def test_candidates_over_the_memory_cap_are_rejected_without_running(tmp_path, m
     assert greedy.seconds is not None and "Matmul" in greedy.ops
     with pytest.raises(ls.LightspeedError, match="every candidate failed.*max_memory"):
         g.compile(backend="cpu", search=ls.SearchOptions(budget=2, dims={"s": 64}, max_memory=1000, roll=False))
+
+
+_LIST_CANDIDATES = """
+import lightspeed as ls
+g = ls.Graph()
+x, w = g.input("x", ("s", 32)), g.input("w", (32, 32))
+g.output("y", ls.rms_norm((x @ w).silu() * x, 32).softmax(-1))
+p = g.compile(backend="cpu", search=ls.SearchOptions(budget=8, seed=3, dims={"s": 4}, progress=False, roll=False))
+print([(c.index, c.origin, sorted(c.ops.items())) for c in p.search_report.candidates])
+"""
+
+
+def _candidate_lists(n: int) -> list[str]:
+    env = {**os.environ, "LIGHTSPEED_CACHE": "0"}
+    return [subprocess.run([sys.executable, "-c", _LIST_CANDIDATES], capture_output=True, text=True, env=env,
+                           timeout=300, check=True).stdout for _ in range(n)]
+
+
+def test_fresh_processes_measure_the_same_candidate_list():
+    """The candidate list is a function of graph, rules, options and seed alone (draws and
+    mutations never depend on measured times): fresh processes with the cache off agree."""
+    lists = _candidate_lists(3)
+    assert lists[0].count("(") > 8 and len(set(lists)) == 1, lists
+
+
+@pytest.mark.slow
+def test_ten_fresh_processes_measure_the_same_candidate_list():
+    lists = _candidate_lists(10)
+    assert len(set(lists)) == 1, lists

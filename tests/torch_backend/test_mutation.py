@@ -106,3 +106,32 @@ def test_static_kv_cache_is_written_in_place_on_cpu(monkeypatch):
     (cg,) = made
     assert len(cg.written) == 3  # keys, values and the step counter are written into the caller's buffers
     assert any("ScatterInPlace" in seg.program.report() for seg in cg.segments)
+
+
+def test_compiled_module_is_safe_to_call_from_threads():
+    """4 threads call one torch.compile'd module (cpu target) with different inputs: every result
+    equals eager PyTorch's (the compiled program's buffers are per thread)."""
+    import threading
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).eval()
+    compiled = torch.compile(model, backend="lightspeed", options={"target": "cpu", "budget": 3})
+    xs = [torch.randn(64, 16) for _ in range(6)]
+    with torch.no_grad():
+        wants = [model(x) for x in xs]
+        compiled(xs[0])  # compile once, before the threads
+    errors: list[str] = []
+
+    def worker(t: int) -> None:
+        with torch.no_grad():
+            for it in range(30):
+                k = (t * 5 + it) % len(xs)
+                if not torch.allclose(compiled(xs[k]), wants[k], rtol=1e-5, atol=1e-6):
+                    errors.append(f"thread {t} call {it}")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:5]
