@@ -263,9 +263,13 @@ def _fuse_single_use(first: Candidate):
         leaf = next((n for n in nodes if n.op == "SLeaf"), None)
         if leaf is not None:
             inline = [n for n in nodes if n.op == "SInline"]
-            # the leaf's producer (children[0]) is read only here: compute it inline
+            # the leaf's producer (children[0]) is read only here and is a region in ``first``
+            # (not a library op such as Matmul, whose region form would materialise a broadcast
+            # product): compute it inline
+            producer = first.choice.get(leaf.children[0])
             single = uses.get(leaf.children[0], 0) <= 1 and uses.get(cid, 0) <= 1
-            return inline[0] if inline and single else leaf
+            region = producer is None or producer.op == "Fused"
+            return inline[0] if inline and single and region else leaf
         return _prefer_backend(cid, nodes)
     return pick
 

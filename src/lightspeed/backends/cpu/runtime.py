@@ -32,7 +32,7 @@ from ...errors import LightspeedError
 from ...graph import Graph
 from ...primitives import PRIMITIVES
 from ...program import Program, same_memory
-from ...symbolic import compile_exprs
+from ...symbolic import INDEX_VAR, compile_exprs
 from ..numpy_views import make_reader
 
 __all__ = ["CpuProgram", "Kernel", "Prepare"]
@@ -306,13 +306,27 @@ def _value_step(i: int, value: np.ndarray):
 
 
 def _iota_step(i: int, op: LOp):
+    """An iota: fixed when it has no symbols, else its expression evaluated over the flat index at
+    run time (np.arange per size kept; the reference's generic path costs several times more)."""
     arg = iota_arg(op)
-    ref = PRIMITIVES["Iota"].reference
-    if not (arg.expr.free_vars() - {"z"}) and not any(d.free_vars() for d in arg.shape):
-        return _value_step(i, np.ascontiguousarray(ref([], arg, {})))
+    if not (arg.expr.free_vars() - {INDEX_VAR}) and not any(d.free_vars() for d in arg.shape):
+        return _value_step(i, np.ascontiguousarray(PRIMITIVES["Iota"].reference([], arg, {})))
+    shape_of = compile_exprs(arg.shape)
+    dtype = arg.dtype.np
+    aranges: dict[int, np.ndarray] = {}
 
     def step(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
-        vals[i] = ref([], arg, dims)
+        shape = shape_of(dims)
+        n = 1
+        for d in shape:
+            n *= d
+        z = aranges.get(n)
+        if z is None:
+            z = aranges[n] = np.arange(n, dtype=np.int64)
+        v = arg.expr.evaluate({**dims, INDEX_VAR: z})
+        if not isinstance(v, np.ndarray) or v.shape != (n,):
+            v = np.full(n, v, dtype=np.int64)
+        vals[i] = v.astype(dtype, copy=False).reshape(shape)
     return step
 
 
