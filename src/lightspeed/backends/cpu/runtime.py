@@ -334,11 +334,11 @@ def _output_step(i: int, src: int, name: str, reader, dtype: np.dtype, alias: st
     def step(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
         got = reader(vals[src], dims)
         dest = outputs.get(name)
-        if alias is not None and dest is None:  # written into its input (in place already, or now)
+        if alias is not None and dest is None:
+            # written into its input: in place already, or by Program after the whole call (a
+            # later op may still read the input's old values, so never copy into it here)
             target = arrays[alias]
-            if not same_memory(got, target):
-                np.copyto(target, got)
-            outputs[name] = target
+            outputs[name] = target if same_memory(got, target) else np.array(got, dtype=dtype, copy=True)
         elif dest is None:
             outputs[name] = np.array(got, dtype=dtype, copy=True)
         else:
