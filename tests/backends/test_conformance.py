@@ -18,7 +18,6 @@ Backends that need a device skip cleanly when it is absent (``backend.available(
 
 from __future__ import annotations
 
-import random
 import threading
 
 import numpy as np
@@ -27,9 +26,8 @@ import torch
 
 import lightspeed as ls
 from lightspeed.backends import registered_backends
-from lightspeed.egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, encode_graph
-from lightspeed.egraph.llir import decode_program
 from lightspeed.models import from_hf_config
+from tests.backends.harness import attention_block, mlp_block, random_candidates_agree, random_inputs
 from tests.hl.optable import all_cases, build_inputs, check_close, feed, torch_reference
 
 BACKENDS = registered_backends()
@@ -54,53 +52,8 @@ CASES = _first_cases()
 
 
 def _require(backend):
-    if not getattr(backend, "available", lambda: True)():
+    if not backend.available():
         pytest.skip(f"backend {backend.name} has no device here")
-
-
-def _inputs(g: ls.Graph, dims: dict, seed=0):
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, nid in g.inputs.items():
-        arg = g.nodes[nid].arg
-        shape = tuple(int(d.evaluate(dims)) for d in arg.shape)
-        out[name] = (rng.standard_normal(shape) * 0.3).astype(arg.dtype.np)
-    return out
-
-
-def random_candidates_agree(backend, g: ls.Graph, inputs: dict, dims: dict | None, n: int = 20,
-                            rtol=1e-5, atol=1e-5) -> tuple[dict, int]:
-    """Saturate ``g`` with the backend's rules; lower ``n`` random candidates (distinct ones) with
-    the backend and compare each with the reference runtime.  Returns (rule matches, distinct)."""
-    enc = encode_graph(g)
-    r = EGraphRunner()
-    r.run(SCHEMA)
-    r.run(backend.rules_text())
-    r.run(enc.program)
-    for rs in backend.rulesets:
-        r.run(f"(run-schedule (repeat 8 (run {rs})))")
-    ser = r.serialize("$root")
-    decls = backend.declarations()
-    index = EGraphIndex(ser, set(decls))
-    want = g.compile(backend="reference")({k: v.copy() for k, v in inputs.items()}, dims=dims)
-    keys = set()
-    for seed in range(n):
-        cand = Candidate.random(index, random.Random(seed))
-        if cand.key() in keys:
-            continue
-        keys.add(cand.key())
-        lprog = decode_program(cand, ser, enc.constants, decls)
-        try:
-            prog = backend.lower(g, lprog)
-        except ls.LightspeedError as e:  # a backend may refuse a candidate (the search rejects it)
-            assert "in place" in str(e), e  # ... only for a reason it states: an unsafe in-place write
-            continue
-        got = prog({k: v.copy() for k, v in inputs.items()}, dims=dims)
-        for k in want:
-            assert got[k].dtype == want[k].dtype
-            np.testing.assert_allclose(np.asarray(got[k], np.float64), want[k].astype(np.float64), rtol=rtol,
-                                       atol=atol, err_msg=f"{backend.name} candidate seed {seed}:\n{lprog}")
-    return r.stats.rule_matches, len(keys)
 
 
 # ---------------------------------------------------------------------- the op table
@@ -146,26 +99,9 @@ def test_op_table_random_candidates_match_reference(backend, case):
 
 
 # ---------------------------------------------------------------------- model blocks
-def _attention_block(g: ls.Graph, s="s", d=16, heads=2):
-    x = g.input("x", (s, d))
-    wq, wk, wv, wo = (g.input(n, (d, d)) for n in ("wq", "wk", "wv", "wo"))
-    q = (x @ wq).reshape(s, heads, d // heads).transpose(0, 1)
-    k = (x @ wk).reshape(s, heads, d // heads).transpose(0, 1)
-    v = (x @ wv).reshape(s, heads, d // heads).transpose(0, 1)
-    mask = ls.triu(ls.full_like(q @ k.transpose(-1, -2), float("-inf")), 1)
-    att = ((q @ k.transpose(-1, -2)) * (1 / np.sqrt(d // heads)) + mask).softmax(-1)
-    return x + ((att @ v).transpose(0, 1).reshape(s, d) @ wo)
-
-
-def _mlp_block(g: ls.Graph, h, d=16):
-    w1, w2, w3 = g.input("w1", (d, 32)), g.input("w2", (32, d)), g.input("w3", (d, 32))
-    n = ls.rms_norm(h, (d,), g.input("g", (d,)), eps=1e-6)
-    return h + ((n @ w1).silu() * (n @ w3)) @ w2
-
-
 def _transformer_block():
     g = ls.Graph()
-    g.output("y", _mlp_block(g, _attention_block(g)))
+    g.output("y", mlp_block(g, attention_block(g)))
     return g
 
 
@@ -190,10 +126,10 @@ def test_model_blocks_match_reference(backend, block):
     prog = backend.compile(g, search=FAST)
     ref = g.compile(backend="reference")
     for dims in dims_list:
-        inputs = _inputs(g, dims, seed=sum(dims.values()))
+        inputs = random_inputs(g, dims, seed=sum(dims.values()))
         np.testing.assert_allclose(np.asarray(prog(inputs)["y"]), ref(inputs)["y"], rtol=1e-5, atol=1e-5)
         if backend.searched:
-            _, n = random_candidates_agree(backend, g, inputs, dims)
+            _, _, n = random_candidates_agree(backend, g, inputs, dims)
             assert n > 5
 
 
@@ -235,7 +171,7 @@ def test_inputs_of_any_array_type_persist_out_and_reserve(backend):
     x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
     g.output("y", (x @ w).softmax(-1))
     prog = backend.compile(g, search=FAST)
-    xa, wa = _inputs(g, {"s": 3}).values()
+    xa, wa = random_inputs(g, {"s": 3}).values()
     want = g.compile(backend="reference")(x=xa, w=wa)["y"]
     got = prog(x=torch.from_numpy(xa), w=torch.from_numpy(wa))["y"]
     assert isinstance(got, torch.Tensor)  # torch in, torch out
@@ -243,7 +179,7 @@ def test_inputs_of_any_array_type_persist_out_and_reserve(backend):
     bound = prog.persist(w=wa).reserve(s=16)  # weights resident; dims planned up to 16
     before = bound.preparations
     for s in (3, 16, 1, 7):
-        xs = _inputs(g, {"s": s}, seed=s)["x"]
+        xs = random_inputs(g, {"s": s}, seed=s)["x"]
         np.testing.assert_allclose(bound(x=xs)["y"], g.compile(backend="reference")(x=xs, w=wa)["y"],
                                    rtol=1e-6, atol=1e-6)
     assert bound.preparations <= max(before, 1)  # nothing prepared again within the bound
@@ -265,7 +201,7 @@ def test_concurrent_calls_give_right_results(backend):
     g = _transformer_block()
     prog = backend.compile(g, search=FAST)
     ref = g.compile(backend="reference")
-    cases = [_inputs(g, {"s": s}, seed=s) for s in (1, 2, 3, 5, 8, 13)]
+    cases = [random_inputs(g, {"s": s}, seed=s) for s in (1, 2, 3, 5, 8, 13)]
     wants = [ref(c)["y"] for c in cases]
     bound = prog.persist({k: v for k, v in cases[0].items() if k != "x"})
     errors: list[str] = []

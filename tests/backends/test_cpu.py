@@ -6,29 +6,18 @@ only); the matmul rule family has regression tests for its layouts and its dtype
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 
 import lightspeed as ls
 from lightspeed.backends.cpu import CpuBackend, CpuProgram
-from lightspeed.egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, encode_graph
-from lightspeed.egraph.llir import decode_program
+from tests.backends.harness import attention_block, mlp_block, random_candidates_agree, random_inputs, saturate
 
 BACKEND = CpuBackend()
 
 
 def saturate_cpu(g: ls.Graph):
-    enc = encode_graph(g)
-    r = EGraphRunner()
-    r.run(SCHEMA)
-    r.run(BACKEND.rules_text())
-    r.run(enc.program)
-    for rs in BACKEND.rulesets:
-        r.run(f"(run-schedule (repeat 8 (run {rs})))")
-    ser = r.serialize("$root")
-    return r, enc, EGraphIndex(ser, set(BACKEND.declarations())), ser
+    return saturate(BACKEND, g)
 
 
 def count_primitives(lprog) -> dict[str, int]:
@@ -49,61 +38,24 @@ def count_primitives(lprog) -> dict[str, int]:
 
 
 def check_candidates(g: ls.Graph, inputs: dict, dims: dict | None = None, n: int = 20, rtol=1e-5, atol=1e-5):
-    runner, enc, index, ser = saturate_cpu(g)
-    want = g.compile(backend="reference")(inputs, dims=dims)
-    keys, ops = set(), {}
-    for seed in range(n):
-        cand = Candidate.random(index, random.Random(seed))
-        if cand.key() in keys:
-            continue
-        keys.add(cand.key())
-        lprog = decode_program(cand, ser, enc.constants, BACKEND.declarations())
+    """Every random candidate of ``g`` on cpu agrees with the reference; returns (rule matches, op
+    counts summed over the candidates, regions' bodies included, the number of distinct ones)."""
+    matches, ran, distinct = random_candidates_agree(BACKEND, g, inputs, dims, n, rtol, atol)
+    ops: dict[str, int] = {}
+    for lprog in ran:
         for k, v in count_primitives(lprog).items():
             ops[k] = ops.get(k, 0) + v
-        got = CpuProgram(g, lprog)(inputs, dims=dims)
-        for k in want:
-            assert got[k].dtype == want[k].dtype
-            np.testing.assert_allclose(got[k].astype(np.float64), want[k].astype(np.float64), rtol=rtol, atol=atol,
-                                       err_msg=f"candidate seed {seed}:\n{lprog}")
-    return runner.stats.rule_matches, ops, len(keys)
+    return matches, ops, distinct
 
 
 # the op table's random candidates on cpu run in tests/backends/test_conformance.py (every backend)
 
 
-def _attention_block(g: ls.Graph, s="s", d=16, heads=2):
-    x = g.input("x", (s, d))
-    wq, wk, wv, wo = (g.input(n, (d, d)) for n in ("wq", "wk", "wv", "wo"))
-    q = (x @ wq).reshape(s, heads, d // heads).transpose(0, 1)
-    k = (x @ wk).reshape(s, heads, d // heads).transpose(0, 1)
-    v = (x @ wv).reshape(s, heads, d // heads).transpose(0, 1)
-    mask = ls.triu(ls.full_like(q @ k.transpose(-1, -2), float("-inf")), 1)
-    att = ((q @ k.transpose(-1, -2)) * (1 / np.sqrt(d // heads)) + mask).softmax(-1)
-    return x + ((att @ v).transpose(0, 1).reshape(s, d) @ wo)
-
-
-def _mlp_block(g: ls.Graph, h):
-    d = 16
-    w1, w2, w3 = g.input("w1", (d, 32)), g.input("w2", (32, d)), g.input("w3", (d, 32))
-    n = ls.rms_norm(h, (d,), g.input("g", (d,)), eps=1e-6)
-    return h + ((n @ w1).silu() * (n @ w3)) @ w2
-
-
-def _inputs(g: ls.Graph, dims: dict, seed=0):
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, nid in g.inputs.items():
-        arg = g.nodes[nid].arg
-        shape = tuple(int(d.evaluate(dims)) for d in arg.shape)
-        out[name] = (rng.standard_normal(shape) * 0.3).astype(arg.dtype.np)
-    return out
-
-
 def test_transformer_block_candidates():
     g = ls.Graph()
-    g.output("y", _mlp_block(g, _attention_block(g)))
+    g.output("y", mlp_block(g, attention_block(g)))
     for s in (1, 5):
-        matches, ops, n = check_candidates(g, _inputs(g, {"s": s}), {"s": s})
+        matches, ops, n = check_candidates(g, random_inputs(g, {"s": s}), {"s": s})
     # 7 projections (the head merge before wo is materialised by hl.matmul) and 2 attention products
     assert matches.get("matmul", 0) + matches.get("matmul-commuted", 0) == 9
     assert ops.get("Matmul", 0) > 0 and n > 5
@@ -115,7 +67,7 @@ def test_conv_block_candidates():
     w = g.input("w", (4, 3, 3, 3))
     y = ls.max_pool2d(ls.conv2d(x, w, padding=1).relu(), 2)
     g.output("y", ls.group_norm(y, 2))
-    check_candidates(g, _inputs(g, {"h": 6}), {"h": 6})
+    check_candidates(g, random_inputs(g, {"h": 6}), {"h": 6})
 
 
 # ---------------------------------------------------------------- matmul rule family regressions
@@ -127,7 +79,7 @@ def test_matmul_rule_every_layout(layout):
     a2 = a.t() if layout[0] == "t" else a
     b2 = b.t() if layout[1] == "t" else b
     g.output("y", a2 @ b2)
-    matches, ops, _ = check_candidates(g, _inputs(g, {"s": 3}), {"s": 3})
+    matches, ops, _ = check_candidates(g, random_inputs(g, {"s": 3}), {"s": 3})
     assert matches.get("matmul") == 1 and ops.get("Matmul")
 
 
@@ -136,7 +88,7 @@ def test_batched_matmul_rule_with_broadcast_batch():
     a = g.input("a", (3, 4, 5))
     b = g.input("b", (5, 6))
     g.output("y", a @ b.expand(3, 5, 6))
-    matches, ops, _ = check_candidates(g, _inputs(g, {}), None)
+    matches, ops, _ = check_candidates(g, random_inputs(g, {}), None)
     assert matches.get("matmul") == 1 and ops.get("Matmul")
 
 
@@ -161,7 +113,7 @@ def test_matmul_rule_does_not_fire_on_non_matmul_reduce():
 # ---------------------------------------------------------------- compile through the search
 def test_cpu_compile_searches_and_reports():
     g = ls.Graph()
-    g.output("y", _mlp_block(g, _attention_block(g)))
+    g.output("y", mlp_block(g, attention_block(g)))
     prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=6, seed=0, dims={"s": 8}))
     rep = prog.search_report
     assert rep.candidates[0].origin == "default" and rep.candidates[0].seconds is not None
@@ -169,7 +121,7 @@ def test_cpu_compile_searches_and_reports():
     assert set(rep.phases) == {"encode", "saturate", "serialize", "extract", "profile"}
     text = prog.report()
     assert "default" in text and "*" in text
-    inputs = _inputs(g, {"s": 3})
+    inputs = random_inputs(g, {"s": 3})
     want = g.compile(backend="reference")(inputs)["y"]
     np.testing.assert_allclose(prog(inputs)["y"], want, rtol=1e-5, atol=1e-5)
 
@@ -192,10 +144,10 @@ def test_dim_buckets_dispatch_and_reject_out_of_range():
     assert prog.buckets[1][1].search_report.profile_dims == {"s": 16}
     ref = g.compile(backend="reference")
     for s in (1, 2, 64):
-        inputs = _inputs(g, {"s": s})
+        inputs = random_inputs(g, {"s": s})
         np.testing.assert_allclose(prog(inputs)["y"], ref(inputs)["y"], rtol=1e-5, atol=1e-6)
     with pytest.raises(ls.InputError, match="outside every dim bucket"):
-        prog(_inputs(g, {"s": 65}))
+        prog(random_inputs(g, {"s": 65}))
     with pytest.raises(ls.LightspeedError, match="does not use"):
         g.compile(backend="cpu", search=ls.SearchOptions(budget=1, dim_buckets={"t": [(1, 2)]}))
 
@@ -204,7 +156,7 @@ def test_copy_elimination_candidates_agree():
     g = ls.Graph()
     x = g.input("x", ("s", 4))
     g.output("y", (x * 1.0).exp() + (x * 1).sum(-1, keepdim=True))
-    matches, ops, n = check_candidates(g, _inputs(g, {"s": 3}), {"s": 3})
+    matches, ops, n = check_candidates(g, random_inputs(g, {"s": 3}), {"s": 3})
     # x*1 joins x's class, so the copy node now reaches itself: every candidate drops it
     assert matches.get("copy-elimination", 0) >= 1
     assert g.count_ops()["Mul"] == 2 and ops["Mul"] == n  # one Mul (by log2 e) left per candidate
@@ -216,7 +168,7 @@ def test_cpu_is_the_default_backend_without_a_gpu():
     g.output("y", x @ w)
     prog = g.compile(search=ls.SearchOptions(budget=2))
     assert isinstance(prog, CpuProgram) and prog.backend_name == "cpu"
-    inputs = _inputs(g, {"s": 2})
+    inputs = random_inputs(g, {"s": 2})
     np.testing.assert_allclose(prog(inputs)["y"], g.compile(backend="reference")(inputs)["y"], rtol=1e-5, atol=1e-6)
 
 
@@ -229,7 +181,7 @@ def test_self_reaching_class_used_twice_extracts(build):
     g = ls.Graph()
     x = g.input("x", ("s", 3))
     g.output("y", build(x))
-    inputs = _inputs(g, {"s": 2})
+    inputs = random_inputs(g, {"s": 2})
     check_candidates(g, inputs, {"s": 2})
     prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=4, progress=False, roll=False))
     np.testing.assert_allclose(prog(inputs)["y"], g.compile(backend="reference")(inputs)["y"], rtol=1e-6)
@@ -261,5 +213,5 @@ def test_report_shows_the_blas_and_fused_forms(name):
         assert compute == {"Matmul": 1} and "{'Matmul': 1}" in line
     else:
         assert set(compute) == {"Fused"} and compute["Fused"] <= 4 and "{'Fused':" in line, compute
-    inputs = _inputs(g, dims)
+    inputs = random_inputs(g, dims)
     np.testing.assert_allclose(prog(inputs)["y"], g.compile(backend="reference")(inputs)["y"], rtol=1e-5, atol=1e-6)

@@ -11,7 +11,8 @@ import lightspeed as ls
 from lightspeed.backends.cpu import CpuProgram
 from lightspeed.egraph import Candidate
 from lightspeed.egraph.llir import decode_program
-from tests.backends.test_cpu import BACKEND, _inputs, check_candidates, saturate_cpu
+from tests.backends.harness import random_inputs
+from tests.backends.test_cpu import BACKEND, check_candidates, saturate_cpu
 
 
 def _compile(g: ls.Graph, dims: dict | None = None):
@@ -25,7 +26,7 @@ def _greedy_ops(prog) -> dict[str, int]:
 
 
 def _matches_reference(g: ls.Graph, prog, dims: dict | None = None, seed: int = 0):
-    inputs = _inputs(g, dims or {}, seed)
+    inputs = random_inputs(g, dims or {}, seed)
     want = g.compile(backend="reference")(inputs, dims=dims)
     got = prog(inputs, dims=dims)
     for k in want:
@@ -85,7 +86,7 @@ def test_commuted_mul_operands_are_recognised():
     a, b = g.input("a", (5, 7)), g.input("b", (7, 3))
     prod = b.t().unsqueeze(0).expand(5, 3, 7) * a.unsqueeze(1).expand(5, 3, 7)
     g.output("y", prod.sum(-1))
-    matches, ops, _ = check_candidates(g, _inputs(g, {}))
+    matches, ops, _ = check_candidates(g, random_inputs(g, {}))
     assert matches.get("matmul-commuted") == 1 and not matches.get("matmul") and ops.get("Matmul")
     assert "Matmul" in _greedy_ops(_compile(g))
 
@@ -105,7 +106,7 @@ def test_symbolic_batch_and_rows_serve_every_dim_value():
     assert prog.lprog.count().get("MatmulAdd") == 1 and not prog.lprog.count().get("SumReduce")
     for dims in ({"b": 2, "s": 5}, {"b": 3, "s": 1}, {"b": 1, "s": 9}):
         _matches_reference(g, prog, dims, seed=dims["s"])
-    check_candidates(g, _inputs(g, {"b": 2, "s": 3}), {"b": 2, "s": 3})
+    check_candidates(g, random_inputs(g, {"b": 2, "s": 3}), {"b": 2, "s": 3})
 
 
 @pytest.mark.parametrize("side", ["lhs", "rhs"])
@@ -113,7 +114,7 @@ def test_batched_bias_epilogue(side):
     g = ls.Graph()
     a, b, bias = g.input("a", (2, 3, 4, 6)), g.input("b", (3, 6, 5)), g.input("bias", (5,))
     g.output("y", a @ b + bias if side == "lhs" else bias + a @ b)
-    matches, ops, _ = check_candidates(g, _inputs(g, {}))
+    matches, ops, _ = check_candidates(g, random_inputs(g, {}))
     rule = "matmul-add-epilogue" if side == "lhs" else "matmul-add-epilogue-rhs"
     assert matches.get(rule) == 1 and ops.get("MatmulAdd"), (matches, ops)
 
@@ -122,7 +123,7 @@ def test_float64_reaches_blas():
     g = _matmul_graph((2, 3, 4), (2, 4, 5), dtype=ls.float64)
     prog = _compile(g)
     assert "Matmul" in _greedy_ops(prog)
-    inputs = _inputs(g, {})
+    inputs = random_inputs(g, {})
     np.testing.assert_allclose(prog(inputs)["y"], g.compile(backend="reference")(inputs)["y"], rtol=1e-12)
 
 
@@ -140,5 +141,5 @@ def test_sum_over_a_non_k_axis_is_not_a_matmul():
     prod = a.unsqueeze(-2) * b.transpose(-1, -2).unsqueeze(-3)  # [2, 4, 8, 8, 16], the matmul's product
     g.output("y", prod.sum(1))
     g.output("z", prod.sum(-2))
-    matches, ops, _ = check_candidates(g, _inputs(g, {}), n=8)
+    matches, ops, _ = check_candidates(g, random_inputs(g, {}), n=8)
     assert not matches.get("matmul", 0) and not matches.get("matmul-commuted", 0) and not ops.get("Matmul")
