@@ -166,9 +166,9 @@ class Program:
         inputs and bind the dims their shapes determine into ``env``."""
         arrays: dict[str, np.ndarray] = {}
         deferred: list[tuple[str, int, Expr, int]] = []
-        for name, arg in self.input_args.items():
-            if partial and name not in inputs:
-                continue
+        # a partial check (calls with resident inputs) looks at the given inputs only
+        for name in (inputs if partial else self.input_args):
+            arg = self.input_args[name]
             a = to_numpy(inputs[name], f"input {name!r}")
             want = arg.dtype
             if a.dtype != want.np:

@@ -32,13 +32,23 @@ def _row_major_strides(shape: Sequence[Expr]) -> Shape:
     return tuple(prod(shape[k + 1:]) for k in range(len(shape)))
 
 
+def _pos_expr(shape: Shape, strides: Shape, axis: int | None, shift: ExprLike = 0) -> tuple[Expr, Expr]:
+    """(position, index along ``axis``) of flat index z of ``shape``: the sum over axes d of
+    (index along d) * strides[d], the index along ``axis`` moved by ``shift``."""
+    e: Expr = const(0)
+    along = const(0)
+    for d, (i, s) in enumerate(zip(unflatten_index(sym(INDEX_VAR), shape), strides)):
+        if d == axis:
+            along = i + shift
+            e = e + along * s
+        else:
+            e = e + i * s
+    return e, along
+
+
 def _pos_iota(g, shape: Shape, strides: Shape, skip: int | None) -> GraphTensor:
     """int64 tensor of ``shape``: sum over axes d != skip of (index along d) * strides[d]."""
-    z = sym(INDEX_VAR)
-    e: Expr = const(0)
-    for d, (i, s) in enumerate(zip(unflatten_index(z, shape), strides)):
-        if d != skip:
-            e = e + i * s
+    e = _pos_expr(shape, tuple(const(0) if d == skip else st for d, st in enumerate(strides)), skip)[0]
     return g.iota(e, shape, dt.int64)
 
 
@@ -348,14 +358,7 @@ def slice_scatter(x: GraphTensor, src: GraphTensor, dim: int = 0, start: ExprLik
     if k == 0:  # rows past the end land at numel or beyond, which Scatter skips: no mask needed
         idx = x.graph.iota(sym(INDEX_VAR) + s0 * strides[0], src.shape, dt.int64)
         return prim("Scatter", x, idx, src)
-    pos: Expr = const(0)
-    along = const(0)
-    for d, i in enumerate(unflatten_index(sym(INDEX_VAR), src.shape)):
-        if d == k:
-            along = i + s0
-            pos = pos + along * strides[d]
-        else:
-            pos = pos + i * strides[d]
+    pos, along = _pos_expr(src.shape, strides, k, s0)
     inside = along.lt(x.shape[k])  # 1 where the row exists (start is a non-negative dim)
     idx = x.graph.iota(pos * inside + numel * (1 - inside), src.shape, dt.int64)  # outside -> skipped
     return prim("Scatter", x, idx, src)

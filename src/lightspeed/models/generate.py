@@ -113,10 +113,8 @@ def sample_token(logits: np.ndarray, rng: np.random.Generator, history: Sequence
 _PROGRAMS: dict[tuple, Program] = {}
 
 
-def _profile_dims(model: DecoderLM, mode: str) -> dict[str, int]:
-    if mode == "prefill":
-        return {"s": 16}
-    return {"s": 1, "p": 64, "M": 128}
+# profile at the shapes the programs will see: a 16-token prompt; one token after 64 cached ones
+_PROFILE_DIMS = {"prefill": {"s": 16}, "decode": {"s": 1, "p": 64, "M": 128}}
 
 
 def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: SearchOptions | None = None,
@@ -125,7 +123,7 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
     config, dtype, mode, backend, search options): programs do not depend on weight values."""
     opts = search or SearchOptions(budget=3, seed=0)
     if opts.dims is None:  # profile at the shapes the program will see
-        opts = dataclasses.replace(opts, dims=_profile_dims(model, mode))
+        opts = dataclasses.replace(opts, dims=_PROFILE_DIMS[mode])
     key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts))
     prog = _PROGRAMS.get(key)
     if prog is None:
