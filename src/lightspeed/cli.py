@@ -21,20 +21,24 @@ tokenizer (:class:`ByteTokenizer`), so the whole compile-and-generate path can b
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it is used: `lightspeed --help`, `models` and `fetch` never need it
+    import numpy as np
 
 __all__ = ["main", "ByteTokenizer", "RANDOM_CONFIGS", "random_weights", "TextModel", "load_text_model",
            "encode_prompt", "compile_generator", "resolve_family", "timing_line"]
 
 
 def _demo(args: argparse.Namespace) -> int:
+    import numpy as np
+
     import lightspeed as ls
 
     g = ls.Graph()
@@ -81,7 +85,7 @@ def _number(kind: type, lo: float | None = None, hi: float | None = None, lo_ope
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}"
                                              f"{'; ' + what if what else ''}") from None
-        if kind is float and not np.isfinite(v):
+        if kind is float and not math.isfinite(v):
             raise argparse.ArgumentTypeError(f"must be finite, got {text}")
         if lo is not None and (v <= lo if lo_open else v < lo):
             raise argparse.ArgumentTypeError(f"must be {'>' if lo_open else '>='} {lo:g}"
@@ -130,9 +134,9 @@ DEFAULT_MAX_TOKENS = {"text": 64, WHISPER: 224}  # 224: Whisper's own limit for 
 
 
 def _families() -> list[str]:
-    from lightspeed.models import MODELS
+    from lightspeed.models import FAMILIES  # the table only: no model code is imported
 
-    return [*MODELS, WHISPER]
+    return [*FAMILIES, WHISPER]
 
 
 def resolve_family(name: str) -> str | None:
@@ -168,7 +172,7 @@ def _weights_size(fam: Any) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from lightspeed.models import MODELS
+    from lightspeed.models import FAMILIES
 
     try:
         from lightspeed.weights import fetch
@@ -177,7 +181,7 @@ def _models(args: argparse.Namespace) -> int:
     aliases = {f: [a for a, t in _ALIASES.items() if t == f] for f in _families()}
     print(f"{'family':11s} {'aliases':8s} {'HF model_type':22s} default weights")
     for name in _families():
-        types = ("whisper",) if name == WHISPER else MODELS[name].model_types
+        types = ("whisper",) if name == WHISPER else FAMILIES[name][2]
         if name not in _DEFAULT_WEIGHTS:
             default = "none: --weights PATH (.gguf or HF directory), or --random (small random model)"
         elif fetch is None:
@@ -306,6 +310,8 @@ def random_weights(model: Any, seed: int = 0) -> dict[str, np.ndarray]:
     the layers and tied-head logits come out O(1).  Norm weights, Gemma 4's router scales and layer
     scalars are drawn around their neutral value (0 for Gemma 3's ``1 + w`` norms, else 1), biases
     near 0."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     neutral = 0.0 if getattr(model.config, "norm_unit_offset", False) else 1.0
     out: dict[str, np.ndarray] = {}
@@ -474,7 +480,7 @@ def _run_whisper(args: argparse.Namespace) -> int:
     text, t = whisper.transcribe(audio, backend=args.backend, model_dir=model_dir,
                                  max_new_tokens=args.max_tokens or DEFAULT_MAX_TOKENS[WHISPER])
     print(text, flush=True)
-    windows = max(1, int(np.ceil(t["audio_seconds"] / 30.0)))
+    windows = max(1, math.ceil(t["audio_seconds"] / 30.0))
     # time to the first token of a window: log-mel, encoder, and the decoder's prompt step (whose
     # logits give the first token); averaged over 30 s windows, which is the first one's for short clips
     ttft = (t["mel_s"] + t["encode_s"] + t["prefill_s"]) / windows

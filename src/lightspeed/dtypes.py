@@ -15,9 +15,10 @@ so a silent low-precision computation cannot happen.
 
 from __future__ import annotations
 
+import functools
+import importlib
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from .errors import DTypeError
@@ -34,12 +35,13 @@ class DType:
     name: str
     itemsize: int
     category: int  # 0 bool, 1 integer, 2 floating
-    np_type: type
+    np_type: type | str  # a str names an ml_dtypes type, imported on first use (the import takes ~1 s)
     storage_only: bool = False
 
-    @property
+    @functools.cached_property
     def np(self) -> np.dtype:
-        return np.dtype(self.np_type)
+        t = self.np_type
+        return np.dtype(getattr(importlib.import_module("ml_dtypes"), t) if isinstance(t, str) else t)
 
     @property
     def is_float(self) -> bool:
@@ -55,7 +57,7 @@ class DType:
 
     @property
     def is_signed(self) -> bool:
-        return self.category == 2 or (self.category == 1 and np.dtype(self.np_type).kind == "i")
+        return self.category == 2 or (self.category == 1 and self.np.kind == "i")
 
     def min_value(self) -> float | int:
         if self.is_float:
@@ -80,9 +82,9 @@ class DType:
 float64 = DType("float64", 8, 2, np.float64)
 float32 = DType("float32", 4, 2, np.float32)
 float16 = DType("float16", 2, 2, np.float16)
-bfloat16 = DType("bfloat16", 2, 2, ml_dtypes.bfloat16)
-float8_e4m3 = DType("float8_e4m3", 1, 2, ml_dtypes.float8_e4m3fn, storage_only=True)
-float8_e5m2 = DType("float8_e5m2", 1, 2, ml_dtypes.float8_e5m2, storage_only=True)
+bfloat16 = DType("bfloat16", 2, 2, "bfloat16")
+float8_e4m3 = DType("float8_e4m3", 1, 2, "float8_e4m3fn", storage_only=True)
+float8_e5m2 = DType("float8_e5m2", 1, 2, "float8_e5m2", storage_only=True)
 int64 = DType("int64", 8, 1, np.int64)
 int32 = DType("int32", 4, 1, np.int32)
 int16 = DType("int16", 2, 1, np.int16)
@@ -96,7 +98,8 @@ _BY_NAME = {d.name: d for d in ALL_DTYPES} | {"bool_": bool_, "float": float32, 
                                                "double": float64, "long": int64, "int": int32,
                                                "bf16": bfloat16, "fp8_e4m3": float8_e4m3,
                                                "fp8_e5m2": float8_e5m2}
-_BY_NP = {np.dtype(d.np_type): d for d in ALL_DTYPES}
+_BY_NP = {d.np: d for d in ALL_DTYPES if not isinstance(d.np_type, str)}
+_ML_DTYPES = tuple(d for d in ALL_DTYPES if isinstance(d.np_type, str))
 
 DEFAULT_FLOAT = float32
 DEFAULT_INT = int64
@@ -120,7 +123,8 @@ def as_dtype(x: object) -> DType:
         npd = np.dtype(x)
     except TypeError:
         raise DTypeError(f"cannot interpret {x!r} as a lightspeed dtype") from None
-    d = _BY_NP.get(npd)
+    # an array of an ml_dtypes type means ml_dtypes is imported already: comparing costs nothing
+    d = _BY_NP.get(npd) or next((m for m in _ML_DTYPES if npd.name == m.np_type and m.np == npd), None)
     if d is None:
         raise DTypeError(f"numpy dtype {npd} has no lightspeed equivalent")
     return d

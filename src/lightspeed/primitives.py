@@ -25,11 +25,11 @@ Reference semantics, stated precisely (they define every backend's correctness):
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from . import dtypes as dt
@@ -254,7 +254,7 @@ def _cast_ref(xs, to: DType, env):
             # rather than becoming NaN; e5m2 overflows to +-inf as usual
             xc = x.astype(np.float64) if x.dtype.kind in "iu" else _compute(x)
             if to == dt.float8_e4m3:
-                lim = float(ml_dtypes.finfo(to.np).max)
+                lim = float(importlib.import_module("ml_dtypes").finfo(to.np).max)
                 xc = np.clip(xc, -lim, lim)
             return xc.astype(to.np)
         return x.astype(to.np)

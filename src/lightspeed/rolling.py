@@ -36,7 +36,7 @@ import numpy as np
 
 from .graph import Graph, GraphTensor, Node
 from .program import Program
-from .search import SearchOptions
+from .search import SearchOptions, progress, session
 
 __all__ = ["RollPlan", "RollPart", "find_repeated_blocks", "compile_rolled", "split_graph"]
 
@@ -385,9 +385,12 @@ def compile_rolled(graph: Graph, backend: Any, opts: SearchOptions) -> Program |
     split = split_graph(graph, plan)
     roll_seconds = time.perf_counter() - t0
     compiled = []
-    for part in split:
-        syms = part.graph.symbols()
-        buckets = {k: v for k, v in (opts.dim_buckets or {}).items() if k in syms} or None
-        sub = dataclasses.replace(opts, dim_buckets=buckets, roll=part.role != "template")
-        compiled.append((part, backend.compile(part.graph, search=sub)))
+    with session():  # the parts share representative inputs (prelude and epilogue: the embedding)
+        for j, part in enumerate(split):
+            progress(opts, f"part {j + 1}/{len(split)}: {part.role} of {len(plan.blocks)} blocks"
+                     if part.role == "template" else f"part {j + 1}/{len(split)}: {part.role}")
+            syms = part.graph.symbols()
+            buckets = {k: v for k, v in (opts.dim_buckets or {}).items() if k in syms} or None
+            sub = dataclasses.replace(opts, dim_buckets=buckets, roll=part.role != "template")
+            compiled.append((part, backend.compile(part.graph, search=sub)))
     return backend.compose_rolled(graph, plan, compiled, roll_seconds)

@@ -20,14 +20,17 @@ Candidates that crash or produce wrong shapes are rejected, not fatal.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
+import math
 import os
 import random
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +47,8 @@ from .graph import Graph
 from .primitives import PRIMITIVES
 from .program import Program
 
-__all__ = ["SearchOptions", "SearchReport", "search_program", "compile_searched", "BucketedProgram"]
+__all__ = ["SearchOptions", "SearchReport", "search_program", "compile_searched", "BucketedProgram",
+           "session", "progress"]
 
 
 @dataclass
@@ -62,8 +66,9 @@ class SearchOptions:
     iterations: int = 8
     max_enodes: int = 500_000  # stop growing the e-graph past this many rows
     mutation_rate: float = 0.3
-    # print a line per candidate (tried, time, best so far) once a search runs longer than 2 s
-    progress: bool = True
+    # say what the search is doing (saturating, measuring candidate i of n) on stderr, or to the
+    # session's callback (``session(say=...)``): None (default) only when stderr is a terminal
+    progress: bool | None = None
     # per symbol, inclusive (lo, hi) ranges: one program is searched per bucket (combination)
     dim_buckets: Mapping[str, Sequence[tuple[int, int]]] | None = None
     # stop drawing candidates after this many seconds of search (the default, greedy and fused
@@ -139,24 +144,53 @@ def _log(kind: str) -> bool:
     return kind in os.environ.get("LIGHTSPEED_LOG", "").split(",")
 
 
-_REPRESENTATIVE: dict[tuple, np.ndarray] = {}  # (shape, dtype, seed) -> array, for profiling only
-_REPRESENTATIVE_BYTES = 512 << 20
+_REPRESENTATIVE: dict[tuple, np.ndarray] = {}  # (shape, dtype, seed) -> array, LRU, for profiling only
+_REPRESENTATIVE_BYTES = 2 << 30
+_POOL = 1 << 20  # larger float inputs repeat a pool of this many normals (drawing 10^8 takes seconds)
+_LOCAL = threading.local()  # depth: sessions open; say: where progress goes
+
+
+@contextlib.contextmanager
+def session(say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Searches inside share representative inputs (a rolled model's prelude and epilogue, and
+    prefill and decode, read the same vocabulary-sized embedding), freed when the outermost session
+    ends; with ``say``, their progress messages go to it (the CLI redraws one status line)."""
+    depth, prev = getattr(_LOCAL, "depth", 0), getattr(_LOCAL, "say", None)
+    _LOCAL.depth, _LOCAL.say = depth + 1, say or prev
+    try:
+        yield
+    finally:
+        _LOCAL.depth, _LOCAL.say = depth, prev
+        if depth == 0:
+            _REPRESENTATIVE.clear()
+
+
+def progress(opts: SearchOptions, msg: str) -> None:
+    """What a compile is doing, to the session's ``say``, else to stderr when ``opts.progress`` is
+    True (None: when stderr is a terminal) or LIGHTSPEED_LOG=search."""
+    say = getattr(_LOCAL, "say", None)
+    if opts.progress is not False and say is not None:
+        say(msg)
+    elif say is None and (opts.progress or _log("search") or (opts.progress is None and sys.stderr.isatty())):
+        print(f"[search] {msg}", file=sys.stderr, flush=True)
 
 
 def _representative(shape: tuple[int, ...], dtype: Any, seed: int) -> np.ndarray:
-    """A profiling input: standard normal floats (zeros for ints: valid indexes for every gather),
-    made once per (shape, dtype, seed) in a process, so parts of a rolled model (the prelude's and
-    the epilogue's vocabulary-sized embeddings) and later compiles share it."""
+    """A profiling input of ``dtype``, made once per (shape, dtype, seed) in a session: standard
+    normal floats (a seeded pool repeated over larger arrays), zeros for ints and bools (valid
+    indexes for every gather)."""
     key = (shape, dtype.name, seed)
-    hit = _REPRESENTATIVE.get(key)
+    hit = _REPRESENTATIVE.pop(key, None)
     if hit is None:
         if dtype.is_float:
-            hit = np.random.default_rng([seed, *shape]).standard_normal(shape, dtype=np.float32).astype(dtype.np)
+            n = math.prod(shape)
+            pool = np.random.default_rng([seed, *shape]).standard_normal(min(n, _POOL), np.float32).astype(dtype.np)
+            hit = np.resize(pool, shape)
         else:
             hit = np.zeros(shape, dtype=dtype.np)
         while _REPRESENTATIVE and sum(a.nbytes for a in _REPRESENTATIVE.values()) + hit.nbytes > _REPRESENTATIVE_BYTES:
-            _REPRESENTATIVE.pop(next(iter(_REPRESENTATIVE)))
-        _REPRESENTATIVE[key] = hit
+            _REPRESENTATIVE.pop(next(iter(_REPRESENTATIVE)))  # least recently used first
+    _REPRESENTATIVE[key] = hit  # (re)inserted last: most recently used
     return hit
 
 
@@ -199,10 +233,10 @@ def saturate(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport)
     if cached is not None:
         ser = SerializedEGraph(cached["nodes"], cached["class_data"], cached["root_eclasses"])
         rep.rule_matches = cached["rule_matches"]
-        rep.phases["saturate"] = time.perf_counter() - t0
-        rep.phases["serialize"] = 0.0
+        rep.phases["load"] = time.perf_counter() - t0  # the e-graph from the cache: read, check, parse
         rep.egraph_cached = True
     else:
+        progress(opts, f"saturating the e-graph of {len(enc.node_globals)} nodes")
         runner = EGraphRunner()
         runner.run(SCHEMA, name="schema.egg")
         runner.run(rules, name=f"{backend.name} rules")
@@ -222,7 +256,9 @@ def saturate(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport)
             for rs, (sec, its, why) in rep.rulesets.items():
                 print(f"ruleset {rs}: {sec * 1e3:.1f} ms, {its} iteration(s), stopped: {why}", file=sys.stderr)
             print(runner.stats.format(), file=sys.stderr)
+    t0 = time.perf_counter()
     index = EGraphIndex(ser, set(decls))
+    rep.phases["index"] = time.perf_counter() - t0
     rep.egraph_nodes = len(ser.nodes)
     if _log("egraph"):
         print(f"e-graph: {rep.egraph_nodes} e-nodes, {len(index.classes)} e-classes"
@@ -319,15 +355,54 @@ class _Measured:
 
 
 def measure(graph: Graph, backend: Any, lprog: LProgram, inputs: Mapping[str, Any], dims: Mapping[str, int],
-            repeats: int) -> tuple[Program, float]:
-    """Lower ``lprog``, run it once (checking the output shapes) and time it through the backend."""
+            repeats: int, cutoff: float | None = None) -> tuple[Program, float]:
+    """Lower ``lprog``, run it once (checking the output shapes) and time it through the backend:
+    one timed run, then ``repeats - 1`` more unless that run took longer than ``cutoff`` seconds (a
+    candidate several times slower than the best so far cannot win; its time is kept as measured)."""
     prog = backend.lower(graph, lprog)
     out = prog(inputs, dims=dims)
     for name, nid in graph.outputs.items():
         want = tuple(int(d.evaluate(dims)) for d in graph.nodes[nid].shape)
         if tuple(out[name].shape) != want:
             raise LightspeedError(f"output {name!r} has shape {tuple(out[name].shape)}, expected {want}")
-    return prog, backend.time(prog, inputs, dims, repeats)
+    sec = backend.time(prog, inputs, dims, 1)
+    if repeats > 1 and (cutoff is None or sec <= cutoff):
+        sec = min(sec, backend.time(prog, inputs, dims, repeats - 1))
+    return prog, sec
+
+
+# a candidate whose first timed run is this many times the best so far gets no more runs
+CUTOFF = 3.0
+
+
+def _measure_order(stream: Iterator[tuple[str, Candidate]]) -> Iterator[tuple[int, str, Candidate]]:
+    """(list index, origin, candidate) in the order to measure them: the primitive-only default
+    after the greedy and fused ones, so that it is cut short (see ``CUTOFF``) instead of timed in
+    full (it is often 10-100x slower); the list itself, and so the report, keeps its order."""
+    head = list(itertools.islice(stream, 3))
+    numbered = list(enumerate(head))
+    for i, (origin, cand) in numbered[1:] + numbered[:1]:
+        yield i, origin, cand
+    for i, (origin, cand) in enumerate(stream, start=len(head)):
+        yield i, origin, cand
+
+
+def _cached_decision(sat: Saturated, decision_key: str, rep: SearchReport) -> LProgram | None:
+    """The program of a cached decision (only its choice is decoded: nothing is measured)."""
+    decided = cache.load(f"search-{decision_key}", validate=cache.decision_validator(sat.ser.nodes))
+    if decided is None:
+        return None
+    t0 = time.perf_counter()
+    by_id = {n.id: n for nodes in sat.index.classes.values() for n in nodes}
+    if not all(nid in by_id for nid in decided["choice"].values()):
+        return None
+    cand = Candidate(sat.index, {c: by_id[nid] for c, nid in decided["choice"].items()})
+    lprog = decode_program(cand, sat.ser, sat.enc.constants, sat.decls)
+    rep.phases["extract"] = time.perf_counter() - t0
+    rep.candidates = [CandidateResult(**c) for c in decided["candidates"]]
+    rep.winner, rep.decision_cached, rep.program_text = decided["winner"], True, str(lprog)
+    rep.program = lprog
+    return lprog
 
 
 def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LProgram, SearchReport]:
@@ -340,19 +415,9 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
     decision_key = cache.digest(SEARCH_VERSION, _SEARCH_SOURCE, sat.key, backend.device(), backend.code_hash(),
                                 repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate,
                                 opts.time_budget, opts.max_memory)
-    decided = cache.load(f"search-{decision_key}", validate=cache.decision_validator(sat.ser.nodes))
-    if decided is not None:
-        by_id = {n.id: n for nodes in sat.index.classes.values() for n in nodes}
-        if all(nid in by_id for nid in decided["choice"].values()):
-            t0 = time.perf_counter()
-            cand = Candidate(sat.index, {c: by_id[nid] for c, nid in decided["choice"].items()})
-            lprog = decode_program(cand, sat.ser, sat.enc.constants, sat.decls)
-            rep.phases["extract"] = time.perf_counter() - t0
-            rep.phases["profile"] = 0.0
-            rep.candidates = [CandidateResult(**c) for c in decided["candidates"]]
-            rep.winner, rep.decision_cached, rep.program_text = decided["winner"], True, str(lprog)
-            rep.program = lprog
-            return lprog, rep
+    lprog = _cached_decision(sat, decision_key, rep)
+    if lprog is not None:
+        return lprog, rep
 
     t_extract = t_profile = 0.0
     t_start = time.perf_counter()
@@ -360,17 +425,19 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
     best: _Measured | None = None
     finalists: list[_Measured] = []
     first_error: Exception | None = None
-    stream = candidates(sat.index, opts)
-    i = -1
+    stream = _measure_order(candidates(sat.index, opts))
+    n_measured = 0
     while True:
-        if opts.time_budget is not None and i >= 2 and time.perf_counter() - t_start > opts.time_budget:
+        if opts.time_budget is not None and n_measured >= 3 and time.perf_counter() - t_start > opts.time_budget:
             break
         t0 = time.perf_counter()
         nxt = next(stream, None)
         if nxt is None:
             break
-        i += 1
-        origin, cand = nxt
+        n_measured += 1
+        i, origin, cand = nxt
+        progress(opts, f"candidate {n_measured}/{opts.budget} ({origin})"
+                 + (f"; best {best.seconds * 1e3:.3f} ms" if best else ""))
         try:
             lprog = decode_program(cand, sat.ser, sat.enc.constants, sat.decls)
         except LightspeedError as e:
@@ -389,7 +456,8 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
         if inputs is None:
             inputs = {k: backend.to_device(v) for k, v in representative_inputs(graph, dims, opts.seed).items()}
         try:
-            prog, sec = measure(graph, backend, lprog, inputs, dims, opts.repeats)
+            cutoff = CUTOFF * best.seconds if best is not None else None
+            prog, sec = measure(graph, backend, lprog, inputs, dims, opts.repeats, cutoff)
             rep.candidates.append(CandidateResult(i, origin, ops, sec))
             m = _Measured(sec, i, lprog, cand, prog)
             finalists = sorted([*finalists, m], key=lambda f: f.seconds)[:3]  # only these keep their programs
@@ -399,15 +467,16 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
             first_error = first_error or e
             rep.candidates.append(CandidateResult(i, origin, ops, None, f"{type(e).__name__}: {e}"))
         t_profile += time.perf_counter() - t0
-        if _log("search") or (opts.progress and time.perf_counter() - t_start > 2.0):
+        if _log("search"):
             c = rep.candidates[-1]
             t = f"{c.seconds * 1e3:.3f} ms" if c.seconds is not None else "rejected"
-            print(f"[search] candidate {len(rep.candidates)}/{opts.budget} {origin}: {t}; "
-                  f"best {best.seconds * 1e3:.3f} ms" if best else "", file=sys.stderr)
+            print(f"[search] candidate {n_measured}/{opts.budget} {origin}: {t}", file=sys.stderr)
+    rep.candidates.sort(key=lambda c: c.index)
     if len(finalists) > 1:
         # a load spike during one candidate's runs can crown the wrong one (and the decision is
         # cached): re-time the three fastest in interleaved rounds and keep the best of all rounds
         t0 = time.perf_counter()
+        progress(opts, f"re-timing the {len(finalists)} fastest")
         again = {f.index: f.seconds for f in finalists}
         for _ in range(max(2, opts.repeats)):
             for f in finalists:
@@ -466,9 +535,22 @@ class BucketedProgram(Program):
 
 def compile_searched(graph: Graph, backend: Any, opts: SearchOptions) -> Program:
     """Search once, or once per dim bucket (profiling each bucket at a value inside it)."""
+    with session():
+        return _compile_searched(graph, backend, opts)
+
+
+def _lower(graph: Graph, backend: Any, lprog: LProgram, rep: SearchReport) -> Program:
+    t0 = time.perf_counter()
+    rep.phases["lower"] = 0.0  # set before lowering: a backend may copy the report's phases
+    prog = backend.lower(graph, lprog, rep)
+    rep.phases["lower"] = time.perf_counter() - t0  # kernel preparation
+    return prog
+
+
+def _compile_searched(graph: Graph, backend: Any, opts: SearchOptions) -> Program:
     if not opts.dim_buckets:
         lprog, rep = search_program(graph, backend, opts)
-        return backend.lower(graph, lprog, rep)
+        return _lower(graph, backend, lprog, rep)
     unknown = set(opts.dim_buckets) - graph.symbols()
     if unknown:
         raise LightspeedError(f"dim_buckets name dims {sorted(unknown)} that the graph does not use")
@@ -485,5 +567,5 @@ def compile_searched(graph: Graph, backend: Any, opts: SearchOptions) -> Program
             dims[n] = min(hi, max(lo, opts.default_dim))
         sub = dataclasses.replace(opts, dims=dims, dim_buckets=None)
         lprog, rep = search_program(graph, backend, sub)
-        buckets.append((ranges, backend.lower(graph, lprog, rep)))
+        buckets.append((ranges, _lower(graph, backend, lprog, rep)))
     return BucketedProgram(graph, buckets)

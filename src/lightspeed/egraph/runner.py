@@ -21,11 +21,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import LightspeedError
+
 os.environ.setdefault("RAYON_NUM_THREADS", "1")  # must precede the first egglog call
-
-from egglog import bindings  # noqa: E402
-
-from ..errors import LightspeedError  # noqa: E402
 
 __all__ = ["EgglogError", "EGraphRunner", "RunStats", "SerializedEGraph", "EGGLOG_VERSION"]
 
@@ -100,6 +98,9 @@ class EGraphRunner:
     """An egglog e-graph fed with program text."""
 
     def __init__(self) -> None:
+        from egglog import bindings  # on first use: a cached compile never imports egglog (~0.4 s)
+
+        self._b = bindings
         self._eg = bindings.EGraph()
         self._tmpdir: tempfile.TemporaryDirectory | None = None
         self.stats = RunStats()
@@ -118,7 +119,7 @@ class EGraphRunner:
         try:
             commands = self._eg.parse_program(text)
             outputs = self._eg.run_program(*commands)
-        except bindings.EggSmolError as e:
+        except self._b.EggSmolError as e:
             raise EgglogError(f"egglog rejected {name}: {e}") from None
         except BaseException as e:  # pyo3's PanicException derives from BaseException
             if type(e).__name__ == "PanicException":
@@ -155,8 +156,8 @@ class EGraphRunner:
     def serialize(self, root: str) -> SerializedEGraph:
         """Serialise the e-classes reachable from global ``root`` (e.g. ``"$root"``)."""
         try:
-            ser = self._eg.serialize([bindings.Var(bindings.RustSpan("lightspeed", 0, 0), root)])
-        except bindings.EggSmolError as e:
+            ser = self._eg.serialize([self._b.Var(self._b.RustSpan("lightspeed", 0, 0), root)])
+        except self._b.EggSmolError as e:
             raise EgglogError(f"egglog could not serialise from {root}: {e}") from None
         data = json.loads(ser.to_json())
         return SerializedEGraph(data["nodes"], data.get("class_data", {}), data.get("root_eclasses", []))

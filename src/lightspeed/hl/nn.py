@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Sequence
 
-import ml_dtypes
 import numpy as np
 
 from .. import dtypes as dt
@@ -122,7 +122,8 @@ def scaled_dot_product_attention(query: GraphTensor, key: GraphTensor, value: Gr
             scores = scores + cast(attn_mask, scores.dtype)
     # softmax whose fully masked rows are 0, not NaN: the row max is clamped to the lowest finite
     # value (so exp(-inf - m) = 0) and the sum to the smallest normal (a live row sums to >= 1)
-    info = ml_dtypes.finfo(scores.dtype.np)
+    npd = scores.dtype.np  # ml_dtypes' finfo only for its own types (importing it takes ~1 s)
+    info = np.finfo(npd) if npd.kind == "f" else importlib.import_module("ml_dtypes").finfo(npd)
     lowest, tiny = float(info.min), float(info.tiny)
     m = maximum(amax(scores, -1, keepdim=True), lowest)
     ex = exp(sub(scores, m))

@@ -35,21 +35,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from .. import dtypes as ldt
 from .errors import WeightError
 from .safetensors_dir import read_json
 
 __all__ = ["CT2Model", "WeightError", "read_ct2", "write_ct2", "whisper_config", "whisper_state_dict",
            "load_whisper", "DTYPES"]
 
-# CTranslate2's DataType enum (include/ctranslate2/types.h), in order.
-DTYPES: dict[int, np.dtype] = {
+# CTranslate2's DataType enum (include/ctranslate2/types.h), in order; bfloat16 as lightspeed's
+# dtype, whose numpy type (ml_dtypes, ~1 s to import) is made only when a file holds one
+DTYPES: dict[int, Any] = {
     0: np.dtype("<f4"), 1: np.dtype("i1"), 2: np.dtype("<i2"), 3: np.dtype("<i4"),
-    4: np.dtype("<f2"), 5: np.dtype(ml_dtypes.bfloat16),
+    4: np.dtype("<f2"), 5: ldt.bfloat16,
 }
-_DTYPE_IDS = {v: k for k, v in DTYPES.items()}
+
+
+def _np(d: Any) -> np.dtype:
+    return d.np if isinstance(d, ldt.DType) else d
 MIN_VERSION, MAX_VERSION = 4, 6
 # CTranslate2 stores the rank in a byte; no variable of a real model has more than 4 dims
 MAX_RANK = 8
@@ -81,7 +85,7 @@ class CT2Model:
     def float32(self, name: str) -> np.ndarray:
         """A weight as float32, dequantised when the file stores it as int8/int16 with a scale."""
         a = self.get(name)
-        if a.dtype.kind == "f" or a.dtype == DTYPES[5]:
+        if a.dtype.kind == "f" or (a.dtype.kind == "V" and a.dtype == _np(DTYPES[5])):
             return a.astype(np.float32)
         scale_name = f"{self.aliases.get(name, name)}_scale"
         if scale_name in self.variables:
@@ -163,7 +167,7 @@ def read_ct2(path: str | Path) -> CT2Model:
         if type_id not in DTYPES:
             raise WeightError(f"{path}: corrupt file: variable {name!r} has unknown dtype id {type_id} "
                               f"at offset {r.pos - 1}")
-        dtype = DTYPES[type_id]
+        dtype = _np(DTYPES[type_id])
         nbytes = r.u("I", f"byte count of variable {name!r}")
         # Python ints: a product of huge dims must not wrap around to the stored byte count
         want = math.prod(shape) * dtype.itemsize
@@ -211,7 +215,7 @@ def write_ct2(path: str | Path, spec: str, variables: Mapping[str, np.ndarray],
     for name, value in variables.items():
         a = np.asarray(value)  # not ascontiguousarray: it turns scalars into shape (1,)
         dtype = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
-        type_id = _DTYPE_IDS.get(np.dtype(dtype))
+        type_id = next((k for k, v in DTYPES.items() if _np(v) == np.dtype(dtype)), None)
         if type_id is None:
             raise WeightError(f"{path}: variable {name!r}: dtype {a.dtype} has no CTranslate2 id")
         out += [string(name), struct.pack("<B", a.ndim), *(struct.pack("<I", d) for d in a.shape),

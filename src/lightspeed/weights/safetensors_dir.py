@@ -16,16 +16,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from .. import dtypes as ldt
 from .errors import WeightError
 
 __all__ = ["read_safetensors", "hf_dir_files", "index_weight_map", "read_json", "parse_json"]
 
+# bfloat16 and float8 as lightspeed dtypes: their numpy types (ml_dtypes, ~1 s to import) are made
+# only when a file holds one
 _DTYPES: dict[str, Any] = {
-    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype(ml_dtypes.bfloat16),
-    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn), "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": ldt.bfloat16,
+    "F8_E4M3": ldt.float8_e4m3, "F8_E5M2": ldt.float8_e5m2,
     "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
     "U8": np.dtype("u1"), "BOOL": np.dtype("?"),
 }
@@ -210,6 +212,7 @@ def read_safetensors(path: Path, on_bytes: Callable[[int], None] | None = None) 
         out: dict[str, np.ndarray] = {}
         for name, dtype_name, shape, begin, end in entries:
             dt = _DTYPES[dtype_name]
+            dt = dt.np if isinstance(dt, ldt.DType) else dt
             a = np.frombuffer(mm, dtype=dt, count=(end - begin) // dt.itemsize, offset=base + begin).reshape(shape)
             out[name] = a.astype(np.float32) if dtype_name in _FLOATS else a.copy()
             del a  # release the view so the mapping can close
