@@ -159,3 +159,95 @@ def test_fresh_processes_measure_the_same_candidate_list():
 def test_ten_fresh_processes_measure_the_same_candidate_list():
     lists = _candidate_lists(10)
     assert len(set(lists)) == 1, lists
+
+
+# ---------------------------------------------------------------------- compile time (issue 14)
+def _mlp_graph() -> ls.Graph:
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 16)), g.input("w", (16, 8))
+    g.output("y", (x @ w).silu())
+    return g
+
+
+def test_a_cached_decision_makes_no_profiling_inputs_and_measures_nothing(tmp_path, monkeypatch):
+    from lightspeed import search
+
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    opts = ls.SearchOptions(budget=3, seed=0, roll=False)
+    first = _mlp_graph().compile(backend="cpu", search=opts)
+
+    def forbidden(*a, **k):
+        raise AssertionError("a cached decision must not make profiling inputs or measure")
+
+    monkeypatch.setattr(search, "representative_inputs", forbidden)
+    monkeypatch.setattr(search, "measure", forbidden)
+    second = _mlp_graph().compile(backend="cpu", search=opts)
+    rep = second.search_report
+    assert rep.egraph_cached and rep.decision_cached and rep.program_text == first.search_report.program_text
+    assert "profile" not in rep.phases and {"load", "index", "extract", "lower"} <= set(rep.phases)
+    xa = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
+    wa = np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32)
+    z = xa.astype(np.float64) @ wa
+    np.testing.assert_allclose(second(x=xa, w=wa)["y"], z / (1 + np.exp(-z)), rtol=1e-5, atol=1e-6)
+
+
+def test_profiling_inputs_have_the_graph_dtypes_and_are_made_once_per_session():
+    from lightspeed import search
+
+    g = ls.Graph()
+    g.input("h", ("s", 8), ls.float16)
+    g.input("ids", ("s",), ls.int64)
+    g.input("m", ("s", "s"), ls.bool_)
+    g.input("emb", (3000, 600))  # 1.8M floats: more than one pool (search._POOL)
+    with search.session():
+        a = search.representative_inputs(g, {"s": 5}, seed=0)
+        b = search.representative_inputs(g, {"s": 5}, seed=0)
+        assert all(a[k] is b[k] for k in a)  # made once, shared by every search in the session
+    assert {k: (v.dtype, v.shape) for k, v in a.items()} == {
+        "h": (np.float16, (5, 8)), "ids": (np.int64, (5,)), "m": (np.bool_, (5, 5)), "emb": (np.float32, (3000, 600))}
+    assert not a["ids"].any() and not a["m"].any()  # zeros: a valid index for every gather
+    flat = a["emb"].reshape(-1)
+    n = search._POOL
+    # a seeded standard-normal pool, repeated over the larger array
+    np.testing.assert_array_equal(flat[:n], np.random.default_rng([0, 3000, 600]).standard_normal(n, np.float32))
+    np.testing.assert_array_equal(flat[n:2 * n], flat[:n][:flat.size - n])
+    assert abs(float(flat[:n].std()) - 1) < 0.01
+    with search.session():  # the first session's arrays were freed when it ended
+        assert search.representative_inputs(g, {"s": 5}, seed=0)["emb"] is not a["emb"]
+
+
+def test_a_candidate_far_slower_than_the_best_gets_one_timed_run():
+    from lightspeed import search
+
+    class Stub:
+        calls: list[int] = []
+
+        def lower(self, graph, lprog):
+            return lambda inputs, dims: {"y": np.zeros((2, 8), np.float32)}
+
+        def time(self, prog, inputs, dims, repeats):
+            self.calls.append(repeats)
+            return 1.0
+
+    g = _mlp_graph()
+    stub = Stub()
+    _, sec = search.measure(g, stub, None, {}, {"s": 2}, repeats=3, cutoff=0.2)
+    assert sec == 1.0 and stub.calls == [1]  # 5x the best so far: no more runs
+    _, sec = search.measure(g, stub, None, {}, {"s": 2}, repeats=3, cutoff=4.0)
+    assert stub.calls == [1, 1, 2]  # within the cutoff: all its repeats
+
+
+def test_progress_goes_to_the_session_and_is_silent_off_a_terminal(tmp_path, monkeypatch, capsys):
+    from lightspeed import search
+
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    opts = ls.SearchOptions(budget=3, seed=0, roll=False)
+    _mlp_graph().compile(backend="cpu", search=opts)  # stderr is no terminal here: nothing printed
+    assert capsys.readouterr().err == ""
+    said: list[str] = []
+    g = _mlp_graph()
+    g.output("z", g.input("v", ("s", 8)).exp())  # another graph: saturated and measured afresh
+    with search.session(say=said.append):
+        g.compile(backend="cpu", search=opts)
+    assert said[0].startswith("saturating the e-graph") and "candidate 1/3 (greedy)" in said[1]
+    assert any("(default)" in m for m in said) and capsys.readouterr().err == ""

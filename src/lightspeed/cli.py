@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # numpy is imported where it is used: `lightspeed --help`, `m
     import numpy as np
 
 __all__ = ["main", "ByteTokenizer", "RANDOM_CONFIGS", "random_weights", "TextModel", "load_text_model",
-           "encode_prompt", "compile_generator", "resolve_family", "timing_line"]
+           "encode_prompt", "compile_generator", "resolve_family", "timing_line", "phase_line"]
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -115,10 +115,9 @@ def _backend(name: str) -> str:
 
 # options that only the text decoders read: whisper refuses them instead of silently ignoring them
 _TEXT_ONLY = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-              "repetition_penalty": "--repetition-penalty", "seed": "--seed", "search_budget": "--search-budget",
-              "system": "--system", "chat": "--chat/--no-chat"}
-_TEXT_DEFAULTS = {"temperature": 0.0, "repetition_penalty": 1.0, "seed": 0, "search_budget": 3,
-                  "system": None}  # system: filled with DEFAULT_SYSTEM below
+              "repetition_penalty": "--repetition-penalty", "system": "--system", "chat": "--chat/--no-chat"}
+_TEXT_DEFAULTS = {"temperature": 0.0, "repetition_penalty": 1.0, "system": None}  # system: DEFAULT_SYSTEM below
+_SEARCH_DEFAULTS = {"seed": 0, "search_budget": 3}  # every family's compile reads these
 
 
 # ---------------------------------------------------------------------- families and their weights
@@ -408,19 +407,60 @@ def encode_prompt(tm: TextModel, prompt: str, chat: bool | None = None, system: 
 
 
 def compile_generator(tm: TextModel, backend: str = "cpu", search: Any = None,
-                      say: Callable[..., None] | None = _say) -> Any:
+                      say: Callable[..., None] | None = _say, verbose: bool = False) -> Any:
     """A :class:`lightspeed.models.generate.Generator` for ``tm``, compiling prefill and decode one at a
-    time with a line each (Generator then finds both in the in-process program cache)."""
+    time with a line each (Generator then finds both in the in-process program cache); on a terminal
+    the line says what the compile is doing, ``verbose`` adds each program's compile phases."""
+    from lightspeed import search as ls_search
     from lightspeed.models.generate import Generator, compile_model
 
-    for mode in ("prefill", "decode"):
-        if say is not None:
-            say(f"compiling {mode} for {backend} ...", end=" ")
-        t0 = time.perf_counter()
-        compile_model(tm.model, mode, backend, search)
-        if say is not None:
-            say(f"done in {time.perf_counter() - t0:.1f} s")
-    return Generator(tm.model, tm.tensors, backend=backend, search=search)
+    with ls_search.session():  # prefill and decode share profiling inputs (the embedding, the head)
+        for mode in ("prefill", "decode"):
+            t0 = time.perf_counter()
+            with _compiling(f"compiling {mode} for {backend} ...", say, verbose):
+                prog = compile_model(tm.model, mode, backend, search)
+            if say is not None:
+                _done(f"compiling {mode} for {backend} ...", time.perf_counter() - t0, say, verbose)
+                if verbose:
+                    say(phase_line(mode, prog))
+    t0 = time.perf_counter()
+    gen = Generator(tm.model, tm.tensors, backend=backend, search=search)
+    if say is not None and verbose:
+        say(f"  weights checked and made resident in {time.perf_counter() - t0:.2f} s")
+    return gen
+
+
+def _compiling(what: str, say: Callable[..., None] | None, verbose: bool) -> Any:
+    """A search session whose progress messages redraw ``what``'s line on a terminal, or (verbose,
+    not a terminal) are printed one per line; otherwise silent."""
+    from lightspeed import search as ls_search
+
+    if say is None:
+        return ls_search.session()
+    if sys.stderr.isatty():
+        say(what, end=" ")
+        return ls_search.session(say=lambda msg: say(f"\r\x1b[K{what} {msg}", end=""))
+    say(what, end="\n" if verbose else " ")
+    return ls_search.session(say=(lambda msg: say(f"  {msg}")) if verbose else None)
+
+
+def _done(what: str, seconds: float, say: Callable[..., None], verbose: bool, extra: str = "") -> None:
+    done = f"done in {seconds:.1f} s{extra}"
+    say(f"\r\x1b[K{what} {done}" if sys.stderr.isatty() else f"{what} {done}" if verbose else done)
+
+
+def phase_line(name: str, prog: Any) -> str:
+    """``  name: total = phase s, ...`` from a compiled program's search report (what ``--verbose``
+    prints per program): build, roll, encode, saturate/serialize or load (the e-graph from the cache),
+    index, extract, profile (measuring candidates), lower (kernel preparation)."""
+    rep = getattr(prog, "search_report", None)
+    if rep is None:
+        return f"  {name}: no search report"
+    phases = {k: v for k, v in rep.phases.items() if v >= 0.0005 or k == "build"}
+    cached = ("e-graphs " + ("from the cache" if rep.egraph_cached else "saturated") + ", decisions "
+              + ("from the cache" if rep.decision_cached else "measured"))
+    return (f"  {name}: {sum(rep.phases.values()):.2f} s = "
+            + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()) + f" ({cached})")
 
 
 def timing_line(ttft_s: float, tpot_s: float, tokens_per_s: float) -> str:
@@ -435,7 +475,7 @@ def _run_text(args: argparse.Namespace, family: str) -> int:
     ids = encode_prompt(tm, args.prompt, args.chat, args.system)
     search = ls.SearchOptions(budget=args.search_budget, seed=args.seed)
     t0 = time.perf_counter()
-    gen = compile_generator(tm, args.backend, search)
+    gen = compile_generator(tm, args.backend, search, verbose=args.verbose)
     t_compile = time.perf_counter() - t0
     tok = tm.tokenizer
     stream = tok.stream_decoder(skip_special=True)
@@ -472,13 +512,20 @@ def _run_whisper(args: argparse.Namespace) -> int:
     from lightspeed.models.audio import read_wav
 
     read_wav(audio)  # an unreadable file fails now (AudioError), not after the model is loaded and compiled
+    from lightspeed.search import SearchOptions
+
     model_dir = whisper.find_model_dir(args.weights)  # fetches the default (saying so) on first use
-    _say(f"loading Whisper from {model_dir} and compiling encoder, prefill and decode for {args.backend} ...", end=" ")
+    search = SearchOptions(budget=args.search_budget, seed=args.seed, repeats=1)
+    what = f"loading Whisper from {model_dir} and compiling encoder, prefill and decode for {args.backend} ..."
     t0 = time.perf_counter()
-    model, _ = whisper._cached_model(str(model_dir), args.backend)  # transcribe() below finds it in this cache
-    _say(f"done in {time.perf_counter() - t0:.1f} s (compile {model.compile_s:.1f} s)")
+    with _compiling(what, _say, args.verbose):
+        model, _ = whisper._cached_model(str(model_dir), args.backend, search)  # transcribe() below finds it
+    _done(what, time.perf_counter() - t0, _say, args.verbose, f" (compile {model.compile_s:.1f} s)")
+    if args.verbose:
+        for name in ("encoder", "prefill", "decode"):
+            _say(phase_line(name, getattr(model, name)))
     text, t = whisper.transcribe(audio, backend=args.backend, model_dir=model_dir,
-                                 max_new_tokens=args.max_tokens or DEFAULT_MAX_TOKENS[WHISPER])
+                                 max_new_tokens=args.max_tokens or DEFAULT_MAX_TOKENS[WHISPER], search=search)
     print(text, flush=True)
     windows = max(1, math.ceil(t["audio_seconds"] / 30.0))
     # time to the first token of a window: log-mel, encoder, and the decoder's prompt step (whose
@@ -515,12 +562,15 @@ def _run(args: argparse.Namespace) -> int:
         if given:
             _err(f"lightspeed run whisper: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for the text "
                  f"models; whisper decodes greedily with its own prompt (options: --weights, --backend, "
-                 f"--max-tokens)")
+                 f"--max-tokens, --search-budget, --seed, --verbose)")
             return 2
     else:
         for key, default in _TEXT_DEFAULTS.items():
             if getattr(args, key) is None:
                 setattr(args, key, DEFAULT_SYSTEM if key == "system" else default)
+    for key, default in _SEARCH_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, default)
     if args.weights is not None and not Path(args.weights).exists():
         _err(f"lightspeed run {args.model}: --weights {args.weights}: no such file or directory")
         return 2
@@ -567,7 +617,9 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"tokens to generate, >= 1 (default {DEFAULT_MAX_TOKENS['text']}; whisper "
                    f"{DEFAULT_MAX_TOKENS[WHISPER]} per 30 s window)")
     r.add_argument("--search-budget", type=_number(int, 1), default=None,
-                   help="candidates the cpu search measures, >= 1 (default 3)")
+                   help="candidates the search measures per compiled part, >= 1 (default 3; every family)")
+    r.add_argument("-v", "--verbose", action="store_true",
+                   help="print each program's compile phases and the search's progress")
     r.add_argument("--seed", type=_number(int, 0), default=None,
                    help="sampling, search and --random weights seed, >= 0 (default 0)")
     r.add_argument("--temperature", type=_number(float, 0), default=None, help=">= 0; 0 = greedy (default)")

@@ -306,3 +306,16 @@ def test_transcribe_espeak_recording(tmp_path):
     print(f"\ntranscript: {text!r}\ntimings: {timings}")
     assert "what your country can do for you" in text.lower().replace(",", "")
     assert timings["tokens"] > 10 and timings["encode_s"] > 0
+
+
+def _search_reports(prog):
+    if hasattr(prog, "parts"):  # a rolled program: its prelude, template and epilogue
+        return [r for _, p in prog.parts for r in _search_reports(p)]
+    return [prog.search_report]
+
+
+def test_the_search_budget_bounds_every_search(small_cpu):
+    """Whisper's searches take the options they are given (budget 2 here), like every family's."""
+    for prog in (small_cpu.encoder, small_cpu.prefill, small_cpu.decode):
+        reports = _search_reports(prog)
+        assert reports and all(1 <= len(r.candidates) <= SEARCH.budget for r in reports)

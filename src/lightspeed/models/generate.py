@@ -31,7 +31,7 @@ from ..search import SearchOptions
 from .base import DecoderLM
 
 __all__ = ["Generator", "GenerationResult", "generate", "apply_repetition_penalty", "top_k_mask", "top_p_mask",
-           "process_logits", "sample_token", "compile_model"]
+           "process_logits", "sample_token", "compile_model", "record_build"]
 
 
 # ---------------------------------------------------------------------- samplers (pure numpy)
@@ -127,10 +127,20 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
     key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts))
     prog = _PROGRAMS.get(key)
     if prog is None:
+        t0 = time.perf_counter()
         g = model.build_graph(mode, all_logits)
+        built = time.perf_counter() - t0
         prog = g.compile(backend=backend, search=opts)
+        record_build(prog, built)
         _PROGRAMS[key] = prog
     return prog
+
+
+def record_build(prog: Program, seconds: float) -> None:
+    """Put the graph's build time first among the phases its search report shows (``--verbose``)."""
+    rep = getattr(prog, "search_report", None)
+    if rep is not None:
+        rep.phases = {"build": seconds, **rep.phases}
 
 
 # ---------------------------------------------------------------------- generation

@@ -39,6 +39,7 @@ from .. import hl
 from ..errors import LightspeedError
 from ..graph import Graph, GraphTensor
 from ..search import SearchOptions
+from .generate import record_build
 
 __all__ = ["WhisperConfig", "WhisperModel", "WhisperDecoderState", "build_encoder_graph", "build_decoder_graph",
            "param_shapes", "prompt_tokens", "greedy_decode", "transcribe", "load_model", "find_model_dir"]
@@ -294,13 +295,16 @@ def _compile(g_fn: Any, cfg: WhisperConfig, kind: str, backend: str, search: Sea
     arch = tuple(sorted(param_shapes(cfg).items()))
     key = (arch, cfg.encoder_attention_heads, cfg.decoder_attention_heads, backend, repr(search), kind)
     if key not in _PROGRAMS:
+        t0 = time.perf_counter()
         g = g_fn()
+        built = time.perf_counter() - t0
         opts = search if search is not None else SearchOptions(budget=4, seed=0, repeats=1)
         if opts.dims is None:  # within the position tables: they are read with narrow views
             limit = {"t": cfg.max_source_positions, "s": cfg.max_target_positions // 2,
                      "p": cfg.max_target_positions // 2}
             opts = dataclasses.replace(opts, dims={k: min(v, limit[k]) for k, v in PROFILE_DIMS[kind].items()})
         _PROGRAMS[key] = g.compile(backend=backend, search=opts)
+        record_build(_PROGRAMS[key], built)
     return _PROGRAMS[key]
 
 
@@ -486,7 +490,7 @@ def load_model(path: str | Path | None = None, backend: str = "cpu",
 
 
 def transcribe(path_to_wav: str | Path, backend: str = "cpu", model_dir: str | Path | None = None,
-               max_new_tokens: int = 224) -> tuple[str, dict[str, float]]:
+               max_new_tokens: int = 224, search: SearchOptions | None = None) -> tuple[str, dict[str, float]]:
     """Text of an English WAV file (greedy, no timestamps) and timings.
 
     Timings (seconds unless named otherwise): ``load_s`` (weights, tokenizer and compilation; 0 once
@@ -500,7 +504,7 @@ def transcribe(path_to_wav: str | Path, backend: str = "cpu", model_dir: str | P
 
     t_all = time.perf_counter()
     t0 = time.perf_counter()
-    model, tok = _cached_model(model_dir, backend)
+    model, tok = _cached_model(model_dir, backend, search)
     timings: dict[str, float] = {"load_s": time.perf_counter() - t0, "compile_s": model.compile_s}
     t0 = time.perf_counter()
     audio = load_audio(path_to_wav)
@@ -528,8 +532,9 @@ def transcribe(path_to_wav: str | Path, backend: str = "cpu", model_dir: str | P
 _MODELS: dict[tuple, tuple[WhisperModel, Any]] = {}
 
 
-def _cached_model(model_dir: str | Path | None, backend: str) -> tuple[WhisperModel, Any]:
-    key = (str(find_model_dir(model_dir)), backend)
+def _cached_model(model_dir: str | Path | None, backend: str, search: SearchOptions | None = None
+                  ) -> tuple[WhisperModel, Any]:
+    key = (str(find_model_dir(model_dir)), backend, repr(search))
     if key not in _MODELS:
-        _MODELS[key] = load_model(key[0], backend=backend)
+        _MODELS[key] = load_model(key[0], backend=backend, search=search)
     return _MODELS[key]
