@@ -1,49 +1,34 @@
 """lightspeed: a deep-learning inference compiler.
 
 A model becomes a lazy graph of 15 primitive ops with symbolic shapes; backends compile and run
-it.  Start with :class:`Graph`; see README.md for a tour.
-
-The public names below are loaded on first use (PEP 562), so that ``import lightspeed.cli``
-(``lightspeed --help``, ``models``, ``fetch``) does not pay for numpy, the op library or egglog.
+it.  Start with :class:`Graph`; see README.md for a tour.  Public names load on first use (PEP 562):
+``import lightspeed.cli`` (``lightspeed --help``) pays for no numpy, op library or egglog.
 """
 
 from __future__ import annotations
 
-import importlib as _importlib
+import importlib as _il
 import sys as _sys
-from typing import Any as _Any
 
 __version__ = "0.1.0"
-
-# public name -> the module it comes from; the high-level op functions (ls.softmax, ...) come from hl
-_FROM = {
-    **dict.fromkeys(["DType", "ALL_DTYPES", "float64", "float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2",
-                     "int64", "int32", "int16", "int8", "uint8", "bool_", "promote_types", "result_type"], "dtypes"),
-    **dict.fromkeys(["LightspeedError", "ShapeError", "DTypeError", "InputError", "UnsupportedError"], "errors"),
-    "Graph": "graph", "GraphTensor": "graph", "Program": "program", "SearchOptions": "search",
-    "Expr": "symbolic", "sym": "symbolic", "const": "symbolic",
-}
+_FROM = {**dict.fromkeys("DType ALL_DTYPES float64 float32 float16 bfloat16 float8_e4m3 float8_e5m2 int64 int32 int16 "
+                         "int8 uint8 bool_ promote_types result_type".split(), "dtypes"),
+         **dict.fromkeys("LightspeedError ShapeError DTypeError InputError UnsupportedError".split(), "errors"),
+         "Graph": "graph", "GraphTensor": "graph", "Program": "program", "SearchOptions": "search",
+         "Expr": "symbolic", "sym": "symbolic", "const": "symbolic"}  # the op functions (ls.softmax) come from hl
 
 
-def _load() -> None:
-    """Import the public API (the op library registers the GraphTensor methods) into this module."""
-    if "__all__" in globals():
-        return
-    hl = _importlib.import_module(".hl", __name__)
-    for name, mod in _FROM.items():
-        globals()[name] = getattr(_importlib.import_module(f".{mod}", __name__), name)
-    globals().update({n: getattr(hl, n) for n in hl.__all__})
-    globals()["__all__"] = [*_FROM, *hl.__all__]
-
-
-def __getattr__(name: str) -> _Any:
+def __getattr__(name: str) -> object:
     if name.startswith("__") and name != "__all__":
         raise AttributeError(name)
-    _load()
+    if "__all__" not in globals():  # the first use: the op library registers the GraphTensor methods
+        hl = _il.import_module(".hl", __name__)
+        globals().update({n: getattr(_il.import_module(f".{m}", __name__), n) for n, m in _FROM.items()},
+                         **{n: getattr(hl, n) for n in hl.__all__}, __all__=[*_FROM, *hl.__all__])
     if name in globals():
         return globals()[name]
     try:  # a submodule (lightspeed.search, ...) not imported yet
-        return _importlib.import_module(f".{name}", __name__)
+        return _il.import_module(f".{name}", __name__)
     except ModuleNotFoundError as e:
         if e.name != f"{__name__}.{name}":
             raise
@@ -51,7 +36,7 @@ def __getattr__(name: str) -> _Any:
 
 
 def __dir__() -> list[str]:
-    _load()
+    __getattr__("__all__")
     return sorted(globals())
 
 

@@ -1,27 +1,15 @@
 """Loop rolling: a model of N identical layers is saturated and searched once, not N times.
 
-A model written as a loop over layers leaves a periodic run in the graph's node list, because
-nodes are appended in creation order.  :func:`find_repeated_blocks` finds that run and verifies it
-exactly; :func:`compile_rolled` cuts the graph into up to three parts (a prelude, one block
-template, an epilogue), compiles each with the backend and returns a :class:`RolledProgram` that
-runs the template once per block.  Nothing is annotated by the user and input names play no part.
-
-What the detection looks at (the *sequence*): the reachable compute and Output nodes in id order.
-Input nodes are left out (a block reads them like any other value from outside: a weight declared
-in the loop and one declared before it look the same), and so are *shared* nodes: those computed
-from no input at all (constants, iotas, masks and rope tables made from them).  Hash-consing makes
-a shared node appear once, inside the first layer that builds it; leaving it out of the sequence
-keeps layer 0 identical to the others, and each part rebuilds the shared nodes it reads (so the
-e-graph still sees constants and masks as what they are, at the price of computing an iota-made
-mask or rope table once per block instead of once).
-
-Blocks are isomorphic when their nodes agree position by position (op, argument, dtype, shape,
-the views they read through) and each operand is the same block-local node, the same shared node,
-or the same *boundary* slot: boundary slots number the outside values a block reads (the previous
-block's output, a weight, a prelude value) by first use, with the value's shape and dtype.
-
-Costs of rolling: values cross part boundaries as full tensors (no fusion across a layer
-boundary), and each block is one call of the template program.
+A loop over layers leaves a periodic run in the node list (nodes are appended in creation order).
+:func:`find_repeated_blocks` finds it in the *sequence* (reachable compute and Output nodes in id
+order; inputs and *shared* nodes, those computed from no input such as masks and rope tables, are
+left out, so that layer 0, where hash-consing puts them, looks like the others) and verifies it
+exactly: nodes agree position by position (op, argument, dtype, shape, views) and each operand is
+the same block-local node, shared node or *boundary* slot (outside values numbered by first use).
+:func:`compile_rolled` cuts the graph into a prelude, one block template and an epilogue (each
+rebuilding the shared nodes it reads), compiles each with the backend, and the backend composes
+them (``Backend.compose_rolled``).  Costs: no fusion across a layer boundary; one template call
+per block.  See docs/architecture.md, "Compile-time rolling".
 """
 
 from __future__ import annotations

@@ -2,19 +2,15 @@
 
 1. :func:`saturate`: encode the graph, run the backend's rulesets (capped), serialise and index
    the e-graph (or load it from the cache).
-2. :func:`candidates`: the programs to try, in an order that depends on the e-graph, the options
-   and the seed only: the primitive-only default, the greedy one (every backend op the rules
-   offered), the fused one, then random draws and mutations of the fused one.
-3. :func:`measure`: lower a candidate with the backend, run it once on representative inputs
-   (made on the backend's device once, only when something is measured), time it through
-   ``backend.time`` (cpu: wall clock; GPU: events).  The three fastest are re-timed in
-   interleaved rounds and the fastest is kept.
+2. :func:`candidates`: the programs to try, a function of the e-graph, the options and the seed
+   only: the primitive-only default, the greedy one, the fused one, then random draws and
+   mutations of the fused one (so the *list* is reproducible; only the choice depends on times).
+3. :func:`measure`: lower a candidate, run it once on representative inputs (made once per shape
+   in a :func:`session`, only when something is measured) and time it through ``backend.time``;
+   one far slower than the best gets a single timed run; the fastest few are re-timed interleaved.
 
-"Deterministic" means: for one graph, backend code, rules, options and seed, the *list* of
-candidates measured is always the same (with ``time_budget``, a prefix of it); only the choice
-among them depends on the measured times.  Decisions are cached by the e-graph's key, the
-device identity and the backend's code hash; a cached decision measures and generates nothing.
-Candidates that crash or produce wrong shapes are rejected, not fatal.
+Decisions are cached by the e-graph's key, the device identity and the backend's code hash; a
+cached decision measures and generates nothing.  Crashing candidates are rejected, not fatal.
 ``LIGHTSPEED_LOG=search`` prints the report, ``LIGHTSPEED_LOG=egraph`` the per-rule statistics.
 """
 
@@ -38,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from . import cache
-from .cache import cache_dir  # noqa: F401  (kept importable from here)
 from .egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, SerializedEGraph, encode_graph, rules_producing
 from .egraph.llir import LProgram, decode_program
 from .egraph.runner import EGGLOG_VERSION
@@ -176,9 +171,8 @@ def progress(opts: SearchOptions, msg: str) -> None:
 
 
 def _representative(shape: tuple[int, ...], dtype: Any, seed: int) -> np.ndarray:
-    """A profiling input of ``dtype``, made once per (shape, dtype, seed) in a session: standard
-    normal floats (a seeded pool repeated over larger arrays), zeros for ints and bools (valid
-    indexes for every gather)."""
+    """Standard normal floats (a seeded pool repeated over larger arrays), zeros for ints and
+    bools (valid indexes for every gather); once per (shape, dtype, seed) in a session."""
     key = (shape, dtype.name, seed)
     hit = _REPRESENTATIVE.pop(key, None)
     if hit is None:
@@ -376,33 +370,11 @@ CUTOFF = 3.0
 
 
 def _measure_order(stream: Iterator[tuple[str, Candidate]]) -> Iterator[tuple[int, str, Candidate]]:
-    """(list index, origin, candidate) in the order to measure them: the primitive-only default
-    after the greedy and fused ones, so that it is cut short (see ``CUTOFF``) instead of timed in
-    full (it is often 10-100x slower); the list itself, and so the report, keeps its order."""
-    head = list(itertools.islice(stream, 3))
-    numbered = list(enumerate(head))
-    for i, (origin, cand) in numbered[1:] + numbered[:1]:
+    """(list index, origin, candidate): the default after greedy and fused, so that it is cut short
+    (see ``CUTOFF``; it is often 10-100x slower) instead of timed in full."""
+    head = list(enumerate(itertools.islice(stream, 3)))
+    for i, (origin, cand) in itertools.chain(head[1:], head[:1], enumerate(stream, start=len(head))):
         yield i, origin, cand
-    for i, (origin, cand) in enumerate(stream, start=len(head)):
-        yield i, origin, cand
-
-
-def _cached_decision(sat: Saturated, decision_key: str, rep: SearchReport) -> LProgram | None:
-    """The program of a cached decision (only its choice is decoded: nothing is measured)."""
-    decided = cache.load(f"search-{decision_key}", validate=cache.decision_validator(sat.ser.nodes))
-    if decided is None:
-        return None
-    t0 = time.perf_counter()
-    by_id = {n.id: n for nodes in sat.index.classes.values() for n in nodes}
-    if not all(nid in by_id for nid in decided["choice"].values()):
-        return None
-    cand = Candidate(sat.index, {c: by_id[nid] for c, nid in decided["choice"].items()})
-    lprog = decode_program(cand, sat.ser, sat.enc.constants, sat.decls)
-    rep.phases["extract"] = time.perf_counter() - t0
-    rep.candidates = [CandidateResult(**c) for c in decided["candidates"]]
-    rep.winner, rep.decision_cached, rep.program_text = decided["winner"], True, str(lprog)
-    rep.program = lprog
-    return lprog
 
 
 def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LProgram, SearchReport]:
@@ -415,9 +387,16 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
     decision_key = cache.digest(SEARCH_VERSION, _SEARCH_SOURCE, sat.key, backend.device(), backend.code_hash(),
                                 repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate,
                                 opts.time_budget, opts.max_memory)
-    lprog = _cached_decision(sat, decision_key, rep)
-    if lprog is not None:
-        return lprog, rep
+    decided = cache.load(f"search-{decision_key}", validate=cache.decision_validator(sat.ser.nodes))
+    by_id = {n.id: n for nodes in sat.index.classes.values() for n in nodes} if decided else {}
+    if decided and all(nid in by_id for nid in decided["choice"].values()):  # only the choice is decoded
+        t0 = time.perf_counter()
+        cand = Candidate(sat.index, {c: by_id[nid] for c, nid in decided["choice"].items()})
+        rep.program = decode_program(cand, sat.ser, sat.enc.constants, sat.decls)
+        rep.phases["extract"] = time.perf_counter() - t0
+        rep.candidates = [CandidateResult(**c) for c in decided["candidates"]]
+        rep.winner, rep.decision_cached, rep.program_text = decided["winner"], True, str(rep.program)
+        return rep.program, rep
 
     t_extract = t_profile = 0.0
     t_start = time.perf_counter()
@@ -467,11 +446,8 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
             first_error = first_error or e
             rep.candidates.append(CandidateResult(i, origin, ops, None, f"{type(e).__name__}: {e}"))
         t_profile += time.perf_counter() - t0
-        if _log("search"):
-            c = rep.candidates[-1]
-            t = f"{c.seconds * 1e3:.3f} ms" if c.seconds is not None else "rejected"
-            print(f"[search] candidate {n_measured}/{opts.budget} {origin}: {t}", file=sys.stderr)
     rep.candidates.sort(key=lambda c: c.index)
+    finalists = [f for f in finalists if f.seconds <= CUTOFF * finalists[0].seconds]  # could still win
     if len(finalists) > 1:
         # a load spike during one candidate's runs can crown the wrong one (and the decision is
         # cached): re-time the three fastest in interleaved rounds and keep the best of all rounds
@@ -533,21 +509,16 @@ class BucketedProgram(Program):
         return self
 
 
-def compile_searched(graph: Graph, backend: Any, opts: SearchOptions) -> Program:
-    """Search once, or once per dim bucket (profiling each bucket at a value inside it)."""
-    with session():
-        return _compile_searched(graph, backend, opts)
-
-
 def _lower(graph: Graph, backend: Any, lprog: LProgram, rep: SearchReport) -> Program:
-    t0 = time.perf_counter()
-    rep.phases["lower"] = 0.0  # set before lowering: a backend may copy the report's phases
+    t0, rep.phases["lower"] = time.perf_counter(), 0.0  # set first: a backend may copy the phases
     prog = backend.lower(graph, lprog, rep)
     rep.phases["lower"] = time.perf_counter() - t0  # kernel preparation
     return prog
 
 
-def _compile_searched(graph: Graph, backend: Any, opts: SearchOptions) -> Program:
+@session()  # the buckets share profiling inputs
+def compile_searched(graph: Graph, backend: Any, opts: SearchOptions) -> Program:
+    """Search once, or once per dim bucket (profiling each bucket at a value inside it)."""
     if not opts.dim_buckets:
         lprog, rep = search_program(graph, backend, opts)
         return _lower(graph, backend, lprog, rep)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from .symbolic import INDEX_VAR, Expr, ExprLike, as_expr, const, prod, smax, smin, sym
 
@@ -28,7 +28,8 @@ __all__ = ["View", "ShapeTracker", "contiguous_strides"]
 Shape = tuple[Expr, ...]
 
 
-def contiguous_strides(shape: Sequence[Expr]) -> Shape:
+@lru_cache(maxsize=8192)  # interned Exprs: a model asks for the same few shapes thousands of times
+def contiguous_strides(shape: Shape) -> Shape:
     out: list[Expr] = []
     acc = const(1)
     for d in reversed(shape):

@@ -76,9 +76,6 @@ class SerializedEGraph:
     class_data: dict[str, dict]
     root_eclasses: list[str]
 
-    def eclass_of(self, node_id: str) -> str:
-        return self.nodes[node_id]["eclass"]
-
 
 def _report_stats(outputs: list[Any], stats: RunStats) -> None:
     for out in outputs:
