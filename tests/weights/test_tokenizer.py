@@ -234,3 +234,25 @@ def test_bad_inputs(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(WeightError, match=r"tokenizer\.json: cannot read tokenizer"):
         Tokenizer.from_file(bad)
+
+
+def test_derived_merges_are_cached_by_vocabulary(tmp_path, monkeypatch):
+    """Merges derived from a vocabulary without a merge list (hand-ranked here) are kept in the
+    compile cache: a second derivation reads them back; another vocabulary or a damaged entry
+    derives them again."""
+    from lightspeed.weights import tokenizer as T
+
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    tokens = ["a", "b", "c", "ab", "bc", "abc", "ca"]
+    want = [("a", "b"), ("b", "c"), ("ab", "c"), ("a", "bc"), ("c", "a")]  # by merged rank, longer left first
+    assert T._derived_merges(tokens, range(len(tokens))) == want
+    derived = T._merge_ids
+    monkeypatch.setattr(T, "_merge_ids", lambda *a: pytest.fail("derived again"))
+    assert T._derived_merges(tokens, range(len(tokens))) == want
+    monkeypatch.setattr(T, "_merge_ids", derived)
+    # priorities are part of the key: reversed ranks reverse the order of the merges
+    assert T._derived_merges(tokens, [-float(i) for i in range(len(tokens))]) == [
+        ("c", "a"), ("ab", "c"), ("a", "bc"), ("b", "c"), ("a", "b")]
+    for f in tmp_path.glob("merges-*.json"):
+        f.write_bytes(f.read_bytes()[:-3])
+    assert T._derived_merges(tokens, range(len(tokens))) == want

@@ -95,6 +95,22 @@ class _Cursor:
         start = self.take(n)  # checks n against the bytes left before copying anything
         return bytes(self.buf[start:start + n]).decode("utf-8")
 
+    def strings(self, count: int) -> list[str]:
+        """``count`` strings, as ``string()`` reads them (the same checks), without its per-call cost."""
+        buf, pos, size, out = self.buf, self.pos, self.size, []
+        length = struct.Struct("<Q").unpack_from
+        for _ in range(count):
+            if pos + 8 > size:
+                raise _Truncated
+            n = length(buf, pos)[0]
+            pos += 8
+            if pos + n > size:
+                raise _Truncated
+            out.append(bytes(buf[pos:pos + n]).decode("utf-8"))
+            pos += n
+        self.pos = pos
+        return out
+
 
 class _Corrupt(Exception):
     """A header value that cannot be right (internal; becomes a WeightError naming where it was read)."""
@@ -280,6 +296,8 @@ class GGUFFile:
             if count * 8 > cur.left():  # each string has at least its 8-byte length
                 raise WeightError(f"{self.path}: corrupt GGUF file: metadata key {key!r} declares {count} strings, "
                                   f"more than the {cur.left()} bytes left can hold")
+            if etype == GGUFValueType.STRING:  # a vocabulary: 10^5 strings, read in one tight loop
+                return cur.strings(count)
             return [self._value(cur, etype_raw, key, in_array=True) for _ in range(count)]
         raise WeightError(f"{self.path}: metadata key {key!r} has unhandled value type {vtype.name}")
 
