@@ -179,7 +179,12 @@ def _representative(shape: tuple[int, ...], dtype: Any, seed: int) -> np.ndarray
         if dtype.is_float:
             n = math.prod(shape)
             pool = np.random.default_rng([seed, *shape]).standard_normal(min(n, _POOL), np.float32).astype(dtype.np)
-            hit = np.resize(pool, shape)
+            hit = np.empty(n, dtype.np)  # one write pass (np.resize makes a concatenated copy first)
+            if n:
+                k = n // pool.size * pool.size
+                hit[:k].reshape(-1, pool.size)[:] = pool
+                hit[k:] = pool[:n - k]
+            hit = hit.reshape(shape)
         else:
             hit = np.zeros(shape, dtype=dtype.np)
         while _REPRESENTATIVE and sum(a.nbytes for a in _REPRESENTATIVE.values()) + hit.nbytes > _REPRESENTATIVE_BYTES:
