@@ -62,12 +62,21 @@ def _to_torch(a: np.ndarray) -> Any:
 
 
 def same_memory(a: Any, b: Any) -> bool:
-    """Whether two host arrays are the same elements (an in-place kernel returned its input)."""
+    """Whether two arrays (host, or device ones with a ``ptr``) are the same elements."""
     if a is b:
         return True
+    pa, pb = getattr(a, "ptr", None), getattr(b, "ptr", None)
+    if pa is not None or pb is not None:
+        return pa == pb and tuple(a.shape) == tuple(b.shape) and a.dtype == b.dtype
     ia, ib = getattr(a, "__array_interface__", None), getattr(b, "__array_interface__", None)
     return ia is not None and ib is not None and ia["data"] == ib["data"] and a.shape == b.shape and \
         a.dtype == b.dtype and ia.get("strides") == ib.get("strides")
+
+
+def writable_contiguous(a: Any) -> bool:
+    """A writable C-contiguous host array, or a device array (always row-major)."""
+    flags = getattr(a, "flags", None)
+    return flags is None or (flags.c_contiguous and flags.writeable)
 
 
 def fill_out(res: dict[str, np.ndarray], out: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
@@ -96,9 +105,26 @@ class Program:
         self.output_aliases: dict[str, str] = dict(graph.output_aliases)  # output -> input written in place
         self._aliased_inputs = frozenset(self.output_aliases.values())
 
-    def to_device(self, array: np.ndarray) -> Any:
-        """A checked host input as the backend's array type (host backends: unchanged)."""
+    # the four hooks a device backend overrides (host backends: numpy all the way)
+    def to_device(self, array: Any) -> Any:
+        """A checked input (as :meth:`as_array` gave it) as the backend's array type."""
         return array
+
+    def as_array(self, value: Any, what: str) -> Any:
+        """A caller's value as an array with a checkable ``shape``/``dtype`` (device arrays stay)."""
+        return to_numpy(value, what)
+
+    def store_back(self, user: Any, array: Any) -> None:
+        """Write ``array`` into the caller's ``user`` value (aliased inputs, ``out=``) unless same memory."""
+        dest = to_numpy(user, "aliased input")
+        if not same_memory(dest, array):
+            np.copyto(dest, array)
+
+    def deliver(self, res: dict[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Results as the caller's kind: torch tensors when any input was one."""
+        if any(_is_torch(v) for v in inputs.values()):
+            res = {k: v if _is_torch(v) else _to_torch(v) for k, v in res.items()}
+        return res
 
     def persist(self, inputs: Mapping[str, Any] | None = None, /, **named: Any) -> Program:
         """A program with these inputs resident (checked and moved to the device once): its calls
@@ -169,13 +195,13 @@ class Program:
         # a partial check (calls with resident inputs) looks at the given inputs only
         for name in (inputs if partial else self.input_args):
             arg = self.input_args[name]
-            a = to_numpy(inputs[name], f"input {name!r}")
+            a = self.as_array(inputs[name], f"input {name!r}")
             want = arg.dtype
             if a.dtype != want.np:
                 mod = "ml_dtypes" if want.np.kind == "V" else "np"  # bfloat16/float8 are ml_dtypes types
                 raise InputError(f"input {name!r}: expected dtype {want.name}, got {a.dtype} "
                                  f"(cast it, e.g. x.astype({mod}.{want.np.name}))")
-            if name in self._aliased_inputs and not (a.flags.c_contiguous and a.flags.writeable):
+            if name in self._aliased_inputs and not writable_contiguous(a):
                 out = next(o for o, i in self.output_aliases.items() if i == name)
                 raise InputError(f"input {name!r} is written in place (output {out!r} aliases it): pass a writable, "
                                  "C-contiguous array")
@@ -221,21 +247,24 @@ class Program:
             unknown = set(out) - set(self.output_names)
             if unknown:
                 raise InputError(f"out: unexpected output(s) {sorted(unknown)}; outputs are {list(self.output_names)}")
-            dest = {k: to_numpy(v, f"out[{k!r}]") for k, v in out.items()}
+            dest = {k: self.as_array(v, f"out[{k!r}]") for k, v in out.items()}
             for k, v in dest.items():
-                if not v.flags.writeable:
+                if not getattr(getattr(v, "flags", None), "writeable", True):
                     raise InputError(f"out[{k!r}] is read-only")
         res = self.execute(arrays, env, dest)
         for o, i in self.output_aliases.items():  # the input holds the output after the call
             target = arrays[i]
             if not same_memory(res[o], target):
-                np.copyto(target, res[o])
+                self.store_back(target, res[o])
+            if i in all_inputs:
+                self.store_back(all_inputs[i], target)
             res[o] = all_inputs[i] if i in all_inputs else target
         if out:
+            for k, v in dest.items():
+                if not same_memory(res[k], v):
+                    self.store_back(out[k], res[k])
             res = {k: out.get(k, v) for k, v in res.items()}
-        if any(_is_torch(v) for v in all_inputs.values()):
-            res = {k: v if _is_torch(v) else _to_torch(v) for k, v in res.items()}
-        return res
+        return self.deliver(res, all_inputs)
 
     def execute(self, arrays: dict[str, Any], dims: dict[str, int],
                 out: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:

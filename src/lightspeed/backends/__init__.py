@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 __all__ = ["register_backend", "get_backend", "available_backends", "default_backend", "registered_backends"]
 
 _REGISTRY: dict[str, Backend] = {}
-_BUILTIN = {"reference": "lightspeed.backends.reference", "cpu": "lightspeed.backends.cpu"}
+_BUILTIN = {"reference": "lightspeed.backends.reference", "cpu": "lightspeed.backends.cpu",
+            "native": "lightspeed.backends.native", "cuda": "lightspeed.backends.cuda"}
 
 
 def register_backend(backend: Backend) -> Backend:

@@ -1,0 +1,750 @@
+"""One C-like renderer for LLIR ops, in two dialects: ``cuda`` (NVRTC) and ``c`` (the host C compiler).
+
+Every op that runs as a generated kernel becomes a :class:`KernelSpec`: a function whose text
+depends only on the op's structure (never on dim values or on where its buffers live), so one
+compiled kernel serves every length and every program that contains the same op.
+
+*The calling convention.*  A kernel takes the program's **table** ``T`` (an array of 64-bit
+words: dim values and buffer addresses, filled by the runtime before each run) and one ``int``
+per dim it reads and per buffer it touches, giving that item's slot in ``T``::
+
+    k_<hash>(const long long* T, int dim_0, ..., int buf_out, int buf_in_0, ...)
+
+so a captured CUDA graph stays valid when dims change or a call passes other input buffers: only
+the table's contents change.
+
+*Work.*  ``KernelSpec.count`` (an expression of the dims) is the number of work items; the
+``cuda`` dialect runs them in a grid-stride loop (so the grid may be sized once, at the dims'
+upper bounds), the ``c`` dialect in a plain loop.  Modes: ``elementwise`` (one item per output
+element), ``warp`` (one warp per output element; the region's top-level reductions are split
+across the warp's lanes and combined with shuffles), ``scatter`` (one item per written element),
+``matmul_dot`` (one warp per output element, the k loop split across lanes: operands contiguous
+along k) and ``matmul_tile`` (a block of 32 outputs of one row, k split across 8 thread rows).
+
+*Numerics.*  Values are computed in a compute type per dtype (float for float32/bfloat16/float16,
+double for float64, int/long long for integers, wrapping like two's complement); float8 and the
+16-bit floats are converted in software / PTX with round-to-nearest-even, so both dialects give the
+same bits.  A region computes bfloat16/float16 in float and rounds once when it stores (the
+reference rounds after every primitive: a fused low-precision region is at least as accurate,
+within the dtype's tolerance); a single primitive rounds exactly like the reference.  Reductions
+accumulate float16/bfloat16 in float, like the reference; their summation order differs from
+numpy's pairwise sums (float32 results agree to ~1e-6 relative).  An index outside a gathered
+tensor reads 0 (the reference raises).
+
+Bounds safety: every load goes through its view's index expression and is guarded by the view's
+validity expression; scatters skip indexes outside the destination.  The conformance suite and
+``compute-sanitizer`` on the GPU check that nothing reads or writes outside a buffer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ... import dtypes as dt
+from ...dtypes import DType
+from ...egraph.llir import LOp, RegionSpace
+from ...errors import LightspeedError
+from ...primitives import PRIMITIVES
+from ...shape import ShapeTracker
+from ...symbolic import INDEX_VAR, Expr, const, prod, sym
+
+__all__ = ["KernelSpec", "render_op", "prelude", "DIALECTS", "kernel_ops"]
+
+DIALECTS = ("cuda", "c")
+WARP = 32
+TILE_N, TILE_K = 32, 8  # matmul_tile: outputs per block row, k slices per block
+
+# ---------------------------------------------------------------------------- types
+_STORAGE = {"float32": "float", "float64": "double", "float16": "unsigned short", "bfloat16": "unsigned short",
+            "float8_e4m3": "unsigned char", "float8_e5m2": "unsigned char", "int8": "signed char",
+            "uint8": "unsigned char", "int16": "short", "int32": "int", "int64": "long long",
+            "bool": "unsigned char"}
+_COMPUTE = {"float32": "float", "float64": "double", "float16": "float", "bfloat16": "float",
+            "float8_e4m3": "float", "float8_e5m2": "float", "int8": "int", "uint8": "unsigned int",
+            "int16": "int", "int32": "int", "int64": "long long", "bool": "int"}
+
+
+def storage_type(d: DType) -> str:
+    return _STORAGE[d.name]
+
+
+def compute_type(d: DType) -> str:
+    return _COMPUTE[d.name]
+
+
+def _load(d: DType, ref: str) -> str:
+    """A stored element as a compute value."""
+    conv = {"float16": "ls_h2f", "bfloat16": "ls_bf2f", "float8_e4m3": "ls_e4m3_to_f",
+            "float8_e5m2": "ls_e5m2_to_f"}.get(d.name)
+    return f"{conv}({ref})" if conv else f"(({compute_type(d)}){ref})"
+
+
+def _store(d: DType, v: str) -> str:
+    """A compute value as the stored element."""
+    if d.name == "float16":
+        return f"ls_f2h((float)({v}))"
+    if d.name == "bfloat16":
+        return f"ls_f2bf((float)({v}))"
+    if d.name == "float8_e4m3":
+        return f"ls_f_to_e4m3((float)({v}))"
+    if d.name == "float8_e5m2":
+        return f"ls_f_to_e5m2((float)({v}))"
+    if d.is_bool:
+        return f"(unsigned char)(({v}) != 0)"
+    return f"({storage_type(d)})({v})"
+
+
+def _cast(v: str, src: DType, to: DType) -> str:
+    """A compute value of ``src`` as a compute value of ``to``, with the reference's semantics."""
+    if src == to:
+        return v
+    if to.is_bool:
+        return f"(int)(({v}) != 0)"
+    if to.is_float:
+        if to.name in ("float16", "bfloat16", "float8_e4m3", "float8_e5m2"):
+            return _load(to, _store(to, f"(float)({v})"))
+        return f"(({compute_type(to)})({v}))"
+    if src.is_float:  # float -> int truncates; NaN gives 0, out-of-range values saturate
+        info = np.iinfo(to.np)
+        lo, hi = _int_literal(int(info.min)), _int_literal(int(info.max))
+        return f"(({compute_type(to)})ls_ftoi((double)({v}), {lo}, {hi}))"
+    return f"(({compute_type(to)})({storage_type(to)})({v}))"  # int -> int wraps
+
+
+def _int_literal(v: int) -> str:
+    if v == -(2 ** 63):
+        return "(-9223372036854775807LL - 1)"
+    if v >= 2 ** 63:
+        return f"{v}ULL"
+    return f"{v}LL"
+
+
+def _literal(value, d: DType) -> str:
+    """A constant as a compute-type literal (bit-exact: floats as hexadecimal literals)."""
+    if d.is_bool:
+        return "1" if bool(value) else "0"
+    if d.is_int:
+        return f"(({compute_type(d)}){_int_literal(int(value))})"
+    f = float(np.asarray(value, dtype=d.np).astype(np.float64))
+    suffix = "" if d.name == "float64" else "f"
+    if math.isnan(f):
+        return "ls_nan()" if suffix else "((double)ls_nan())"
+    if math.isinf(f):
+        s = "ls_inf()" if suffix else "((double)ls_inf())"
+        return s if f > 0 else f"(-{s})"
+    return f"({f.hex()}{suffix})"
+
+
+def _min_value(d: DType) -> str:
+    if d.is_float:
+        return "(-ls_inf())" if d.name != "float64" else "(-(double)ls_inf())"
+    if d.is_bool:
+        return "0"
+    return _literal(int(np.iinfo(d.np).min), d)
+
+
+# ---------------------------------------------------------------------------- the prelude
+_PRELUDE_COMMON = r"""
+#define LS_RESTRICT __restrict__
+static LS_INLINE float ls_inf(void) { return ls_bits_f(0x7f800000u); }
+static LS_INLINE float ls_nan(void) { return ls_bits_f(0x7fc00000u); }
+static LS_INLINE float ls_bf2f(unsigned short h) { return ls_bits_f(((unsigned int)h) << 16); }
+static LS_INLINE unsigned short ls_f2bf(float f) {
+  unsigned int u = ls_f_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  /* NaN stays NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */
+  return (unsigned short)(u >> 16);
+}
+/* float8: decode and round-to-nearest-even encode (e4m3fn: no infinity, NaN 0x7f, max 448, values
+   beyond saturate; e5m2: IEEE-like, overflow to infinity) */
+static LS_INLINE float ls_f8_decode(unsigned int b, int mbits, int bias, int ieee) {
+  unsigned int sign = b & 0x80u, e = (b & 0x7fu) >> mbits, m = b & ((1u << mbits) - 1u);
+  float v;
+  if (ieee && e == (0x7fu >> mbits)) v = m ? ls_nan() : ls_inf();
+  else if (!ieee && (b & 0x7fu) == 0x7fu) v = ls_nan();
+  else if (e == 0) v = ldexpf((float)m, 1 - bias - mbits);
+  else v = ldexpf((float)(m + (1u << mbits)), (int)e - bias - mbits);
+  return sign ? -v : v;
+}
+static LS_INLINE unsigned char ls_f8_encode(float f, int mbits, int bias, int ieee, float maxv) {
+  unsigned int sign = (ls_f_bits(f) >> 24) & 0x80u;
+  float a = fabsf(f);
+  if (a != a) return (unsigned char)(sign | (ieee ? 0x7eu : 0x7fu));
+  if (!ieee && a > maxv) a = maxv;
+  if (a == 0.0f) return (unsigned char)sign;
+  int e; frexpf(a, &e); e -= 1;                       /* a = 1.m * 2^e */
+  if (e < 1 - bias) e = 1 - bias;                     /* subnormal quantum */
+  float r = ldexpf(rintf(ldexpf(a, mbits - e)), e - mbits);
+  if (r > maxv) return (unsigned char)(sign | (ieee ? (0x7fu >> mbits) << mbits : 0x7eu));
+  if (r == 0.0f) return (unsigned char)sign;
+  int e2; frexpf(r, &e2); e2 -= 1;
+  if (e2 < 1 - bias) return (unsigned char)(sign | (unsigned int)ldexpf(r, bias - 1 + mbits));
+  unsigned int m = (unsigned int)ldexpf(r, mbits - e2) - (1u << mbits);
+  return (unsigned char)(sign | ((unsigned int)(e2 + bias) << mbits) | m);
+}
+static LS_INLINE float ls_e4m3_to_f(unsigned char b) { return ls_f8_decode(b, 3, 7, 0); }
+static LS_INLINE float ls_e5m2_to_f(unsigned char b) { return ls_f8_decode(b, 2, 15, 1); }
+static LS_INLINE unsigned char ls_f_to_e4m3(float f) { return ls_f8_encode(f, 3, 7, 0, 448.0f); }
+static LS_INLINE unsigned char ls_f_to_e5m2(float f) { return ls_f8_encode(f, 2, 15, 1, 57344.0f); }
+static LS_INLINE long long ls_ftoi(double v, long long lo, long long hi) {
+  if (v != v) return 0;
+  v = trunc(v);
+  if (v <= (double)lo) return lo;
+  if (v >= (double)hi) return hi;
+  return (long long)v;
+}
+/* Python's floor division and modulo (a divisor of 0 gives 0: only reached for empty shapes) */
+static LS_INLINE long long ls_fdiv(long long a, long long b) {
+  if (b == 0) return 0;
+  long long q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static LS_INLINE long long ls_fmod(long long a, long long b) {
+  if (b == 0) return 0;
+  long long r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static LS_INLINE long long ls_min(long long a, long long b) { return a < b ? a : b; }
+static LS_INLINE long long ls_max(long long a, long long b) { return a > b ? a : b; }
+static LS_INLINE float ls_fmaxn(float a, float b) { return (a != a || a > b) ? a : b; }    /* NaN wins */
+static LS_INLINE double ls_dmaxn(double a, double b) { return (a != a || a > b) ? a : b; }
+"""
+
+_PRELUDE = {
+    "cuda": r"""
+#define LS_INLINE __device__ __forceinline__
+static LS_INLINE float ls_bits_f(unsigned int u) { return __uint_as_float(u); }
+static LS_INLINE unsigned int ls_f_bits(float f) { return __float_as_uint(f); }
+static LS_INLINE float ls_h2f(unsigned short h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+static LS_INLINE unsigned short ls_f2h(float f) {
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+""" + _PRELUDE_COMMON,
+    "c": r"""
+#include <math.h>
+#include <string.h>
+#define __restrict__ restrict
+#define LS_INLINE inline __attribute__((always_inline))
+static LS_INLINE float ls_bits_f(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+static LS_INLINE unsigned int ls_f_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+static LS_INLINE float ls_h2f(unsigned short h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
+static LS_INLINE unsigned short ls_f2h(float f) {
+  _Float16 x = (_Float16)f; unsigned short h; memcpy(&h, &x, 2); return h;
+}
+""" + _PRELUDE_COMMON,
+}
+
+
+def prelude(dialect: str) -> str:
+    return _PRELUDE[dialect]
+
+
+# ---------------------------------------------------------------------------- kernels
+@dataclass(frozen=True)
+class KernelSpec:
+    """A generated kernel: its name (a hash of its text), its text in one dialect, the dims and
+    buffers it takes in parameter order (``buffers``: ``"out"`` for the op's value, an int k for
+    the op's k-th operand), its mode and its work-item count (an expression of the dims)."""
+
+    name: str
+    source: str
+    dims: tuple[str, ...]
+    buffers: tuple[str | int, ...]
+    mode: str
+    count: Expr
+
+
+class _Scope:
+    def __init__(self, parent: _Scope | None):
+        self.parent = parent
+        self.lines: list[str] = []
+        self.memo: dict = {}
+
+    def find(self, key):
+        s = self
+        while s is not None:
+            if key in s.memo:
+                return s.memo[key]
+            s = s.parent
+        return None
+
+
+class _Writer:
+    """Statements of one kernel: dims read from the table, integer expressions with shared
+    temporaries (dims-only ones hoisted into the prologue), and the region's value tree."""
+
+    def __init__(self, dialect: str):
+        self.dialect = dialect
+        self.dims: list[str] = []
+        self.prologue = _Scope(None)
+        self.scope = self.prologue
+        self.index_vars: set[str] = set()
+        self.n = 0
+
+    def tmp(self, prefix: str = "t") -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def push(self) -> _Scope:
+        self.scope = _Scope(self.scope)
+        return self.scope
+
+    def pop(self) -> list[str]:
+        s = self.scope
+        self.scope = s.parent
+        return s.lines
+
+    def line(self, text: str) -> None:
+        self.scope.lines.append(text)
+
+    def dim(self, name: str) -> str:
+        if name not in self.dims:
+            self.dims.append(name)
+        return f"D{self.dims.index(name)}"
+
+    # integer expressions ------------------------------------------------
+    def expr(self, e: Expr) -> str:
+        kind = e.kind
+        if kind == "const":
+            return _int_literal(e.value)
+        if kind == "var":
+            return e.name if e.name in self.index_vars else self.dim(e.name)
+        hit = self.scope.find(e)
+        if hit is not None:
+            return hit
+        target = self.scope
+        if not (e.free_vars() & self.index_vars):  # depends on dims only: compute once, up front
+            target = self.prologue
+        saved, self.scope = self.scope, target
+        a = [self.expr(x) for x in e.args]
+        self.scope = saved
+        if kind in ("floordiv", "mod"):
+            (alo, _), (blo, _) = e.args[0].bounds(), e.args[1].bounds()
+            if alo is not None and alo >= 0 and blo is not None and blo >= 1:
+                text = f"{a[0]} {'/' if kind == 'floordiv' else '%'} {a[1]}"
+            else:
+                text = f"{'ls_fdiv' if kind == 'floordiv' else 'ls_fmod'}({a[0]}, {a[1]})"
+        elif kind in ("min", "max"):
+            fn = "ls_" + kind
+            text = a[0]
+            for x in a[1:]:
+                text = f"{fn}({text}, {x})"
+        elif kind == "lt":
+            text = f"(long long)({a[0]} < {a[1]})"
+        elif kind in ("add", "mul"):
+            text = (" + " if kind == "add" else " * ").join(a)
+        else:
+            raise LightspeedError(f"kernel renderer: unknown expression kind {kind!r}")
+        name = self.tmp("i")
+        target.lines.append(f"const long long {name} = {text};")
+        target.memo[e] = name
+        return name
+
+
+def _index_in(e: Expr, var: str) -> Expr:
+    return e.substitute({INDEX_VAR: sym(var)}) if INDEX_VAR in e.free_vars() else e
+
+
+def _node_dtype(node: tuple, leaf_dtypes: list[DType]) -> DType:
+    tag = node[0]
+    if tag == "leaf":
+        return leaf_dtypes[node[1]]
+    if tag in ("const", "iota"):
+        return node[2]
+    if tag == "Cast":
+        return node[1]
+    if tag == "LessThan":
+        return dt.bool_
+    if tag == "gather":
+        return leaf_dtypes[node[2]]
+    if tag in ("SumReduce", "MaxReduce"):
+        return _node_dtype(node[3], leaf_dtypes)
+    return _node_dtype(node[1], leaf_dtypes)
+
+
+_FLOAT_FN = {"Log2": "log2", "Exp2": "exp2", "Sin": "sin", "Sqrt": "sqrt"}
+
+
+def _apply(tag: str, args: list[str], d: DType) -> str:
+    """An element-wise primitive on compute values of dtype ``d`` (operand dtype)."""
+    ct = compute_type(d)
+    single = ct == "float"
+    if tag in _FLOAT_FN:
+        return f"{_FLOAT_FN[tag]}{'f' if single else ''}({args[0]})"
+    if tag == "Recip":
+        return f"({'1.0f' if single else '1.0'} / {args[0]})"
+    a, b = args if len(args) == 2 else (args[0], None)
+    if tag == "LessThan":
+        return f"(int)({a} < {b})"
+    if d.is_bool:
+        return f"(int)({a} {'||' if tag == 'Add' else '&&'} {b})" if tag in ("Add", "Mul") else _bad(tag, d)
+    if tag in ("Add", "Mul"):
+        sym_ = "+" if tag == "Add" else "*"
+        if d.is_float:
+            return f"({a} {sym_} {b})"
+        unsigned = {"int": "unsigned int", "long long": "unsigned long long"}.get(ct, ct)
+        return f"(({ct})(({unsigned}){a} {sym_} ({unsigned}){b}))"
+    if tag == "Mod":
+        if d.is_float:
+            return f"fmod{'f' if single else ''}({a}, {b})"
+        if d.is_signed:
+            return f"(({b}) == 0 || ({b}) == -1 ? ({ct})0 : ({ct})(({a}) % ({b})))"
+        return f"(({b}) == 0 ? ({ct})0 : ({ct})(({a}) % ({b})))"
+    return _bad(tag, d)
+
+
+def _bad(tag: str, d: DType) -> str:
+    raise LightspeedError(f"kernel renderer: {tag} is not defined for {d.name}")
+
+
+class _Region:
+    """Renders a region tree (the fusion language of ``egraph.llir``) into statements."""
+
+    def __init__(self, w: _Writer, views: list[ShapeTracker], leaf_dtypes: list[DType], cooperative: bool,
+                 names: list[str] | None = None):
+        self.w = w
+        self.names = names or [f"in{k}" for k in range(len(views))]  # each leaf's buffer parameter
+        self.views = views
+        self.leaf_dtypes = leaf_dtypes
+        self.cooperative = cooperative  # top-level reductions split across a warp's lanes
+        self.depth = 0  # reductions entered
+
+    def leaf(self, k: int, zvar: str) -> str:
+        key = ("leaf", k, zvar)
+        hit = self.w.scope.find(key)
+        if hit is not None:
+            return hit
+        st = self.views[k]
+        idx = self.w.expr(_index_in(st.index_expr(), zvar))
+        valid = _index_in(st.valid_expr(), zvar)
+        d = self.leaf_dtypes[k]
+        ref = f"{self.names[k]}[{idx}]"
+        v = self.w.tmp("v")
+        if valid == 1:
+            text = _load(d, ref)
+        elif valid == 0:
+            text = f"(({compute_type(d)})0)"
+        else:
+            text = f"({self.w.expr(valid)} ? {_load(d, ref)} : ({compute_type(d)})0)"
+        self.w.line(f"const {compute_type(d)} {v} = {text};")
+        self.w.scope.memo[key] = v
+        return v
+
+    def value(self, node: tuple, zvar: str) -> str:
+        tag = node[0]
+        if tag == "leaf":
+            return self.leaf(node[1], zvar)
+        if tag == "const":
+            return _literal(node[1], node[2])
+        if tag == "iota":
+            v = self.w.expr(_index_in(node[1], zvar))
+            return _cast(v, dt.int64, node[2])
+        if tag == "gather":  # out[z] = data[data_view(idx[z])]; an index outside data reads 0
+            idx = self.value(node[1], zvar)
+            k = node[2]
+            st = self.views[k]
+            iv = self.w.tmp("_ls_g")
+            self.w.line(f"const long long {iv} = (long long){idx};")
+            self.w.index_vars.add(iv)
+            n = self.w.expr(prod(st.shape))
+            at = self.w.expr(_index_in(st.index_expr(), iv))
+            valid = _index_in(st.valid_expr(), iv)
+            ok = f"{iv} >= 0 && {iv} < {n}" + ("" if valid == 1 else f" && {self.w.expr(valid)}")
+            d = self.leaf_dtypes[k]
+            v = self.w.tmp("v")
+            self.w.line(f"{compute_type(d)} {v} = ({compute_type(d)})0;")
+            self.w.line(f"if ({ok}) {v} = {_load(d, f'{self.names[k]}[{at}]')};")
+            return v
+        if tag == "Cast":
+            src = self.value(node[2], zvar)
+            return self._bind(_cast(src, _node_dtype(node[2], self.leaf_dtypes), node[1]), node[1])
+        if tag in ("SumReduce", "MaxReduce"):
+            return self.reduce(node, zvar)
+        d = _node_dtype(node[1], self.leaf_dtypes)
+        args = [self.value(c, zvar) for c in node[1:]]
+        out = dt.bool_ if tag == "LessThan" else d
+        return self._bind(_apply(tag, args, d), out)
+
+    def _bind(self, text: str, d: DType) -> str:
+        v = self.w.tmp("v")
+        self.w.line(f"const {compute_type(d)} {v} = {text};")
+        return v
+
+    def reduce(self, node: tuple, zvar: str) -> str:
+        tag, axis, space, child = node
+        assert isinstance(space, RegionSpace)
+        shape = space.shape
+        d = _node_dtype(child, self.leaf_dtypes)
+        ct = compute_type(d)
+        w = self.w
+        size = w.expr(shape[axis])
+        post = w.expr(prod(shape[axis + 1:]))
+        acc = w.tmp("acc")
+        w.line(f"{ct} {acc} = {'(' + ct + ')0' if tag == 'SumReduce' else _min_value(d)};")
+        lanes = self.cooperative and self.depth == 0 and w.dialect == "cuda"
+        r = w.tmp("r")
+        zc = w.tmp("_ls_zc")
+        start, step = ("lane", WARP) if lanes else ("0", 1)
+        w.line(f"for (long long {r} = {start}; {r} < {size}; {r} += {step}) {{")
+        w.push()
+        w.index_vars.add(zc)
+        w.line(f"const long long {zc} = ({zvar} / {post}) * {size} * {post} + {r} * {post} + {zvar} % {post};")
+        self.depth += 1
+        v = self.value(child, zc)
+        self.depth -= 1
+        w.line(f"{acc} = {_combine(tag, d, acc, v)};")
+        body = w.pop()
+        w.scope.lines.extend("  " + ln for ln in body)
+        w.line("}")
+        if lanes:
+            w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ {ct} other = __shfl_xor_sync(0xffffffffu, {acc}, o);"
+                   f" {acc} = {_combine(tag, d, acc, 'other')}; }}")
+        return acc
+
+
+def _combine(tag: str, d: DType, acc: str, v: str) -> str:
+    ct = compute_type(d)
+    if tag == "SumReduce":
+        if d.is_float:
+            return f"{acc} + {v}"
+        unsigned = {"int": "unsigned int", "long long": "unsigned long long"}.get(ct, ct)
+        return f"({ct})(({unsigned}){acc} + ({unsigned}){v})"
+    if d.is_float:
+        return f"{'ls_dmaxn' if ct == 'double' else 'ls_fmaxn'}({acc}, {v})"
+    return f"({acc} > {v} ? {acc} : {v})"
+
+
+def _has_top_reduction(node: tuple) -> bool:
+    if not isinstance(node, tuple) or not node:
+        return False
+    if node[0] in ("SumReduce", "MaxReduce"):
+        return True
+    if node[0] in ("leaf", "const", "iota"):
+        return False
+    return any(_has_top_reduction(c) for c in node[1:] if isinstance(c, tuple))
+
+
+def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, bool, str | int]], count: Expr,
+            body: list[str], label: str) -> KernelSpec:
+    """Wrap a work-item body into a kernel function of the dialect.  ``buffers``: (param name,
+    storage type, written, what it is: "out" or the op's operand index)."""
+    n = w.expr(count)  # into the prologue
+    dims = list(w.dims)
+    head = [f"const long long D{i} = T[dim_{i}];" for i in range(len(dims))]
+    for name, ctype, written, _ in buffers:
+        const_ = "" if written else "const "
+        head.append(f"{const_}{ctype}* LS_RESTRICT {name} = ({const_}{ctype}*)T[buf_{name}];")
+    params = ["const long long* LS_RESTRICT T", *(f"int dim_{i}" for i in range(len(dims))),
+              *(f"int buf_{name}" for name, _, _, _ in buffers)]
+    ind = "    "
+    if dialect == "cuda":
+        if mode in ("warp", "matmul_dot"):
+            loop = [f"const int lane = threadIdx.x & {WARP - 1};",
+                    f"const long long first = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / {WARP};",
+                    f"const long long stride = ((long long)gridDim.x * blockDim.x) / {WARP};",
+                    f"for (long long _ls_item = first; _ls_item < {n}; _ls_item += stride) {{"]
+        elif mode == "matmul_tile":
+            loop = ["const int lane = threadIdx.x, slice = threadIdx.y;",
+                    f"for (long long _ls_item = blockIdx.x; _ls_item < {n}; _ls_item += gridDim.x) {{"]
+        else:
+            loop = ["const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;",
+                    "const long long stride = (long long)gridDim.x * blockDim.x;",
+                    f"for (long long _ls_item = first; _ls_item < {n}; _ls_item += stride) {{"]
+        sig = f'extern "C" __global__ void __launch_bounds__(256) KNAME({", ".join(params)})'
+    else:
+        loop = (["const int lane = 0, slice = 0; (void)lane; (void)slice;"] if mode.startswith("matmul") else []) + \
+               [f"for (long long _ls_item = 0; _ls_item < {n}; _ls_item++) {{"]
+        sig = f"void KNAME({', '.join(params)})"
+    lines = [sig + " {", *(ind + ln for ln in head), *(ind + ln for ln in w.prologue.lines),
+             *(ind + ln for ln in loop), *(ind + "  " + ln for ln in body), ind + "}", "}"]
+    text = "\n".join(lines) + "\n"
+    digest = hashlib.sha256(f"{dialect}\n{mode}\n{text}".encode()).hexdigest()[:16]
+    name = f"ls_{label}_{digest}"
+    return KernelSpec(name, text.replace("KNAME", name), tuple(dims), tuple(b[3] for b in buffers), mode, count)
+
+
+def _region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dtypes: list[DType],
+                   out_dtype: DType, shape, label: str, operands: list[int] | None = None) -> KernelSpec:
+    """A kernel computing ``tree`` at every element of ``shape`` into a row-major ``out``; leaf k
+    reads the op's operand ``operands[k]`` (default k)."""
+    w = _Writer(dialect)
+    cooperative = _has_top_reduction(tree)
+    mode = "warp" if cooperative and dialect == "cuda" else "elementwise"
+    w.index_vars.add("_ls_item")
+    w.push()
+    region = _Region(w, views, leaf_dtypes, cooperative)
+    v = region.value(tree, "_ls_item")
+    store = f"out[_ls_item] = {_store(out_dtype, v)};"
+    w.line(f"if (lane == 0) {store}" if mode == "warp" else store)
+    body = w.pop()
+    operands = operands if operands is not None else list(range(len(leaf_dtypes)))
+    bufs = [("out", storage_type(out_dtype), True, "out")] + [(f"in{k}", storage_type(d), False, operands[k])
+                                                               for k, d in enumerate(leaf_dtypes)]
+    return _finish(w, dialect, mode, bufs, prod(shape), body, label)
+
+
+def _scatter_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """``out_flat[idx[i]] = src[i]`` over the src elements; indexes outside ``out`` are skipped.
+    (Out of place, the dest is copied into ``out`` first by a region kernel.)"""
+    w = _Writer(dialect)
+    w.index_vars.add("_ls_item")
+    w.push()
+    iv, sv = op.args["indexes_view"], op.args["src_view"]
+    # the scatter's own inputs: indexes and src (dest is ``out``)
+    views = [iv, sv]
+    dts = [in_dtypes[1], in_dtypes[2]]
+    region = _Region(w, views, dts, False)
+    idx = region.leaf(0, "_ls_item")
+    src = region.leaf(1, "_ls_item")
+    n_out = w.expr(prod(op.shape))
+    w.line(f"const long long at = (long long){idx};")
+    w.line(f"if (at >= 0 && at < {n_out}) out[at] = {_store(op.dtype, src)};")
+    body = w.pop()
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(dts[0]), False, 1),
+            ("in1", storage_type(dts[1]), False, 2)]
+    return _finish(w, dialect, "scatter", bufs, prod(iv.shape), body, "scatter")
+
+
+def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """``Matmul``/``MatmulAdd``: C[*batch, i, j] = sum_l A[..] * B[..] (+ R), accumulated in the
+    compute type (float for float32/bfloat16/float16)."""
+    a = op.args
+    w = _Writer(dialect)
+    da, db = in_dtypes[0], in_dtypes[1]
+    ct = "double" if op.dtype.name == "float64" else "float"
+    batch = list(a["batch"])
+    m, n, k = a["m"], a["n"], a["k"]
+    dot = (a["a_stride_k"] == 1 and a["b_stride_k"] == 1)
+    mode = "matmul_dot" if dot else "matmul_tile"
+    if dialect == "c":
+        mode = "matmul_dot"
+    w.index_vars |= {"_ls_item"}
+    nn, mm, kk = w.expr(n), w.expr(m), w.expr(k)
+    w.push()
+    if mode == "matmul_tile":  # _ls_item = (batch, row, column tile)
+        tiles = w.expr((n + (TILE_N - 1)) // TILE_N)
+        w.line(f"const long long j = (_ls_item % {tiles}) * {TILE_N} + lane;")
+        w.line(f"const long long i = (_ls_item / {tiles}) % {mm};")
+        w.line(f"const long long bi = _ls_item / ({tiles} * {mm});")
+        count = prod(batch) * m * ((n + (TILE_N - 1)) // TILE_N)
+    else:
+        w.line(f"const long long j = _ls_item % {nn};")
+        w.line(f"const long long i = (_ls_item / {nn}) % {mm};")
+        w.line(f"const long long bi = _ls_item / ({nn} * {mm});")
+        count = prod(batch) * m * n
+    # batch offsets: unflatten bi over the batch dims
+    off_a, off_b = w.expr(a["a_offset"]), w.expr(a["b_offset"])
+    w.line(f"long long oa = {off_a}, ob = {off_b}, rest = bi;")
+    for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
+        s = w.expr(size)
+        w.line(f"{{ const long long q = rest % {s}; rest /= {s}; oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+    sam, sak, sbk, sbn = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k", "b_stride_n"))
+    w.line(f"{ct} acc = 0;")
+    valid_j = "j < " + nn if mode == "matmul_tile" else "1"
+    if mode == "matmul_tile":
+        first, step = "slice", str(TILE_K)
+    elif dialect == "cuda":
+        first, step = "lane", str(WARP)
+    else:
+        first, step = "0", "1"
+    w.line(f"if ({valid_j}) for (long long l = {first}; l < {kk}; l += {step})")
+    w.line(f"  acc += ({ct}){_load(da, f'in0[oa + i * {sam} + l * {sak}]')} * "
+           f"({ct}){_load(db, f'in1[ob + l * {sbk} + j * {sbn}]')};")
+    if dialect == "cuda" and mode == "matmul_dot":
+        w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
+        writer = "lane == 0"
+    elif mode == "matmul_tile":
+        w.line(f"__shared__ {ct} part[{TILE_K}][{TILE_N}];")
+        w.line("part[slice][lane] = acc;")
+        w.line("__syncthreads();")
+        w.line(f"if (slice == 0) for (int s = 1; s < {TILE_K}; s++) acc += part[s][lane];")
+        w.line("__syncthreads();")
+        writer = f"slice == 0 && j < {nn}"
+    else:
+        writer = "1"
+    out_index = "(bi * " + mm + " + i) * " + nn + " + j"
+    value = "acc"
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
+            ("in1", storage_type(db), False, 1)]
+    if op.op == "MatmulAdd":
+        region = _Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
+        w.index_vars.add("_ls_oz")
+        w.line(f"if ({writer}) {{")
+        w.line(f"  const long long _ls_oz = {out_index};")
+        w.push()
+        r = region.leaf(0, "_ls_oz")
+        inner = w.pop()
+        w.scope.lines.extend("  " + ln for ln in inner)
+        w.line(f"  out[_ls_oz] = {_store(op.dtype, f'({ct})(acc + ({ct}){r})')};")
+        w.line("}")
+        body = w.pop()
+        bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
+    else:
+        w.line(f"if ({writer}) out[{out_index}] = {_store(op.dtype, value)};")
+        body = w.pop()
+    return _finish(w, dialect, mode, bufs, count, body, "matmul")
+
+
+# ---------------------------------------------------------------------------- per op
+_ELEMENTWISE = tuple(n for n, p in PRIMITIVES.items() if p.category in ("unary", "binary"))
+
+
+def kernel_ops() -> frozenset[str]:
+    """The LLIR ops that run as generated kernels (Input/Constant/Iota values and Output copies
+    are handled by the runtime with the same renderer)."""
+    return frozenset({*_ELEMENTWISE, "SumReduce", "MaxReduce", "Cast", "Gather", "Scatter", "ScatterInPlace",
+                      "Fused", "Matmul", "MatmulAdd", "Iota", "Output"})
+
+
+def render_op(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    """The kernels that compute ``op`` (run in order), each writing the op's value (``out``)."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown dialect {dialect!r}")
+    name = op.op
+    if name == "Fused":
+        return [_region_kernel(dialect, op.args["body"], op.operand_views(), in_dtypes, op.dtype, op.shape, "fused")]
+    if name in _ELEMENTWISE:
+        tree = (name, *(("leaf", k) for k in range(len(op.inputs))))
+        return [_region_kernel(dialect, tree, op.operand_views(), in_dtypes, op.dtype, op.shape, name.lower())]
+    if name == "Cast":
+        return [_region_kernel(dialect, ("Cast", op.args["to"], ("leaf", 0)), op.operand_views(), in_dtypes,
+                               op.dtype, op.shape, "cast")]
+    if name in ("SumReduce", "MaxReduce"):
+        view = op.args["x_view"]
+        tree = (name, op.args["axis"], RegionSpace(tuple(view.shape)), ("leaf", 0))
+        return [_region_kernel(dialect, tree, [view], in_dtypes, op.dtype, op.shape, name.lower())]
+    if name == "Iota":
+        return [_region_kernel(dialect, ("iota", op.args["expr"], op.args["dtype"]), [], [], op.dtype,
+                               op.args["shape"], "iota")]
+    if name == "Output":
+        return [_region_kernel(dialect, ("leaf", 0), [op.args["x_view"]], in_dtypes, op.dtype, op.shape, "output")]
+    if name == "Gather":
+        tree = ("gather", ("leaf", 0), 1)
+        return [_region_kernel(dialect, tree, [op.args["indexes_view"], op.args["data_view"]], in_dtypes,
+                               op.dtype, op.shape, "gather")]
+    if name == "Scatter":
+        copy = _region_kernel(dialect, ("leaf", 0), [op.args["dest_view"]], [in_dtypes[0]], op.dtype, op.shape,
+                              "copy", operands=[0])
+        return [copy, _scatter_kernel(dialect, op, in_dtypes)]
+    if name == "ScatterInPlace":
+        return [_scatter_kernel(dialect, op, in_dtypes)]
+    if name in ("Matmul", "MatmulAdd"):
+        return [_matmul_kernel(dialect, op, in_dtypes)]
+    raise LightspeedError(f"kernel renderer: no kernel for {name}")
+
+
+def module_source(specs: list[KernelSpec], dialect: str) -> str:
+    """One translation unit holding the prelude and every distinct kernel of ``specs``."""
+    seen: dict[str, str] = {}
+    for s in specs:
+        seen.setdefault(s.name, s.source)
+    return prelude(dialect) + "\n" + "\n".join(seen[k] for k in sorted(seen))
+
+
+__all__ += ["module_source", "storage_type", "compute_type", "const"]

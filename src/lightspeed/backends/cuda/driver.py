@@ -1,0 +1,286 @@
+"""The CUDA driver, through NVIDIA's ``cuda-python`` bindings (``cuda.bindings.driver``).
+
+A thin layer: one context per process (the device's primary context, which PyTorch shares), a
+caching device allocator, copies, modules and launches, streams, events and CUDA graphs.  Every
+driver call's result is checked; a failure raises :class:`CudaError` naming the call and the
+driver's error.  Nothing here is imported until the cuda backend is used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ...errors import LightspeedError
+
+__all__ = ["CudaError", "Device", "DeviceArray", "device", "available", "unavailable_reason"]
+
+
+class CudaError(LightspeedError):
+    """A CUDA driver call failed, or no usable GPU/driver/library is present."""
+
+
+_drv: Any = None
+_device: Device | None = None
+_lock = threading.Lock()
+_reason: str | None = None
+
+
+def bindings():
+    global _drv
+    if _drv is None:
+        try:
+            from cuda.bindings import driver as drv
+        except ImportError as e:
+            raise CudaError("the cuda backend needs NVIDIA's cuda-python bindings: pip install 'lightspeed[cuda]' "
+                            f"({e})") from None
+        _drv = drv
+    return _drv
+
+
+def check(result: Any, what: str) -> Any:
+    """The values of a driver call's result tuple, or CudaError."""
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    drv = bindings()
+    if err != drv.CUresult.CUDA_SUCCESS:
+        name = drv.cuGetErrorName(err)
+        label = name[1].decode() if name[0] == drv.CUresult.CUDA_SUCCESS else str(err)
+        raise CudaError(f"CUDA driver call {what} failed: {label}")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+class Device:
+    """GPU 0 of this process: its primary context, properties and a caching allocator."""
+
+    def __init__(self) -> None:
+        drv = bindings()
+        try:
+            check(drv.cuInit(0), "cuInit")
+        except RuntimeError as e:  # the bindings could not load libcuda
+            raise CudaError(f"no CUDA driver: {e}") from None
+        count = check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
+        if count < 1:
+            raise CudaError("no CUDA device is visible")
+        self.handle = check(drv.cuDeviceGet(0), "cuDeviceGet")
+        self.context = check(drv.cuDevicePrimaryCtxRetain(self.handle), "cuDevicePrimaryCtxRetain")
+        attr = drv.CUdevice_attribute
+        self.major = check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.handle),
+                           "cuDeviceGetAttribute")
+        self.minor = check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.handle),
+                           "cuDeviceGetAttribute")
+        self.sm_count = check(drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.handle),
+                              "cuDeviceGetAttribute")
+        raw = check(drv.cuDeviceGetName(128, self.handle), "cuDeviceGetName")
+        self.name = raw.split(b"\0")[0].decode()
+        self.arch = f"sm_{self.major}{self.minor}"
+        self._free: dict[int, list[int]] = {}
+        self._alloc_lock = threading.Lock()
+        self._modules: dict[str, Any] = {}
+        self.bind()
+
+    def bind(self) -> None:
+        """Make the primary context current on this thread (each thread needs it once)."""
+        check(bindings().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    # ------------------------------------------------------------------ memory
+    def alloc(self, nbytes: int) -> _Block:
+        """Device memory of at least ``nbytes`` (rounded up to a size class and reused)."""
+        size = _size_class(max(1, nbytes))
+        with self._alloc_lock:
+            free = self._free.get(size)
+            ptr = free.pop() if free else None
+        if ptr is None:
+            self.bind()
+            try:
+                ptr = int(check(bindings().cuMemAlloc(size), "cuMemAlloc"))
+            except CudaError:
+                self.trim()
+                ptr = int(check(bindings().cuMemAlloc(size), f"cuMemAlloc({size} bytes)"))
+        return _Block(self, ptr, size)
+
+    def _release(self, ptr: int, size: int) -> None:
+        with self._alloc_lock:
+            self._free.setdefault(size, []).append(ptr)
+
+    def trim(self) -> None:
+        """Return every cached free block to the driver."""
+        with self._alloc_lock:
+            blocks = [p for ps in self._free.values() for p in ps]
+            self._free.clear()
+        for p in blocks:
+            check(bindings().cuMemFree(p), "cuMemFree")
+
+    # ------------------------------------------------------------------ copies
+    def upload(self, ptr: int, host: np.ndarray, stream: Any) -> None:
+        host = np.ascontiguousarray(host)
+        if host.nbytes:
+            check(bindings().cuMemcpyHtoDAsync(ptr, host.ctypes.data, host.nbytes, stream), "cuMemcpyHtoDAsync")
+
+    def download(self, host: np.ndarray, ptr: int, stream: Any) -> None:
+        if host.nbytes:
+            check(bindings().cuMemcpyDtoHAsync(host.ctypes.data, ptr, host.nbytes, stream), "cuMemcpyDtoHAsync")
+
+    def copy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        if nbytes:
+            check(bindings().cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")
+
+    # ------------------------------------------------------------------ streams, events, graphs
+    def stream(self) -> Any:
+        drv = bindings()
+        return check(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+
+    def sync(self, stream: Any) -> None:
+        check(bindings().cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def event(self) -> Any:
+        return check(bindings().cuEventCreate(0), "cuEventCreate")
+
+    def record(self, event: Any, stream: Any) -> None:
+        check(bindings().cuEventRecord(event, stream), "cuEventRecord")
+
+    def elapsed(self, start: Any, end: Any) -> float:
+        """Seconds between two recorded events (waits for the second)."""
+        check(bindings().cuEventSynchronize(end), "cuEventSynchronize")
+        return check(bindings().cuEventElapsedTime(start, end), "cuEventElapsedTime") / 1e3
+
+    def begin_capture(self, stream: Any) -> None:
+        drv = bindings()
+        mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        check(drv.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+
+    def end_capture(self, stream: Any) -> Any:
+        """The captured work as an instantiated, launchable graph."""
+        drv = bindings()
+        graph = check(drv.cuStreamEndCapture(stream), "cuStreamEndCapture")
+        try:
+            return check(drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        finally:
+            drv.cuGraphDestroy(graph)
+
+    def launch_graph(self, graph_exec: Any, stream: Any) -> None:
+        check(bindings().cuGraphLaunch(graph_exec, stream), "cuGraphLaunch")
+
+    # ------------------------------------------------------------------ kernels
+    def module(self, image: bytes, key: str) -> Any:
+        """A loaded module (cubin), once per key."""
+        mod = self._modules.get(key)
+        if mod is None:
+            self.bind()
+            mod = self._modules[key] = check(bindings().cuModuleLoadData(image), "cuModuleLoadData")
+        return mod
+
+    def function(self, module: Any, name: str) -> Any:
+        return check(bindings().cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+
+    def launch(self, fn: Any, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[int, ...],
+               stream: Any) -> None:
+        """Launch ``fn(T, ints...)``: the first argument is a device pointer, the rest ints."""
+        types = (ctypes.c_void_p, *([ctypes.c_int] * (len(args) - 1)))
+        check(bindings().cuLaunchKernel(fn, *grid, *block, 0, stream, (args, types), 0), "cuLaunchKernel")
+
+
+def _size_class(n: int) -> int:
+    """Sizes round up to 512 bytes, then to a quarter of the power of two above (waste <= 25%)."""
+    if n <= 512:
+        return 512
+    p = 1 << (n - 1).bit_length()
+    q = p // 4
+    return ((n + q - 1) // q) * q
+
+
+class _Block:
+    """An allocation: returned to the device's cache when the last reference goes."""
+
+    __slots__ = ("ptr", "size", "__weakref__")
+
+    def __init__(self, dev: Device, ptr: int, size: int):
+        self.ptr, self.size = ptr, size
+        weakref.finalize(self, dev._release, ptr, size)
+
+
+class DeviceArray:
+    """An array in device memory: ``ptr``, ``shape``, ``dtype`` (numpy), row-major.  Holds its
+    memory (or the object that owns it, e.g. a torch tensor) alive."""
+
+    __slots__ = ("ptr", "shape", "dtype", "owner")
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, owner: Any):
+        self.ptr, self.shape, self.dtype, self.owner = int(ptr), tuple(int(d) for d in shape), np.dtype(dtype), owner
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @staticmethod
+    def empty(shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
+        dev = device()
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        block = dev.alloc(n)
+        return DeviceArray(block.ptr, shape, dtype, block)
+
+    @staticmethod
+    def from_host(host: np.ndarray, stream: Any = None) -> DeviceArray:
+        host = np.ascontiguousarray(host)
+        out = DeviceArray.empty(host.shape, host.dtype)
+        dev = device()
+        dev.upload(out.ptr, host, stream or 0)
+        dev.sync(stream or 0)
+        return out
+
+    def numpy(self, stream: Any = None) -> np.ndarray:
+        """A host copy."""
+        out = np.empty(self.shape, self.dtype)
+        dev = device()
+        dev.download(out, self.ptr, stream or 0)
+        dev.sync(stream or 0)
+        return out
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, ptr={self.ptr:#x})"
+
+
+def device() -> Device:
+    """The process's GPU (created on first use); CudaError when there is none."""
+    global _device
+    if _device is None:
+        with _lock:
+            if _device is None:
+                _device = Device()
+    _device.bind()
+    return _device
+
+
+def available() -> bool:
+    """Whether a GPU, its driver and the bindings are usable here (never raises)."""
+    global _reason
+    try:
+        device()
+        return True
+    except Exception as e:  # noqa: BLE001 - any failure means "not here"
+        _reason = str(e)
+        return False
+
+
+def unavailable_reason() -> str | None:
+    return _reason

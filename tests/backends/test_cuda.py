@@ -1,0 +1,88 @@
+"""What the ``cuda`` backend must show on a GPU, beyond the conformance suite (which runs every
+registered backend): the whole op table in every dtype it lists, symbolic dims through one
+captured graph, torch CUDA tensors in and out without copies, device arrays staying on the
+device.  Skipped where no GPU is present (CI); ``scripts/gpu_check.sh`` runs it on the H200."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lightspeed as ls
+from lightspeed.backends import get_backend
+from tests.backends.harness import random_inputs
+from tests.hl.optable import all_cases, expand, run_sample
+
+CUDA = get_backend("cuda")
+pytestmark = pytest.mark.skipif(not CUDA.available(), reason="no CUDA GPU here")
+
+CASES = [(c, d) for c, d in expand(all_cases())]
+
+
+def _case_id(cd):
+    c, d = cd
+    return f"{c.id}-{d.name}"
+
+
+@pytest.mark.parametrize("case_dtype", CASES, ids=[_case_id(cd) for cd in CASES])
+def test_op_table_every_dtype_matches_torch(case_dtype):
+    case, dtype = case_dtype
+    if case.xfail:
+        pytest.skip(case.xfail)
+    layouts = ("contiguous", "permuted") if dtype == ls.float32 else ("contiguous",)
+    for layout in layouts:
+        for sample in case.samples:
+            run_sample(case, sample, dtype, layout, backend="cuda")
+
+
+def test_dims_change_replays_the_captured_graph():
+    """One program, persisted weights, dims reserved up to 64: every length from 1 to 64 runs
+    through the one captured graph (no plan, no capture after the first call)."""
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 32)), g.input("w", (32, 16))
+    g.output("y", ls.rms_norm((x @ w).softmax(-1), (16,), None, eps=1e-6))
+    prog = CUDA.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False)).persist(
+        w=random_inputs(g, {"s": 1})["w"]).reserve(s=64)
+    ref = g.compile(backend="reference")
+    w = random_inputs(g, {"s": 1})["w"]
+    first = None
+    for s in (5, 1, 64, 17, 33, 2, 64, 9):
+        xs = random_inputs(g, {"s": s}, seed=s)["x"]
+        np.testing.assert_allclose(prog(x=xs)["y"], ref(x=xs, w=w)["y"], rtol=1e-5, atol=1e-5)
+        if first is None:
+            first = CUDA.executor.captures
+    assert CUDA.executor.captures == first, "a change of dims captured the graph again"
+    assert prog.preparations == 1
+
+
+def test_torch_cuda_tensors_in_place_and_out():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    g = ls.Graph()
+    c, r = g.input("c", (6, 4)), g.input("r", (2, 4))
+    g.output("c", ls.slice_scatter(c, r, 0, "p"), aliases="c")
+    g.output("y", (r * 2.0).sum(0))
+    prog = CUDA.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"p": 1}))
+    cache = torch.arange(24, dtype=torch.float32, device="cuda").reshape(6, 4)
+    rows = -torch.ones(2, 4, device="cuda")
+    ptr = cache.data_ptr()
+    out = prog(c=cache, r=rows, dims={"p": 3})
+    assert out["c"] is cache and cache.data_ptr() == ptr  # written where it lies
+    assert out["y"].is_cuda and torch.equal(out["y"].cpu(), torch.full((4,), -4.0))
+    want = torch.arange(24, dtype=torch.float32).reshape(6, 4)
+    want[3:5] = -1
+    assert torch.equal(cache.cpu(), want)
+
+
+def test_device_arrays_stay_on_the_device():
+    from lightspeed.backends.cuda import DeviceArray
+
+    g = ls.Graph()
+    x = g.input("x", ("s", 8))
+    g.output("y", (x * 3.0).exp())
+    prog = CUDA.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    xs = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    got = prog(x=DeviceArray.from_host(xs))["y"]
+    assert isinstance(got, DeviceArray)
+    np.testing.assert_allclose(got.numpy(), np.exp(xs * 3), rtol=1e-6)
