@@ -23,7 +23,7 @@ from .graph import Graph
 from .primitives import InputArg
 from .symbolic import Expr
 
-__all__ = ["Program", "to_numpy", "fill_out", "same_memory"]
+__all__ = ["Program", "to_numpy", "fill_out", "same_memory", "share_array_hooks"]
 
 
 def to_numpy(value: Any, what: str) -> np.ndarray:
@@ -77,6 +77,12 @@ def writable_contiguous(a: Any) -> bool:
     """A writable C-contiguous host array, or a device array (always row-major)."""
     flags = getattr(a, "flags", None)
     return flags is None or (flags.c_contiguous and flags.writeable)
+
+
+def share_array_hooks(wrapper: Program, inner: Program) -> None:
+    """A program that runs others (buckets, rolled parts) takes and gives their array kinds."""
+    for hook in ("to_device", "as_array", "store_back", "deliver"):
+        setattr(wrapper, hook, getattr(inner, hook))
 
 
 def fill_out(res: dict[str, np.ndarray], out: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:

@@ -40,7 +40,7 @@ from .egraph.runner import EGGLOG_VERSION
 from .errors import InputError, LightspeedError
 from .graph import Graph
 from .primitives import PRIMITIVES
-from .program import Program
+from .program import Program, share_array_hooks
 
 __all__ = ["SearchOptions", "SearchReport", "search_program", "compile_searched", "BucketedProgram",
            "session", "progress"]
@@ -492,6 +492,7 @@ class BucketedProgram(Program):
         super().__init__(graph)
         self.buckets = buckets
         self.backend_name = buckets[0][1].backend_name
+        share_array_hooks(self, buckets[0][1])
 
     def execute(self, arrays: dict[str, Any], dims: dict[str, int], out=None) -> dict[str, Any]:
         for ranges, prog in self.buckets:

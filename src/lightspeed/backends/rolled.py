@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..graph import Graph
-from ..program import Program, fill_out
+from ..program import Program, fill_out, share_array_hooks
 from ..search import BucketedProgram, SearchReport
 
 __all__ = ["BlockLoopProgram"]
@@ -61,6 +61,8 @@ class BlockLoopProgram(Program):
         self.plan = plan
         self.parts = list(parts)
         self.backend_name = self.parts[0][1].backend_name if self.parts else "rolled"
+        if self.parts:
+            share_array_hooks(self, self.parts[0][1])
         self.steps: list[_Step] = []
         for part, prog in self.parts:
             if part.role != "template":
