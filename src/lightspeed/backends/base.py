@@ -115,6 +115,10 @@ class Backend:
         """A host array as this backend's array type (cpu: the array itself)."""
         return array
 
+    def write_rows(self, dest: Any, start: int, rows: np.ndarray) -> None:
+        """``dest[start:start + len(rows)] = rows`` for an array of this backend (a KV cache)."""
+        dest[start:start + len(rows)] = rows
+
     def time(self, prog: Program, inputs: Mapping[str, Any], dims: Mapping[str, int], repeats: int) -> float:
         """Seconds of one call of ``prog`` (the minimum of ``repeats``), measured the way this
         device should be: wall clock here, device events on a GPU backend."""

@@ -202,8 +202,9 @@ class Generator:
         n = len(prompt)
         max_len = n + max_new_tokens
         shapes = [(max_len, *self.model.kv_shape(i)) for i in range(cfg.num_layers)]  # per layer (Gemma 4)
-        kbuf = [np.zeros(shape, self.model.dtype.np) for shape in shapes]
-        vbuf = [np.zeros(shape, self.model.dtype.np) for shape in shapes]
+        # on the decode program's device (a GPU backend keeps the cache there)
+        kbuf = [self.decode.to_device(np.zeros(shape, self.model.dtype.np)) for shape in shapes]
+        vbuf = [self.decode.to_device(np.zeros(shape, self.model.dtype.np)) for shape in shapes]
         ids = list(prompt)
 
         # plan once for the longest prompt and cache this call can reach: no step prepares anything
@@ -251,11 +252,13 @@ class Generator:
                                 tokens_per_s=1.0 / tpot if tpot > 0 else 0.0, prefill_s=t_prefill, step_s=steps,
                                 logits=kept)
 
-    @staticmethod
-    def _store(out: Mapping[str, np.ndarray], kbuf: list[np.ndarray], vbuf: list[np.ndarray], p: int, s: int) -> None:
+    def _store(self, out: Mapping[str, np.ndarray], kbuf: list[Any], vbuf: list[Any], p: int, s: int) -> None:
+        from ..backends import get_backend
+
+        write = get_backend(self.backend).write_rows
         for i in range(len(kbuf)):
-            kbuf[i][p:p + s] = out[f"new.{i}.k"]
-            vbuf[i][p:p + s] = out[f"new.{i}.v"]
+            write(kbuf[i], p, out[f"new.{i}.k"])
+            write(vbuf[i], p, out[f"new.{i}.v"])
 
 
 def generate(model: DecoderLM, tokenizer: Any, prompt_ids: Sequence[int], *, weights: Mapping[str, Any],

@@ -418,7 +418,9 @@ class CompiledGraph:
 
         for step in self.steps:
             if isinstance(step, Segment):
-                inputs = {name: to_numpy(resolve(src), name) for name, src in step.sources.items()}
+                # tensors go to the program as they are: a host backend views CPU tensors as numpy,
+                # the cuda backend uses CUDA tensors where they lie; results come back as tensors
+                inputs = {name: resolve(src) for name, src in step.sources.items()}
                 out = step.program(inputs, dims=dims)
                 arrays = list(inputs.values())
                 for name, key in step.outputs.items():
@@ -426,12 +428,20 @@ class CompiledGraph:
                     if key in self.written:  # the argument itself, updated in place
                         slots[key] = args[self.written[key]]
                         continue
-                    if any(np.may_share_memory(a, b) for b in arrays):
-                        a = a.copy()  # a fresh tensor, as in eager, not a view of an input
+                    if any(_shares_memory(a, b) for b in arrays):
+                        a = a.clone() if isinstance(a, torch.Tensor) else a.copy()  # fresh, as in eager
                     slots[key] = a
             else:
                 slots[step.node.name] = step.target(*materialise(step.args), **materialise(step.kwargs))
         return materialise(self.outputs)
+
+
+def _shares_memory(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return np.may_share_memory(a, b)
+    return False
 
 
 def _binders(tr: _Translator) -> list[tuple[int, int | None, str]]:

@@ -219,8 +219,9 @@ class CudaProgram(KernelProgram):
         stream = thread_stream()
         dev = driver.device()
         host = {}
+        given = {id(v) for v in values}
         for k, v in res.items():
-            if isinstance(v, DeviceArray):
+            if isinstance(v, DeviceArray) and id(v) not in given:  # not the caller's own device array
                 h = np.empty(v.shape, v.dtype)
                 dev.download(h, v.ptr, stream)
                 host[k] = h
@@ -276,6 +277,17 @@ class CudaBackend(Backend):
 
     def to_device(self, array: np.ndarray) -> DeviceArray:
         return DeviceArray.from_host(array, thread_stream())
+
+    def write_rows(self, dest: Any, start: int, rows: np.ndarray) -> None:
+        if not isinstance(dest, DeviceArray):
+            return super().write_rows(dest, start, rows)
+        rows = np.ascontiguousarray(np.asarray(rows), dtype=dest.dtype)
+        row_bytes = dest.nbytes // max(1, dest.shape[0])
+        if start < 0 or start + len(rows) > dest.shape[0] or rows.nbytes != len(rows) * row_bytes:
+            raise InputError(f"write_rows: {rows.shape} rows at {start} do not fit {dest.shape}")
+        dev = driver.device()
+        dev.upload(dest.ptr + start * row_bytes, rows, thread_stream())
+        dev.sync(thread_stream())
 
     def time(self, prog: Program, inputs: Mapping[str, Any], dims: Mapping[str, int], repeats: int) -> float:
         """The median of ``repeats`` calls timed with CUDA events on the thread's stream (after

@@ -1,0 +1,92 @@
+"""Batch-1 decode on the GPU: lightspeed's ``cuda`` backend beside PyTorch eager and torch.compile
+(``reduce-overhead``: CUDA graphs), Llama shapes, random bf16 weights, in the same run.
+
+    python benchmarks/gpu_decode.py [SHAPE ...] [--steps N] [--prompt N] [--no-peer]
+
+SHAPE: smollm2-135m (default), llama-3.2-1b, qwen3-0.6b, llama-3-8b.  Prints, per shape, TPOT
+(median step, ms), tokens/s, % of the HBM floor (weight bytes / measured copy bandwidth) and the
+ratio to torch.compile.  Our step is what ``Generator.generate`` times: upload the token, replay
+the decode program's CUDA graph(s), download the logits, argmax on the host (the peers keep the
+token on the GPU and never synchronise).  Writes ``$OUT/gpu_decode.json`` when ``$OUT`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def ours(name: str, steps: int, prompt: int) -> dict:
+    import ml_dtypes
+    from peer_torch_decode import SHAPES
+
+    import lightspeed as ls
+    from lightspeed.models import from_hf_config
+    from lightspeed.models.generate import Generator
+
+    c = SHAPES[name]
+    cfg = dict(model_type="llama", vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["inter"],
+               num_hidden_layers=c["layers"], num_attention_heads=c["nh"], num_key_value_heads=c["nkv"],
+               head_dim=c["hd"], rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=c["tied"],
+               bos_token_id=1, eos_token_id=-1, max_position_embeddings=4096)
+    model = from_hf_config(cfg, dtype="bfloat16")
+    rng = np.random.default_rng(0)
+    weights = {}
+    for n, shape in model.param_shapes().items():
+        a = rng.standard_normal(shape, dtype=np.float32) * 0.02
+        if "norm" in n:
+            a = 1.0 + a
+        weights[n] = a.astype(ml_dtypes.bfloat16)
+    wbytes = sum(a.nbytes for n, a in weights.items() if c["tied"] or "embed" not in n)
+    t0 = time.perf_counter()
+    gen = Generator(model, weights, backend="cuda", search=ls.SearchOptions(budget=4, seed=0, progress=False))
+    compile_s = time.perf_counter() - t0
+    ids = list(rng.integers(0, c["vocab"], prompt))
+    gen.generate(ids, max_new_tokens=4, stop_ids=[])  # warm-up: plans, captures
+    res = gen.generate(ids, max_new_tokens=steps, stop_ids=[])
+    tpot = float(np.median(res.step_s)) * 1e3
+    return dict(tpot_ms=round(tpot, 4), tok_s=round(1000 / tpot, 1), ttft_ms=round(res.ttft_s * 1e3, 2),
+                compile_s=round(compile_s, 1), weight_bytes=wbytes)
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    steps = int(args[args.index("--steps") + 1]) if "--steps" in args else 64
+    prompt = int(args[args.index("--prompt") + 1]) if "--prompt" in args else 32
+    names = [a for a in args if not a.startswith("--") and not a.isdigit()] or ["smollm2-135m"]
+    import peer_torch_decode as peer
+
+    bw = peer.bandwidth()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
+    out = {"bandwidth_TBps": round(bw / 1e12, 3), "date": time.strftime("%Y-%m-%d")}
+    rows = []
+    for name in names:
+        res = {"lightspeed cuda": ours(name, steps, prompt)}
+        wb = res["lightspeed cuda"]["weight_bytes"]
+        print(name, "lightspeed", res["lightspeed cuda"], flush=True)
+        if "--no-peer" not in args:
+            _, peers = peer.run(name, ["eager", "reduce-overhead"], prompt=prompt, steps=steps)
+            res["torch eager"] = peers["eager"]
+            res["torch.compile (reduce-overhead)"] = peers["reduce-overhead"]
+        floor = wb / bw * 1e3
+        base = res.get("torch.compile (reduce-overhead)", {}).get("tpot_ms")
+        for system, r in res.items():
+            rows.append((name, system, r["tpot_ms"], r["tok_s"], 100 * floor / r["tpot_ms"],
+                         (r["tpot_ms"] / base) if base else float("nan")))
+        out[name] = dict(weight_GB=round(wb / 1e9, 3), floor_ms=round(floor, 4), **res)
+    print(f"\n{'shape':<14} {'system':<34} {'TPOT ms':>9} {'tok/s':>8} {'% HBM floor':>12} {'x torch.compile':>16}")
+    for name, system, tpot, toks, pct, ratio in rows:
+        print(f"{name:<14} {system:<34} {tpot:>9.3f} {toks:>8.1f} {pct:>11.1f}% {ratio:>15.2f}x")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "gpu_decode.json"), "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
