@@ -30,11 +30,12 @@ jobs=${GPU_CHECK_JOBS:-8}
 for p in $parts; do
   case $p in
     info) run info bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import cuda.bindings, torch, numpy, egglog; print(\"cuda-bindings\", cuda.bindings.__version__, \"torch\", torch.__version__, \"numpy\", numpy.__version__)"; python3 -c "import lightspeed.backends.cuda as c; b=c.CudaBackend(); print(b.available(), b.device())"' ;;
-    conformance) run conformance python3 -m pytest tests/backends/test_conformance.py -k cuda -q -p no:cacheprovider -n "$jobs" --maxfail=40 "$@" ;;
-    cuda) run cuda python3 -m pytest tests/backends/test_cuda.py -q -p no:cacheprovider -n "$jobs" --maxfail=60 "$@" ;;
-    sanitizer) run sanitizer env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck --error-exitcode 9 \
-        python3 -m pytest tests/backends/test_conformance.py -k "cuda and op_table_matches" -q -p no:cacheprovider -x ;;
-    bench) run bench python3 benchmarks/gpu_decode.py ;;
+    conformance) run conformance python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q -p no:cacheprovider -n "$jobs" --maxfail=40 "$@" ;;
+    cuda) run cuda python3 -m pytest -o addopts="" tests/backends/test_cuda.py -q -p no:cacheprovider -n "$jobs" --maxfail=60 "$@" ;;
+    sanitizer) run sanitizer timeout "${GPU_SANITIZER_S:-300}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer \
+        --tool memcheck --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" \
+        tests/backends/test_conformance.py -k "cuda and (op_table_matches or blocks or decode)" -q -p no:cacheprovider ;;
+    bench) run bench timeout "${GPU_BENCH_S:-360}" python3 benchmarks/gpu_decode.py ${GPU_BENCH_SHAPES:-smollm2-135m llama-3.2-1b} ;;
   esac
 done
 cat "$summary"
