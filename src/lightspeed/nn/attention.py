@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
+import ml_dtypes
 
 from .. import dtypes as dt
 from .. import hl
@@ -68,7 +68,8 @@ class Step:
 
     def _additive(self, blocked: GraphTensor) -> GraphTensor:
         """0 where ``blocked`` is false, the dtype's most negative value where it is true."""
-        return hl.to(blocked, self.b.dtype) * float(np.finfo(self.b.dtype.np).min)
+        # ml_dtypes.finfo knows bfloat16 (numpy >= 2.5's finfo rejects it) and the numpy floats
+        return hl.to(blocked, self.b.dtype) * float(ml_dtypes.finfo(self.b.dtype.np).min)
 
     def mask_new(self, window: int | None) -> GraphTensor:
         """[s, s] mask of new queries i against new keys j: causal, and ``pos_i - pos_j < window``."""
