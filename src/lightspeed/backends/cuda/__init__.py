@@ -272,6 +272,12 @@ class CudaBackend(Backend):
         except driver.CudaError:
             return "cuda:none"
 
+    def compose_rolled(self, graph: Graph, plan: Any, parts: Any, roll_seconds: float) -> Program:
+        """One stitched kernel program for the whole rolled model (one CUDA graph on the GPU)."""
+        from ..codegen.rolled import compose_rolled_kernels
+
+        return compose_rolled_kernels(self, graph, plan, parts, roll_seconds)
+
     def lower(self, graph: Graph, lprog: LProgram, report: Any = None) -> Program:
         return CudaProgram(graph, lprog, self.executor, report, backend_name=self.name)
 

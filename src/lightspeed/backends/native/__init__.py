@@ -40,6 +40,12 @@ class NativeBackend(Backend):
     def available(self) -> bool:
         return host.available()
 
+    def compose_rolled(self, graph: Graph, plan: Any, parts: Any, roll_seconds: float) -> Program:
+        """One stitched kernel program for the whole rolled model (one CUDA graph on the GPU)."""
+        from ..codegen.rolled import compose_rolled_kernels
+
+        return compose_rolled_kernels(self, graph, plan, parts, roll_seconds)
+
     def lower(self, graph: Graph, lprog: LProgram, report: Any = None) -> Program:
         return KernelProgram(graph, lprog, self.executor, report, backend_name=self.name)
 
