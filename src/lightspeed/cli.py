@@ -96,9 +96,6 @@ def _number(kind: type, lo: float | None = None, hi: float | None = None, lo_ope
     return parse
 
 
-_PLANNED_BACKENDS = {"cuda": "the cuda backend is planned but not built yet"}
-
-
 def _available_backends() -> list[str]:
     from lightspeed import backends
 
@@ -107,10 +104,19 @@ def _available_backends() -> list[str]:
 
 def _backend(name: str) -> str:
     available = _available_backends()
-    if name in available:
-        return name
-    why = _PLANNED_BACKENDS.get(name, f"unknown backend {name!r}")
-    raise argparse.ArgumentTypeError(f"{why}; available: {', '.join(available)}")
+    if name == "auto":  # the best backend this machine has: cuda with a GPU, else cpu
+        from lightspeed import backends
+
+        return backends.default_backend()
+    if name not in available:
+        raise argparse.ArgumentTypeError(f"unknown backend {name!r}; available: auto, {', '.join(available)}")
+    if name == "cuda":
+        from lightspeed.backends import get_backend
+        from lightspeed.backends.cuda import driver
+
+        if not get_backend("cuda").available():
+            raise argparse.ArgumentTypeError(f"the cuda backend cannot run here: {driver.unavailable_reason()}")
+    return name
 
 
 # options that only the text decoders read: whisper refuses them instead of silently ignoring them
@@ -612,7 +618,9 @@ def main(argv: list[str] | None = None) -> int:
                      "families without shipped weights (qwen3, qwen3_moe, gemma4_moe) or to test the compiler")
     # Text-only options default to None so that whisper can tell a given one from a default; _run fills
     # in the defaults named in the help for the text models.
-    r.add_argument("--backend", default="cpu", type=_backend, help="cpu (default) or reference")
+    r.add_argument("--backend", default="cpu", type=_backend,
+                   help="cpu (default), cuda (a GPU), native (generated C kernels), reference, or auto (cuda "
+                        "when a GPU is there, else cpu)")
     r.add_argument("--max-tokens", "--max-new-tokens", dest="max_tokens", type=_number(int, 1), default=None,
                    help=f"tokens to generate, >= 1 (default {DEFAULT_MAX_TOKENS['text']}; whisper "
                    f"{DEFAULT_MAX_TOKENS[WHISPER]} per 30 s window)")

@@ -44,8 +44,13 @@ def registered_backends() -> list[Backend]:
 
 
 def default_backend() -> str:
-    """The backend ``Graph.compile`` uses when none is named: ``cpu`` until a GPU backend exists
-    (the cuda backend will take over when a GPU is present)."""
+    """The backend ``Graph.compile`` uses when none is named: ``cuda`` when a GPU and its driver
+    are usable here, else ``cpu``."""
+    try:
+        if get_backend("cuda").available():
+            return "cuda"
+    except Exception:  # noqa: BLE001 - a broken cuda install must not stop cpu compiles
+        pass
     return "cpu"
 
 
