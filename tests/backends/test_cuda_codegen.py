@@ -79,7 +79,8 @@ def _bf16_blocks():
     d, heads = 16, 2
     x = g.input("x", ("s", d), dtype=ls.bfloat16)
     wq, wk, wv = (g.input(n, (d, d), dtype=ls.bfloat16) for n in ("wq", "wk", "wv"))
-    q, k, v = ((x @ w).reshape("s", heads, d // heads).transpose(0, 1) for w in (wq, wk, wv))
+    # (x @ w.T: the weights' rows contiguous along k, as nn.Linear stores them: the 16-byte dot path)
+    q, k, v = ((x @ w.transpose(0, 1)).reshape("s", heads, d // heads).transpose(0, 1) for w in (wq, wk, wv))
     att = ((q @ k.transpose(-1, -2)) * (1 / np.sqrt(d // heads))).softmax(-1)
     g.output("y", x + (att @ v).transpose(0, 1).reshape("s", d))
     c = ls.Graph()
@@ -107,6 +108,9 @@ def test_every_generated_cuda_kernel_compiles_for_sm90():
     modes = {}
     for s in specs:
         modes.setdefault(s.mode, s)
+    vector = [s for s in specs if "ls_dot8_bf16(" in s.source]
+    assert vector, "no bfloat16 matmul took the 16-byte dot path"
+    modes["vector"] = vector[0]
     assert {"elementwise", "warp", "scatter", "matmul_dot", "matmul_tile"} <= modes.keys(), modes.keys()
     images = nvrtc.compile_many([module_source([s], "cuda") for s in modes.values()], "sm_90")
     assert all(len(img) > 1000 for img in images)

@@ -225,6 +225,28 @@ static LS_INLINE float ls_h2f(unsigned short h) {
 static LS_INLINE unsigned short ls_f2h(float f) {
   unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
+static LS_INLINE float ls_dot8_bf16(uint4 a, uint4 b) {
+  const unsigned int x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+  float s = 0.0f;
+  #pragma unroll
+  for (int q = 0; q < 4; q++)
+    s += __uint_as_float(x[q] << 16) * __uint_as_float(y[q] << 16)
+       + __uint_as_float(x[q] & 0xffff0000u) * __uint_as_float(y[q] & 0xffff0000u);
+  return s;
+}
+static LS_INLINE float ls_dot8_f16(uint4 a, uint4 b) {
+  const unsigned int x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+  float s = 0.0f;
+  #pragma unroll
+  for (int q = 0; q < 4; q++)
+    s += ls_h2f((unsigned short)(x[q] & 0xffffu)) * ls_h2f((unsigned short)(y[q] & 0xffffu))
+       + ls_h2f((unsigned short)(x[q] >> 16)) * ls_h2f((unsigned short)(y[q] >> 16));
+  return s;
+}
+static LS_INLINE float ls_dot4_f32(uint4 a, uint4 b) {
+  return __uint_as_float(a.x) * __uint_as_float(b.x) + __uint_as_float(a.y) * __uint_as_float(b.y)
+       + __uint_as_float(a.z) * __uint_as_float(b.z) + __uint_as_float(a.w) * __uint_as_float(b.w);
+}
 """ + _PRELUDE_COMMON,
     "c": r"""
 #include <math.h>
@@ -653,9 +675,23 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         first, step = "lane", str(WARP)
     else:
         first, step = "0", "1"
-    w.line(f"if ({valid_j}) for (long long l = {first}; l < {kk}; l += {step})")
-    w.line(f"  acc += ({ct}){_load(da, f'in0[oa + i * {sam} + l * {sak}]')} * "
-           f"({ct}){_load(db, f'in1[ob + l * {sbk} + j * {sbn}]')};")
+    scalar = (f"for (long long l = {first}; l < {kk}; l += {step})\n"
+              f"    acc += ({ct}){_load(da, f'in0[oa + i * {sam} + l * {sak}]')} * "
+              f"({ct}){_load(db, f'in1[ob + l * {sbk} + j * {sbn}]')};")
+    vec = _VECTOR_DOT.get(da.name) if da == db and ct == "float" else None
+    if dialect == "cuda" and mode == "matmul_dot" and vec is not None:
+        # both rows contiguous along k: 16-byte loads when k and both rows' addresses allow them
+        width, dot = vec
+        w.line(f"const {storage_type(da)}* ra = in0 + oa + i * {sam};")
+        w.line(f"const {storage_type(db)}* rb = in1 + ob + j * {sbn};")
+        w.line(f"if ({kk} % {width} == 0 && (((unsigned long long)ra | (unsigned long long)rb) & 15) == 0) {{")
+        w.line(f"  for (long long l = lane * {width}; l < {kk}; l += {WARP * width})")
+        w.line(f"    acc += {dot}(*(const uint4*)(ra + l), *(const uint4*)(rb + l));")
+        w.line("} else {")
+        w.line("  " + scalar.replace("\n", "\n  "))
+        w.line("}")
+    else:
+        w.line(f"if ({valid_j}) " + scalar)
     if dialect == "cuda" and mode == "matmul_dot":
         w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
         writer = "lane == 0"
@@ -690,6 +726,9 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         body = w.pop()
     return _finish(w, dialect, mode, bufs, count, body, "matmul")
 
+
+# 16-byte dot products of two rows (cuda dialect): elements per uint4, the prelude's function
+_VECTOR_DOT = {"bfloat16": (8, "ls_dot8_bf16"), "float16": (8, "ls_dot8_f16"), "float32": (4, "ls_dot4_f32")}
 
 # ---------------------------------------------------------------------------- per op
 _ELEMENTWISE = tuple(n for n, p in PRIMITIVES.items() if p.category in ("unary", "binary"))
