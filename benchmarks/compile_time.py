@@ -10,7 +10,7 @@ config).  Each measurement runs ``--rounds`` times (default 2) and the lower tot
 
 Phases (seconds, summed over a family's programs: prefill + decode, or whisper's encoder + prefill
 + decode): build (the graph), roll (finding and splitting the repeated layers), encode, e-graph
-(saturate + serialize, or load from the cache), index, extract (candidates or the cached choice),
+(saturate + serialize, or load from the cache; both include indexing it), extract (candidates or the cached choice),
 profile (measuring candidates), lower (kernel preparation), persist (weights checked, converted and
 made resident).  ``import`` and ``load`` (reading and dequantising the weights) are outside the
 compile and shown apart.
@@ -36,10 +36,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-import lightspeed as ls  # noqa: E402
 
+def build(layers: int, hidden=576, heads=9, kv_heads=3, ffn=1536):
+    import lightspeed as ls  # here, not at the top: a family's child process times its own imports
 
-def build(layers: int, hidden=576, heads=9, kv_heads=3, ffn=1536) -> ls.Graph:
     g = ls.Graph()
     s, dh = "s", hidden // heads
     h = g.input("x", (s, hidden))
@@ -61,8 +61,10 @@ def build(layers: int, hidden=576, heads=9, kv_heads=3, ffn=1536) -> ls.Graph:
 
 
 def layers_table(args: argparse.Namespace) -> None:
+    import lightspeed as ls
+
     os.environ["LIGHTSPEED_CACHE"] = "0"  # measure the work, not the cache (set here: tests import build)
-    cols = ["build", "roll", "encode", "saturate", "serialize", "index", "extract", "profile", "lower"]
+    cols = ["build", "roll", "encode", "saturate", "serialize", "extract", "profile", "lower"]
     print(f"{'layers':>6s} {'nodes':>6s} {'e-nodes':>8s} {'blocks':>6s} "
           + " ".join(f"{c:>10s}" for c in cols) + f" {'total':>9s}")
     for n in args.layers:
@@ -73,7 +75,7 @@ def layers_table(args: argparse.Namespace) -> None:
         prog = g.compile(backend="cpu", search=opts)
         rep = prog.search_report
         plan = getattr(prog, "plan", None)
-        phases = {"build": t_build, **rep.phases}
+        phases = {"build": t_build, **rep.phases, "lower": rep.lower}
         total = sum(phases.values())
         print(f"{n:6d} {len(g.reachable()):6d} {rep.egraph_nodes:8d} {plan.count if plan else 0:6d} "
               + " ".join(f"{phases.get(c, 0.0) * 1e3:8.1f}ms" for c in cols) + f" {total:8.2f}s")
@@ -81,20 +83,23 @@ def layers_table(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------- per family
-PHASES = ["build", "roll", "encode", "e-graph", "index", "extract", "profile", "lower", "persist"]
+PHASES = ["build", "roll", "encode", "e-graph", "extract", "profile", "lower", "persist"]
 _GROUP = {"saturate": "e-graph", "serialize": "e-graph", "load": "e-graph"}
 
 
 def _child(family: str, budget: int) -> dict:
     """One compile of ``family`` in this (fresh) process, as ``lightspeed run`` does it."""
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # what a `lightspeed run` process imports before it loads anything
+    import lightspeed.backends.cpu  # noqa: F401
     from lightspeed.cli import load_text_model
+    from lightspeed.models import generate, whisper  # noqa: F401
     from lightspeed.search import SearchOptions, session
+    from lightspeed.weights import loader  # noqa: F401
     out: dict = {"import": time.perf_counter() - t0, "phases": dict.fromkeys(PHASES, 0.0)}
 
     def add(prog) -> None:
         rep = prog.search_report
-        for k, v in rep.phases.items():
+        for k, v in {**rep.phases, "lower": rep.lower}.items():
             k = _GROUP.get(k, k)
             out["phases"][k] = out["phases"].get(k, 0.0) + v
         out["egraph_cached"] = out.get("egraph_cached", True) and rep.egraph_cached
@@ -114,6 +119,7 @@ def _child(family: str, budget: int) -> dict:
             add(prog)
         # WhisperModel converts its weights to contiguous float32 before compiling
         out["phases"]["persist"] = out["compile"] - model.compile_s
+        out["ml_dtypes"] = "ml_dtypes" in sys.modules
         return out
     from lightspeed.models.generate import Generator, compile_model
 
@@ -128,6 +134,7 @@ def _child(family: str, budget: int) -> dict:
     Generator(tm.model, tm.tensors, backend="cpu", search=search)  # finds both programs compiled
     out["phases"]["persist"] = time.perf_counter() - t0
     out["compile"] = time.perf_counter() - t_all
+    out["ml_dtypes"] = "ml_dtypes" in sys.modules  # imported only for bf16/fp8 (~1.4 s)
     return out
 
 

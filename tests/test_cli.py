@@ -448,6 +448,11 @@ def test_the_cli_starts_without_numpy_egglog_or_model_code():
     # the full API still appears on first use, ops registered as methods
     seen = _modules_after("import lightspeed as ls\ng = ls.Graph()\ng.output('y', g.input('x', (2,)).softmax(-1))")
     assert "lightspeed.hl" in seen and "numpy" in seen and "egglog" not in seen and "ml_dtypes" not in seen
+    # a float32 model's graphs need no ml_dtypes either (only bfloat16/float8 do)
+    seen = _modules_after("from lightspeed.cli import RANDOM_CONFIGS\nfrom lightspeed.models import get\n"
+                          "m = get('gemma3').from_hf_config(RANDOM_CONFIGS['gemma3'])\n"
+                          "m.build_graph('prefill'); m.build_graph('decode')")
+    assert "lightspeed.nn.attention" in seen and "ml_dtypes" not in seen
 
 
 def test_the_family_table_matches_the_model_classes():

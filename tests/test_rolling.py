@@ -278,7 +278,7 @@ def test_hook_report_and_opt_out():
     assert "rolled: 2 blocks of 52 nodes" in text and "template x2" in text and "[template]" in text
     assert "search report" in text and "[epilogue]" in text  # the template's own report follows
     rep = prog.search_report
-    assert {"roll", "encode", "index", "extract", "lower"} <= set(rep.phases)
+    assert {"roll", "encode", "extract"} <= set(rep.phases) and rep.lower > 0
     # the e-graph was saturated (and serialised) or loaded from the cache; candidates were measured
     # unless the decision came from the cache
     assert {"saturate", "serialize"} <= set(rep.phases) or "load" in rep.phases

@@ -457,15 +457,16 @@ def _done(what: str, seconds: float, say: Callable[..., None], verbose: bool, ex
 
 def phase_line(name: str, prog: Any) -> str:
     """``  name: total = phase s, ...`` from a compiled program's search report (what ``--verbose``
-    prints per program): build, roll, encode, saturate/serialize or load (the e-graph from the cache),
-    index, extract, profile (measuring candidates), lower (kernel preparation)."""
+    prints per program): build, roll, encode, saturate + serialize or load (the e-graph from the
+    cache, indexed), extract, profile (measuring candidates), lower (kernel preparation)."""
     rep = getattr(prog, "search_report", None)
     if rep is None:
         return f"  {name}: no search report"
-    phases = {k: v for k, v in rep.phases.items() if v >= 0.0005 or k == "build"}
+    every = {**rep.phases, "lower": rep.lower}
+    phases = {k: v for k, v in every.items() if v >= 0.0005 or k == "build"}
     cached = ("e-graphs " + ("from the cache" if rep.egraph_cached else "saturated") + ", decisions "
               + ("from the cache" if rep.decision_cached else "measured"))
-    return (f"  {name}: {sum(rep.phases.values()):.2f} s = "
+    return (f"  {name}: {sum(every.values()):.2f} s = "
             + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()) + f" ({cached})")
 
 

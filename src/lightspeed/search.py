@@ -61,8 +61,7 @@ class SearchOptions:
     iterations: int = 8
     max_enodes: int = 500_000  # stop growing the e-graph past this many rows
     mutation_rate: float = 0.3
-    # say what the search is doing (saturating, measuring candidate i of n) on stderr, or to the
-    # session's callback (``session(say=...)``): None (default) only when stderr is a terminal
+    # what the search is doing, to a session's ``say`` or stderr (None: only on a terminal)
     progress: bool | None = None
     # per symbol, inclusive (lo, hi) ranges: one program is searched per bucket (combination)
     dim_buckets: Mapping[str, Sequence[tuple[int, int]]] | None = None
@@ -99,9 +98,11 @@ class SearchReport:
     produced_by: dict[str, list[str]] = field(default_factory=dict)  # backend op -> rule names
     rulesets: dict[str, tuple[float, int, str]] = field(default_factory=dict)  # seconds, iterations, stop
     program: LProgram | None = None
+    lower: float = 0.0  # seconds preparing the kernels (Backend.lower), after the search's phases
 
     def format(self) -> str:
-        lines = ["search report", "  phases: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.phases.items()),
+        phases = {**self.phases, "lower": self.lower}
+        lines = ["search report", "  phases: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in phases.items()),
                  f"  e-graph: {self.egraph_nodes} e-nodes; rule matches: "
                  + (", ".join(f"{k}={v}" for k, v in sorted(self.rule_matches.items())) or "none"),
                  *(f"  ruleset {rs}: {sec * 1e3:.1f} ms, {its} iteration(s), {why}"
@@ -132,6 +133,7 @@ class SearchReport:
 # bumped when the way decisions are made changes, so cached decisions of an older search are not
 # reused; the decision key also hashes this module's source, so any change here invalidates them
 SEARCH_VERSION = 4
+CUTOFF = 3.0  # a candidate whose first timed run is this many times the best so far gets no more runs
 _SEARCH_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
@@ -147,9 +149,8 @@ _LOCAL = threading.local()  # depth: sessions open; say: where progress goes
 
 @contextlib.contextmanager
 def session(say: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Searches inside share representative inputs (a rolled model's prelude and epilogue, and
-    prefill and decode, read the same vocabulary-sized embedding), freed when the outermost session
-    ends; with ``say``, their progress messages go to it (the CLI redraws one status line)."""
+    """Searches inside share representative inputs (prelude and epilogue, prefill and decode read one
+    embedding), freed when the outermost session ends; with ``say``, their progress goes to it."""
     depth, prev = getattr(_LOCAL, "depth", 0), getattr(_LOCAL, "say", None)
     _LOCAL.depth, _LOCAL.say = depth + 1, say or prev
     try:
@@ -161,8 +162,7 @@ def session(say: Callable[[str], None] | None = None) -> Iterator[None]:
 
 
 def progress(opts: SearchOptions, msg: str) -> None:
-    """What a compile is doing, to the session's ``say``, else to stderr when ``opts.progress`` is
-    True (None: when stderr is a terminal) or LIGHTSPEED_LOG=search."""
+    """To the session's ``say``, else to stderr if ``opts.progress`` (None: a terminal) or LIGHTSPEED_LOG=search."""
     say = getattr(_LOCAL, "say", None)
     if opts.progress is not False and say is not None:
         say(msg)
@@ -232,7 +232,6 @@ def saturate(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport)
     if cached is not None:
         ser = SerializedEGraph(cached["nodes"], cached["class_data"], cached["root_eclasses"])
         rep.rule_matches = cached["rule_matches"]
-        rep.phases["load"] = time.perf_counter() - t0  # the e-graph from the cache: read, check, parse
         rep.egraph_cached = True
     else:
         progress(opts, f"saturating the e-graph of {len(enc.node_globals)} nodes")
@@ -248,16 +247,15 @@ def saturate(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport)
         rep.rule_matches = dict(runner.stats.rule_matches)
         t0 = time.perf_counter()
         ser = runner.serialize("$root")
-        rep.phases["serialize"] = time.perf_counter() - t0
         cache.store(f"egraph-{key}", {"nodes": ser.nodes, "class_data": ser.class_data,
                                        "root_eclasses": ser.root_eclasses, "rule_matches": rep.rule_matches})
         if _log("egraph"):
             for rs, (sec, its, why) in rep.rulesets.items():
                 print(f"ruleset {rs}: {sec * 1e3:.1f} ms, {its} iteration(s), stopped: {why}", file=sys.stderr)
             print(runner.stats.format(), file=sys.stderr)
-    t0 = time.perf_counter()
     index = EGraphIndex(ser, set(decls))
-    rep.phases["index"] = time.perf_counter() - t0
+    # "load": the cached e-graph read, checked and indexed; "serialize": egglog's output, indexed
+    rep.phases["load" if rep.egraph_cached else "serialize"] = time.perf_counter() - t0
     rep.egraph_nodes = len(ser.nodes)
     if _log("egraph"):
         print(f"e-graph: {rep.egraph_nodes} e-nodes, {len(index.classes)} e-classes"
@@ -356,8 +354,7 @@ class _Measured:
 def measure(graph: Graph, backend: Any, lprog: LProgram, inputs: Mapping[str, Any], dims: Mapping[str, int],
             repeats: int, cutoff: float | None = None) -> tuple[Program, float]:
     """Lower ``lprog``, run it once (checking the output shapes) and time it through the backend:
-    one timed run, then ``repeats - 1`` more unless that run took longer than ``cutoff`` seconds (a
-    candidate several times slower than the best so far cannot win; its time is kept as measured)."""
+    one run, then ``repeats - 1`` more unless it took over ``cutoff`` s (it cannot win: kept as is)."""
     prog = backend.lower(graph, lprog)
     out = prog(inputs, dims=dims)
     for name, nid in graph.outputs.items():
@@ -369,17 +366,6 @@ def measure(graph: Graph, backend: Any, lprog: LProgram, inputs: Mapping[str, An
         sec = min(sec, backend.time(prog, inputs, dims, repeats - 1))
     return prog, sec
 
-
-# a candidate whose first timed run is this many times the best so far gets no more runs
-CUTOFF = 3.0
-
-
-def _measure_order(stream: Iterator[tuple[str, Candidate]]) -> Iterator[tuple[int, str, Candidate]]:
-    """(list index, origin, candidate): the default after greedy and fused, so that it is cut short
-    (see ``CUTOFF``; it is often 10-100x slower) instead of timed in full."""
-    head = list(enumerate(itertools.islice(stream, 3)))
-    for i, (origin, cand) in itertools.chain(head[1:], head[:1], enumerate(stream, start=len(head))):
-        yield i, origin, cand
 
 
 def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LProgram, SearchReport]:
@@ -409,7 +395,9 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
     best: _Measured | None = None
     finalists: list[_Measured] = []
     first_error: Exception | None = None
-    stream = _measure_order(candidates(sat.index, opts))
+    listed = candidates(sat.index, opts)  # measured with the default after greedy and fused: it is cut short
+    head = list(enumerate(itertools.islice(listed, 3)))
+    stream = itertools.chain(head[1:], head[:1], enumerate(listed, start=len(head)))
     n_measured = 0
     while True:
         if opts.time_budget is not None and n_measured >= 3 and time.perf_counter() - t_start > opts.time_budget:
@@ -419,7 +407,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
         if nxt is None:
             break
         n_measured += 1
-        i, origin, cand = nxt
+        i, (origin, cand) = nxt
         progress(opts, f"candidate {n_measured}/{opts.budget} ({origin})"
                  + (f"; best {best.seconds * 1e3:.3f} ms" if best else ""))
         try:
@@ -516,9 +504,9 @@ class BucketedProgram(Program):
 
 
 def _lower(graph: Graph, backend: Any, lprog: LProgram, rep: SearchReport) -> Program:
-    t0, rep.phases["lower"] = time.perf_counter(), 0.0  # set first: a backend may copy the phases
+    t0 = time.perf_counter()
     prog = backend.lower(graph, lprog, rep)
-    rep.phases["lower"] = time.perf_counter() - t0  # kernel preparation
+    rep.lower = time.perf_counter() - t0
     return prog
 
 

@@ -47,6 +47,7 @@ def _combine(reports: list[SearchReport], roll_seconds: float) -> SearchReport:
             out.produced_by.setdefault(k, v)
         out.profile_dims.update(r.profile_dims)
         out.egraph_nodes += r.egraph_nodes
+        out.lower += r.lower
     out.egraph_cached = bool(reports) and all(r.egraph_cached for r in reports)
     out.decision_cached = bool(reports) and all(r.decision_cached for r in reports)
     out.program_text = "\n\n".join(r.program_text for r in reports)

@@ -23,9 +23,10 @@ past-length symbol): older keys are invisible to every new query anyway.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
-import ml_dtypes
+import numpy as np
 
 from .. import dtypes as dt
 from .. import hl
@@ -68,8 +69,11 @@ class Step:
 
     def _additive(self, blocked: GraphTensor) -> GraphTensor:
         """0 where ``blocked`` is false, the dtype's most negative value where it is true."""
-        # ml_dtypes.finfo knows bfloat16 (numpy >= 2.5's finfo rejects it) and the numpy floats
-        return hl.to(blocked, self.b.dtype) * float(ml_dtypes.finfo(self.b.dtype.np).min)
+        # ml_dtypes.finfo knows bfloat16 (numpy >= 2.5's finfo rejects it); numpy's own floats take
+        # numpy's finfo, so a float32 model never imports ml_dtypes (~1.4 s)
+        npd = self.b.dtype.np
+        info = np.finfo(npd) if npd.kind == "f" else importlib.import_module("ml_dtypes").finfo(npd)
+        return hl.to(blocked, self.b.dtype) * float(info.min)
 
     def mask_new(self, window: int | None) -> GraphTensor:
         """[s, s] mask of new queries i against new keys j: causal, and ``pos_i - pos_j < window``."""
