@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="+", choices=list(EXAMPLES), metavar="NAME",
                     help=f"run only these examples ({', '.join(EXAMPLES)})")
-    ap.add_argument("--backend", default="cpu", help="cpu (default) or reference")
+    ap.add_argument("--backend", default="cpu", help="cpu (default), cuda, native, reference or auto")
     ap.add_argument("--max-tokens", type=int, default=16, help="tokens the text examples generate (default 16; "
                     "whisper transcribes the whole clip)")
     opts = ap.parse_args(argv)

@@ -4,7 +4,7 @@
 # Installs what the host lacks from the carried wheelhouse (.whl, built here with
 # ../shared/tools/gpu-wheelhouse.sh), then runs the cuda tests and writes logs and a summary under
 # $OUT (default /tmp/gpu-out).  GPU_CHECK_PARTS picks what runs (default: all of them):
-#   info conformance cuda models torch sanitizer bench
+#   info conformance cuda models torch examples sanitizer bench
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -34,6 +34,7 @@ for p in $parts; do
     cuda) run cuda python3 -m pytest -o addopts="" tests/backends/test_cuda.py -q -p no:cacheprovider -n "$jobs" --maxfail=60 "$@" ;;
     models) run models python3 -m pytest -o addopts="" tests/models/test_cuda_models.py -q -p no:cacheprovider -n 7 ;;
     torch) run torch python3 -m pytest -o addopts="" tests/torch_backend/test_cuda_torch.py -q -p no:cacheprovider -n 8 ;;
+    examples) run examples python3 benchmarks/examples.py --only qwen3 qwen3_moe gemma4_moe --backend cuda ;;
     sanitizer) run sanitizer timeout "${GPU_SANITIZER_S:-300}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer \
         --tool memcheck --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" \
         tests/backends/test_conformance.py -k "cuda and (op_table_matches or blocks or decode)" -q -p no:cacheprovider ;;

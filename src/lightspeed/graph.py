@@ -178,10 +178,8 @@ class Graph:
 
     # ------------------------------------------------------------------ compile
     def compile(self, backend: str | None = None, **options: Any) -> Program:
-        """Compile the graph's outputs for ``backend`` and return a callable :class:`Program`.
-
-        The default is the best backend this machine has (``lightspeed.backends.default_backend()``:
-        ``cpu`` when no GPU backend is available); ``backend="reference"`` gives the exact oracle."""
+        """A callable :class:`Program` of the graph's outputs for ``backend``: by default the best
+        this machine has (``cuda`` with a GPU, else ``cpu``); ``"reference"`` is the exact oracle."""
         from .backends import default_backend, get_backend
 
         if not self.outputs:

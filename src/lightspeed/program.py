@@ -1,13 +1,7 @@
-"""A compiled program: what every backend returns from ``compile``.
-
-:class:`Program` owns the part that is the same for every backend: checking the caller's inputs
-against the graph's declared inputs (names, ranks, dims, dtypes, whatever the array type) and
-binding dim symbols from the input shapes (or from explicit ``dims=``); inputs made resident once
-(:meth:`Program.persist`, e.g. weights) instead of passed on every call; ``out=`` arrays; outputs
-returned as the caller's kind (torch tensors for torch inputs).  A backend subclasses it and
-implements :meth:`Program.execute`; :meth:`Program.to_device` moves a checked host array to the
-backend's device (the host backends keep it as it is).
-"""
+"""A compiled program: what every backend returns from ``compile``.  :class:`Program` checks inputs
+against the graph's (names, ranks, dims, dtypes, any array type) and binds dims; keeps persisted
+inputs resident; handles ``out=`` and aliased outputs; returns the caller's kind.  A backend
+implements :meth:`Program.execute` and, for a device, the four array hooks (``to_device`` ...)."""
 
 from __future__ import annotations
 
@@ -23,7 +17,7 @@ from .graph import Graph
 from .primitives import InputArg
 from .symbolic import Expr
 
-__all__ = ["Program", "to_numpy", "fill_out", "same_memory", "share_array_hooks"]
+__all__ = ["Program", "to_numpy", "same_memory", "share_array_hooks"]
 
 
 def to_numpy(value: Any, what: str) -> np.ndarray:
@@ -45,20 +39,15 @@ def to_numpy(value: Any, what: str) -> np.ndarray:
     raise InputError(f"{what}: expected a numpy array (or torch tensor), got {type(value).__name__}")
 
 
-def _is_torch(v: Any) -> bool:
-    return type(v).__module__.startswith("torch")
-
-
 def _to_torch(a: np.ndarray) -> Any:
     """A numpy result as a torch tensor sharing its memory (bfloat16/float8 through their bits)."""
     import torch
 
-    d = dt.as_dtype(a.dtype)
-    if d.name in ("bfloat16", "float8_e4m3", "float8_e5m2"):
-        bits = np.int16 if d.itemsize == 2 else np.uint8
-        return torch.from_numpy(np.ascontiguousarray(a).view(bits)).view(
-            {"bfloat16": torch.bfloat16, "float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}[d.name])
-    return torch.from_numpy(a)
+    low = {"bfloat16": torch.bfloat16, "float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
+    d = dt.as_dtype(a.dtype).name
+    if d not in low:
+        return torch.from_numpy(a)
+    return torch.from_numpy(np.ascontiguousarray(a).view(np.int16 if a.itemsize == 2 else np.uint8)).view(low[d])
 
 
 def same_memory(a: Any, b: Any) -> bool:
@@ -73,26 +62,10 @@ def same_memory(a: Any, b: Any) -> bool:
         a.dtype == b.dtype and ia.get("strides") == ib.get("strides")
 
 
-def writable_contiguous(a: Any) -> bool:
-    """A writable C-contiguous host array, or a device array (always row-major)."""
-    flags = getattr(a, "flags", None)
-    return flags is None or (flags.c_contiguous and flags.writeable)
-
-
 def share_array_hooks(wrapper: Program, inner: Program) -> None:
     """A program that runs others (buckets, rolled parts) takes and gives their array kinds."""
     for hook in ("to_device", "as_array", "store_back", "deliver"):
         setattr(wrapper, hook, getattr(inner, hook))
-
-
-def fill_out(res: dict[str, np.ndarray], out: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-    """Copy results into the caller's ``out`` arrays (for programs that do not write them directly)."""
-    for k, dest in (out or {}).items():
-        if dest.shape != res[k].shape:
-            raise InputError(f"out[{k!r}] has shape {dest.shape}, the output has shape {res[k].shape}")
-        np.copyto(dest, res[k], casting="unsafe")
-        res[k] = dest
-    return res
 
 
 class Program:
@@ -128,8 +101,8 @@ class Program:
 
     def deliver(self, res: dict[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Results as the caller's kind: torch tensors when any input was one."""
-        if any(_is_torch(v) for v in inputs.values()):
-            res = {k: v if _is_torch(v) else _to_torch(v) for k, v in res.items()}
+        if any(type(v).__module__.startswith("torch") for v in inputs.values()):
+            res = {k: v if type(v).__module__.startswith("torch") else _to_torch(v) for k, v in res.items()}
         return res
 
     def persist(self, inputs: Mapping[str, Any] | None = None, /, **named: Any) -> Program:
@@ -137,9 +110,8 @@ class Program:
         leave them out (and may still pass a value to override one).  The compiled executable is
         shared; this program is unchanged, so one compiled model serves several weight sets."""
         given = {**(inputs or {}), **named}
-        extra = set(given) - set(self.input_args)
-        if extra:
-            raise InputError(f"persist: unexpected input(s) {sorted(extra)}; "
+        if set(given) - set(self.input_args):
+            raise InputError(f"persist: unexpected input(s) {sorted(set(given) - set(self.input_args))}; "
                              f"the program takes {sorted(self.input_args)}")
         arrays, env = self._check(given, dict(self._resident_dims), partial=True)
         bound = copy.copy(self)
@@ -148,20 +120,18 @@ class Program:
         bound._fresh_state()
         return bound
 
-    def _fresh_state(self) -> None:
-        """Reset per-instance run state in a copy made by :meth:`persist` (buffers, locks)."""
+    def _fresh_state(self) -> None:  # reset per-instance run state in a persisted copy (buffers, locks)
+        pass
 
     def reserve(self, **bounds: int) -> Program:
-        """Prepare for dims up to ``bounds`` (e.g. ``reserve(p=4096)`` before decoding), so calls
-        within them prepare nothing.  Returns the program; a backend without plans ignores it."""
+        """Prepare for dims up to ``bounds`` (``reserve(p=4096)``): calls within them prepare nothing."""
         unknown = set(bounds) - self.symbols
         if unknown:
             raise InputError(f"reserve: the program has no dims {sorted(unknown)} (it has {sorted(self.symbols)})")
         return self
 
     @property
-    def preparations(self) -> int:
-        """How many executable plans this program has made (buffers, captured graphs)."""
+    def preparations(self) -> int:  # executable plans made (buffers, captured graphs)
         return 0
 
     def bind(self, inputs: Mapping[str, Any], dims: Mapping[str, int] | None = None
@@ -194,8 +164,7 @@ class Program:
 
     def _check(self, inputs: Mapping[str, Any], env: dict[str, int], partial: bool
                ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-        """Check ``inputs`` (all of them, or those given when ``partial``) against the declared
-        inputs and bind the dims their shapes determine into ``env``."""
+        """Check ``inputs`` (all, or the given ones when ``partial``); bind their dims into ``env``."""
         arrays: dict[str, np.ndarray] = {}
         deferred: list[tuple[str, int, Expr, int]] = []
         # a partial check (calls with resident inputs) looks at the given inputs only
@@ -207,7 +176,8 @@ class Program:
                 mod = "ml_dtypes" if want.np.kind == "V" else "np"  # bfloat16/float8 are ml_dtypes types
                 raise InputError(f"input {name!r}: expected dtype {want.name}, got {a.dtype} "
                                  f"(cast it, e.g. x.astype({mod}.{want.np.name}))")
-            if name in self._aliased_inputs and not writable_contiguous(a):
+            flags = getattr(a, "flags", None)  # device arrays have none: always row-major
+            if name in self._aliased_inputs and flags is not None and not (flags.c_contiguous and flags.writeable):
                 out = next(o for o, i in self.output_aliases.items() if i == name)
                 raise InputError(f"input {name!r} is written in place (output {out!r} aliases it): pass a writable, "
                                  "C-contiguous array")
@@ -240,8 +210,7 @@ class Program:
 
     def __call__(self, inputs: Mapping[str, Any] | None = None, /, *, dims: Mapping[str, int] | None = None,
                  out: Mapping[str, Any] | None = None, **named: Any) -> dict[str, Any]:
-        """Run the program.  ``out``: arrays (numpy, or torch CPU tensors) to write outputs into;
-        they are returned as given.  Outputs come back as torch tensors when any input was one."""
+        """Run the program; ``out``: arrays to write outputs into (returned as given)."""
         all_inputs = dict(inputs or {})
         dup = all_inputs.keys() & named.keys()
         if dup:

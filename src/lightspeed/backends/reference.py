@@ -14,10 +14,11 @@ import numpy as np
 
 from ..egraph.llir import liveness
 from ..graph import Graph
-from ..program import Program, fill_out
+from ..program import Program
 from . import register_backend
 from .base import Backend
 from .numpy_views import read_view
+from .rolled import fill_out
 
 __all__ = ["ReferenceProgram", "ReferenceBackend"]
 

@@ -8,15 +8,29 @@ same parts as one captured graph.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from ..errors import InputError
 from ..graph import Graph
-from ..program import Program, fill_out, share_array_hooks
+from ..program import Program, share_array_hooks
 from ..search import BucketedProgram, SearchReport
 
-__all__ = ["BlockLoopProgram"]
+__all__ = ["BlockLoopProgram", "fill_out"]
+
+
+def fill_out(res: dict[str, np.ndarray], out: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """Copy results into the caller's ``out`` arrays (for programs that do not write them directly)."""
+    for k, dest in (out or {}).items():
+        if dest.shape != res[k].shape:
+            raise InputError(f"out[{k!r}] has shape {dest.shape}, the output has shape {res[k].shape}")
+        np.copyto(dest, res[k], casting="unsafe")
+        res[k] = dest
+    return res
+
 
 
 @dataclass

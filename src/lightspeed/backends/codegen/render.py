@@ -685,6 +685,7 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"const {storage_type(da)}* ra = in0 + oa + i * {sam};")
         w.line(f"const {storage_type(db)}* rb = in1 + ob + j * {sbn};")
         w.line(f"if ({kk} % {width} == 0 && (((unsigned long long)ra | (unsigned long long)rb) & 15) == 0) {{")
+        w.line("  #pragma unroll 4")  # several 16-byte loads in flight per lane
         w.line(f"  for (long long l = lane * {width}; l < {kk}; l += {WARP * width})")
         w.line(f"    acc += {dot}(*(const uint4*)(ra + l), *(const uint4*)(rb + l));")
         w.line("} else {")
