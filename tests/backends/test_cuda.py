@@ -101,3 +101,24 @@ def test_device_arrays_stay_on_the_device():
     got = prog(x=DeviceArray.from_host(xs))["y"]
     assert isinstance(got, DeviceArray)
     np.testing.assert_allclose(got.numpy(), np.exp(xs * 3), rtol=1e-6)
+
+
+def test_trace_times_every_kernel_with_cuda_events(tmp_path):
+    import json
+
+    from lightspeed.backends import trace
+
+    trace._enable_for_tests(str(tmp_path / "t.json"))
+    try:
+        g = ls.Graph()
+        x, w = g.input("x", ("s", 64)), g.input("w", (64, 32))
+        g.output("y", (x @ w).softmax(-1))
+        prog = CUDA.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+        xs = random_inputs(g, {"s": 9})
+        prog(xs)
+        evs = json.loads(open(trace.flush()).read())["traceEvents"]
+    finally:
+        trace._enable_for_tests(None)
+    kernels = [e for e in evs if e["cat"] == "run.kernel"]
+    assert len(kernels) == len(prog.launches) and all(e["dur"] > 0 for e in kernels)
+    assert any(e["cat"] == "compile.candidate" for e in evs)

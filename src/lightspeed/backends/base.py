@@ -43,6 +43,7 @@ from ..egraph.encode import DTYPE_CTOR, GENERIC_RULES
 from ..egraph.llir import LProgram
 from ..graph import Graph
 from ..program import Program
+from . import trace
 
 __all__ = ["Backend", "GENERIC_RULE_FILES"]
 
@@ -148,11 +149,15 @@ class Backend:
         opts = search if search is not None else SearchOptions()
         if not isinstance(opts, SearchOptions):
             raise TypeError(f"{self.name} backend: search must be a SearchOptions, got {type(opts).__name__}")
-        if opts.roll:
-            rolled = compile_rolled(graph, self, opts)
-            if rolled is not None:
-                return rolled
-        return compile_searched(graph, self, opts)
+        t0 = time.perf_counter()
+        prog = compile_rolled(graph, self, opts) if opts.roll else None
+        if prog is None:
+            prog = compile_searched(graph, self, opts)
+        if trace.enabled():  # LIGHTSPEED_TRACE: the compile and its phases, rulesets and candidates
+            trace.event(f"compile ({self.name})", "compile", t0, time.perf_counter() - t0, nodes=len(graph.nodes),
+                        outputs=", ".join(graph.outputs))
+            trace.compile_events(getattr(prog, "search_report", None), t0, self.name)
+        return prog
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

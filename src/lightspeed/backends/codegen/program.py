@@ -23,6 +23,7 @@ The executor provides memory, compilation and launching; see :class:`Executor`.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from ...errors import LightspeedError
 from ...graph import Graph
 from ...program import Program
 from ...symbolic import compile_exprs, prod
+from .. import trace
 from .render import KernelSpec, render_op
 
 __all__ = ["KernelProgram", "Executor", "Launch", "check_in_place"]
@@ -82,6 +84,11 @@ class Executor:
 
     def run(self, state: Any, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]) -> None:
         """Make the table visible to the kernels and run the launches (the GPU: as one graph)."""
+        raise NotImplementedError
+
+    def run_traced(self, state: Any, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]
+                   ) -> list[tuple[Launch, float, float]]:
+        """The launches one by one: (launch, start on the perf_counter clock, seconds) each."""
         raise NotImplementedError
 
 
@@ -302,7 +309,14 @@ class KernelProgram(Program):
                 arr = ex.empty(self._output_shape[name](dims), op.dtype.np)
             table[slot] = ex.address(arr)
             outputs[name] = arr
-        ex.run(st, self.launches, self.handles, plan.bounds)
+        if trace.enabled():  # kernels one by one, each timed on the device's clock
+            t0 = time.perf_counter()
+            for launch, start, seconds in ex.run_traced(st, self.launches, self.handles, plan.bounds):
+                op = self.lprog.ops[launch.op]
+                trace.event(op.op, "run.kernel", start, seconds, kernel=launch.spec.name, mode=launch.spec.mode)
+            trace.event(f"run ({self.backend_name})", "run", t0, time.perf_counter() - t0, dims=str(dims))
+        else:
+            ex.run(st, self.launches, self.handles, plan.bounds)
         return outputs
 
     def arena_bytes(self, dims: Mapping[str, int] | None = None) -> int:

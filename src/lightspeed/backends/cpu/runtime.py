@@ -21,6 +21,7 @@ caller's ``out=`` arrays), so callers never hold arena memory.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from ...graph import Graph
 from ...primitives import PRIMITIVES
 from ...program import Program, same_memory
 from ...symbolic import INDEX_VAR, compile_exprs
+from .. import trace
 from ..numpy_views import make_reader
 
 __all__ = ["CpuProgram", "Kernel", "Prepare"]
@@ -238,8 +240,11 @@ class CpuProgram(Program):
             outputs: dict[str, np.ndarray] = dict(out or {})
             try:
                 with np.errstate(all="ignore"):
-                    for step in steps:
-                        step(vals, arrays, dims, outputs)
+                    if trace.enabled():
+                        self._traced(steps, vals, arrays, dims, outputs)
+                    else:
+                        for step in steps:
+                            step(vals, arrays, dims, outputs)
             except _Grow:
                 # a value outgrew its slot below the dims' bounds (a size that is not monotone in
                 # the dims): plan again at twice the bounds
@@ -248,6 +253,16 @@ class CpuProgram(Program):
                         self._plan = self._make_plan({s: 2 * max(1, b) for s, b in plan.bounds.items()})
                 continue
             return {name: outputs[name] for name in self.output_names}
+
+    def _traced(self, steps: list, vals: list, arrays: dict, dims: dict, outputs: dict) -> None:
+        """The steps with one trace event each (LIGHTSPEED_TRACE)."""
+        t0 = time.perf_counter()
+        for op, step in zip(self.lprog.ops, steps):
+            t = time.perf_counter()
+            step(vals, arrays, dims, outputs)
+            if op.op not in _NO_KERNEL or op.op == "Output":
+                trace.event(op.op, "run.op", t, time.perf_counter() - t, shape=str(op.shape))
+        trace.event("run (cpu)", "run", t0, time.perf_counter() - t0, dims=str(dims))
 
     def arena_bytes(self, dims: Mapping[str, int] | None = None) -> int:
         """Bytes of the arena's slots (planned at the dims' bounds, which ``dims`` may raise)."""
