@@ -60,8 +60,9 @@ class Executor:
     name = "abstract"
     dialect = "c"
 
-    def compile(self, specs: list[KernelSpec]) -> dict[str, Any]:
-        """Kernel handles by name, compiled (and cached) from their sources."""
+    def compile(self, specs: list[KernelSpec], launches: list[Launch] | None = None) -> dict[str, Any]:
+        """Kernel handles by name, compiled (and cached) from their sources (``launches``: the
+        program's launch list, for an executor that compiles the sequence itself)."""
         raise NotImplementedError
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
@@ -152,7 +153,7 @@ class KernelProgram(Program):
         self.outputs_of: dict[str, LOp] = {op.args["name"]: op for op in ops if op.op == "Output"}
         self._output_shape = {name: compile_exprs(op.shape) for name, op in self.outputs_of.items()}
         self.launches = self._launches()
-        self.handles = executor.compile([launch.spec for launch in self.launches])
+        self.handles = executor.compile([launch.spec for launch in self.launches], self.launches)
         self.computed = [i for i, op in enumerate(ops) if op.op not in ("Input", "Constant", "Output")
                          and self.buffer_of[i] == i]
         symbolic = [i for i in self.computed if any(d.free_vars() for d in ops[i].shape)]

@@ -580,8 +580,12 @@ def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, b
                     f"for (long long _ls_item = first; _ls_item < {n}; _ls_item += stride) {{"]
         sig = f'extern "C" __global__ void __launch_bounds__(256) KNAME({", ".join(params)})'
     else:
+        # items split over the cores (OpenMP) when there is enough work: a matmul item is a whole
+        # dot product, an element-wise one a few operations
+        threshold = 256 if mode.startswith("matmul") else 32768
         loop = (["const int lane = 0, slice = 0; (void)lane; (void)slice;"] if mode.startswith("matmul") else []) + \
-               [f"for (long long _ls_item = 0; _ls_item < {n}; _ls_item++) {{"]
+               [f"#pragma omp parallel for schedule(static) if ({n} >= {threshold})",
+                f"for (long long _ls_item = 0; _ls_item < {n}; _ls_item++) {{"]
         sig = f"void KNAME({', '.join(params)})"
     lines = [sig + " {", *(ind + ln for ln in head), *(ind + ln for ln in w.prologue.lines),
              *(ind + ln for ln in loop), *(ind + "  " + ln for ln in body), ind + "}", "}"]
@@ -679,7 +683,17 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
               f"    acc += ({ct}){_load(da, f'in0[oa + i * {sam} + l * {sak}]')} * "
               f"({ct}){_load(db, f'in1[ob + l * {sbk} + j * {sbn}]')};")
     vec = _VECTOR_DOT.get(da.name) if da == db and ct == "float" else None
-    if dialect == "cuda" and mode == "matmul_dot" and vec is not None:
+    if dialect == "c" and dot and ct == "float":
+        # 8 partial sums: the compiler keeps them in one SIMD register (a float sum cannot be
+        # vectorised otherwise without reassociating it)
+        ra, rb = f"in0 + oa + i * {sam}", f"in1 + ob + j * {sbn}"
+        w.line(f"const {storage_type(da)}* ra = {ra}; const {storage_type(db)}* rb = {rb};")
+        w.line("float part[8] = {0, 0, 0, 0, 0, 0, 0, 0}; long long l = 0;")
+        w.line(f"for (; l + 8 <= {kk}; l += 8)")
+        w.line(f"  for (int q = 0; q < 8; q++) part[q] += {_load(da, 'ra[l + q]')} * {_load(db, 'rb[l + q]')};")
+        w.line(f"for (; l < {kk}; l++) acc += {_load(da, 'ra[l]')} * {_load(db, 'rb[l]')};")
+        w.line("acc += ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));")
+    elif dialect == "cuda" and mode == "matmul_dot" and vec is not None:
         # both rows contiguous along k: 16-byte loads when k and both rows' addresses allow them
         width, dot = vec
         w.line(f"const {storage_type(da)}* ra = in0 + oa + i * {sam};")

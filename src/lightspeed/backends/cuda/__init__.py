@@ -91,7 +91,7 @@ class GpuExecutor(Executor):
         self._functions: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def compile(self, specs: list[KernelSpec]) -> dict[str, Any]:
+    def compile(self, specs: list[KernelSpec], launches: list[Launch] | None = None) -> dict[str, Any]:
         """One module per kernel (compiled once per process and cached on disk): the candidates of
         a search share most kernels, so each distinct one is compiled once."""
         from .nvrtc import compile_many
