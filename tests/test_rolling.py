@@ -278,11 +278,7 @@ def test_hook_report_and_opt_out():
     assert "rolled: 2 blocks of 52 nodes" in text and "template x2" in text and "[template]" in text
     assert "search report" in text and "[epilogue]" in text  # the template's own report follows
     rep = prog.search_report
-    assert {"roll", "encode", "extract"} <= set(rep.phases) and rep.lower > 0
-    # the e-graph was saturated (and serialised) or loaded from the cache; candidates were measured
-    # unless the decision came from the cache
-    assert {"saturate", "serialize"} <= set(rep.phases) or "load" in rep.phases
-    assert ("profile" in rep.phases) != rep.decision_cached
+    assert {"roll", "encode", "saturate", "serialize", "extract", "profile"} <= set(rep.phases) and rep.lower > 0
     plain = g.compile(backend="cpu", search=ls.SearchOptions(budget=2, seed=0, dims={"s": 3}, roll=False))
     assert isinstance(plain, CpuProgram)
     with pytest.raises(ls.InputError, match="missing input"):

@@ -462,7 +462,8 @@ def phase_line(name: str, prog: Any) -> str:
     rep = getattr(prog, "search_report", None)
     if rep is None:
         return f"  {name}: no search report"
-    every = {**rep.phases, "lower": rep.lower}
+    every = {("load" if k == "saturate" and rep.egraph_cached else k): v for k, v in rep.phases.items()}
+    every["lower"] = rep.lower
     phases = {k: v for k, v in every.items() if v >= 0.0005 or k == "build"}
     cached = ("e-graphs " + ("from the cache" if rep.egraph_cached else "saturated") + ", decisions "
               + ("from the cache" if rep.decision_cached else "measured"))
