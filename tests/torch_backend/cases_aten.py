@@ -417,3 +417,9 @@ SAMPLES: dict[str, list[Sample]] = {
     "aten._assert_async.msg": [Sample([TT((), b8, gen=lambda g, s: torch.tensor(True)), "in range"])],
     "aten.sym_constrain_range_for_size.default": [Sample([5])],
 }
+
+
+# rows with no CPU kernel to run a sample against (the attention kernels SDPA becomes on a GPU):
+# tests/torch_backend/test_modules.py traces them with fake tensors and checks them against SDPA's math
+GPU_ONLY = {"aten._scaled_dot_product_efficient_attention.default", "aten._scaled_dot_product_flash_attention.default",
+            "aten._scaled_dot_product_cudnn_attention.default"}

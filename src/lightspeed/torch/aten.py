@@ -502,7 +502,8 @@ def _batch_norm_eval(cx: Ctx, x: GraphTensor, weight: GraphTensor | None, bias: 
                      running_mean: GraphTensor | None, running_var: GraphTensor | None, momentum: float,
                      eps: float) -> tuple:
     out = ls.batch_norm(x, running_mean, running_var, weight, bias, training=False, eps=eps)
-    return out, _empty_stats(cx, x), _empty_stats(cx, x)
+    # the saved statistics serve training: empty on the CPU, per channel on a GPU; unread in inference
+    return out, *(_empty_stats(cx, x) if cx.uses(i) else None for i in (1, 2))
 
 
 def _native_batch_norm(cx: Ctx, x: GraphTensor, weight: GraphTensor | None, bias: GraphTensor | None,
@@ -578,6 +579,25 @@ def _sdpa_flash_cpu(cx: Ctx, q: GraphTensor, k: GraphTensor, v: GraphTensor, dro
     if cx.uses(1):
         raise UnsupportedError("the logsumexp output of _scaled_dot_product_flash_attention_for_cpu (training)")
     return _sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale=scale), None
+
+
+def _sdpa_fused(n_out: int, has_bias: bool):
+    """The CUDA attention kernels SDPA dispatches to on a GPU (efficient, flash, cudnn): the output
+    is attention as ``_sdpa``; the other outputs (logsumexp, RNG state, debug mask) serve training,
+    and reading one raises."""
+    def translate(cx: Ctx, q: GraphTensor, k: GraphTensor, v: GraphTensor, *args: Any, scale: float | None = None,
+                  **kwargs: Any) -> tuple:
+        rest = list(args)
+        bias = rest.pop(0) if has_bias else None
+        if has_bias:
+            rest.pop(0)  # compute_log_sumexp
+        dropout_p = rest.pop(0) if rest else kwargs.get("dropout_p", 0.0)
+        is_causal = rest.pop(0) if rest else kwargs.get("is_causal", False)
+        for i in range(1, n_out):
+            if cx.uses(i):
+                raise UnsupportedError(f"output {i} of a CUDA attention kernel (logsumexp / RNG state: training)")
+        return (_sdpa(cx, q, k, v, bias, dropout_p, is_causal, scale=scale), *([None] * (n_out - 1)))
+    return translate
 
 
 def _grouped_mm(cx: Ctx, x: GraphTensor, w: GraphTensor, offs: GraphTensor | None = None,
@@ -1081,6 +1101,10 @@ ATEN_TABLE: dict[str, Fn] = {
     # transformers' MoE experts (its default "grouped_mm" implementation) on CPU under torch.compile
     "transformers.grouped_mm_fallback.default": _grouped_mm,
     _a("_scaled_dot_product_flash_attention_for_cpu.default"): _sdpa_flash_cpu,
+    # what SDPA becomes on a GPU
+    _a("_scaled_dot_product_efficient_attention.default"): _sdpa_fused(4, True),
+    _a("_scaled_dot_product_flash_attention.default"): _sdpa_fused(9, False),
+    _a("_scaled_dot_product_cudnn_attention.default"): _sdpa_fused(9, True),
     # ---- movement (views are free in lightspeed)
     _a("view.default"): _view, _a("_unsafe_view.default"): _view, _a("reshape.default"): _view,
     _a("permute.default"): _permute, _a("expand.default"): _expand, _a("unsqueeze.default"): _unsqueeze,

@@ -170,7 +170,9 @@ class _Translator:
         self.placeholders: list[fx.Node] = []
         self.used_items: dict[fx.Node, set[int]] = {}
         for n in gm.graph.nodes:
-            if n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[0], fx.Node):
+            # an output counts as read when a getitem of it has users (a dead getitem reads nothing)
+            if n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[0], fx.Node) \
+                    and n.users:
                 self.used_items.setdefault(n.args[0], set()).add(n.args[1])
 
     @property
@@ -325,7 +327,7 @@ class _Translator:
             item = v[i]
         except (TypeError, IndexError, KeyError):
             raise LightspeedError(f"internal: cannot index {type(v).__name__} of {src.name} with {i!r}") from None
-        if item is None:
+        if item is None and node.users:  # a dead getitem of an uncomputed output reads nothing
             raise LightspeedError(f"internal: output {i} of {src.name} was not computed")
         self.vals[node] = item
 
