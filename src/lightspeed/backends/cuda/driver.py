@@ -118,7 +118,7 @@ class Device:
 
     # ------------------------------------------------------------------ copies
     def upload(self, ptr: int, host: np.ndarray, stream: Any) -> None:
-        host = np.ascontiguousarray(host)
+        host = _c_order(host)
         if host.nbytes:
             check(bindings().cuMemcpyHtoDAsync(ptr, host.ctypes.data, host.nbytes, stream), "cuMemcpyHtoDAsync")
 
@@ -185,6 +185,13 @@ class Device:
         check(bindings().cuLaunchKernel(fn, *grid, *block, 0, stream, (args, types), 0), "cuLaunchKernel")
 
 
+def _c_order(a: Any) -> np.ndarray:
+    """``a`` as a C-ordered array of its own shape (np.ascontiguousarray turns a 0-d array into
+    shape (1,): a scalar input then failed its rank check)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
 def _size_class(n: int) -> int:
     """Sizes round up to 512 bytes, then to a quarter of the power of two above (waste <= 25%)."""
     if n <= 512:
@@ -237,7 +244,7 @@ class DeviceArray:
 
     @staticmethod
     def from_host(host: np.ndarray, stream: Any = None) -> DeviceArray:
-        host = np.ascontiguousarray(host)
+        host = _c_order(host)
         out = DeviceArray.empty(host.shape, host.dtype)
         dev = device()
         dev.upload(out.ptr, host, stream or 0)
