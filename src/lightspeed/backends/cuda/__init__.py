@@ -185,17 +185,24 @@ def _from_torch(t: Any) -> DeviceArray:
     return DeviceArray(t.data_ptr(), tuple(t.shape), dt.as_dtype(t.dtype).np, t)
 
 
+def _torch_dtype(d: np.dtype) -> Any:
+    import torch
+
+    name = dt.as_dtype(d).name
+    return {"bfloat16": torch.bfloat16, "float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+            "bool": torch.bool}.get(name) or getattr(torch, name)
+
+
 def _to_torch(a: DeviceArray) -> Any:
-    """A DeviceArray as a torch CUDA tensor (the one it wraps, or a copy into a new one)."""
+    """A DeviceArray as a torch CUDA tensor: the one it wraps, or a copy into a new one, which
+    torch's current stream then waits for."""
     import torch
 
     if isinstance(a.owner, torch.Tensor):
         return a.owner
-    name = dt.as_dtype(a.dtype).name
-    tdtype = {"bfloat16": torch.bfloat16, "float8_e4m3": torch.float8_e4m3fn,
-              "float8_e5m2": torch.float8_e5m2, "bool": torch.bool}.get(name) or getattr(torch, name)
-    out = torch.empty(a.shape, dtype=tdtype, device="cuda")
+    out = torch.empty(a.shape, dtype=_torch_dtype(a.dtype), device="cuda")
     driver.device().copy(out.data_ptr(), a.ptr, a.nbytes, thread_stream())
+    _wait(driver.bindings().CUstream(torch.cuda.current_stream().cuda_stream), thread_stream())
     return out
 
 
@@ -230,11 +237,21 @@ class CudaProgram(KernelProgram):
 
     def execute(self, arrays: dict[str, Any], dims: dict[str, int], out=None) -> dict[str, Any]:
         torch_stream = _torch_stream(arrays)
-        if torch_stream is not None:  # order our work after torch's, and torch's after ours
-            _wait(thread_stream(), torch_stream)
+        if torch_stream is None:
+            return super().execute(arrays, dims, out)
+        # torch's tensors in: outputs are written straight into new torch CUDA tensors, and the work
+        # is ordered after torch's current stream and before its next use of any of them
+        import torch
+
+        out = dict(out or {})
+        for name in self.output_names:
+            if name not in out and name not in self.output_aliases:
+                op = self.outputs_of[name]
+                t = torch.empty(self._output_shape[name](dims), dtype=_torch_dtype(op.dtype.np), device="cuda")
+                out[name] = DeviceArray(t.data_ptr(), tuple(t.shape), op.dtype.np, t)
+        _wait(thread_stream(), torch_stream)
         res = super().execute(arrays, dims, out)
-        if torch_stream is not None:
-            _wait(torch_stream, thread_stream())
+        _wait(torch_stream, thread_stream())
         return res
 
     def deliver(self, res: dict[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
