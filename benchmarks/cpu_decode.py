@@ -1,7 +1,8 @@
-"""Decode step of a SmolLM2-135M-shaped Llama (random weights, float32) on the cpu backend, beside
+"""Decode step of a SmolLM2-135M-shaped Llama (random weights, float32) on the cpu backend (and/or
+``--backend native``: the generated C kernels), beside
 PyTorch eager on the same weights, in one run.
 
-    python benchmarks/cpu_decode.py [--layers 30] [--steps 16] [--rounds 3] [--budget 3]
+    python benchmarks/cpu_decode.py [--layers 30] [--steps 16] [--rounds 3] [--budget 3] [--backend native ...]
 
 What it prints:
 
@@ -58,10 +59,10 @@ def copy_bandwidth() -> float:
 class Ours:
     """lightspeed's decode program with its cache, stepping from a given past length."""
 
-    def __init__(self, model, weights, budget: int, max_len: int):
+    def __init__(self, model, weights, budget: int, max_len: int, backend: str = "cpu"):
         c = model.config
         t0 = time.perf_counter()
-        self.decode = compile_model(model, "decode", "cpu", ls.SearchOptions(budget=budget, seed=0))
+        self.decode = compile_model(model, "decode", backend, ls.SearchOptions(budget=budget, seed=0))
         self.compile_s = time.perf_counter() - t0
         self.decode = self.decode.persist(weights).reserve(p=max_len, M=max_len)
         rng = np.random.default_rng(1)
@@ -180,6 +181,8 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=3)
     ap.add_argument("--torch-threads", type=int, default=int(os.environ.get("OPENBLAS_NUM_THREADS", "0")) or None)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--backend", action="append", choices=["cpu", "native"],
+                    help="lightspeed backend(s) to measure (repeatable; default cpu); ratios are against the first")
     ap.add_argument("--no-hf", action="store_true", help="skip the Hugging Face peer (its 1024-token prefill)")
     args = ap.parse_args()
     cfg = dict(SMOLLM2_135M, num_hidden_layers=args.layers)
@@ -190,8 +193,10 @@ def main() -> int:
     nbytes = sum(v.nbytes for v in weights.values())
     max_len = max(PASTS) + args.steps * args.rounds + 300
     threads = args.torch_threads or os.cpu_count()
-    systems = {"lightspeed cpu": Ours(model, weights, args.budget, max_len)}
-    ours = systems["lightspeed cpu"]
+    backends = args.backend or ["cpu"]
+    systems = {f"lightspeed {b}": Ours(model, weights, args.budget, max_len, b) for b in backends}
+    first = f"lightspeed {backends[0]}"
+    ours = systems[first]
     systems["numpy BLAS only"] = BlasOnly(weights)
     if not args.no_torch:
         systems["PyTorch eager, minimal"] = TorchMinimal(cfg, weights, max_len, threads)
@@ -227,12 +232,14 @@ def main() -> int:
     print(f"  {'system':26s} {head}   vs ours (p=32, 1024)   % of floor")
     for name in systems:
         row = "".join(f"{med[name, p] * 1e3:9.2f} ms" for p in PASTS)
-        ratio = ", ".join(f"{med[name, p] / med['lightspeed cpu', p]:.2f}x" for p in PASTS)
+        ratio = ", ".join(f"{med[name, p] / med[first, p]:.2f}x" for p in PASTS)
         pct = ", ".join(f"{floor / med[name, p] * 100:.0f}%" for p in PASTS)
         print(f"  {name:26s} {row}   {ratio:>18s}   {pct}")
-    flat = med["lightspeed cpu", PASTS[1]] / med["lightspeed cpu", PASTS[0]]
-    print(f"  lightspeed step at p={PASTS[1]} / p={PASTS[0]}: {flat:.2f} (flat within 15%: {abs(flat - 1) <= 0.15})")
-    print(f"  executable preparations across 256 steps (p = 32..287): {preps}")
+    for b in backends:
+        flat = med[f"lightspeed {b}", PASTS[1]] / med[f"lightspeed {b}", PASTS[0]]
+        print(f"  lightspeed {b} step at p={PASTS[1]} / p={PASTS[0]}: {flat:.2f} (flat within 15%: "
+              f"{abs(flat - 1) <= 0.15})")
+    print(f"  executable preparations across 256 steps (p = 32..287), {first}: {preps}")
     return 0
 
 

@@ -647,6 +647,8 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     batch = list(a["batch"])
     m, n, k = a["m"], a["n"], a["k"]
     dot = (a["a_stride_k"] == 1 and a["b_stride_k"] == 1)
+    if dialect == "c" and not dot and a["b_stride_n"] == 1:
+        return _matmul_rows_c(op, in_dtypes)
     mode = "matmul_dot" if dot else "matmul_tile"
     if dialect == "c":
         mode = "matmul_dot"
@@ -740,6 +742,60 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"if ({writer}) out[{out_index}] = {_store(op.dtype, value)};")
         body = w.pop()
     return _finish(w, dialect, mode, bufs, count, body, "matmul")
+
+
+ROW_CHUNK = 64  # outputs of one row a c-dialect row item accumulates at once
+
+
+def _matmul_rows_c(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """``Matmul`` in the c dialect when B's rows are contiguous along n (``x @ W`` with W row-major,
+    attention weights @ V): an item is up to 64 outputs of one row, accumulated over k as a vector
+    (``acc[q] += a[l] * B[l, j0 + q]``, which the compiler vectorises); each output's sum runs over
+    k in order, like the scalar loop."""
+    a = op.args
+    w = _Writer("c")
+    da, db = in_dtypes[0], in_dtypes[1]
+    ct = "double" if op.dtype.name == "float64" else "float"
+    batch = list(a["batch"])
+    m, n, k = a["m"], a["n"], a["k"]
+    w.index_vars |= {"_ls_item"}
+    nn, mm, kk = w.expr(n), w.expr(m), w.expr(k)
+    chunks = w.expr((n + (ROW_CHUNK - 1)) // ROW_CHUNK)
+    w.push()
+    w.line(f"const long long j0 = (_ls_item % {chunks}) * {ROW_CHUNK};")
+    w.line(f"const long long i = (_ls_item / {chunks}) % {mm};")
+    w.line(f"const long long bi = _ls_item / ({chunks} * {mm});")
+    w.line(f"long long oa = {w.expr(a['a_offset'])}, ob = {w.expr(a['b_offset'])}, rest = bi;")
+    for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
+        sz = w.expr(size)
+        w.line(f"{{ const long long q = rest % {sz}; rest /= {sz}; oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+    sam, sak, sbk = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k"))
+    w.line(f"const long long jn = {nn} - j0 < {ROW_CHUNK} ? {nn} - j0 : {ROW_CHUNK};")
+    w.line(f"{ct} acc[{ROW_CHUNK}];")
+    w.line(f"for (int q = 0; q < {ROW_CHUNK}; q++) acc[q] = 0;")
+    w.line(f"for (long long l = 0; l < {kk}; l++) {{")
+    w.line(f"  const {ct} av = ({ct}){_load(da, f'in0[oa + i * {sam} + l * {sak}]')};")
+    w.line(f"  const {storage_type(db)}* rb = in1 + ob + l * {sbk} + j0;")
+    w.line(f"  for (long long q = 0; q < jn; q++) acc[q] += av * ({ct}){_load(db, 'rb[q]')};")
+    w.line("}")
+    w.line("for (long long q = 0; q < jn; q++) {")
+    w.index_vars.add("_ls_oz")
+    w.line(f"  const long long _ls_oz = (bi * {mm} + i) * {nn} + j0 + q;")
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
+            ("in1", storage_type(db), False, 1)]
+    value = "acc[q]"
+    if op.op == "MatmulAdd":
+        region = _Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
+        w.push()
+        r = region.leaf(0, "_ls_oz")
+        w.scope.parent.lines.extend("  " + ln for ln in w.pop())
+        value = f"({ct})(acc[q] + ({ct}){r})"
+        bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
+    w.line(f"  out[_ls_oz] = {_store(op.dtype, value)};")
+    w.line("}")
+    body = w.pop()
+    return _finish(w, "c", "matmul_rows", bufs, prod(batch) * m * ((n + (ROW_CHUNK - 1)) // ROW_CHUNK), body,
+                   "matmul")
 
 
 # 16-byte dot products of two rows (cuda dialect): elements per uint4, the prelude's function
