@@ -348,7 +348,13 @@ class _Writer:
         self.scope = saved
         if kind in ("floordiv", "mod"):
             (alo, _), (blo, _) = e.args[0].bounds(), e.args[1].bounds()
-            if alo is not None and alo >= 0 and blo is not None and blo >= 1:
+            # inside the work loop a divisor built from dims is >= 1 (a zero dim means no work at
+            # all); a dims-only expression runs up front, maybe with a zero dim: the safe helper
+            if target is not self.prologue:
+                plain = _nonneg(e.args[0]) and _nonneg(e.args[1])
+            else:
+                plain = alo is not None and alo >= 0 and blo is not None and blo >= 1
+            if plain:
                 text = f"{a[0]} {'/' if kind == 'floordiv' else '%'} {a[1]}"
             else:
                 text = f"{'ls_fdiv' if kind == 'floordiv' else 'ls_fmod'}({a[0]}, {a[1]})"
@@ -367,6 +373,16 @@ class _Writer:
         target.lines.append(f"const long long {name} = {text};")
         target.memo[e] = name
         return name
+
+
+def _nonneg(e: Expr) -> bool:
+    """Whether ``e`` is >= 0 for any non-negative values of its variables (dims and indexes)."""
+    kind = e.kind
+    if kind == "const":
+        return e.value >= 0
+    if kind in ("var", "lt"):
+        return True
+    return all(_nonneg(a) for a in e.args)
 
 
 def _index_in(e: Expr, var: str) -> Expr:
@@ -443,8 +459,11 @@ class _Region:
         if hit is not None:
             return hit
         st = self.views[k]
-        idx = self.w.expr(_index_in(st.index_expr(), zvar))
-        valid = _index_in(st.valid_expr(), zvar)
+        if st.is_contiguous:  # a row-major prefix: element z is at z (no unflatten and re-flatten)
+            idx, valid = zvar, const(1)
+        else:
+            idx = self.w.expr(_index_in(st.index_expr(), zvar))
+            valid = _index_in(st.valid_expr(), zvar)
         d = self.leaf_dtypes[k]
         ref = f"{self.names[k]}[{idx}]"
         v = self.w.tmp("v")
