@@ -307,6 +307,9 @@ class _Writer:
         self.prologue = _Scope(None)
         self.scope = self.prologue
         self.index_vars: set[str] = set()
+        # index variables holding data (a gather's index): any value, so no plain division by
+        # the gathered tensor's dims (which may be zero while there is work)
+        self.data_vars: set[str] = set()
         self.n = 0
 
     def tmp(self, prefix: str = "t") -> str:
@@ -350,7 +353,7 @@ class _Writer:
             (alo, _), (blo, _) = e.args[0].bounds(), e.args[1].bounds()
             # inside the work loop a divisor built from dims is >= 1 (a zero dim means no work at
             # all); a dims-only expression runs up front, maybe with a zero dim: the safe helper
-            if target is not self.prologue:
+            if target is not self.prologue and not (e.free_vars() & self.data_vars):
                 plain = _nonneg(e.args[0]) and _nonneg(e.args[1])
             else:
                 plain = alo is not None and alo >= 0 and blo is not None and blo >= 1
@@ -493,6 +496,7 @@ class _Region:
             iv = self.w.tmp("_ls_g")
             self.w.line(f"const long long {iv} = (long long){idx};")
             self.w.index_vars.add(iv)
+            self.w.data_vars.add(iv)
             n = self.w.expr(prod(st.shape))
             at = self.w.expr(_index_in(st.index_expr(), iv))
             valid = _index_in(st.valid_expr(), iv)

@@ -1,0 +1,46 @@
+"""The native backend's own contract, beyond the conformance suite: what a generated kernel does
+where the reference raises (an index outside the gathered tensor reads 0), never a crash of the
+process (the C dialect divides with plain C division only where a zero divisor means no work)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lightspeed as ls
+from lightspeed.backends import get_backend
+
+NATIVE = get_backend("native")
+pytestmark = pytest.mark.skipif(not NATIVE.available(), reason="no C compiler")
+
+
+def test_gather_outside_the_tensor_reads_zero_even_from_an_empty_one():
+    g = ls.Graph()
+    d, i = g.input("d", ("n", 4)), g.input("i", (3,), ls.int64)
+    g.output("y", ls.index_select(d, 0, i))
+    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"n": 5}))
+    data = np.arange(20, dtype=np.float32).reshape(5, 4)
+    np.testing.assert_array_equal(prog(d=data, i=np.array([4, 0, 2]))["y"], data[[4, 0, 2]])
+    np.testing.assert_array_equal(prog(d=data, i=np.array([4, 7, -1]))["y"][1:], 0)
+    # a permuted, empty tensor with work to do: no kernel may divide by its zero dim (in C a plain
+    # division by zero kills the process)
+    g = ls.Graph()
+    d, i = g.input("d", ("n", 3)), g.input("i", (2,), ls.int64)
+    g.output("y", ls.index_select(d.transpose(0, 1), 1, i))
+    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"n": 5}))
+    data = np.arange(15, dtype=np.float32).reshape(5, 3)
+    np.testing.assert_array_equal(prog(d=data, i=np.array([4, 1]))["y"], data.T[:, [4, 1]])
+    np.testing.assert_array_equal(prog(d=np.zeros((0, 3), np.float32), i=np.array([0, 1]))["y"], 0)
+
+
+def test_a_program_runs_as_one_c_call():
+    from lightspeed.backends.codegen.host import PROGRAM
+
+    g = ls.Graph()
+    x = g.input("x", ("s", 8))
+    g.output("y", (x * 2.0).softmax(-1))
+    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    assert PROGRAM in prog.handles and len(prog.launches) >= 2
+    xs = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    want = g.compile(backend="reference")(x=xs)["y"]
+    np.testing.assert_allclose(prog(x=xs)["y"], want, rtol=1e-6, atol=1e-7)
