@@ -10,6 +10,7 @@ import numpy as np
 import lightspeed as ls
 from lightspeed.egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, encode_graph
 from lightspeed.egraph.llir import decode_program
+from tests.hl.optable import build_inputs, check_close, feed, torch_reference
 
 
 def attention_block(g: ls.Graph, s="s", d=16, heads=2):
@@ -82,3 +83,32 @@ def random_candidates_agree(backend, g: ls.Graph, inputs: dict, dims: dict | Non
                                        atol=atol, err_msg=f"{backend.name} candidate seed {seed}:\n{lprog}")
         ran.append(lprog)
     return runner.stats.rule_matches, ran, len(keys)
+
+
+def op_graph(case, sample, dtype, layout: str):
+    """The graph of one op-table sample: (graph, input feeders, the outputs' graph tensors)."""
+    g = ls.Graph()
+    operands, feeders = build_inputs(case, sample, dtype, layout, g)
+    outs = case.ls_fn(*operands, **sample.kwargs)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    for j, o in enumerate(outs):
+        g.output(f"out{j}", o)
+    return g, feeders, outs
+
+
+def op_matches_torch(backend, case, sample, dtype, layout: str, search) -> None:
+    """Compile one op-table sample for ``backend`` and compare every output, at every dims binding
+    the sample lists, with PyTorch (exact for bool and integer results)."""
+    g, feeders, outs = op_graph(case, sample, dtype, layout)
+    prog = backend.compile(g, search=search)
+    for dims in sample.dims:
+        logical, physical = feed(np.random.default_rng(0), sample, dtype, feeders, dims)
+        got = prog(physical, dims=dims or None)
+        for j, ref in enumerate(torch_reference(case, sample, dtype, logical)):
+            what = f"{backend.name} {case.id} {dtype.name} {layout} dims={dims} output {j}"
+            ours = np.asarray(got[f"out{j}"])
+            assert ours.dtype == outs[j].dtype.np, what
+            if ref.dtype == np.bool_ or ours.dtype == np.bool_:
+                np.testing.assert_array_equal(ours.astype(bool), ref.astype(bool), err_msg=what)
+            else:
+                check_close(ours, ref, dtype, case, what)

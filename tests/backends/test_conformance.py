@@ -27,8 +27,15 @@ import torch
 import lightspeed as ls
 from lightspeed.backends import registered_backends
 from lightspeed.models import from_hf_config
-from tests.backends.harness import attention_block, mlp_block, random_candidates_agree, random_inputs
-from tests.hl.optable import all_cases, build_inputs, check_close, feed, torch_reference
+from tests.backends.harness import (
+    attention_block,
+    mlp_block,
+    op_graph,
+    op_matches_torch,
+    random_candidates_agree,
+    random_inputs,
+)
+from tests.hl.optable import all_cases, feed
 
 BACKENDS = registered_backends()
 SEARCHED = [b for b in BACKENDS if b.searched]
@@ -58,34 +65,16 @@ def _require(backend):
 
 # ---------------------------------------------------------------------- the op table
 def _op_graph(case):
-    sample = case.samples[0]
-    g = ls.Graph()
-    operands, feeders = build_inputs(case, sample, case.dtypes[0], "permuted", g)
-    outs = case.ls_fn(*operands, **sample.kwargs)
-    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-    for j, o in enumerate(outs):
-        g.output(f"out{j}", o)
-    return g, sample, feeders, outs
+    """The op's first sample, operands in the permuted layout, the case's first dtype."""
+    g, feeders, outs = op_graph(case, case.samples[0], case.dtypes[0], "permuted")
+    return g, case.samples[0], feeders, outs
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=_ids(BACKENDS))
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_op_table_matches_torch(backend, case):
     _require(backend)
-    g, sample, feeders, outs = _op_graph(case)
-    prog = backend.compile(g, search=FAST)
-    dtype = case.dtypes[0]
-    for dims in sample.dims:
-        logical, physical = feed(np.random.default_rng(0), sample, dtype, feeders, dims)
-        got = prog(physical, dims=dims or None)
-        for j, ref in enumerate(torch_reference(case, sample, dtype, logical)):
-            what = f"{backend.name} {case.id} dims={dims} output {j}"
-            ours = np.asarray(got[f"out{j}"])
-            assert ours.dtype == outs[j].dtype.np, what
-            if ref.dtype == np.bool_ or ours.dtype == np.bool_:
-                np.testing.assert_array_equal(ours.astype(bool), ref.astype(bool), err_msg=what)
-            else:
-                check_close(ours, ref, dtype, case, what)
+    op_matches_torch(backend, case, case.samples[0], case.dtypes[0], "permuted", FAST)
 
 
 @pytest.mark.parametrize("backend", SEARCHED, ids=_ids(SEARCHED))

@@ -12,8 +12,8 @@ import pytest
 
 import lightspeed as ls
 from lightspeed.backends import get_backend
-from tests.backends.harness import random_inputs
-from tests.hl.optable import all_cases, build_inputs, check_close, expand, feed, torch_reference
+from tests.backends.harness import op_matches_torch, random_inputs
+from tests.hl.optable import all_cases, expand
 
 CUDA = get_backend("cuda")
 pytestmark = pytest.mark.skipif(not CUDA.available(), reason="no CUDA GPU here")
@@ -29,25 +29,7 @@ def test_op_table_every_dtype_and_layout_matches_torch(row):
     _, case, sample, dtype, layout = row
     if case.xfail:
         pytest.skip(case.xfail)
-    g = ls.Graph()
-    operands, feeders = build_inputs(case, sample, dtype, layout, g)
-    outs = case.ls_fn(*operands, **sample.kwargs)
-    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-    for j, o in enumerate(outs):
-        g.output(f"out{j}", o)
-    prog = CUDA.compile(g, search=ls.SearchOptions(budget=3, seed=0, progress=False))
-    rng = np.random.default_rng(0)
-    for dims in sample.dims:
-        logical, physical = feed(rng, sample, dtype, feeders, dims)
-        got = prog(physical, dims=dims or None)
-        for j, ref in enumerate(torch_reference(case, sample, dtype, logical)):
-            what = f"cuda {row[0]} dims={dims} output {j}"
-            ours = np.asarray(got[f"out{j}"])
-            assert ours.dtype == outs[j].dtype.np, what
-            if ref.dtype == np.bool_ or ours.dtype == np.bool_:
-                np.testing.assert_array_equal(ours.astype(bool), ref.astype(bool), err_msg=what)
-            else:
-                check_close(ours, ref, dtype, case, what)
+    op_matches_torch(CUDA, case, sample, dtype, layout, ls.SearchOptions(budget=3, seed=0, progress=False))
 
 
 def test_dims_change_replays_the_captured_graph():

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 import lightspeed.torch as lst
-from tests.torch_backend.test_hf_models import _model, greedy
+from tests.torch_backend.test_hf_models import _model, greedy, tiny_whisper
 from tests.torch_backend.test_modules import CausalSelfAttention, ConvNet, _mlp
 
 if not torch.cuda.is_available():
@@ -71,12 +71,7 @@ def test_causal_lm_static_cache_decode_on_the_gpu(name):
 
 
 def test_whisper_logits_on_the_gpu():
-    torch.manual_seed(0)
-    cfg = transformers.WhisperConfig(
-        vocab_size=128, num_mel_bins=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, d_model=64, max_source_positions=16,
-        max_target_positions=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
-    model = transformers.WhisperForConditionalGeneration(cfg).eval().cuda()
+    model = tiny_whisper().cuda()
     feats = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(1)).cuda()
     dec = torch.tensor([[1, 5, 7, 9]]).cuda()
     with torch.no_grad():

@@ -43,6 +43,16 @@ def _model(name: str):
     raise ValueError(name)
 
 
+def tiny_whisper():
+    """A tiny random Whisper (seed 0)."""
+    torch.manual_seed(0)
+    cfg = transformers.WhisperConfig(
+        vocab_size=128, num_mel_bins=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, d_model=64, max_source_positions=16,
+        max_target_positions=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    return transformers.WhisperForConditionalGeneration(cfg).eval()
+
+
 def greedy(model, cfg, ids: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[int]]:
     """Prefill logits and ``steps`` greedy tokens with a static cache."""
     cache = transformers.StaticCache(config=cfg, max_cache_len=32)
@@ -87,12 +97,7 @@ def test_causal_lm_static_cache_decode(name):
 
 @pytest.mark.slow
 def test_whisper_logits():
-    torch.manual_seed(0)
-    cfg = transformers.WhisperConfig(
-        vocab_size=128, num_mel_bins=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, d_model=64, max_source_positions=16,
-        max_target_positions=32, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
-    model = transformers.WhisperForConditionalGeneration(cfg).eval()
+    model = tiny_whisper()
     feats = torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(1))
     dec = torch.tensor([[1, 5, 7, 9]])
     with torch.no_grad():

@@ -109,6 +109,7 @@ def check_in_place(lprog: LProgram, i: int, aliases: Mapping[str, str]) -> None:
 class _Plan:
     bounds: dict[str, int]
     offsets: dict[int, int]  # value -> byte offset in the arena
+    caps: dict[int, int]  # value -> bytes its place holds
     nbytes: int
 
 
@@ -217,20 +218,9 @@ class KernelProgram(Program):
     def _fits(self, plan: _Plan, dims: Mapping[str, int]) -> bool:
         if any(dims[s] > plan.bounds[s] for s in self.dim_names):
             return False
-        if self._symbolic_values:  # a size that is not monotone in the dims could still outgrow its slot
-            need = self._symbolic_bytes(dims)
-            sizes = plan.offsets
-            caps = self._caps(plan)
-            return all(n <= caps[i] for i, n in zip(self._symbolic_values, need) if i in sizes)
-        return True
-
-    def _caps(self, plan: _Plan) -> dict[int, int]:
-        caps = getattr(plan, "_caps", None)
-        if caps is None:
-            caps = {i: _numel_bytes(self.lprog.ops[i].shape, self.lprog.ops[i].dtype, plan.bounds)
-                    for i in plan.offsets}
-            object.__setattr__(plan, "_caps", caps)
-        return caps
+        # a size that is not monotone in the dims could still outgrow its place
+        need = self._symbolic_bytes(dims) if self._symbolic_values else ()
+        return all(n <= plan.caps[i] for i, n in zip(self._symbolic_values, need))
 
     def _plan_for(self, dims: Mapping[str, int]) -> _Plan:
         plan = self._plan
@@ -252,12 +242,14 @@ class KernelProgram(Program):
         ops = self.lprog.ops
         free_after = liveness([tuple(self.buffer_of[j] for j in ops[i].inputs) for i in self.order])
         offsets: dict[int, int] = {}
+        caps: dict[int, int] = {}
         free: list[tuple[int, int]] = []  # (offset, size)
         end = 0
         computed = set(self.computed)
         for pos, i in enumerate(self.order):
             if i in computed:
-                size = -(-max(1, _numel_bytes(ops[i].shape, ops[i].dtype, bounds)) // ALIGN) * ALIGN
+                caps[i] = _numel_bytes(ops[i].shape, ops[i].dtype, bounds)
+                size = -(-max(1, caps[i]) // ALIGN) * ALIGN
                 fit = [f for f in free if f[1] >= size]
                 if fit:
                     f = min(fit, key=lambda f: f[1])
@@ -270,9 +262,8 @@ class KernelProgram(Program):
                     end += size
             for j in free_after.get(pos, ()):
                 if j in offsets:
-                    size = -(-max(1, _numel_bytes(ops[j].shape, ops[j].dtype, bounds)) // ALIGN) * ALIGN
-                    free.append((offsets[j], size))
-        return _Plan(dict(bounds), offsets, max(end, ALIGN))
+                    free.append((offsets[j], -(-max(1, caps[j]) // ALIGN) * ALIGN))
+        return _Plan(dict(bounds), offsets, caps, max(end, ALIGN))
 
     # ------------------------------------------------------------------ running
     def _state(self, plan: _Plan) -> Any:

@@ -52,7 +52,7 @@ from ...primitives import PRIMITIVES
 from ...shape import ShapeTracker
 from ...symbolic import INDEX_VAR, Expr, const, prod, sym
 
-__all__ = ["KernelSpec", "render_op", "prelude", "DIALECTS", "kernel_ops"]
+__all__ = ["KernelSpec", "render_op", "prelude", "module_source", "storage_type", "compute_type", "DIALECTS"]
 
 DIALECTS = ("cuda", "c")
 WARP = 32
@@ -828,13 +828,6 @@ _VECTOR_DOT = {"bfloat16": (8, "ls_dot8_bf16"), "float16": (8, "ls_dot8_f16"), "
 _ELEMENTWISE = tuple(n for n, p in PRIMITIVES.items() if p.category in ("unary", "binary"))
 
 
-def kernel_ops() -> frozenset[str]:
-    """The LLIR ops that run as generated kernels (Input/Constant/Iota values and Output copies
-    are handled by the runtime with the same renderer)."""
-    return frozenset({*_ELEMENTWISE, "SumReduce", "MaxReduce", "Cast", "Gather", "Scatter", "ScatterInPlace",
-                      "Fused", "Matmul", "MatmulAdd", "Iota", "Output"})
-
-
 def render_op(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
     """The kernels that compute ``op`` (run in order), each writing the op's value (``out``)."""
     if dialect not in DIALECTS:
@@ -879,5 +872,3 @@ def module_source(specs: list[KernelSpec], dialect: str) -> str:
         seen.setdefault(s.name, s.source)
     return prelude(dialect) + "\n" + "\n".join(seen[k] for k in sorted(seen))
 
-
-__all__ += ["module_source", "storage_type", "compute_type", "const"]

@@ -35,6 +35,7 @@ from ...primitives import PRIMITIVES
 from ...program import Program, same_memory
 from ...symbolic import INDEX_VAR, compile_exprs
 from .. import trace
+from ..codegen.program import check_in_place
 from ..numpy_views import make_reader
 
 __all__ = ["CpuProgram", "Kernel", "Prepare"]
@@ -106,7 +107,7 @@ class CpuProgram(Program):
             None if op.op in _NO_KERNEL else table[op.op](op, [ops[j].dtype.np for j in op.inputs]) for op in ops]
         for i, k in enumerate(self.kernels):
             if k is not None and k.in_place:
-                self._check_in_place(i)
+                check_in_place(lprog, i, self.output_aliases)
         self._shape_of = [compile_exprs(op.shape) for op in ops]
         self._static_shape = [None if any(d.free_vars() for d in op.shape) else self._shape_of[i]({})
                               for i, op in enumerate(ops)]
@@ -120,17 +121,6 @@ class CpuProgram(Program):
         self._reserved = dict(self._reserved)
         self._lock = threading.Lock()
         self._local = threading.local()
-
-    def _check_in_place(self, i: int) -> None:
-        """An in-place op overwrites its first operand: sound only if that operand is an input that
-        an output aliases and that nothing else reads (a later reader would see the new values)."""
-        ops = self.lprog.ops
-        dest = ops[i].inputs[0]
-        readers = [j for j, op in enumerate(ops) if dest in op.inputs]
-        name = ops[dest].args.get("name") if ops[dest].op == "Input" else None
-        if readers != [i] or name not in self.output_aliases.values():
-            raise LightspeedError(f"{ops[i].op} (op {i}) writes into value {dest} in place, but "
-                                  + ("other ops read it" if readers != [i] else "it is not an aliased input"))
 
     # ------------------------------------------------------------------ planning
     def reserve(self, **bounds: int) -> CpuProgram:

@@ -29,12 +29,10 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes as dt
-from ...egraph.llir import LProgram
 from ...errors import InputError
-from ...graph import Graph
 from ...program import Program, to_numpy
 from .. import register_backend
-from ..base import Backend
+from ..codegen.backend import KernelBackend
 from ..codegen.program import Executor, KernelProgram, Launch
 from ..codegen.render import WARP, KernelSpec, module_source
 from . import driver
@@ -42,7 +40,6 @@ from .driver import DeviceArray
 
 __all__ = ["CudaBackend", "CudaProgram", "GpuExecutor", "DeviceArray"]
 
-RULESETS = ("simplify", "cleanup", "inplace", "layout", "linalg", "fusion")
 THREADS = 256
 
 
@@ -120,12 +117,18 @@ class GpuExecutor(Executor):
     def new_state(self, nbytes: int, slots: int) -> _State:
         return _State(nbytes, slots)
 
-    def run(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]) -> None:
+    @staticmethod
+    def _prepare(state: _State, launches: list[Launch], bounds: Mapping[str, int]) -> tuple[Any, Any]:
+        """The device and stream, with this call's table uploaded and the grids sized (once per state)."""
         dev = driver.device()
         stream = thread_stream()
         dev.upload(state.table_dev.ptr, state.table, stream)
         if state.grids is None:
             state.grids = [_grid(launch.spec, bounds, dev.sm_count) for launch in launches]
+        return dev, stream
+
+    def run(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]) -> None:
+        dev, stream = self._prepare(state, launches, bounds)
         table = state.table_dev.ptr
         if not self.use_graphs:
             for launch, (grid, block) in zip(launches, state.grids):
@@ -146,11 +149,7 @@ class GpuExecutor(Executor):
                    ) -> list[tuple[Launch, float, float]]:
         """Kernels launched one by one between CUDA events; their times come from the events and
         are placed on the host clock from the moment the first one was recorded."""
-        dev = driver.device()
-        stream = thread_stream()
-        dev.upload(state.table_dev.ptr, state.table, stream)
-        if state.grids is None:
-            state.grids = [_grid(launch.spec, bounds, dev.sm_count) for launch in launches]
+        dev, stream = self._prepare(state, launches, bounds)
         marks = [dev.event() for _ in range(len(launches) + 1)]
         dev.sync(stream)
         host0 = time.perf_counter()
@@ -295,13 +294,9 @@ def _wait(waiter: Any, on: Any) -> None:
     driver.bindings().cuEventDestroy(ev)
 
 
-class CudaBackend(Backend):
+class CudaBackend(KernelBackend):
     name = "cuda"
-    rulesets = RULESETS
-    # regions compute float32/float64 like the reference; bfloat16/float16 regions compute in
-    # float and round once on store (within the dtype's tolerance of the reference)
-    fuse_dtypes = (dt.float32, dt.float64, dt.bfloat16, dt.float16)
-    matmul_dtypes = (dt.float32, dt.float64, dt.bfloat16, dt.float16)
+    program_class = CudaProgram
 
     def __init__(self) -> None:
         self.executor = GpuExecutor()
@@ -315,15 +310,6 @@ class CudaBackend(Backend):
             return f"cuda:{dev.name}:{dev.arch}"
         except driver.CudaError:
             return "cuda:none"
-
-    def compose_rolled(self, graph: Graph, plan: Any, parts: Any, roll_seconds: float) -> Program:
-        """One stitched kernel program for the whole rolled model (one CUDA graph on the GPU)."""
-        from ..codegen.rolled import compose_rolled_kernels
-
-        return compose_rolled_kernels(self, graph, plan, parts, roll_seconds)
-
-    def lower(self, graph: Graph, lprog: LProgram, report: Any = None) -> Program:
-        return CudaProgram(graph, lprog, self.executor, report, backend_name=self.name)
 
     def to_device(self, array: np.ndarray) -> DeviceArray:
         return DeviceArray.from_host(array, thread_stream())

@@ -281,11 +281,13 @@ def device() -> Device:
 def available() -> bool:
     """Whether a GPU, its driver and the bindings are usable here (never raises)."""
     global _reason
+    if _reason is not None:  # looked once and found none: Graph.compile asks on every compile
+        return False
     try:
         device()
         return True
     except Exception as e:  # noqa: BLE001 - any failure means "not here"
-        _reason = str(e)
+        _reason = str(e) or type(e).__name__
         return False
 
 

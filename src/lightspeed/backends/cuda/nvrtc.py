@@ -94,29 +94,20 @@ def compile_many(sources: list[str], arch: str = "sm_90") -> list[bytes]:
 def compile_ptx(source: str, arch: str = "compute_90") -> str:
     """PTX of ``source`` (front end and NVVM only, no ptxas: what CI uses to check that every
     generated kernel compiles, at a third of a cubin's cost); not cached."""
-    nv = _nvrtc()
     nvrtc_version()
-    prog = _check(nv, nv.nvrtcCreateProgram(source.encode(), b"lightspeed.cu", 0, [], []), "nvrtcCreateProgram")
-    try:
-        opts = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in OPTIONS)]
-        _check(nv, nv.nvrtcCompileProgram(prog, len(opts), opts), "compile", prog)
-        size = _check(nv, nv.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-        ptx = b" " * size
-        _check(nv, nv.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
-        return ptx.decode(errors="replace")
-    finally:
-        nv.nvrtcDestroyProgram(prog)
+    return _compile(source, arch, "PTX").decode(errors="replace")
 
 
-def _compile(source: str, arch: str) -> bytes:
+def _compile(source: str, arch: str, product: str = "CUBIN") -> bytes:
+    """``product`` ("CUBIN" or "PTX") of ``source`` for ``arch``."""
     nv = _nvrtc()
     prog = _check(nv, nv.nvrtcCreateProgram(source.encode(), b"lightspeed.cu", 0, [], []), "nvrtcCreateProgram")
     try:
         opts = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in OPTIONS)]
         _check(nv, nv.nvrtcCompileProgram(prog, len(opts), opts), "compile", prog)
-        size = _check(nv, nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        image = b" " * size
-        _check(nv, nv.nvrtcGetCUBIN(prog, image), "nvrtcGetCUBIN")
-        return image
+        size = _check(nv, getattr(nv, f"nvrtcGet{product}Size")(prog), f"nvrtcGet{product}Size")
+        out = b" " * size
+        _check(nv, getattr(nv, f"nvrtcGet{product}")(prog, out), f"nvrtcGet{product}")
+        return out
     finally:
         nv.nvrtcDestroyProgram(prog)
