@@ -44,3 +44,27 @@ def test_a_program_runs_as_one_c_call():
     xs = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
     want = g.compile(backend="reference")(x=xs)["y"]
     np.testing.assert_allclose(prog(x=xs)["y"], want, rtol=1e-6, atol=1e-7)
+
+
+def test_loop_nests_index_without_division_and_split_rows_across_threads():
+    """Region kernels of the c dialect walk their output as a loop nest: a view's index comes from
+    the coordinates (no 64-bit division or modulo per element, which cost ~20 ns each on the
+    decode step's attention regions), and the threads' ranges start in the middle of rows."""
+    g = ls.Graph()
+    x = g.input("x", (3, "p", 7))
+    y = g.input("y", (7, "p", 1))
+    # permuted and broadcast views, a reduction over the middle axis, shapes that do not divide
+    # into the two threads' halves evenly
+    g.output("z", (x.permute(2, 1, 0) * 2.0 + y).exp().sum(1, keepdim=True) + x.permute(2, 1, 0).amax(1, keepdim=True))
+    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"p": 5000}))
+    for spec in prog.kernels:
+        if spec.mode == "elementwise":
+            inner = spec.source.split("_ls_j++) {", 1)[1]
+            assert "/" not in inner and "%" not in inner and "ls_fdiv" not in inner, spec.source
+    rng = np.random.default_rng(0)
+    ref = g.compile(backend="reference")
+    for p in (1, 4999, 5000):
+        xs = rng.standard_normal((3, p, 7)).astype(np.float32)
+        ys = rng.standard_normal((7, p, 1)).astype(np.float32) * 0.1
+        np.testing.assert_allclose(prog(x=xs, y=ys, dims={"p": p})["z"], ref(x=xs, y=ys, dims={"p": p})["z"],
+                                   rtol=2e-5, atol=1e-6)

@@ -49,7 +49,7 @@ from ...dtypes import DType
 from ...egraph.llir import LOp, RegionSpace
 from ...errors import LightspeedError
 from ...primitives import PRIMITIVES
-from ...shape import ShapeTracker
+from ...shape import ShapeTracker, contiguous_strides, unflatten_index
 from ...symbolic import INDEX_VAR, Expr, const, prod, sym
 
 __all__ = ["KernelSpec", "render_op", "prelude", "module_source", "storage_type", "compute_type", "DIALECTS"]
@@ -251,6 +251,9 @@ static LS_INLINE float ls_dot4_f32(uint4 a, uint4 b) {
     "c": r"""
 #include <math.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #define __restrict__ restrict
 #define LS_INLINE inline __attribute__((always_inline))
 static LS_INLINE float ls_bits_f(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
@@ -378,6 +381,39 @@ class _Writer:
         return name
 
 
+@dataclass(frozen=True)
+class _Point:
+    """Where a region value is computed: the flat row-major index ``flat`` into ``shape`` and, when
+    the kernel's loops provide them (the c dialect's loop nests), the per-axis indexes ``coords``.
+    A view whose shape is ``shape`` is then indexed from the coordinates directly: no division or
+    modulo of the flat index per element (64-bit divisions cost tens of cycles on a CPU)."""
+
+    key: str  # names the point in the writer's memo
+    flat: Expr
+    shape: tuple[Expr, ...] = ()
+    coords: tuple[Expr, ...] | None = None
+
+    @staticmethod
+    def flat_var(name: str) -> _Point:
+        return _Point(name, sym(name))
+
+
+def _index_at(st: ShapeTracker, coords: tuple[Expr, ...]) -> tuple[Expr, Expr]:
+    """(physical index, validity) of the element at per-axis ``coords`` of ``st``'s last view."""
+    idx, valid = st.views[-1].index_and_valid(coords)
+    for v in reversed(st.views[:-1]):
+        idx, vv = v.index_and_valid(unflatten_index(idx, v.shape))
+        valid = valid * vv
+    return idx, valid
+
+
+def _flat_of(coords: list[Expr], shape: tuple[Expr, ...]) -> Expr:
+    out: Expr = const(0)
+    for c, s in zip(coords, contiguous_strides(tuple(shape))):
+        out = out + c * s
+    return out
+
+
 def _nonneg(e: Expr) -> bool:
     """Whether ``e`` is >= 0 for any non-negative values of its variables (dims and indexes)."""
     kind = e.kind
@@ -388,8 +424,8 @@ def _nonneg(e: Expr) -> bool:
     return all(_nonneg(a) for a in e.args)
 
 
-def _index_in(e: Expr, var: str) -> Expr:
-    return e.substitute({INDEX_VAR: sym(var)}) if INDEX_VAR in e.free_vars() else e
+def _index_in(e: Expr, at: str | Expr) -> Expr:
+    return e.substitute({INDEX_VAR: sym(at) if isinstance(at, str) else at}) if INDEX_VAR in e.free_vars() else e
 
 
 def _node_dtype(node: tuple, leaf_dtypes: list[DType]) -> DType:
@@ -456,17 +492,21 @@ class _Region:
         self.cooperative = cooperative  # top-level reductions split across a warp's lanes
         self.depth = 0  # reductions entered
 
-    def leaf(self, k: int, zvar: str) -> str:
-        key = ("leaf", k, zvar)
+    def leaf(self, k: int, at: _Point | str) -> str:
+        pt = _Point.flat_var(at) if isinstance(at, str) else at
+        key = ("leaf", k, pt.key)
         hit = self.w.scope.find(key)
         if hit is not None:
             return hit
         st = self.views[k]
         if st.is_contiguous:  # a row-major prefix: element z is at z (no unflatten and re-flatten)
-            idx, valid = zvar, const(1)
+            idx, valid = self.w.expr(pt.flat), const(1)
+        elif pt.coords is not None and tuple(st.shape) == pt.shape:
+            index, valid = _index_at(st, pt.coords)
+            idx = self.w.expr(index)
         else:
-            idx = self.w.expr(_index_in(st.index_expr(), zvar))
-            valid = _index_in(st.valid_expr(), zvar)
+            idx = self.w.expr(_index_in(st.index_expr(), pt.flat))
+            valid = _index_in(st.valid_expr(), pt.flat)
         d = self.leaf_dtypes[k]
         ref = f"{self.names[k]}[{idx}]"
         v = self.w.tmp("v")
@@ -480,17 +520,18 @@ class _Region:
         self.w.scope.memo[key] = v
         return v
 
-    def value(self, node: tuple, zvar: str) -> str:
+    def value(self, node: tuple, at: _Point | str) -> str:
+        pt = _Point.flat_var(at) if isinstance(at, str) else at
         tag = node[0]
         if tag == "leaf":
-            return self.leaf(node[1], zvar)
+            return self.leaf(node[1], pt)
         if tag == "const":
             return _literal(node[1], node[2])
         if tag == "iota":
-            v = self.w.expr(_index_in(node[1], zvar))
+            v = self.w.expr(_index_in(node[1], pt.flat))
             return _cast(v, dt.int64, node[2])
         if tag == "gather":  # out[z] = data[data_view(idx[z])]; an index outside data reads 0
-            idx = self.value(node[1], zvar)
+            idx = self.value(node[1], pt)
             k = node[2]
             st = self.views[k]
             iv = self.w.tmp("_ls_g")
@@ -507,12 +548,12 @@ class _Region:
             self.w.line(f"if ({ok}) {v} = {_load(d, f'{self.names[k]}[{at}]')};")
             return v
         if tag == "Cast":
-            src = self.value(node[2], zvar)
+            src = self.value(node[2], pt)
             return self._bind(_cast(src, _node_dtype(node[2], self.leaf_dtypes), node[1]), node[1])
         if tag in ("SumReduce", "MaxReduce"):
-            return self.reduce(node, zvar)
+            return self.reduce(node, pt)
         d = _node_dtype(node[1], self.leaf_dtypes)
-        args = [self.value(c, zvar) for c in node[1:]]
+        args = [self.value(c, pt) for c in node[1:]]
         out = dt.bool_ if tag == "LessThan" else d
         return self._bind(_apply(tag, args, d), out)
 
@@ -521,7 +562,7 @@ class _Region:
         self.w.line(f"const {compute_type(d)} {v} = {text};")
         return v
 
-    def reduce(self, node: tuple, zvar: str) -> str:
+    def reduce(self, node: tuple, pt: _Point) -> str:
         tag, axis, space, child = node
         assert isinstance(space, RegionSpace)
         shape = space.shape
@@ -538,10 +579,17 @@ class _Region:
         start, step = ("lane", WARP) if lanes else ("0", 1)
         w.line(f"for (long long {r} = {start}; {r} < {size}; {r} += {step}) {{")
         w.push()
-        w.index_vars.add(zc)
-        w.line(f"const long long {zc} = ({zvar} / {post}) * {size} * {post} + {r} * {post} + {zvar} % {post};")
+        coords = _reduced_coords(pt, shape, axis, r)
+        if coords is not None:  # the child's coordinates: the parent's with the reduced axis running
+            w.index_vars.add(r)
+            at = _Point(zc, _flat_of(coords, shape), tuple(shape), tuple(coords))
+        else:
+            w.index_vars.add(zc)
+            zvar = w.expr(pt.flat)
+            w.line(f"const long long {zc} = ({zvar} / {post}) * {size} * {post} + {r} * {post} + {zvar} % {post};")
+            at = _Point.flat_var(zc)
         self.depth += 1
-        v = self.value(child, zc)
+        v = self.value(child, at)
         self.depth -= 1
         w.line(f"{acc} = {_combine(tag, d, acc, v)};")
         body = w.pop()
@@ -551,6 +599,19 @@ class _Region:
             w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ {ct} other = __shfl_xor_sync(0xffffffffu, {acc}, o);"
                    f" {acc} = {_combine(tag, d, acc, 'other')}; }}")
         return acc
+
+
+def _reduced_coords(pt: _Point, shape: tuple[Expr, ...], axis: int, r: str) -> list[Expr] | None:
+    """The coordinates in a reduction's space ``shape`` of element ``r`` along ``axis`` of the
+    parent point, when the parent has coordinates in that space reduced (axis kept as 1 or dropped)."""
+    if pt.coords is None:
+        return None
+    shape = tuple(shape)
+    if pt.shape == shape[:axis] + (const(1),) + shape[axis + 1:]:
+        return [*pt.coords[:axis], sym(r), *pt.coords[axis + 1:]]
+    if pt.shape == shape[:axis] + shape[axis + 1:]:
+        return [*pt.coords[:axis], sym(r), *pt.coords[axis:]]
+    return None
 
 
 def _combine(tag: str, d: DType, acc: str, v: str) -> str:
@@ -575,11 +636,49 @@ def _has_top_reduction(node: tuple) -> bool:
     return any(_has_top_reduction(c) for c in node[1:] if isinstance(c, tuple))
 
 
+def _c_nest(n: str, axes: list[tuple[str, str]], threshold: int, extra: list[str]) -> tuple[list[str], list[str], str]:
+    """The c dialect's work loop over ``axes`` ((coordinate name, extent), outermost first; their
+    product is ``n``): each thread takes a contiguous range of items, unflattens its first item
+    once, then walks rows of the innermost axis with an odometer, so coordinates cost no division
+    per item.  The body sees ``_ls_item`` (the flat index) and every coordinate.  Returns (opening
+    lines, closing lines, indent of the body)."""
+    names = [a for a, _ in axes]
+    ext = [e for _, e in axes]
+    last, elast = names[-1], ext[-1]
+    open_ = [f"#pragma omp parallel if ({n} >= {threshold})", "{", *extra,
+             f"  long long _ls_lo = 0, _ls_hi = {n};",
+             "  #ifdef _OPENMP",
+             "  { const long long nt = omp_get_num_threads(), t = omp_get_thread_num();",
+             f"    const long long per = {n} / nt, more = {n} % nt;",
+             "    _ls_lo = per * t + (t < more ? t : more); _ls_hi = _ls_lo + per + (t < more); }",
+             "  #endif",
+             "  if (_ls_lo < _ls_hi) {",
+             "  long long _ls_rest = _ls_lo;",
+             f"  long long _ls_cl = _ls_rest % {elast}; _ls_rest /= {elast};"]
+    for name, e in zip(reversed(names[:-1]), reversed(ext[:-1])):
+        open_.append(f"  long long {name} = _ls_rest % {e}; _ls_rest /= {e};")
+    open_ += ["  for (long long _ls_base = _ls_lo; _ls_base < _ls_hi; ) {",
+              f"    const long long _ls_run = ls_min(_ls_hi - _ls_base, {elast} - _ls_cl);",
+              "    for (long long _ls_j = 0; _ls_j < _ls_run; _ls_j++) {",
+              "      const long long _ls_item = _ls_base + _ls_j;",
+              f"      const long long {last} = _ls_cl + _ls_j;"]
+    close = ["    }", "    _ls_base += _ls_run; _ls_cl = 0;"]
+    if len(names) > 1:  # the odometer's carry, built outermost first (the outermost never wraps)
+        carry = ""
+        for name, e in zip(names[:-1], ext[:-1]):
+            carry = f"if (++{name} == {e}) {{ {name} = 0; {carry} }}" if carry else f"++{name};"
+        close.append("    " + carry)
+    close += ["  }", "  }", "}"]
+    return open_, close, "      "
+
+
 def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, bool, str | int]], count: Expr,
-            body: list[str], label: str) -> KernelSpec:
+            body: list[str], label: str, axes: list[tuple[str, Expr]] | None = None) -> KernelSpec:
     """Wrap a work-item body into a kernel function of the dialect.  ``buffers``: (param name,
-    storage type, written, what it is: "out" or the op's operand index)."""
+    storage type, written, what it is: "out" or the op's operand index).  ``axes``: the c dialect
+    walks the items as this loop nest ((coordinate name, extent), product ``count``)."""
     n = w.expr(count)  # into the prologue
+    nest = [(name, w.expr(e)) for name, e in axes] if axes and dialect == "c" else None
     dims = list(w.dims)
     head = [f"const long long D{i} = T[dim_{i}];" for i in range(len(dims))]
     for name, ctype, written, _ in buffers:
@@ -588,6 +687,7 @@ def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, b
     params = ["const long long* LS_RESTRICT T", *(f"int dim_{i}" for i in range(len(dims))),
               *(f"int buf_{name}" for name, _, _, _ in buffers)]
     ind = "    "
+    close, inner = [ind + "}"], ind + "  "
     if dialect == "cuda":
         if mode in ("warp", "matmul_dot"):
             loop = [f"const int lane = threadIdx.x & {WARP - 1};",
@@ -606,16 +706,33 @@ def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, b
         # items split over the cores (OpenMP) when there is enough work: a matmul item is a whole
         # dot product, an element-wise one a few operations
         threshold = 256 if mode.startswith("matmul") else 32768
-        loop = (["const int lane = 0, slice = 0; (void)lane; (void)slice;"] if mode.startswith("matmul") else []) + \
-               [f"#pragma omp parallel for schedule(static) if ({n} >= {threshold})",
-                f"for (long long _ls_item = 0; _ls_item < {n}; _ls_item++) {{"]
+        lanes = ["const int lane = 0, slice = 0; (void)lane; (void)slice;"] if mode.startswith("matmul") else []
+        if nest:
+            opening, closing, body_ind = _c_nest(n, nest, threshold, ["  " + x for x in lanes])
+            loop, close, inner = opening, [ind + x for x in closing], ind + body_ind
+        else:
+            loop = lanes + [f"#pragma omp parallel for schedule(static) if ({n} >= {threshold})",
+                            f"for (long long _ls_item = 0; _ls_item < {n}; _ls_item++) {{"]
         sig = f"void KNAME({', '.join(params)})"
     lines = [sig + " {", *(ind + ln for ln in head), *(ind + ln for ln in w.prologue.lines),
-             *(ind + ln for ln in loop), *(ind + "  " + ln for ln in body), ind + "}", "}"]
+             *(ind + ln for ln in loop), *(inner + ln for ln in body), *close, "}"]
     text = "\n".join(lines) + "\n"
     digest = hashlib.sha256(f"{dialect}\n{mode}\n{text}".encode()).hexdigest()[:16]
     name = f"ls_{label}_{digest}"
     return KernelSpec(name, text.replace("KNAME", name), tuple(dims), tuple(b[3] for b in buffers), mode, count)
+
+
+def _axes_of(shape) -> tuple[list[tuple[str, Expr]], tuple[Expr, ...]]:
+    """A c-dialect loop nest over ``shape``: (the loop axes, each axis's coordinate); size-1 axes
+    are no loop (coordinate 0).  An empty shape is one item."""
+    axes, coords = [], []
+    for k, d in enumerate(shape):
+        if d == 1:
+            coords.append(const(0))
+        else:
+            axes.append((f"_ls_c{k}", d))
+            coords.append(sym(f"_ls_c{k}"))
+    return axes, tuple(coords)
 
 
 def _region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dtypes: list[DType],
@@ -628,14 +745,22 @@ def _region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dt
     w.index_vars.add("_ls_item")
     w.push()
     region = _Region(w, views, leaf_dtypes, cooperative)
-    v = region.value(tree, "_ls_item")
+    shape = tuple(shape)
+    axes = None
+    at = _Point.flat_var("_ls_item")
+    if dialect == "c":
+        axes, coords = _axes_of(shape)
+        w.index_vars |= {name for name, _ in axes}
+        if axes:
+            at = _Point("_ls_item", sym("_ls_item"), shape, coords)
+    v = region.value(tree, at)
     store = f"out[_ls_item] = {_store(out_dtype, v)};"
     w.line(f"if (lane == 0) {store}" if mode == "warp" else store)
     body = w.pop()
     operands = operands if operands is not None else list(range(len(leaf_dtypes)))
     bufs = [("out", storage_type(out_dtype), True, "out")] + [(f"in{k}", storage_type(d), False, operands[k])
                                                                for k, d in enumerate(leaf_dtypes)]
-    return _finish(w, dialect, mode, bufs, prod(shape), body, label)
+    return _finish(w, dialect, mode, bufs, prod(shape), body, label, axes)
 
 
 def _scatter_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
@@ -678,23 +803,33 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.index_vars |= {"_ls_item"}
     nn, mm, kk = w.expr(n), w.expr(m), w.expr(k)
     w.push()
+    axes: list[tuple[str, Expr]] | None = None
     if mode == "matmul_tile":  # _ls_item = (batch, row, column tile)
         tiles = w.expr((n + (TILE_N - 1)) // TILE_N)
         w.line(f"const long long j = (_ls_item % {tiles}) * {TILE_N} + lane;")
         w.line(f"const long long i = (_ls_item / {tiles}) % {mm};")
         w.line(f"const long long bi = _ls_item / ({tiles} * {mm});")
         count = prod(batch) * m * ((n + (TILE_N - 1)) // TILE_N)
+    elif dialect == "c":  # a loop nest over (batch, i, j): coordinates without divisions
+        count = prod(batch) * m * n
+        axes, bcoords = _batch_axes(batch)
+        axes += [("i", m), ("j", n)]
+        w.index_vars |= {name for name, _ in axes}
     else:
         w.line(f"const long long j = _ls_item % {nn};")
         w.line(f"const long long i = (_ls_item / {nn}) % {mm};")
         w.line(f"const long long bi = _ls_item / ({nn} * {mm});")
         count = prod(batch) * m * n
-    # batch offsets: unflatten bi over the batch dims
     off_a, off_b = w.expr(a["a_offset"]), w.expr(a["b_offset"])
-    w.line(f"long long oa = {off_a}, ob = {off_b}, rest = bi;")
-    for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
-        s = w.expr(size)
-        w.line(f"{{ const long long q = rest % {s}; rest /= {s}; oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+    if axes is not None:
+        w.line(f"const long long oa = {w.expr(_batch_offset(a['a_offset'], bcoords, a['a_batch_strides']))}, "
+               f"ob = {w.expr(_batch_offset(a['b_offset'], bcoords, a['b_batch_strides']))};")
+    else:  # batch offsets: unflatten bi over the batch dims
+        w.line(f"long long oa = {off_a}, ob = {off_b}, rest = bi;")
+        for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
+            s = w.expr(size)
+            w.line(f"{{ const long long q = rest % {s}; rest /= {s}; "
+                   f"oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
     sam, sak, sbk, sbn = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k", "b_stride_n"))
     w.line(f"{ct} acc = 0;")
     valid_j = "j < " + nn if mode == "matmul_tile" else "1"
@@ -744,7 +879,7 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         writer = f"slice == 0 && j < {nn}"
     else:
         writer = "1"
-    out_index = "(bi * " + mm + " + i) * " + nn + " + j"
+    out_index = "_ls_item" if axes is not None else "(bi * " + mm + " + i) * " + nn + " + j"
     value = "acc"
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(db), False, 1)]
@@ -754,7 +889,10 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"if ({writer}) {{")
         w.line(f"  const long long _ls_oz = {out_index};")
         w.push()
-        r = region.leaf(0, "_ls_oz")
+        at: _Point | str = "_ls_oz"
+        if axes is not None:
+            at = _Point("_ls_oz", sym("_ls_oz"), (*batch, m, n), (*bcoords, sym("i"), sym("j")))
+        r = region.leaf(0, at)
         inner = w.pop()
         w.scope.lines.extend("  " + ln for ln in inner)
         w.line(f"  out[_ls_oz] = {_store(op.dtype, f'({ct})(acc + ({ct}){r})')};")
@@ -764,7 +902,26 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     else:
         w.line(f"if ({writer}) out[{out_index}] = {_store(op.dtype, value)};")
         body = w.pop()
-    return _finish(w, dialect, mode, bufs, count, body, "matmul")
+    return _finish(w, dialect, mode, bufs, count, body, "matmul", axes)
+
+
+def _batch_axes(batch: list[Expr]) -> tuple[list[tuple[str, Expr]], list[Expr]]:
+    """Loop axes over a matmul's batch dims (size-1 ones are none) and each batch dim's coordinate."""
+    axes, coords = [], []
+    for q, size in enumerate(batch):
+        if size == 1:
+            coords.append(const(0))
+        else:
+            axes.append((f"_ls_b{q}", size))
+            coords.append(sym(f"_ls_b{q}"))
+    return axes, coords
+
+
+def _batch_offset(offset: Expr, coords: list[Expr], strides) -> Expr:
+    out = offset
+    for c, st in zip(coords, strides):
+        out = out + c * st
+    return out
 
 
 ROW_CHUNK = 64  # outputs of one row a c-dialect row item accumulates at once
@@ -782,16 +939,16 @@ def _matmul_rows_c(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     batch = list(a["batch"])
     m, n, k = a["m"], a["n"], a["k"]
     w.index_vars |= {"_ls_item"}
-    nn, mm, kk = w.expr(n), w.expr(m), w.expr(k)
-    chunks = w.expr((n + (ROW_CHUNK - 1)) // ROW_CHUNK)
+    nn, kk = w.expr(n), w.expr(k)
     w.push()
-    w.line(f"const long long j0 = (_ls_item % {chunks}) * {ROW_CHUNK};")
-    w.line(f"const long long i = (_ls_item / {chunks}) % {mm};")
-    w.line(f"const long long bi = _ls_item / ({chunks} * {mm});")
-    w.line(f"long long oa = {w.expr(a['a_offset'])}, ob = {w.expr(a['b_offset'])}, rest = bi;")
-    for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
-        sz = w.expr(size)
-        w.line(f"{{ const long long q = rest % {sz}; rest /= {sz}; oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+    axes, bcoords = _batch_axes(batch)
+    nchunks = (n + (ROW_CHUNK - 1)) // ROW_CHUNK
+    axes += [("i", m), ("_ls_jc", nchunks)]  # a loop nest: coordinates without divisions
+    w.index_vars |= {name for name, _ in axes} | {"j0", "q"}
+    w.line(f"const long long j0 = _ls_jc * {ROW_CHUNK};")
+    w.line(f"const long long oa = {w.expr(_batch_offset(a['a_offset'], bcoords, a['a_batch_strides']))}, "
+           f"ob = {w.expr(_batch_offset(a['b_offset'], bcoords, a['b_batch_strides']))};")
+    orow = w.expr(_flat_of([*bcoords, sym("i")], (*batch, m)) * n)
     sam, sak, sbk = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k"))
     w.line(f"const long long jn = {nn} - j0 < {ROW_CHUNK} ? {nn} - j0 : {ROW_CHUNK};")
     w.line(f"{ct} acc[{ROW_CHUNK}];")
@@ -803,22 +960,21 @@ def _matmul_rows_c(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("}")
     w.line("for (long long q = 0; q < jn; q++) {")
     w.index_vars.add("_ls_oz")
-    w.line(f"  const long long _ls_oz = (bi * {mm} + i) * {nn} + j0 + q;")
+    w.line(f"  const long long _ls_oz = {orow} + j0 + q;")
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(db), False, 1)]
     value = "acc[q]"
     if op.op == "MatmulAdd":
         region = _Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
         w.push()
-        r = region.leaf(0, "_ls_oz")
+        r = region.leaf(0, _Point("_ls_oz", sym("_ls_oz"), (*batch, m, n), (*bcoords, sym("i"), sym("j0") + sym("q"))))
         w.scope.parent.lines.extend("  " + ln for ln in w.pop())
         value = f"({ct})(acc[q] + ({ct}){r})"
         bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
     w.line(f"  out[_ls_oz] = {_store(op.dtype, value)};")
     w.line("}")
     body = w.pop()
-    return _finish(w, "c", "matmul_rows", bufs, prod(batch) * m * ((n + (ROW_CHUNK - 1)) // ROW_CHUNK), body,
-                   "matmul")
+    return _finish(w, "c", "matmul_rows", bufs, prod(batch) * m * nchunks, body, "matmul", axes)
 
 
 # 16-byte dot products of two rows (cuda dialect): elements per uint4, the prelude's function
