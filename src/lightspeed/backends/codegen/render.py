@@ -636,7 +636,8 @@ def _has_top_reduction(node: tuple) -> bool:
     return any(_has_top_reduction(c) for c in node[1:] if isinstance(c, tuple))
 
 
-def _c_nest(n: str, axes: list[tuple[str, str]], threshold: int, extra: list[str]) -> tuple[list[str], list[str], str]:
+def _c_nest(n: str, work: str, axes: list[tuple[str, str]], threshold: int, extra: list[str]
+            ) -> tuple[list[str], list[str], str]:
     """The c dialect's work loop over ``axes`` ((coordinate name, extent), outermost first; their
     product is ``n``): each thread takes a contiguous range of items, unflattens its first item
     once, then walks rows of the innermost axis with an odometer, so coordinates cost no division
@@ -645,7 +646,7 @@ def _c_nest(n: str, axes: list[tuple[str, str]], threshold: int, extra: list[str
     names = [a for a, _ in axes]
     ext = [e for _, e in axes]
     last, elast = names[-1], ext[-1]
-    open_ = [f"#pragma omp parallel if ({n} >= {threshold})", "{", *extra,
+    open_ = [f"#pragma omp parallel if ({work} >= {threshold})", "{", *extra,
              f"  long long _ls_lo = 0, _ls_hi = {n};",
              "  #ifdef _OPENMP",
              "  { const long long nt = omp_get_num_threads(), t = omp_get_thread_num();",
@@ -673,11 +674,14 @@ def _c_nest(n: str, axes: list[tuple[str, str]], threshold: int, extra: list[str
 
 
 def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, bool, str | int]], count: Expr,
-            body: list[str], label: str, axes: list[tuple[str, Expr]] | None = None) -> KernelSpec:
+            body: list[str], label: str, axes: list[tuple[str, Expr]] | None = None,
+            item_cost: Expr | int = 1) -> KernelSpec:
     """Wrap a work-item body into a kernel function of the dialect.  ``buffers``: (param name,
     storage type, written, what it is: "out" or the op's operand index).  ``axes``: the c dialect
-    walks the items as this loop nest ((coordinate name, extent), product ``count``)."""
+    walks the items as this loop nest ((coordinate name, extent), product ``count``); it splits
+    the items over the cores when ``count * item_cost`` (multiply-adds, say) is worth a fork."""
     n = w.expr(count)  # into the prologue
+    work = w.expr(count * item_cost) if dialect == "c" else n
     nest = [(name, w.expr(e)) for name, e in axes] if axes and dialect == "c" else None
     dims = list(w.dims)
     head = [f"const long long D{i} = T[dim_{i}];" for i in range(len(dims))]
@@ -705,13 +709,13 @@ def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, b
     else:
         # items split over the cores (OpenMP) when there is enough work: a matmul item is a whole
         # dot product, an element-wise one a few operations
-        threshold = 256 if mode.startswith("matmul") else 32768
+        threshold = 32768
         lanes = ["const int lane = 0, slice = 0; (void)lane; (void)slice;"] if mode.startswith("matmul") else []
         if nest:
-            opening, closing, body_ind = _c_nest(n, nest, threshold, ["  " + x for x in lanes])
+            opening, closing, body_ind = _c_nest(n, work, nest, threshold, ["  " + x for x in lanes])
             loop, close, inner = opening, [ind + x for x in closing], ind + body_ind
         else:
-            loop = lanes + [f"#pragma omp parallel for schedule(static) if ({n} >= {threshold})",
+            loop = lanes + [f"#pragma omp parallel for schedule(static) if ({work} >= {threshold})",
                             f"for (long long _ls_item = 0; _ls_item < {n}; _ls_item++) {{"]
         sig = f"void KNAME({', '.join(params)})"
     lines = [sig + " {", *(ind + ln for ln in head), *(ind + ln for ln in w.prologue.lines),
@@ -810,10 +814,13 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"const long long i = (_ls_item / {tiles}) % {mm};")
         w.line(f"const long long bi = _ls_item / ({tiles} * {mm});")
         count = prod(batch) * m * ((n + (TILE_N - 1)) // TILE_N)
-    elif dialect == "c":  # a loop nest over (batch, i, j): coordinates without divisions
+    elif dialect == "c":
+        # a loop nest over (batch, j, i): coordinates without divisions, and the rows of A (few in
+        # decode, cache-resident in prefill) met again for each row of B (the weights, or the
+        # cached keys), which is read once from memory
         count = prod(batch) * m * n
         axes, bcoords = _batch_axes(batch)
-        axes += [("i", m), ("j", n)]
+        axes += [("j", n), ("i", m)]
         w.index_vars |= {name for name, _ in axes}
     else:
         w.line(f"const long long j = _ls_item % {nn};")
@@ -879,7 +886,10 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         writer = f"slice == 0 && j < {nn}"
     else:
         writer = "1"
-    out_index = "_ls_item" if axes is not None else "(bi * " + mm + " + i) * " + nn + " + j"
+    if axes is not None:
+        out_index = w.expr(_flat_of([*bcoords, sym("i"), sym("j")], (*batch, m, n)))
+    else:
+        out_index = "(bi * " + mm + " + i) * " + nn + " + j"
     value = "acc"
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(db), False, 1)]
@@ -902,7 +912,7 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     else:
         w.line(f"if ({writer}) out[{out_index}] = {_store(op.dtype, value)};")
         body = w.pop()
-    return _finish(w, dialect, mode, bufs, count, body, "matmul", axes)
+    return _finish(w, dialect, mode, bufs, count, body, "matmul", axes, k)
 
 
 def _batch_axes(batch: list[Expr]) -> tuple[list[tuple[str, Expr]], list[Expr]]:
@@ -950,7 +960,11 @@ def _matmul_rows_c(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
            f"ob = {w.expr(_batch_offset(a['b_offset'], bcoords, a['b_batch_strides']))};")
     orow = w.expr(_flat_of([*bcoords, sym("i")], (*batch, m)) * n)
     sam, sak, sbk = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k"))
-    w.line(f"const long long jn = {nn} - j0 < {ROW_CHUNK} ? {nn} - j0 : {ROW_CHUNK};")
+    if not n.free_vars() and (n.value % ROW_CHUNK == 0 or n.value < ROW_CHUNK):
+        # a compile-time width: the accumulators stay in vector registers
+        w.line(f"const long long jn = {min(int(n.value), ROW_CHUNK)};")
+    else:
+        w.line(f"const long long jn = {nn} - j0 < {ROW_CHUNK} ? {nn} - j0 : {ROW_CHUNK};")
     w.line(f"{ct} acc[{ROW_CHUNK}];")
     w.line(f"for (int q = 0; q < {ROW_CHUNK}; q++) acc[q] = 0;")
     w.line(f"for (long long l = 0; l < {kk}; l++) {{")
@@ -974,7 +988,7 @@ def _matmul_rows_c(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line(f"  out[_ls_oz] = {_store(op.dtype, value)};")
     w.line("}")
     body = w.pop()
-    return _finish(w, "c", "matmul_rows", bufs, prod(batch) * m * nchunks, body, "matmul", axes)
+    return _finish(w, "c", "matmul_rows", bufs, prod(batch) * m * nchunks, body, "matmul", axes, k * ROW_CHUNK)
 
 
 # 16-byte dot products of two rows (cuda dialect): elements per uint4, the prelude's function
