@@ -26,6 +26,7 @@ debuggers and ``compute-sanitizer``).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 import time
@@ -359,7 +360,7 @@ CUBLASLT_MODES = ("search", "always", "off")
 class CudaBackend(KernelBackend):
     """``cublaslt``: ``search`` (cuBLASLt matmuls offered to the search as ``LtMatmul``),
     ``always`` (also every generic matmul it can compute lowered to it) or ``off``; default
-    ``$LIGHTSPEED_CUBLASLT`` or ``search``."""
+    ``$LIGHTSPEED_CUBLASLT``, else ``search`` where nvmath-python is installed."""
 
     name = "cuda"
     program_class = CudaProgram
@@ -369,6 +370,8 @@ class CudaBackend(KernelBackend):
         mode = {"1": "always", "0": "off"}.get(mode, mode)
         if mode not in CUBLASLT_MODES:
             raise ValueError(f"cublaslt must be one of {CUBLASLT_MODES}, got {mode!r}")
+        if cublaslt is None and mode == "search" and importlib.util.find_spec("nvmath") is None:
+            mode = "off"  # by default offered only where nvmath-python is installed
         self.cublaslt = mode
         if mode != "off":
             self.ops = lt.LT_OPS
