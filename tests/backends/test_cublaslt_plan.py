@@ -4,6 +4,10 @@ plan must refuse; and that the cuda backend's rules offer ``LtMatmul`` only wher
 
 from __future__ import annotations
 
+import ctypes
+import threading
+
+import numpy as np
 import pytest
 
 import lightspeed as ls
@@ -198,3 +202,67 @@ def test_rules_refuse_dynamic_float64_and_off():
 def test_unknown_mode_is_an_error():
     with pytest.raises(ValueError):
         CudaBackend("sometimes")
+
+
+# ---------------------------------------------------------------- the calls, against fake bindings
+def test_library_calls_in_cublaslt_order(monkeypatch):
+    """Library.run against recording stand-ins of nvmath's cublasLt functions (its enums and
+    attribute dtypes are the real ones): cuBLASLt's A is the op's b with its offset folded in, B
+    the op's a, C the addend (or D), the attributes set with their own dtypes and sizes."""
+    nvmath = pytest.importorskip("nvmath")
+    from nvmath.bindings import cublas
+    from nvmath.bindings import cublasLt as real
+
+    from lightspeed.backends.cuda import cublaslt as mod
+
+    calls = []
+
+    class Fake:
+        MatmulDescAttribute, MatrixLayoutAttribute = real.MatmulDescAttribute, real.MatrixLayoutAttribute
+        MatmulPreferenceAttribute = real.MatmulPreferenceAttribute
+        get_matmul_desc_attribute_dtype = staticmethod(real.get_matmul_desc_attribute_dtype)
+        get_matrix_layout_attribute_dtype = staticmethod(real.get_matrix_layout_attribute_dtype)
+        get_matmul_preference_attribute_dtype = staticmethod(real.get_matmul_preference_attribute_dtype)
+        MatmulHeuristicResult = real.MatmulHeuristicResult
+
+        def __getattr__(self, name):
+            def f(*args):
+                calls.append((name, args))
+                if name == "matmul_algo_get_heuristic":  # one algorithm found
+                    ctypes.c_int32.from_address(args[-1]).value = 1
+                if name.endswith("_set_attribute"):
+                    calls[-1] = (name, (args[1], bytes((ctypes.c_char * args[3]).from_address(args[2]))))
+                return 1000 + len(calls)
+            return f
+
+    lib = object.__new__(mod.Library)
+    lib.lt, lib.cublas, lib.types, lib.handle = Fake(), cublas, nvmath.CudaDataType, 7
+    lib._prepared, lib._algos = {}, {}
+    lib._lock = threading.Lock()
+    lib._alpha, lib._betas = np.ones(1, np.float32), {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
+    op = mm(4, 16, 8, 8, 1, 1, 8, batch=(3,), a_bs=(32,), b_bs=(0,), b_off=5, dtype=BF16,
+            r_view=ShapeTracker.contiguous((3, 4, 16)))
+    p = plan(op)
+    out, pa, pb, pr = 0x10000, 0x20000, 0x30000, 0x40000
+    lib.run(p, (out, pa, pb, pr), 0x50000, 99)
+    name, args = calls[-1]
+    assert name == "matmul" and len(args) == 16
+    assert args[3] == pb + 5 * 2 and args[5] == pa and args[8] == pr and args[10] == out
+    assert args[0] == 7 and args[13:] == (0x50000, mod.WORKSPACE_BYTES, 99)
+    assert bytes((ctypes.c_char * 4).from_address(args[7])) == np.float32(1).tobytes()  # beta = 1
+    layouts = [a for n, a in calls if n == "matrix_layout_create"]
+    bf16 = int(nvmath.CudaDataType.CUDA_R_16BF)
+    assert layouts == [(bf16, 8, 16, 8), (bf16, 8, 4, 8), (bf16, 16, 4, 16)]  # A (W^T stored), B, D
+    desc = [a for n, a in calls if n == "matmul_desc_create"]
+    assert desc == [(int(cublas.ComputeType.COMPUTE_32F), int(nvmath.CudaDataType.CUDA_R_32F))]
+    sets = [a for n, a in calls if n.endswith("_set_attribute")]
+    D, L = real.MatmulDescAttribute, real.MatrixLayoutAttribute
+    assert (D.TRANSA, np.int32(1).tobytes()) in sets and (D.TRANSB, np.int32(0).tobytes()) in sets
+    assert (L.BATCH_COUNT, np.int32(3).tobytes()) in sets
+    assert (L.STRIDED_BATCH_OFFSET, np.int64(32).tobytes()) in sets  # the op's a: cuBLASLt's B
+    assert (L.STRIDED_BATCH_OFFSET, np.int64(0).tobytes()) in sets  # the broadcast weight
+    assert (L.STRIDED_BATCH_OFFSET, np.int64(64).tobytes()) in sets  # D
+    # a second call reuses descriptors and the algorithm
+    n = len(calls)
+    lib.run(p, (out, pa, pb, pr), 0x50000, 99)
+    assert [c[0] for c in calls[n:]] == ["matmul"]

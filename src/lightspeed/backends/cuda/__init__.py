@@ -184,6 +184,7 @@ class GpuExecutor(Executor):
         ptrs = tuple(int(state.table[s]) for launch in launches if launch.spec.mode == lt.MODE
                      for s in launch.args)
         if state.graph is not None and ptrs != state.library_ptrs:
+            dev.sync(stream)  # the old graph may still run
             driver.check(driver.bindings().cuGraphExecDestroy(state.graph), "cuGraphExecDestroy")
             state.graph = None
         if state.graph is None:
