@@ -4,11 +4,11 @@
 # Installs what the host lacks from the carried wheelhouse (.whl, built here with
 # ../shared/tools/gpu-wheelhouse.sh), then runs the cuda tests and writes logs and a summary under
 # $OUT (default /tmp/gpu-out).  GPU_CHECK_PARTS picks what runs (default: all of them):
-#   info conformance cuda models torch examples sanitizer bench
+#   info conformance cuda cublaslt models torch examples sanitizer bench
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-parts=${GPU_CHECK_PARTS:-"info conformance cuda models torch sanitizer"}
+parts=${GPU_CHECK_PARTS:-"info conformance cuda cublaslt models torch sanitizer"}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     > "$OUT/pip.log" 2>&1 || { echo "wheel install failed"; tail -5 "$OUT/pip.log"; }
@@ -32,6 +32,7 @@ for p in $parts; do
     info) run info bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import cuda.bindings, torch, numpy, egglog; print(\"cuda-bindings\", cuda.bindings.__version__, \"torch\", torch.__version__, \"numpy\", numpy.__version__)"; python3 -c "import lightspeed.backends.cuda as c; b=c.CudaBackend(); print(b.available(), b.device())"' ;;
     conformance) run conformance python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q -p no:cacheprovider -n "$jobs" --maxfail=40 "$@" ;;
     cuda) run cuda python3 -m pytest -o addopts="" tests/backends/test_cuda.py -q -p no:cacheprovider -n "$jobs" --maxfail=60 "$@" ;;
+    cublaslt) run cublaslt python3 -m pytest -o addopts="" tests/backends/test_cuda_cublaslt.py tests/backends/test_cublaslt_plan.py -q -p no:cacheprovider -n 4 "$@" ;;
     models) run models python3 -m pytest -o addopts="" tests/models/test_cuda_models.py -q -p no:cacheprovider -n 7 ;;
     torch) run torch python3 -m pytest -o addopts="" tests/torch_backend/test_cuda_torch.py -q -p no:cacheprovider -n 8 ;;
     examples) run examples python3 benchmarks/examples.py --only qwen3 qwen3_moe gemma4_moe --backend cuda ;;

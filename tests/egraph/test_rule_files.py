@@ -11,12 +11,14 @@ import pytest
 
 from lightspeed.backends.cpu import OPS as CPU_OPS
 from lightspeed.backends.cpu import RULE_FILES as CPU_RULE_FILES
+from lightspeed.backends.cuda.cublaslt import LT_OPS
+from lightspeed.backends.cuda.cublaslt import RULE_FILE as CUBLASLT_RULE_FILE
 from lightspeed.egraph import SCHEMA, EGraphRunner
 from lightspeed.egraph.decl import constructors_text
 from lightspeed.egraph.encode import GENERIC_RULES
 
 CHECKS = Path(__file__).parent / "checks"
-RULE_FILES = [f for f, _ in GENERIC_RULES] + list(CPU_RULE_FILES)
+RULE_FILES = [f for f, _ in GENERIC_RULES] + list(CPU_RULE_FILES) + [CUBLASLT_RULE_FILE]
 
 
 @pytest.mark.parametrize("rule_file", RULE_FILES, ids=[f.stem for f in RULE_FILES])
@@ -26,6 +28,7 @@ def test_rule_file_self_checks(rule_file: Path):
     r = EGraphRunner()
     r.run(SCHEMA, name="schema.egg")
     r.run(constructors_text(CPU_OPS), name="cpu constructors")
+    r.run(constructors_text(LT_OPS), name="cuda constructors")
     r.run(rule_file.read_text(), name=rule_file.name)
     r.run(check.read_text(), name=check.name)
 

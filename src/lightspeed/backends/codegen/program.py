@@ -65,6 +65,12 @@ class Executor:
         program's launch list, for an executor that compiles the sequence itself)."""
         raise NotImplementedError
 
+    def library(self, op: LOp, in_dtypes: list[DType]) -> list[KernelSpec] | None:
+        """The launches of ``op`` when the executor runs it with a library call rather than
+        generated kernels (the GPU: cuBLASLt matmuls), else None.  A library spec has no source;
+        only the executor that made it runs it."""
+        return None
+
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         """A new array of the executor's kind."""
         raise NotImplementedError
@@ -192,7 +198,8 @@ class KernelProgram(Program):
             else:
                 target = self.value_slot[self.buffer_of[i]]
             in_dtypes = [ops[j].dtype for j in op.inputs]
-            for spec in render_op(op, in_dtypes, dialect):
+            specs = self.executor.library(op, in_dtypes)
+            for spec in specs if specs is not None else render_op(op, in_dtypes, dialect):
                 bufs = tuple(target if b == "out" else self.value_slot[self.buffer_of[op.inputs[b]]]
                              for b in spec.buffers)
                 out.append(Launch(spec, tuple(self.dim_slot[d] for d in spec.dims) + bufs, i))

@@ -893,7 +893,7 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     value = "acc"
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(db), False, 1)]
-    if op.op == "MatmulAdd":
+    if "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
         region = _Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
         w.index_vars.add("_ls_oz")
         w.line(f"if ({writer}) {{")
@@ -978,7 +978,7 @@ def _matmul_rows_c(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(db), False, 1)]
     value = "acc[q]"
-    if op.op == "MatmulAdd":
+    if "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
         region = _Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
         w.push()
         r = region.leaf(0, _Point("_ls_oz", sym("_ls_oz"), (*batch, m, n), (*bcoords, sym("i"), sym("j0") + sym("q"))))
@@ -1030,7 +1030,9 @@ def render_op(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]
         return [copy, _scatter_kernel(dialect, op, in_dtypes)]
     if name == "ScatterInPlace":
         return [_scatter_kernel(dialect, op, in_dtypes)]
-    if name in ("Matmul", "MatmulAdd"):
+    if name in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd"):
+        # the cuda backend's cuBLASLt ops have Matmul's fields: this kernel is their fallback where
+        # no cuBLASLt plan exists (backends/cuda/cublaslt.py)
         return [_matmul_kernel(dialect, op, in_dtypes)]
     raise LightspeedError(f"kernel renderer: no kernel for {name}")
 

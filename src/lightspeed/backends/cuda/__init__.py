@@ -16,10 +16,17 @@ CUDA graph per program and thread.
 
 ``LIGHTSPEED_CUDA_GRAPHS=0`` launches kernels one by one instead of replaying a graph (for
 debuggers and ``compute-sanitizer``).
+
+* **cuBLASLt** (:mod:`.cublaslt`): static-shape float32/bfloat16/float16 matmuls are also offered to
+  the search as ``LtMatmul`` (a library call inside the same graph).  ``LIGHTSPEED_CUBLASLT`` (or
+  ``CudaBackend(cublaslt=...)``): ``search`` (the default: an alternative the search measures),
+  ``always`` (every matmul cuBLASLt can compute runs there, whatever the search chose), ``off``
+  (not offered).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 import time
@@ -29,12 +36,15 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes as dt
+from ...dtypes import DType
+from ...egraph.llir import LOp
 from ...errors import InputError
 from ...program import Program, to_numpy
 from .. import register_backend
 from ..codegen.backend import KernelBackend
 from ..codegen.program import Executor, KernelProgram, Launch
 from ..codegen.render import WARP, KernelSpec, module_source
+from . import cublaslt as lt
 from . import driver
 from .driver import DeviceArray
 
@@ -74,6 +84,7 @@ class _State:
         self.table_dev = dev.alloc(slots * 8)
         self.graph = None
         self.grids: list | None = None
+        self.library_ptrs: tuple | None = None  # the library launches' pointers the graph was captured with
 
 
 class GpuExecutor(Executor):
@@ -82,11 +93,28 @@ class GpuExecutor(Executor):
     name = "gpu"
     dialect = "cuda"
 
-    def __init__(self) -> None:
+    def __init__(self, cublaslt_mode: str = "search") -> None:
         self.captures = 0  # CUDA graphs captured (tests check that dims changes capture none)
         self.use_graphs = os.environ.get("LIGHTSPEED_CUDA_GRAPHS", "1") != "0"
+        self.cublaslt = cublaslt_mode
         self._functions: dict[str, Any] = {}
+        self._plans: dict[str, lt.LtPlan] = {}
         self._lock = threading.Lock()
+        self._local = threading.local()  # per thread (one stream each): the cuBLASLt workspace
+
+    def library(self, op: LOp, in_dtypes: list[DType]) -> list[KernelSpec] | None:
+        """An ``LtMatmul`` (with ``cublaslt="always"``: any matmul) that cuBLASLt can compute, as
+        one library launch; None otherwise (the generated kernel)."""
+        if op.op not in ("LtMatmul", "LtMatmulAdd") and not (
+                self.cublaslt == "always" and op.op in ("Matmul", "MatmulAdd")):
+            return None
+        plan = lt.plan_matmul(op, in_dtypes)
+        if plan is None:
+            return None
+        spec = lt.library_spec(plan, "r_view" in op.args)
+        with self._lock:
+            self._plans[spec.name] = plan
+        return [spec]
 
     def compile(self, specs: list[KernelSpec], launches: list[Launch] | None = None) -> dict[str, Any]:
         """One module per kernel (compiled once per process and cached on disk): the candidates of
@@ -95,12 +123,15 @@ class GpuExecutor(Executor):
 
         dev = driver.device()
         with self._lock:
-            todo = [s for s in {s.name: s for s in specs}.values() if s.name not in self._functions]
+            todo = [s for s in {s.name: s for s in specs}.values()
+                    if s.name not in self._functions and s.mode != lt.MODE]
             if todo:
                 images = compile_many([module_source([s], "cuda") for s in todo], dev.arch)
                 for s, image in zip(todo, images):
                     self._functions[s.name] = dev.function(dev.module(image, s.name), s.name)
-            return {s.name: self._functions[s.name] for s in specs}
+            # a library launch's handle is its plan
+            return {s.name: self._plans[s.name] if s.mode == lt.MODE else self._functions[s.name]
+                    for s in specs}
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
         return DeviceArray.empty(tuple(shape), dtype)
@@ -127,21 +158,51 @@ class GpuExecutor(Executor):
             state.grids = [_grid(launch.spec, bounds, dev.sm_count) for launch in launches]
         return dev, stream
 
+    def _workspace(self) -> int:
+        """This thread's cuBLASLt workspace (its stream's: calls on one stream never overlap)."""
+        ws = getattr(self._local, "workspace", None)
+        if ws is None:
+            ws = self._local.workspace = driver.device().alloc(lt.WORKSPACE_BYTES)
+        return ws.ptr
+
+    def _launch(self, dev: Any, state: _State, launch: Launch, handle: Any, grid_block: tuple, stream: Any) -> None:
+        """One launch: a kernel, or a cuBLASLt call with the pointers the host table holds now."""
+        if launch.spec.mode == lt.MODE:
+            ptrs = tuple(int(state.table[s]) for s in launch.args)
+            lt.library().run(handle, ptrs, self._workspace(), int(stream))
+        else:
+            dev.launch(handle, *grid_block, (state.table_dev.ptr, *launch.args), stream)
+
     def run(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]) -> None:
         dev, stream = self._prepare(state, launches, bounds)
-        table = state.table_dev.ptr
         if not self.use_graphs:
-            for launch, (grid, block) in zip(launches, state.grids):
-                dev.launch(handles[launch.spec.name], grid, block, (table, *launch.args), stream)
+            for launch, grid_block in zip(launches, state.grids):
+                self._launch(dev, state, launch, handles[launch.spec.name], grid_block, stream)
             return
+        # kernels read their addresses from the device table, but a captured cuBLASLt call keeps the
+        # pointers it was given: capture again when one of them changed
+        ptrs = tuple(int(state.table[s]) for launch in launches if launch.spec.mode == lt.MODE
+                     for s in launch.args)
+        if state.graph is not None and ptrs != state.library_ptrs:
+            dev.sync(stream)  # the old graph may still run
+            driver.check(driver.bindings().cuGraphExecDestroy(state.graph), "cuGraphExecDestroy")
+            state.graph = None
         if state.graph is None:
+            if ptrs:  # the heuristic and the descriptors outside the capture
+                lib = lt.library()
+                for launch in launches:
+                    if launch.spec.mode == lt.MODE:
+                        plan, at = handles[launch.spec.name], [int(state.table[s]) for s in launch.args]
+                        lib.prepare_call(plan, tuple(at))
+                self._workspace()
             dev.begin_capture(stream)
             try:
-                for launch, (grid, block) in zip(launches, state.grids):
-                    dev.launch(handles[launch.spec.name], grid, block, (table, *launch.args), stream)
+                for launch, grid_block in zip(launches, state.grids):
+                    self._launch(dev, state, launch, handles[launch.spec.name], grid_block, stream)
             finally:
                 graph = dev.end_capture(stream)
             state.graph = graph
+            state.library_ptrs = ptrs
             self.captures += 1
         dev.launch_graph(state.graph, stream)
 
@@ -154,8 +215,8 @@ class GpuExecutor(Executor):
         dev.sync(stream)
         host0 = time.perf_counter()
         dev.record(marks[0], stream)
-        for launch, (grid, block), mark in zip(launches, state.grids, marks[1:]):
-            dev.launch(handles[launch.spec.name], grid, block, (state.table_dev.ptr, *launch.args), stream)
+        for launch, grid_block, mark in zip(launches, state.grids, marks[1:]):
+            self._launch(dev, state, launch, handles[launch.spec.name], grid_block, stream)
             dev.record(mark, stream)
         dev.sync(stream)
         out, at = [], host0
@@ -294,12 +355,31 @@ def _wait(waiter: Any, on: Any) -> None:
     driver.bindings().cuEventDestroy(ev)
 
 
+CUBLASLT_MODES = ("search", "always", "off")
+
+
 class CudaBackend(KernelBackend):
+    """``cublaslt``: ``search`` (cuBLASLt matmuls offered to the search as ``LtMatmul``),
+    ``always`` (also every generic matmul it can compute lowered to it) or ``off``; default
+    ``$LIGHTSPEED_CUBLASLT``, else ``search`` where nvmath-python is installed."""
+
     name = "cuda"
     program_class = CudaProgram
 
-    def __init__(self) -> None:
-        self.executor = GpuExecutor()
+    def __init__(self, cublaslt: str | None = None) -> None:
+        mode = cublaslt or os.environ.get("LIGHTSPEED_CUBLASLT", "search")
+        mode = {"1": "always", "0": "off"}.get(mode, mode)
+        if mode not in CUBLASLT_MODES:
+            raise ValueError(f"cublaslt must be one of {CUBLASLT_MODES}, got {mode!r}")
+        if cublaslt is None and mode == "search" and importlib.util.find_spec("nvmath") is None:
+            mode = "off"  # by default offered only where nvmath-python is installed
+        self.cublaslt = mode
+        if mode != "off":
+            self.ops = lt.LT_OPS
+            self.rule_files = (lt.RULE_FILE,)
+            rs = KernelBackend.rulesets
+            self.rulesets = (*rs[:rs.index("linalg") + 1], "cublaslt", *rs[rs.index("linalg") + 1:])
+        self.executor = GpuExecutor(mode)
 
     def available(self) -> bool:
         return driver.available()

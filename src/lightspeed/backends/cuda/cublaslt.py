@@ -1,0 +1,312 @@
+"""cuBLASLt matmuls for the ``cuda`` backend: the ``LtMatmul`` / ``LtMatmulAdd`` ops, their plan and
+their run-time calls.
+
+*The alternative.*  ``cublaslt.egg`` (ruleset ``cublaslt``) unions every generic ``Matmul`` /
+``MatmulAdd`` of static m, n, k whose operands and result share one dtype of float32, bfloat16 and
+float16 (and, for ``MatmulAdd``, whose addend is read row-major with the result's shape) with an
+``LtMatmul`` / ``LtMatmulAdd`` of the same fields: the search measures it against the generated
+kernel and keeps the faster.  The rule is a prefilter; :func:`plan_matmul` decides.  An ``LtMatmul``
+without a plan (a dynamic stride, batch dims that do not collapse, ...) runs the generated matmul
+kernel (``render_op`` treats it as ``Matmul``), so the alternative is never wrong, at worst the same.
+
+*The plan* (pure Python, no GPU): cuBLASLt is column-major, and a row-major ``C[m, n]`` read
+column-major is ``C^T [n, m]`` with leading dimension n; so ``C = A @ B`` runs as
+``C^T = B^T A^T``: cuBLASLt's A is our B, its B is our A, its (M, N, K) is our (n, m, k).  Each
+operand must be contiguous along one of its two matrix axes (the other axis' stride is the leading
+dimension; contiguous along the row axis = a transposed operand), its batch dims must collapse to
+one strided batch (a stride per operand, 0 = broadcast), everything static.  Offsets are folded
+into the pointers.  ``beta = 1`` with ``C`` = the addend for ``MatmulAdd`` (``D`` = the result).
+Compute type ``CUBLAS_COMPUTE_32F``, scale type float32 (no TF32 for float32).
+
+*Running* (:class:`Library`, GPU only; ``nvmath-python``'s low-level ``nvmath.bindings.cublasLt``,
+imported on first use): one handle per process, descriptors and layouts per plan, the heuristic's
+first algorithm per plan and pointer alignment, all cached per process; a 32 MiB workspace per
+thread (one stream per thread).  The GPU executor calls it inside its CUDA graph capture; cuBLASLt
+bakes the pointers into the graph (kernels read theirs from the table), so the executor captures
+again when a library launch's pointers change (``GpuExecutor.captures`` counts it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...dtypes import DType
+from ...egraph.decl import MATMUL, MATMUL_ADD, OpDecl
+from ...egraph.llir import LOp
+from ...errors import LightspeedError
+from ...symbolic import const
+from ..codegen.render import KernelSpec
+
+__all__ = ["LT_MATMUL", "LT_MATMUL_ADD", "LT_OPS", "RULE_FILE", "LtLayout", "LtPlan", "plan_matmul", "library_spec",
+           "Library", "WORKSPACE_BYTES"]
+
+# the same fields as the generic ops (rules/linalg.egg; egraph/decl.py), so the generated matmul
+# kernel can always compute them too
+LT_MATMUL = OpDecl("LtMatmul", MATMUL.fields, "Matmul through cuBLASLt (cuda backend)")
+LT_MATMUL_ADD = OpDecl("LtMatmulAdd", MATMUL_ADD.fields, "MatmulAdd through cuBLASLt, the addend as C (beta = 1)")
+LT_OPS = (LT_MATMUL, LT_MATMUL_ADD)
+RULE_FILE = Path(__file__).with_name("cublaslt.egg")
+WORKSPACE_BYTES = 32 << 20
+MODE = "cublaslt"  # KernelSpec.mode of a library launch (no source: nothing to compile)
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class LtLayout:
+    """A column-major cuBLASLt matrix layout: rows, cols, leading dimension (elements), the
+    operation applied to it (``trans``: it holds the operand transposed), and its batch stride."""
+
+    rows: int
+    cols: int
+    ld: int
+    trans: bool = False
+    batch_stride: int = 0
+
+
+@dataclass(frozen=True)
+class LtPlan:
+    """One cuBLASLt matmul ``D = op(A) @ op(B) + beta * C`` in cuBLASLt's (column-major) terms:
+    ``a`` is the op's operand ``b``, ``b`` is its operand ``a`` (see the module docstring);
+    offsets are in elements of the operands the LLIR op names (``a_offset`` of its ``a``)."""
+
+    dtype: str  # of A, B, C and D
+    m: int  # cuBLASLt's M = the op's n
+    n: int  # cuBLASLt's N = the op's m
+    k: int
+    batch: int
+    a: LtLayout
+    b: LtLayout
+    d: LtLayout  # C has D's layout (the addend is read row-major with the result's shape)
+    a_offset: int  # elements into the op's ``b`` operand (cuBLASLt's A)
+    b_offset: int  # elements into the op's ``a`` operand (cuBLASLt's B)
+    beta: float  # 1.0 for MatmulAdd (C = the addend), else 0.0
+
+    @property
+    def itemsize(self) -> int:
+        return 4 if self.dtype == "float32" else 2
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+
+
+def _ints(exprs) -> list[int] | None:
+    """The values of static expressions, or None when any has a free symbol."""
+    out = []
+    for e in exprs:
+        if e.free_vars() or not e.is_const:
+            return None
+        out.append(int(e.value))
+    return out
+
+
+def _layout(rows: int, cols: int, s_row: int, s_col: int) -> LtLayout | None:
+    """The logical matrix X[rows, cols] (element (r, c) at r*s_row + c*s_col) as op(L) of a stored
+    column-major L: X itself (contiguous down its columns: ld = s_col) or X^T (contiguous along its
+    rows: ld = s_row, trans); a stride on a size-1 axis does not matter.  None: neither."""
+    if s_row == 1 or rows == 1:
+        ld = s_col if cols > 1 else rows
+        if ld >= max(1, rows):
+            return LtLayout(rows, cols, ld)
+    if s_col == 1 or cols == 1:
+        ld = s_row if rows > 1 else cols
+        if ld >= max(1, cols):
+            return LtLayout(cols, rows, ld, trans=True)
+    return None
+
+
+def _batch_stride(batch: list[int], strides: list[int]) -> int | None:
+    """One stride s with offset = flat batch index * s, or None: the batch dims (size-1 dims
+    dropped) must be row-major nested (s_i = s_{i+1} * batch_{i+1}) or all broadcast (0)."""
+    dims = [(b, s) for b, s in zip(batch, strides) if b != 1]
+    if not dims or all(s == 0 for _, s in dims):
+        return 0
+    expect = dims[-1][1]
+    for b, s in reversed(dims):
+        if s != expect or s < 0:
+            return None
+        expect = s * b
+    return dims[-1][1]
+
+
+def plan_matmul(op: LOp, in_dtypes: list[DType]) -> LtPlan | None:
+    """The cuBLASLt plan of a ``Matmul`` / ``MatmulAdd`` (or ``LtMatmul`` / ``LtMatmulAdd``) LLIR op
+    whose operands have ``in_dtypes``, or None when cuBLASLt cannot compute it as it stands."""
+    args = op.args
+    add = "r_view" in args
+    if op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd") or len(in_dtypes) != (3 if add else 2):
+        return None
+    # one dtype everywhere (the seed's miscompile: an F32 C declared over a bf16 buffer)
+    if op.dtype.name not in _DTYPES or any(d != op.dtype for d in in_dtypes):
+        return None
+    nb = len(args["batch"])
+    if len(args["a_batch_strides"]) != nb or len(args["b_batch_strides"]) != nb:
+        return None
+    v = _ints([*args["batch"], args["m"], args["n"], args["k"], *args["a_batch_strides"], args["a_stride_m"],
+               args["a_stride_k"], args["a_offset"], *args["b_batch_strides"], args["b_stride_k"],
+               args["b_stride_n"], args["b_offset"]])
+    if v is None:
+        return None
+    batch, (m, n, k) = v[:nb], v[nb:nb + 3]
+    a_bs, (sam, sak, a_off) = v[nb + 3:2 * nb + 3], v[2 * nb + 3:2 * nb + 6]
+    b_bs, (sbk, sbn, b_off) = v[2 * nb + 6:3 * nb + 6], v[3 * nb + 6:3 * nb + 9]
+    count = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    if min(m, n, k, count) <= 0 or a_off < 0 or b_off < 0 or count >= 2 ** 31:
+        return None
+    out_shape = _ints(op.shape)
+    if out_shape != [*batch, m, n]:
+        return None
+    if add:
+        r = args["r_view"]
+        if not r.is_contiguous or _ints(r.shape) != out_shape:
+            return None
+    sa, sb = _batch_stride(batch, a_bs), _batch_stride(batch, b_bs)
+    # cuBLASLt's A is B^T [n, k] of the op's b: (j, l) at j*sbn + l*sbk; its B is A^T [k, m]
+    la, lb = _layout(n, k, sbn, sbk), _layout(k, m, sak, sam)
+    if sa is None or sb is None or la is None or lb is None:
+        return None
+    ld = LtLayout(n, m, n, batch_stride=m * n)
+    return LtPlan(op.dtype.name, n, m, k, count, LtLayout(la.rows, la.cols, la.ld, la.trans, sb),
+                  LtLayout(lb.rows, lb.cols, lb.ld, lb.trans, sa), ld, b_off, a_off, 1.0 if add else 0.0)
+
+
+def library_spec(plan: LtPlan, add: bool) -> KernelSpec:
+    """The launch-list entry of a cuBLASLt call: no source (nothing to compile), no dims; buffers
+    in the order :meth:`Library.run` reads them: result, the op's a, b (and the addend)."""
+    return KernelSpec(f"cublaslt_{plan.key}", "", (), ("out", 0, 1, 2) if add else ("out", 0, 1), MODE, const(0))
+
+
+# ---------------------------------------------------------------------------- the GPU side
+def _alignment(ptr: int) -> int:
+    """The largest power of two up to 256 that divides ``ptr``."""
+    return min(256, ptr & -ptr) if ptr else 256
+
+
+class Library:
+    """cuBLASLt for one process: a handle, prepared plans and chosen algorithms (see the module
+    docstring).  Created on first use by the GPU executor; imports nvmath then."""
+
+    def __init__(self) -> None:
+        try:
+            from nvmath.bindings import cublas, cublasLt
+            from nvmath.bindings.cublasLt import MatmulHeuristicResult  # noqa: F401 - checks the bindings
+        except ImportError as e:
+            raise LightspeedError(f"cuBLASLt matmuls need nvmath-python: pip install nvmath-python ({e})") from None
+        import nvmath
+
+        self.lt, self.cublas, self.types = cublasLt, cublas, nvmath.CudaDataType
+        self.handle = cublasLt.create()
+        self._prepared: dict[LtPlan, tuple] = {}
+        self._algos: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+        self._alpha = np.ones(1, np.float32)
+        self._betas = {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
+
+    def _set(self, setter, getter_dtype, obj: int, attr, value) -> None:
+        buf = np.asarray([value], dtype=getter_dtype(attr))
+        setter(obj, attr, buf.ctypes.data, buf.itemsize)
+
+    def _layout(self, plan: LtPlan, lay: LtLayout) -> int:
+        lt = self.lt
+        dtype = {"float32": self.types.CUDA_R_32F, "bfloat16": self.types.CUDA_R_16BF,
+                 "float16": self.types.CUDA_R_16F}[plan.dtype]
+        h = lt.matrix_layout_create(int(dtype), lay.rows, lay.cols, lay.ld)
+        if plan.batch > 1:
+            attr = lt.MatrixLayoutAttribute
+            self._set(lt.matrix_layout_set_attribute, lt.get_matrix_layout_attribute_dtype, h, attr.BATCH_COUNT,
+                      plan.batch)
+            self._set(lt.matrix_layout_set_attribute, lt.get_matrix_layout_attribute_dtype, h,
+                      attr.STRIDED_BATCH_OFFSET, lay.batch_stride)
+        return h
+
+    def prepare(self, plan: LtPlan) -> tuple:
+        """(matmul descriptor, A, B, D layouts) of ``plan``, made once per process."""
+        got = self._prepared.get(plan)
+        if got is not None:
+            return got
+        with self._lock:
+            got = self._prepared.get(plan)
+            if got is None:
+                lt = self.lt
+                desc = lt.matmul_desc_create(int(self.cublas.ComputeType.COMPUTE_32F), int(self.types.CUDA_R_32F))
+                attr = lt.MatmulDescAttribute
+                op = self.cublas.Operation
+                for a, trans in ((attr.TRANSA, plan.a.trans), (attr.TRANSB, plan.b.trans)):
+                    self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc, a,
+                              int(op.T if trans else op.N))
+                got = (desc, self._layout(plan, plan.a), self._layout(plan, plan.b), self._layout(plan, plan.d))
+                self._prepared[plan] = got
+        return got
+
+    def algorithm(self, plan: LtPlan, ptrs: tuple[int, int, int, int]) -> Any:
+        """The heuristic's first algorithm for ``plan`` at the alignment of ``ptrs`` (A, B, C, D),
+        once per process; the returned array's address is what ``cublasLtMatmul`` takes."""
+        aligns = tuple(_alignment(p) for p in ptrs)
+        key = (plan, aligns)
+        algo = self._algos.get(key)
+        if algo is not None:
+            return algo
+        desc, la, lb, ld = self.prepare(plan)
+        lt = self.lt
+        with self._lock:
+            pref = lt.matmul_preference_create()
+            try:
+                attr = lt.MatmulPreferenceAttribute
+                for a, value in ((attr.MAX_WORKSPACE_BYTES, WORKSPACE_BYTES), (attr.MIN_ALIGNMENT_A_BYTES, aligns[0]),
+                                 (attr.MIN_ALIGNMENT_B_BYTES, aligns[1]), (attr.MIN_ALIGNMENT_C_BYTES, aligns[2]),
+                                 (attr.MIN_ALIGNMENT_D_BYTES, aligns[3])):
+                    self._set(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref, a,
+                              value)
+                results = lt.MatmulHeuristicResult(1)
+                found = np.zeros(1, np.int32)
+                lt.matmul_algo_get_heuristic(self.handle, desc, la, lb, ld, ld, pref, 1, results.ptr,
+                                             found.ctypes.data)
+            finally:
+                lt.matmul_preference_destroy(pref)
+            if found[0] < 1:
+                raise LightspeedError(f"cuBLASLt has no algorithm for {plan}")
+            algo = (results, results[0]["algo"])  # the buffer kept alive with the struct taken from it
+            self._algos[key] = algo
+        return algo
+
+    @staticmethod
+    def _pointers(plan: LtPlan, ptrs: tuple[int, ...]) -> tuple[int, int, int, int]:
+        """cuBLASLt's A, B, C, D from the table's addresses of the result, the op's a, b (and
+        addend), in :func:`library_spec`'s order: A is the op's b (offsets folded in)."""
+        out, pa, pb = ptrs[0], ptrs[1], ptrs[2]
+        return (pb + plan.a_offset * plan.itemsize, pa + plan.b_offset * plan.itemsize,
+                ptrs[3] if plan.beta else out, out)
+
+    def prepare_call(self, plan: LtPlan, ptrs: tuple[int, ...]) -> None:
+        """Make the descriptors and choose the algorithm of a call (host work, kept out of a graph
+        capture)."""
+        self.algorithm(plan, self._pointers(plan, ptrs))
+
+    def run(self, plan: LtPlan, ptrs: tuple[int, ...], workspace: int, stream: int) -> None:
+        """Enqueue ``plan`` on ``stream`` (``ptrs`` as for :meth:`_pointers`)."""
+        a, b, c, d = self._pointers(plan, ptrs)
+        desc, la, lb, ld = self.prepare(plan)
+        _, algo = self.algorithm(plan, (a, b, c, d))
+        self.lt.matmul(self.handle, desc, self._alpha.ctypes.data, a, la, b, lb, self._betas[plan.beta].ctypes.data,
+                       c, ld, d, ld, algo.ctypes.data, workspace, WORKSPACE_BYTES, stream)
+
+
+_library: Library | None = None
+_library_lock = threading.Lock()
+
+
+def library() -> Library:
+    """The process's cuBLASLt (created on first use)."""
+    global _library
+    if _library is None:
+        with _library_lock:
+            if _library is None:
+                _library = Library()
+    return _library

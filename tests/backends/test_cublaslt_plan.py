@@ -1,0 +1,268 @@
+"""cuBLASLt plans (backends/cuda/cublaslt.py) without a GPU: the column-major layouts, leading
+dimensions, transposes and strided batches of LLIR matmuls, worked out by hand, and every case the
+plan must refuse; and that the cuda backend's rules offer ``LtMatmul`` only where they should."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+
+import lightspeed as ls
+from lightspeed import dtypes as dt
+from lightspeed.backends.cuda import CudaBackend
+from lightspeed.backends.cuda.cublaslt import LtLayout, library_spec, plan_matmul
+from lightspeed.egraph.llir import LOp
+from lightspeed.shape import ShapeTracker
+from lightspeed.symbolic import as_expr, sym
+from tests.backends.harness import saturate
+
+F32, BF16, F16 = dt.float32, dt.bfloat16, dt.float16
+
+
+def mm(m, n, k, a_sm, a_sk, b_sk, b_sn, batch=(), a_bs=(), b_bs=(), a_off=0, b_off=0, dtype=F32, r_view=None):
+    """A Matmul LOp (MatmulAdd with ``r_view``) of output shape [*batch, m, n]."""
+    e = as_expr
+    args = {"batch": tuple(e(b) for b in batch), "m": e(m), "n": e(n), "k": e(k),
+            "a": 0, "a_batch_strides": tuple(e(s) for s in a_bs), "a_stride_m": e(a_sm), "a_stride_k": e(a_sk),
+            "a_offset": e(a_off), "b": 1, "b_batch_strides": tuple(e(s) for s in b_bs), "b_stride_k": e(b_sk),
+            "b_stride_n": e(b_sn), "b_offset": e(b_off)}
+    ins = (0, 1)
+    if r_view is not None:
+        args.update(r=2, r_view=r_view)
+        ins = (0, 1, 2)
+    return LOp("MatmulAdd" if r_view is not None else "Matmul", args, ins, tuple(e(d) for d in (*batch, m, n)), dtype)
+
+
+def plan(op, dtypes=None):
+    return plan_matmul(op, dtypes or [op.dtype] * len(op.inputs))
+
+
+def test_row_major_x_at_w():
+    # x[4, 8] @ W[8, 16], both row-major: C^T[16, 4] = W^T x^T; W^T is W read column-major (ld 16),
+    # x^T is x read column-major (ld 8); D ld 16
+    p = plan(mm(4, 16, 8, a_sm=8, a_sk=1, b_sk=16, b_sn=1))
+    assert (p.m, p.n, p.k, p.batch, p.beta) == (16, 4, 8, 1, 0.0)
+    assert p.a == LtLayout(16, 8, 16, False, 0)
+    assert p.b == LtLayout(8, 4, 8, False, 0)
+    assert p.d == LtLayout(16, 4, 16, False, 16 * 4)
+    assert p.dtype == "float32" and p.itemsize == 4
+
+
+def test_transposed_weight():
+    # x[4, 8] @ W.T with W[16, 8] row-major (a Linear's weight): B[l, j] = W[j, l] at j*8 + l,
+    # so cuBLASLt's A (= B^T = W, [16, 8]) is contiguous along its rows: stored as W^T column-major
+    # ([8, 16], ld 8) with TRANSA
+    p = plan(mm(4, 16, 8, a_sm=8, a_sk=1, b_sk=1, b_sn=8))
+    assert p.a == LtLayout(8, 16, 8, True, 0)
+    assert p.b == LtLayout(8, 4, 8, False, 0)
+
+
+def test_column_major_lhs():
+    # A[4, 8] stored column-major (A = X.T with X[8, 4] row-major): A[i, l] at i + l*4
+    p = plan(mm(4, 16, 8, a_sm=1, a_sk=4, b_sk=16, b_sn=1))
+    assert p.b == LtLayout(4, 8, 4, True, 0)
+
+
+def test_padded_leading_dimension():
+    # rows of W[8, 16] read from a [8, 32] buffer (a column slice): ld 32
+    p = plan(mm(4, 16, 8, a_sm=8, a_sk=1, b_sk=32, b_sn=1))
+    assert p.a.ld == 32
+
+
+def test_decode_row():
+    # x[1, 64] @ W.T, W[128, 64]: m = 1, the stride on m does not matter
+    p = plan(mm(1, 128, 64, a_sm=0, a_sk=1, b_sk=1, b_sn=64))
+    assert p.b == LtLayout(64, 1, 64, False, 0)
+    assert p.a == LtLayout(64, 128, 64, True, 0)
+
+
+def test_batched():
+    # [3, 2] batches of A[4, 8] @ B[8, 5], all row-major and packed
+    p = plan(mm(4, 5, 8, 8, 1, 5, 1, batch=(3, 2), a_bs=(2 * 32, 32), b_bs=(2 * 40, 40)))
+    assert p.batch == 6
+    assert p.b.batch_stride == 32 and p.a.batch_stride == 40  # cuBLASLt's B is the op's a
+    assert p.d.batch_stride == 20
+
+
+def test_broadcast_batch():
+    # one weight for every batch: B's batch stride 0; and size-1 batch dims are dropped
+    p = plan(mm(4, 5, 8, 8, 1, 5, 1, batch=(3, 1, 2), a_bs=(64, 999, 32), b_bs=(0, 0, 0)))
+    assert p.batch == 6 and p.a.batch_stride == 0 and p.b.batch_stride == 32
+
+
+def test_attention_heads_interleaved():
+    # q[s=6, h=2, d=4] @ k^T per head: q's head stride 4, row stride 8 (ld 8 >= 4)
+    p = plan(mm(6, 6, 4, a_sm=8, a_sk=1, b_sk=1, b_sn=8, batch=(2,), a_bs=(4,), b_bs=(4,)))
+    assert p.batch == 2 and p.a.batch_stride == 4 and p.b.batch_stride == 4
+    assert p.a == LtLayout(4, 6, 8, True, 4) and p.b == LtLayout(4, 6, 8, False, 4)
+
+
+def test_offsets_are_kept_for_the_pointers():
+    p = plan(mm(4, 16, 8, 8, 1, 16, 1, a_off=3, b_off=128))
+    assert (p.b_offset, p.a_offset) == (3, 128)  # cuBLASLt's B is the op's a
+
+
+def test_matmul_add_uses_the_addend_as_c():
+    op = mm(4, 16, 8, 8, 1, 16, 1, r_view=ShapeTracker.contiguous((4, 16)))
+    p = plan(op)
+    assert p.beta == 1.0
+    assert library_spec(p, True).buffers == ("out", 0, 1, 2)
+    assert library_spec(p, True).source == "" and library_spec(p, True).mode == "cublaslt"
+
+
+@pytest.mark.parametrize("dtype", [BF16, F16])
+def test_low_precision(dtype):
+    p = plan(mm(4, 16, 8, 8, 1, 16, 1, dtype=dtype))
+    assert p.dtype == dtype.name and p.itemsize == 2
+
+
+def test_plans_are_hashable_and_equal_by_value():
+    a, b = plan(mm(4, 16, 8, 8, 1, 16, 1)), plan(mm(4, 16, 8, 8, 1, 16, 1))
+    assert a == b and hash(a) == hash(b) and a.key == b.key
+    assert a.key != plan(mm(4, 16, 8, 8, 1, 1, 8)).key
+
+
+# ---------------------------------------------------------------- refusals
+@pytest.mark.parametrize("op", [
+    mm(sym("s"), 16, 8, 8, 1, 16, 1),  # dynamic m
+    mm(4, 16, 8, 8, 1, 16, 1, batch=(sym("b"),), a_bs=(32,), b_bs=(0,)),  # dynamic batch
+    mm(4, 16, 8, sym("p"), 1, 16, 1),  # dynamic stride
+    mm(4, 16, 8, 8, 1, 16, 1, a_off=sym("p")),  # dynamic offset
+    mm(4, 16, 8, 16, 2, 16, 1),  # A strided along both axes
+    mm(4, 16, 8, 8, 1, 32, 2),  # B strided along both axes
+    mm(4, 16, 8, 8, 1, 0, 1),  # B broadcast along k inside the matrix (ld 0)
+    mm(4, 16, 8, 4, 1, 16, 1),  # overlapping rows: ld 4 < k = 8
+    mm(4, 5, 8, 8, 1, 5, 1, batch=(3, 2), a_bs=(32, 64), b_bs=(0, 0)),  # batch dims not nested
+    mm(4, 5, 8, 8, 1, 5, 1, batch=(3, 2), a_bs=(0, 32), b_bs=(0, 0)),  # broadcast over one batch dim only
+    mm(4, 16, 8, 8, 1, 16, 1, dtype=dt.float64),
+    mm(4, 16, 8, 8, 1, 16, 1, dtype=dt.int32),
+    mm(0, 16, 8, 8, 1, 16, 1),  # empty
+], ids=["dynamic-m", "dynamic-batch", "dynamic-stride", "dynamic-offset", "a-gapped", "b-gapped", "b-ld0",
+        "overlap", "batch-not-nested", "partial-broadcast", "float64", "int32", "empty"])
+def test_refused(op):
+    assert plan(op) is None
+
+
+def test_mixed_dtypes_are_refused():
+    op = mm(4, 16, 8, 8, 1, 16, 1)
+    assert plan_matmul(op, [BF16, F32]) is None
+    assert plan_matmul(op, [F32, BF16]) is None
+    op16 = mm(4, 16, 8, 8, 1, 16, 1, dtype=BF16)  # bf16 operands, an f32 result
+    assert plan_matmul(op16, [BF16, BF16]) is not None
+    op16.dtype = F32
+    assert plan_matmul(op16, [BF16, BF16]) is None
+
+
+def test_matmul_add_refusals():
+    # a broadcast bias, an addend of another dtype, a transposed addend
+    bias = ShapeTracker.contiguous((1, 16)).expand((4, 16))
+    assert plan(mm(4, 16, 8, 8, 1, 16, 1, r_view=bias)) is None
+    ok = mm(4, 16, 8, 8, 1, 16, 1, r_view=ShapeTracker.contiguous((4, 16)))
+    assert plan_matmul(ok, [F32, F32, BF16]) is None
+    assert plan(mm(4, 16, 8, 8, 1, 16, 1, r_view=ShapeTracker.contiguous((16, 4)).permute((1, 0)))) is None
+    assert plan(mm(4, 16, 8, 8, 1, 16, 1, r_view=ShapeTracker.contiguous((2, 4, 16)))) is None  # another shape
+
+
+# ---------------------------------------------------------------- the rules
+def _lt_ops(graph, backend):
+    _, _, index, _ = saturate(backend, graph)
+    return [n.op for nodes in index.classes.values() for n in nodes if n.op.startswith("Lt")]
+
+
+def test_rules_offer_ltmatmul_for_static_float_matmuls():
+    cuda = CudaBackend("search")
+    for dtype in (ls.float32, ls.bfloat16, ls.float16):
+        g = ls.Graph()
+        x, w = g.input("x", (4, 8), dtype=dtype), g.input("w", (16, 8), dtype=dtype)
+        r = g.input("r", (4, 16), dtype=dtype)
+        g.output("y", x @ w.transpose(0, 1) + r)
+        assert set(_lt_ops(g, cuda)) == {"LtMatmul", "LtMatmulAdd"}, dtype
+
+
+def test_rules_refuse_dynamic_float64_and_off():
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 8)), g.input("w", (8, 16))
+    g.output("y", x @ w)
+    assert _lt_ops(g, CudaBackend("search")) == []  # m dynamic
+    g = ls.Graph()
+    x, w = g.input("x", (4, 8), dtype=ls.float64), g.input("w", (8, 16), dtype=ls.float64)
+    g.output("y", x @ w)
+    assert _lt_ops(g, CudaBackend("search")) == []
+    g = ls.Graph()
+    x, w = g.input("x", (4, 8)), g.input("w", (8, 16))
+    g.output("y", x @ w)
+    off = CudaBackend("off")
+    assert _lt_ops(g, off) == [] and "cublaslt" not in off.rulesets and not off.ops
+    assert _lt_ops(g, CudaBackend("search")) == ["LtMatmul"]
+
+
+def test_unknown_mode_is_an_error():
+    with pytest.raises(ValueError):
+        CudaBackend("sometimes")
+
+
+# ---------------------------------------------------------------- the calls, against fake bindings
+def test_library_calls_in_cublaslt_order(monkeypatch):
+    """Library.run against recording stand-ins of nvmath's cublasLt functions (its enums and
+    attribute dtypes are the real ones): cuBLASLt's A is the op's b with its offset folded in, B
+    the op's a, C the addend (or D), the attributes set with their own dtypes and sizes."""
+    nvmath = pytest.importorskip("nvmath")
+    from nvmath.bindings import cublas
+    from nvmath.bindings import cublasLt as real
+
+    from lightspeed.backends.cuda import cublaslt as mod
+
+    calls = []
+
+    class Fake:
+        MatmulDescAttribute, MatrixLayoutAttribute = real.MatmulDescAttribute, real.MatrixLayoutAttribute
+        MatmulPreferenceAttribute = real.MatmulPreferenceAttribute
+        get_matmul_desc_attribute_dtype = staticmethod(real.get_matmul_desc_attribute_dtype)
+        get_matrix_layout_attribute_dtype = staticmethod(real.get_matrix_layout_attribute_dtype)
+        get_matmul_preference_attribute_dtype = staticmethod(real.get_matmul_preference_attribute_dtype)
+        MatmulHeuristicResult = real.MatmulHeuristicResult
+
+        def __getattr__(self, name):
+            def f(*args):
+                calls.append((name, args))
+                if name == "matmul_algo_get_heuristic":  # one algorithm found
+                    ctypes.c_int32.from_address(args[-1]).value = 1
+                if name.endswith("_set_attribute"):
+                    calls[-1] = (name, (args[1], bytes((ctypes.c_char * args[3]).from_address(args[2]))))
+                return 1000 + len(calls)
+            return f
+
+    lib = object.__new__(mod.Library)
+    lib.lt, lib.cublas, lib.types, lib.handle = Fake(), cublas, nvmath.CudaDataType, 7
+    lib._prepared, lib._algos = {}, {}
+    lib._lock = threading.Lock()
+    lib._alpha, lib._betas = np.ones(1, np.float32), {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
+    op = mm(4, 16, 8, 8, 1, 1, 8, batch=(3,), a_bs=(32,), b_bs=(0,), b_off=5, dtype=BF16,
+            r_view=ShapeTracker.contiguous((3, 4, 16)))
+    p = plan(op)
+    out, pa, pb, pr = 0x10000, 0x20000, 0x30000, 0x40000
+    lib.run(p, (out, pa, pb, pr), 0x50000, 99)
+    name, args = calls[-1]
+    assert name == "matmul" and len(args) == 16
+    assert args[3] == pb + 5 * 2 and args[5] == pa and args[8] == pr and args[10] == out
+    assert args[0] == 7 and args[13:] == (0x50000, mod.WORKSPACE_BYTES, 99)
+    assert bytes((ctypes.c_char * 4).from_address(args[7])) == np.float32(1).tobytes()  # beta = 1
+    layouts = [a for n, a in calls if n == "matrix_layout_create"]
+    bf16 = int(nvmath.CudaDataType.CUDA_R_16BF)
+    assert layouts == [(bf16, 8, 16, 8), (bf16, 8, 4, 8), (bf16, 16, 4, 16)]  # A (W^T stored), B, D
+    desc = [a for n, a in calls if n == "matmul_desc_create"]
+    assert desc == [(int(cublas.ComputeType.COMPUTE_32F), int(nvmath.CudaDataType.CUDA_R_32F))]
+    sets = [a for n, a in calls if n.endswith("_set_attribute")]
+    D, L = real.MatmulDescAttribute, real.MatrixLayoutAttribute
+    assert (D.TRANSA, np.int32(1).tobytes()) in sets and (D.TRANSB, np.int32(0).tobytes()) in sets
+    assert (L.BATCH_COUNT, np.int32(3).tobytes()) in sets
+    assert (L.STRIDED_BATCH_OFFSET, np.int64(32).tobytes()) in sets  # the op's a: cuBLASLt's B
+    assert (L.STRIDED_BATCH_OFFSET, np.int64(0).tobytes()) in sets  # the broadcast weight
+    assert (L.STRIDED_BATCH_OFFSET, np.int64(64).tobytes()) in sets  # D
+    # a second call reuses descriptors and the algorithm
+    n = len(calls)
+    lib.run(p, (out, pa, pb, pr), 0x50000, 99)
+    assert [c[0] for c in calls[n:]] == ["matmul"]

@@ -1,0 +1,171 @@
+"""cuBLASLt matmuls on the ``cuda`` backend (backends/cuda/cublaslt.py), on the GPU: products
+against numpy in float64 in every dtype cuBLASLt is offered for, inside a captured graph that
+replays with new values and is captured again only when a library call's pointers change, without
+graphs, and a tiny Llama decode with its matmuls through cuBLASLt.  Skipped where no GPU is present
+(CI; the plans themselves are tested without one in test_cublaslt_plan.py); ``scripts/gpu_check.sh``
+runs it on the H200 (part ``cublaslt``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lightspeed as ls
+from lightspeed.backends import get_backend
+from lightspeed.backends.cuda import CudaBackend, DeviceArray
+from lightspeed.egraph import Candidate
+from lightspeed.egraph.llir import decode_program
+from lightspeed.models import from_hf_config
+from lightspeed.primitives import PRIMITIVES
+from tests.backends.harness import random_inputs, saturate
+from tests.backends.test_conformance import TINY
+
+pytestmark = pytest.mark.skipif(not get_backend("cuda").available(), reason="no CUDA GPU here")
+
+LT_OPS = ("LtMatmul", "LtMatmulAdd")
+TOL = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 1e-2}
+
+
+def _prefer_lt(cid, nodes):
+    lt = [n for n in nodes if n.op in LT_OPS]
+    if lt:
+        return lt[0]
+    prims = [n for n in nodes if n.op in PRIMITIVES]
+    return prims[0] if prims else nodes[0]
+
+
+def lowered(backend, g):
+    """``g`` lowered with every matmul the rules offered as LtMatmul taken (the rest primitives)."""
+    _, enc, index, ser = saturate(backend, g)
+    lprog = decode_program(Candidate.build(index, _prefer_lt), ser, enc.constants, backend.declarations())
+    return backend.lower(g, lprog)
+
+
+def n_library(prog) -> int:
+    return sum(launch.spec.mode == "cublaslt" for launch in prog.launches)
+
+
+def _case(name, dtype):
+    g = ls.Graph()
+    if name == "row-major":  # x @ W
+        x, w = g.input("x", (5, 64), dtype=dtype), g.input("w", (64, 48), dtype=dtype)
+        g.output("y", x @ w)
+    elif name == "transposed-weight":  # x @ W.T (a Linear's weight)
+        x, w = g.input("x", (5, 64), dtype=dtype), g.input("w", (48, 64), dtype=dtype)
+        g.output("y", x @ w.transpose(0, 1))
+    elif name == "batched":
+        a, b = g.input("a", (3, 5, 32), dtype=dtype), g.input("b", (3, 32, 24), dtype=dtype)
+        g.output("y", a @ b)
+    elif name == "broadcast-batch":  # one weight for every batch
+        a, w = g.input("a", (2, 3, 5, 32), dtype=dtype), g.input("w", (32, 24), dtype=dtype)
+        g.output("y", a @ w)
+    elif name == "matmul-add":  # a residual: cuBLASLt's C with beta = 1
+        x, w, r = (g.input("x", (5, 64), dtype=dtype), g.input("w", (64, 48), dtype=dtype),
+                   g.input("r", (5, 48), dtype=dtype))
+        g.output("y", x @ w + r)
+    return g
+
+
+def _reference(name, ins):
+    f = {k: np.asarray(v).astype(np.float64) for k, v in ins.items()}
+    if name == "transposed-weight":
+        return f["x"] @ f["w"].T
+    if name == "matmul-add":
+        return f["x"] @ f["w"] + f["r"]
+    if name in ("batched", "broadcast-batch"):
+        return f["a"] @ f["b" if "b" in f else "w"]
+    return f["x"] @ f["w"]
+
+
+CASES = ["row-major", "transposed-weight", "batched", "broadcast-batch", "matmul-add"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("name", CASES)
+def test_products_match_numpy(name, dtype):
+    backend = CudaBackend("search")
+    g = _case(name, getattr(ls, dtype))
+    prog = lowered(backend, g)
+    assert n_library(prog) == 1, [launch.spec.mode for launch in prog.launches]
+    ins = random_inputs(g, {}, seed=1)
+    got = np.asarray(prog(ins)["y"]).astype(np.float64)
+    tol = TOL[dtype]
+    np.testing.assert_allclose(got, _reference(name, ins), rtol=tol, atol=tol)
+
+
+def test_the_graph_replays_new_values_and_captures_again_only_for_new_pointers():
+    backend = CudaBackend("search")
+    g = _case("matmul-add", ls.float32)
+    prog = lowered(backend, g)
+    ex = backend.executor
+    ins = random_inputs(g, {}, seed=2)
+    dev = {k: DeviceArray.from_host(v) for k, v in ins.items()}
+    np.testing.assert_allclose(prog(dev)["y"].numpy(), _reference("matmul-add", ins), rtol=1e-5, atol=1e-5)
+    assert ex.captures == 1
+    # new values in the same buffers: the graph replays them
+    new = random_inputs(g, {}, seed=3)
+    for k, v in new.items():
+        backend.write_rows(dev[k], 0, v)
+    np.testing.assert_allclose(prog(dev)["y"].numpy(), _reference("matmul-add", new), rtol=1e-5, atol=1e-5)
+    assert ex.captures == 1, "same pointers, yet the graph was captured again"
+    # another weight buffer: cuBLASLt's pointers are baked into the graph, so it is captured again
+    other = DeviceArray.from_host(ins["w"])
+    dev2 = {**dev, "w": other}
+    want = _reference("matmul-add", {**new, "w": ins["w"]})
+    np.testing.assert_allclose(prog(dev2)["y"].numpy(), want, rtol=1e-5, atol=1e-5)
+    assert ex.captures == 2
+    np.testing.assert_allclose(prog(dev2)["y"].numpy(), want, rtol=1e-5, atol=1e-5)
+    assert ex.captures == 2
+    # and back to the first buffers (values of `new`) once more
+    np.testing.assert_allclose(prog(dev)["y"].numpy(), _reference("matmul-add", new), rtol=1e-5, atol=1e-5)
+    assert ex.captures == 3
+
+
+def test_without_graphs_and_traced(tmp_path):
+    from lightspeed.backends import trace
+
+    backend = CudaBackend("search")
+    backend.executor.use_graphs = False
+    g = _case("transposed-weight", ls.bfloat16)
+    prog = lowered(backend, g)
+    ins = random_inputs(g, {}, seed=4)
+    want = _reference("transposed-weight", ins)
+    np.testing.assert_allclose(np.asarray(prog(ins)["y"]).astype(np.float64), want, rtol=1e-2, atol=1e-2)
+    assert backend.executor.captures == 0
+    trace._enable_for_tests(str(tmp_path / "t.json"))
+    try:
+        np.testing.assert_allclose(np.asarray(prog(ins)["y"]).astype(np.float64), want, rtol=1e-2, atol=1e-2)
+    finally:
+        trace._enable_for_tests(None)
+
+
+def test_always_mode_routes_searched_matmuls_to_cublaslt():
+    backend = CudaBackend("always")
+    g = _case("transposed-weight", ls.float32)
+    prog = backend.compile(g, search=ls.SearchOptions(budget=3, seed=0, progress=False))
+    ins = random_inputs(g, {}, seed=5)
+    np.testing.assert_allclose(prog(ins)["y"], _reference("transposed-weight", ins), rtol=1e-5, atol=1e-5)
+    if any(op.op in ("Matmul", *LT_OPS) for op in prog.lprog.ops):
+        assert n_library(prog) == 1
+
+
+def test_tiny_llama_decode_with_cublaslt_matches_the_reference():
+    """The decode step (its static matmuls, the last row's logits, through cuBLASLt) against the
+    reference runtime, three tokens, caches written in place."""
+    backend = CudaBackend("search")
+    model = from_hf_config(TINY)
+    rng = np.random.default_rng(0)
+    weights = {n: rng.standard_normal(s).astype(np.float32) * 0.5 for n, s in model.param_shapes().items()}
+    g = model.decode_graph()
+    ours = lowered(backend, g).persist(weights)
+    assert n_library(ours) >= 1
+    ref = g.compile(backend="reference").persist(weights)
+    caches = {k: {f"cache.{i}.{c}": np.zeros((6, 1, 8), np.float32) for i in range(2) for c in "kv"}
+              for k in ("ours", "ref")}
+    for p, tok in enumerate([3, 7, 11]):
+        feed = {"input_ids": np.array([tok]), "positions": np.array([p])}
+        a = ours({**feed, **caches["ours"]}, dims={"p": p})
+        b = ref({**feed, **caches["ref"]}, dims={"p": p})
+        np.testing.assert_allclose(np.asarray(a["logits"]), b["logits"], rtol=1e-5, atol=1e-5)
+    for name in caches["ours"]:
+        np.testing.assert_allclose(caches["ours"][name], caches["ref"][name], rtol=1e-6, atol=1e-6)
