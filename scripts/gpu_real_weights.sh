@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# `lightspeed run` with real weights on the GPU host, beside the cpu backend on the same host:
+#   bash scripts/gpu_real_weights.sh FAMILY WEIGHTS [PROMPT]
+# The weight files (97-250 MB) are larger than one device call carries: the caller brings them in
+# parts (.wparts/*/, ignored by git) and this script joins them when WEIGHTS does not exist yet.
+# Prints each run's text and timing line, and whether the cuda texts equal the cpu text (float32).
+set -uo pipefail
+family=$1; weights=$2
+prompt=${3:-"Write a short story about a robot who learns to paint."}
+OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
+if [ ! -e "$weights" ]; then cat .wparts/*/"$(basename "$weights")".* > "$weights" || exit 1; fi
+sha256sum "$weights" | cut -c1-16
+export PYTHONPATH=${PYTHONPATH:-/tmp/site:$PWD/src:$PWD} LIGHTSPEED_CACHE_DIR=${LIGHTSPEED_CACHE_DIR:-/tmp/ls-cache}
+for cfg in "cpu float32" "cuda float32" "cuda bfloat16"; do
+  set -- $cfg
+  name="$family-$1-$2"
+  python3 -m lightspeed run "$family" "$prompt" --weights "$weights" --backend "$1" --dtype "$2" --max-tokens 48 \
+    > "$OUT/$name.txt" 2> "$OUT/$name.err"
+  echo "== $name rc=$? :: $(tail -1 "$OUT/$name.err")"
+  cat "$OUT/$name.txt"
+done
+cmp -s "$OUT/$family-cpu-float32.txt" "$OUT/$family-cuda-float32.txt" && echo "cuda float32 text == cpu float32 text" \
+  || echo "cuda float32 text DIFFERS from cpu"
+cmp -s "$OUT/$family-cpu-float32.txt" "$OUT/$family-cuda-bfloat16.txt" && echo "cuda bfloat16 text == cpu float32 text" \
+  || echo "cuda bfloat16 text differs from cpu float32 (bf16 weights round differently)"
