@@ -43,14 +43,27 @@ from ...errors import LightspeedError
 from ...symbolic import const
 from ..codegen.render import KernelSpec
 
-__all__ = ["LT_MATMUL", "LT_MATMUL_ADD", "LT_OPS", "RULE_FILE", "LtLayout", "LtPlan", "plan_matmul", "library_spec",
-           "Library", "WORKSPACE_BYTES"]
+__all__ = ["LT_MATMUL", "LT_MATMUL_ADD", "LT_MATMUL_EPI", "LT_MATMUL_BIAS", "LT_OPS", "EPILOGUES", "RULE_FILE",
+           "LtLayout", "LtPlan", "plan_matmul", "library_spec", "Library", "WORKSPACE_BYTES"]
 
 # the same fields as the generic ops (rules/linalg.egg; egraph/decl.py), so the generated matmul
 # kernel can always compute them too
 LT_MATMUL = OpDecl("LtMatmul", MATMUL.fields, "Matmul through cuBLASLt (cuda backend)")
 LT_MATMUL_ADD = OpDecl("LtMatmulAdd", MATMUL_ADD.fields, "MatmulAdd through cuBLASLt, the addend as C (beta = 1)")
-LT_OPS = (LT_MATMUL, LT_MATMUL_ADD)
+# epilogues (cuBLASLt applies them to the float accumulator, then rounds once): `epilogue` names one of
+# EPILOGUES; LtMatmulEpi has none with a bias ("relu", "gelu"), LtMatmulBias one with ("bias",
+# "relu_bias", "gelu_bias"): bias[j] (a row vector over n, read through bias_view as [m, n] with
+# strides (0, 1), offset 0) added to every row.  Only cuBLASLt computes them: without a plan the
+# executor refuses the op (the search drops that candidate), so the rules offer them only where a
+# plan exists (cublaslt.egg).  "gelu" is cuBLASLt's GELU, the tanh approximation; no rule offers it
+# yet (see docs/kernels.md).
+LT_MATMUL_EPI = OpDecl("LtMatmulEpi", (*MATMUL.fields, ("epilogue", "str")),
+                       "act(A @ B) through cuBLASLt's epilogue (cuda backend): relu or gelu")
+LT_MATMUL_BIAS = OpDecl("LtMatmulBias", (*MATMUL.fields, ("bias", "ir"), ("bias_view", "view"), ("epilogue", "str")),
+                        "act(A @ B + bias[n]) through cuBLASLt's bias epilogue: bias, relu_bias or gelu_bias")
+LT_OPS = (LT_MATMUL, LT_MATMUL_ADD, LT_MATMUL_EPI, LT_MATMUL_BIAS)
+EPILOGUES = ("default", "relu", "gelu", "bias", "relu_bias", "gelu_bias")
+_EPI_OPS = ("LtMatmulEpi", "LtMatmulBias")
 RULE_FILE = Path(__file__).with_name("cublaslt.egg")
 WORKSPACE_BYTES = 32 << 20
 MODE = "cublaslt"  # KernelSpec.mode of a library launch (no source: nothing to compile)
@@ -87,6 +100,13 @@ class LtPlan:
     a_offset: int  # elements into the op's ``b`` operand (cuBLASLt's A)
     b_offset: int  # elements into the op's ``a`` operand (cuBLASLt's B)
     beta: float  # 1.0 for MatmulAdd (C = the addend), else 0.0
+    epilogue: str = "default"  # one of EPILOGUES (cuBLASLt's CUBLASLT_EPILOGUE_*)
+
+    @property
+    def bias(self) -> bool:
+        """The epilogue adds a bias: a vector over cuBLASLt's M (= the op's n, one per column of
+        the row-major result), of the plan's dtype, its pointer set on the descriptor per call."""
+        return "bias" in self.epilogue
 
     @property
     def itemsize(self) -> int:
@@ -141,7 +161,11 @@ def plan_matmul(op: LOp, in_dtypes: list[DType]) -> LtPlan | None:
     whose operands have ``in_dtypes``, or None when cuBLASLt cannot compute it as it stands."""
     args = op.args
     add = "r_view" in args
-    if op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd") or len(in_dtypes) != (3 if add else 2):
+    epilogue = args.get("epilogue", "default") if op.op in _EPI_OPS else "default"
+    bias = "bias_view" in args
+    if (op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd", *_EPI_OPS)
+            or len(in_dtypes) != (3 if add or bias else 2) or epilogue not in EPILOGUES
+            or bias != ("bias" in epilogue) or (add and bias)):
         return None
     # one dtype everywhere (the seed's miscompile: an F32 C declared over a bf16 buffer)
     if op.dtype.name not in _DTYPES or any(d != op.dtype for d in in_dtypes):
@@ -167,6 +191,11 @@ def plan_matmul(op: LOp, in_dtypes: list[DType]) -> LtPlan | None:
         r = args["r_view"]
         if not r.is_contiguous or _ints(r.shape) != out_shape:
             return None
+    if bias:
+        # bias[j] for every row: one view [m, n] with strides (0, 1) at offset 0, no mask (a
+        # batched bias is not offered: cuBLASLt's bias would need a batch stride too)
+        if nb or not _is_row_bias(args["bias_view"], m, n):
+            return None
     sa, sb = _batch_stride(batch, a_bs), _batch_stride(batch, b_bs)
     # cuBLASLt's A is B^T [n, k] of the op's b: (j, l) at j*sbn + l*sbk; its B is A^T [k, m]
     la, lb = _layout(n, k, sbn, sbk), _layout(k, m, sak, sam)
@@ -174,13 +203,26 @@ def plan_matmul(op: LOp, in_dtypes: list[DType]) -> LtPlan | None:
         return None
     ld = LtLayout(n, m, n, batch_stride=m * n)
     return LtPlan(op.dtype.name, n, m, k, count, LtLayout(la.rows, la.cols, la.ld, la.trans, sb),
-                  LtLayout(lb.rows, lb.cols, lb.ld, lb.trans, sa), ld, b_off, a_off, 1.0 if add else 0.0)
+                  LtLayout(lb.rows, lb.cols, lb.ld, lb.trans, sa), ld, b_off, a_off, 1.0 if add else 0.0, epilogue)
+
+
+def _is_row_bias(view, m: int, n: int) -> bool:
+    """``view`` reads element (i, j) of an [m, n] result at j: a row vector broadcast over rows."""
+    views = getattr(view, "views", None)
+    if not views or len(views) != 1:
+        return False
+    v = views[0]
+    if v.mask is not None or _ints(v.shape) != [m, n]:
+        return False
+    st, off = _ints(v.strides), _ints([v.offset])
+    return st is not None and off == [0] and (st[1] == 1 or n == 1) and (st[0] == 0 or m == 1)
 
 
 def library_spec(plan: LtPlan, add: bool) -> KernelSpec:
     """The launch-list entry of a cuBLASLt call: no source (nothing to compile), no dims; buffers
-    in the order :meth:`Library.run` reads them: result, the op's a, b (and the addend)."""
-    return KernelSpec(f"cublaslt_{plan.key}", "", (), ("out", 0, 1, 2) if add else ("out", 0, 1), MODE, const(0))
+    in the order :meth:`Library.run` reads them: result, the op's a, b (and the addend or bias)."""
+    three = add or plan.bias
+    return KernelSpec(f"cublaslt_{plan.key}", "", (), ("out", 0, 1, 2) if three else ("out", 0, 1), MODE, const(0))
 
 
 # ---------------------------------------------------------------------------- the GPU side
@@ -206,6 +248,7 @@ class Library:
         self._prepared: dict[LtPlan, tuple] = {}
         self._algos: dict[tuple, Any] = {}
         self._lock = threading.Lock()
+        self._call_lock = threading.Lock()  # a bias pointer set on a shared descriptor, then the call
         self._alpha = np.ones(1, np.float32)
         self._betas = {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
 
@@ -213,11 +256,13 @@ class Library:
         buf = np.asarray([value], dtype=getter_dtype(attr))
         setter(obj, attr, buf.ctypes.data, buf.itemsize)
 
+    def _dtype(self, name: str) -> int:
+        return int({"float32": self.types.CUDA_R_32F, "bfloat16": self.types.CUDA_R_16BF,
+                    "float16": self.types.CUDA_R_16F}[name])
+
     def _layout(self, plan: LtPlan, lay: LtLayout) -> int:
         lt = self.lt
-        dtype = {"float32": self.types.CUDA_R_32F, "bfloat16": self.types.CUDA_R_16BF,
-                 "float16": self.types.CUDA_R_16F}[plan.dtype]
-        h = lt.matrix_layout_create(int(dtype), lay.rows, lay.cols, lay.ld)
+        h = lt.matrix_layout_create(self._dtype(plan.dtype), lay.rows, lay.cols, lay.ld)
         if plan.batch > 1:
             attr = lt.MatrixLayoutAttribute
             self._set(lt.matrix_layout_set_attribute, lt.get_matrix_layout_attribute_dtype, h, attr.BATCH_COUNT,
@@ -241,6 +286,12 @@ class Library:
                 for a, trans in ((attr.TRANSA, plan.a.trans), (attr.TRANSB, plan.b.trans)):
                     self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc, a,
                               int(op.T if trans else op.N))
+                if plan.epilogue != "default":
+                    self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc, attr.EPILOGUE,
+                              int(getattr(lt.Epilogue, plan.epilogue.upper())))
+                if plan.bias:  # the bias in the result's dtype (cuBLASLt's default for D, set explicitly)
+                    self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc,
+                              attr.BIAS_DATA_TYPE, self._dtype(plan.dtype))
                 got = (desc, self._layout(plan, plan.a), self._layout(plan, plan.b), self._layout(plan, plan.d))
                 self._prepared[plan] = got
         return got
@@ -279,7 +330,8 @@ class Library:
     @staticmethod
     def _pointers(plan: LtPlan, ptrs: tuple[int, ...]) -> tuple[int, int, int, int]:
         """cuBLASLt's A, B, C, D from the table's addresses of the result, the op's a, b (and
-        addend), in :func:`library_spec`'s order: A is the op's b (offsets folded in)."""
+        addend), in :func:`library_spec`'s order: A is the op's b (offsets folded in); C is D
+        unless beta = 1 (a bias is no C: :meth:`run` sets it on the descriptor)."""
         out, pa, pb = ptrs[0], ptrs[1], ptrs[2]
         return (pb + plan.a_offset * plan.itemsize, pa + plan.b_offset * plan.itemsize,
                 ptrs[3] if plan.beta else out, out)
@@ -294,8 +346,20 @@ class Library:
         a, b, c, d = self._pointers(plan, ptrs)
         desc, la, lb, ld = self.prepare(plan)
         _, algo = self.algorithm(plan, (a, b, c, d))
-        self.lt.matmul(self.handle, desc, self._alpha.ctypes.data, a, la, b, lb, self._betas[plan.beta].ctypes.data,
-                       c, ld, d, ld, algo.ctypes.data, workspace, WORKSPACE_BYTES, stream)
+        if not plan.bias:
+            self.lt.matmul(self.handle, desc, self._alpha.ctypes.data, a, la, b, lb,
+                           self._betas[plan.beta].ctypes.data, c, ld, d, ld, algo.ctypes.data, workspace,
+                           WORKSPACE_BYTES, stream)
+            return
+        # the bias pointer lives on the (per-plan, shared) descriptor: set it and call under one lock;
+        # cuBLASLt reads it when the call is enqueued (a captured graph keeps it: the executor
+        # captures again when it changes, as for A, B, C, D)
+        lt = self.lt
+        with self._call_lock:
+            self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc,
+                      lt.MatmulDescAttribute.BIAS_POINTER, ptrs[3])
+            lt.matmul(self.handle, desc, self._alpha.ctypes.data, a, la, b, lb, self._betas[plan.beta].ctypes.data,
+                      c, ld, d, ld, algo.ctypes.data, workspace, WORKSPACE_BYTES, stream)
 
 
 _library: Library | None = None
