@@ -419,3 +419,62 @@ def test_library_relu_without_bias_sets_no_bias():
     lib2, calls2, _ = _recording_library()
     lib2.run(plan(mm(4, 16, 8, 8, 1, 16, 1)), (0x10000, 0x20000, 0x30000), 0x50000, 99)
     assert not any(a[0] == D.EPILOGUE for n, a in calls2 if n == "matmul_desc_set_attribute")
+
+
+# ---------------------------------------------------------------- fp8 (e4m3, per-tensor scales)
+F8 = dt.float8_e4m3
+
+
+def fp8(m, n, k, a_sm, a_sk, b_sk, b_sn, out=BF16, a_off=0, b_off=0, ins=(F8, F8, F32, F32)):
+    """An LtMatmulFp8 LOp: (a * a_scale) @ (b * b_scale), and the in_dtypes to plan it with."""
+    op = mm(m, n, k, a_sm, a_sk, b_sk, b_sn, a_off=a_off, b_off=b_off, dtype=out)
+    op.op, op.inputs = "LtMatmulFp8", (0, 1, 2, 3)
+    op.args.update(a_scale=2, b_scale=3)
+    return plan_matmul(op, list(ins))
+
+
+@pytest.mark.parametrize("out", [BF16, F32])
+def test_fp8_linear_is_tn(out):
+    # x[32, 64] @ W[48, 64].T: cuBLASLt's A = W stored [64, 48] ld 64 with TRANSA, its B = x^T
+    # column-major [64, 32] ld 64 (not transposed): "TN"; D^T [48, 32] ld 48 in the result's dtype
+    p = fp8(32, 48, 64, a_sm=64, a_sk=1, b_sk=1, b_sn=64, out=out)
+    assert p.fp8 and p.ab_dtype == "float8_e4m3" and p.dtype == out.name and p.ab_itemsize == 1
+    assert p.a == LtLayout(64, 48, 64, True, 0) and p.b == LtLayout(64, 32, 64, False, 0)
+    assert p.d == LtLayout(48, 32, 48, False, 48 * 32) and p.beta == 0.0 and p.epilogue == "default"
+    assert library_spec(p, False).buffers == ("out", 0, 1, 2, 3)
+
+
+def test_fp8_refusals():
+    assert fp8(32, 48, 64, 64, 1, 48, 1) is None  # x @ W with W[k, n] row-major: "NN", not TN
+    assert fp8(32, 48, 64, 1, 32, 1, 64) is None  # x column-major: cuBLASLt's B transposed ("TT")
+    assert fp8(32, 48, 40, 40, 1, 1, 40) is None  # ld 40 bytes: not a multiple of 16
+    assert fp8(32, 44, 64, 64, 1, 1, 64) is None  # D's ld 44 bf16 = 88 bytes
+    assert fp8(32, 48, 64, 64, 1, 1, 64, b_off=8) is None  # an operand 8 bytes in
+    assert fp8(32, 48, 64, 64, 1, 1, 64, out=F16) is None  # float16 results are not offered
+    assert fp8(32, 48, 64, 64, 1, 1, 64, ins=(F8, F8, BF16, F32)) is None  # a scale not float32
+    assert fp8(32, 48, 64, 64, 1, 1, 64, ins=(F8, BF16, F32, F32)) is None  # mixed operands
+    assert fp8(32, 48, 64, 64, 1, 1, 64, ins=(dt.float8_e5m2, F8, F32, F32)) is None  # e5m2 not offered
+    assert fp8(32, 48, 64, 64, 1, 1, 64, ins=(F8, F8, F32)) is None  # no b scale
+    # and fp8 operands in a plain Matmul are refused (no scales, mixed dtypes)
+    assert plan_matmul(mm(32, 48, 64, 64, 1, 1, 64, dtype=BF16), [F8, F8]) is None
+
+
+def test_library_fp8_calls():
+    """fp8 against the stand-ins: A, B layouts in E4M3, D in bf16; offsets in bytes; the scale of
+    cuBLASLt's A (the op's b) and B (the op's a) set per call before cublasLtMatmul; beta 0."""
+    lib, calls, (nvmath, cublas, real, mod) = _recording_library()
+    D = real.MatmulDescAttribute
+    p = fp8(32, 48, 64, 64, 1, 1, 64, a_off=64, b_off=128)
+    out, pa, pb, sa, sb = 0x10000, 0x20000, 0x30000, 0x40000, 0x40100
+    lib.run(p, (out, pa, pb, sa, sb), 0x50000, 99)
+    e4m3, bf16 = int(nvmath.CudaDataType.CUDA_R_8F_E4M3), int(nvmath.CudaDataType.CUDA_R_16BF)
+    assert [a for n, a in calls if n == "matrix_layout_create"] == [(e4m3, 64, 48, 64), (e4m3, 64, 32, 64),
+                                                                    (bf16, 48, 32, 48)]
+    assert calls[-3:-1] == [("matmul_desc_set_attribute", (D.A_SCALE_POINTER, np.int64(sb).tobytes())),
+                            ("matmul_desc_set_attribute", (D.B_SCALE_POINTER, np.int64(sa).tobytes()))]
+    name, args = calls[-1]
+    assert name == "matmul" and args[3] == pb + 128 and args[5] == pa + 64 and args[8] == out and args[10] == out
+    assert bytes((ctypes.c_char * 4).from_address(args[7])) == np.float32(0).tobytes()
+    sets = [a for n, a in calls if n == "matmul_desc_set_attribute"]
+    assert (D.TRANSA, np.int32(1).tobytes()) in sets and (D.TRANSB, np.int32(0).tobytes()) in sets
+    assert not any(a[0] in (D.EPILOGUE, D.BIAS_POINTER) for a in sets)

@@ -264,3 +264,45 @@ def test_gelu_epilogue_through_the_library(dtype, with_bias):
     print(f"cuBLASLt GELU {dtype} bias={with_bias}: max abs error vs tanh-GELU {np.max(np.abs(got - want)):.3g}")
     tol = TOL[dtype]
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------- fp8 e4m3 with per-tensor scales
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_fp8_through_the_library(out_dtype):
+    """No rule makes LtMatmulFp8 yet (docs/kernels.md): its plan and cuBLASLt call, run directly
+    (x[32, 64] @ W[48, 64].T in e4m3, scales 0.75 and 1.5 in device float32 scalars), against the
+    float64 product of the dequantised operands."""
+    from lightspeed import dtypes as dt
+    from lightspeed.backends.cuda import cublaslt as lt
+    from lightspeed.backends.cuda import driver, thread_stream
+    from lightspeed.egraph.llir import LOp
+    from lightspeed.symbolic import as_expr as e
+
+    m, n, k = 32, 48, 64
+    rng = np.random.default_rng(21)
+    f8 = dt.float8_e4m3.np
+    xq = (rng.standard_normal((m, k)) * 2).astype(f8)
+    wq = (rng.standard_normal((n, k)) * 2).astype(f8)
+    sa, sb = np.array([0.75], np.float32), np.array([1.5], np.float32)
+    args = {"batch": (), "m": e(m), "n": e(n), "k": e(k), "a": 0, "a_batch_strides": (), "a_stride_m": e(k),
+            "a_stride_k": e(1), "a_offset": e(0), "b": 1, "b_batch_strides": (), "b_stride_k": e(1),
+            "b_stride_n": e(k), "b_offset": e(0), "a_scale": 2, "b_scale": 3}
+    out_dt = getattr(dt, out_dtype)
+    op = LOp("LtMatmulFp8", args, (0, 1, 2, 3), (e(m), e(n)), out_dt)
+    plan = lt.plan_matmul(op, [dt.float8_e4m3, dt.float8_e4m3, dt.float32, dt.float32])
+    assert plan is not None and plan.fp8 and plan.a.trans and not plan.b.trans
+    x, w = DeviceArray.from_host(xq), DeviceArray.from_host(wq)
+    dsa, dsb = DeviceArray.from_host(sa), DeviceArray.from_host(sb)
+    out = DeviceArray.empty((m, n), out_dt.np)
+    ptrs = (out.ptr, x.ptr, w.ptr, dsa.ptr, dsb.ptr)
+    lib = lt.library()
+    lib.prepare_call(plan, ptrs)
+    ws = driver.device().alloc(lt.WORKSPACE_BYTES)
+    stream = thread_stream()
+    lib.run(plan, ptrs, ws.ptr, int(stream))
+    driver.device().sync(stream)
+    got = out.numpy().astype(np.float64)
+    want = (xq.astype(np.float64) * 0.75) @ (wq.astype(np.float64) * 1.5).T
+    # e4m3 products are exact in float32; float accumulation over k = 64, then one rounding to the result
+    tol = 1e-2 if out_dtype == "bfloat16" else 1e-4
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())

@@ -106,12 +106,12 @@ class GpuExecutor(Executor):
     def library(self, op: LOp, in_dtypes: list[DType]) -> list[KernelSpec] | None:
         """An ``LtMatmul`` (with ``cublaslt="always"``: any matmul) that cuBLASLt can compute, as
         one library launch; None otherwise (the generated kernel)."""
-        if op.op not in ("LtMatmul", "LtMatmulAdd", "LtMatmulEpi", "LtMatmulBias") and not (
+        if op.op not in ("LtMatmul", "LtMatmulAdd", "LtMatmulEpi", "LtMatmulBias", "LtMatmulFp8") and not (
                 self.cublaslt == "always" and op.op in ("Matmul", "MatmulAdd")):
             return None
         plan = lt.plan_matmul(op, in_dtypes)
         if plan is None:
-            if op.op in ("LtMatmulEpi", "LtMatmulBias"):  # only cuBLASLt computes an epilogue op
+            if op.op in ("LtMatmulEpi", "LtMatmulBias", "LtMatmulFp8"):  # only cuBLASLt computes these
                 raise LightspeedError(f"{op.op} ({op.args.get('epilogue')}): no cuBLASLt plan for this matmul "
                                       "(the rules offer it only where one exists)")
             return None
