@@ -14,7 +14,9 @@ import lightspeed as ls
 from lightspeed import dtypes as dt
 from lightspeed.backends.cuda import CudaBackend
 from lightspeed.backends.cuda.cublaslt import LtLayout, library_spec, plan_matmul
-from lightspeed.egraph.llir import LOp
+from lightspeed.egraph import Candidate
+from lightspeed.egraph.llir import LOp, decode_program
+from lightspeed.primitives import PRIMITIVES
 from lightspeed.shape import ShapeTracker
 from lightspeed.symbolic import as_expr, sym
 from tests.backends.harness import saturate
@@ -22,8 +24,10 @@ from tests.backends.harness import saturate
 F32, BF16, F16 = dt.float32, dt.bfloat16, dt.float16
 
 
-def mm(m, n, k, a_sm, a_sk, b_sk, b_sn, batch=(), a_bs=(), b_bs=(), a_off=0, b_off=0, dtype=F32, r_view=None):
-    """A Matmul LOp (MatmulAdd with ``r_view``) of output shape [*batch, m, n]."""
+def mm(m, n, k, a_sm, a_sk, b_sk, b_sn, batch=(), a_bs=(), b_bs=(), a_off=0, b_off=0, dtype=F32, r_view=None,
+       epilogue=None, bias_view=None):
+    """A Matmul LOp (MatmulAdd with ``r_view``; LtMatmulEpi with ``epilogue``, LtMatmulBias with
+    ``bias_view`` too) of output shape [*batch, m, n]."""
     e = as_expr
     args = {"batch": tuple(e(b) for b in batch), "m": e(m), "n": e(n), "k": e(k),
             "a": 0, "a_batch_strides": tuple(e(s) for s in a_bs), "a_stride_m": e(a_sm), "a_stride_k": e(a_sk),
@@ -33,7 +37,15 @@ def mm(m, n, k, a_sm, a_sk, b_sk, b_sn, batch=(), a_bs=(), b_bs=(), a_off=0, b_o
     if r_view is not None:
         args.update(r=2, r_view=r_view)
         ins = (0, 1, 2)
-    return LOp("MatmulAdd" if r_view is not None else "Matmul", args, ins, tuple(e(d) for d in (*batch, m, n)), dtype)
+    name = "MatmulAdd" if r_view is not None else "Matmul"
+    if bias_view is not None:
+        args.update(bias=2, bias_view=bias_view)
+        ins, name = (0, 1, 2), "LtMatmulBias"
+    elif epilogue is not None:
+        name = "LtMatmulEpi"
+    if epilogue is not None:
+        args["epilogue"] = epilogue
+    return LOp(name, args, ins, tuple(e(d) for d in (*batch, m, n)), dtype)
 
 
 def plan(op, dtypes=None):
@@ -205,10 +217,9 @@ def test_unknown_mode_is_an_error():
 
 
 # ---------------------------------------------------------------- the calls, against fake bindings
-def test_library_calls_in_cublaslt_order(monkeypatch):
-    """Library.run against recording stand-ins of nvmath's cublasLt functions (its enums and
-    attribute dtypes are the real ones): cuBLASLt's A is the op's b with its offset folded in, B
-    the op's a, C the addend (or D), the attributes set with their own dtypes and sizes."""
+def _recording_library():
+    """A Library over recording stand-ins of nvmath's cublasLt functions (the real enums and
+    attribute dtypes): (library, calls, modules)."""
     nvmath = pytest.importorskip("nvmath")
     from nvmath.bindings import cublas
     from nvmath.bindings import cublasLt as real
@@ -219,7 +230,7 @@ def test_library_calls_in_cublaslt_order(monkeypatch):
 
     class Fake:
         MatmulDescAttribute, MatrixLayoutAttribute = real.MatmulDescAttribute, real.MatrixLayoutAttribute
-        MatmulPreferenceAttribute = real.MatmulPreferenceAttribute
+        MatmulPreferenceAttribute, Epilogue = real.MatmulPreferenceAttribute, real.Epilogue
         get_matmul_desc_attribute_dtype = staticmethod(real.get_matmul_desc_attribute_dtype)
         get_matrix_layout_attribute_dtype = staticmethod(real.get_matrix_layout_attribute_dtype)
         get_matmul_preference_attribute_dtype = staticmethod(real.get_matmul_preference_attribute_dtype)
@@ -238,8 +249,16 @@ def test_library_calls_in_cublaslt_order(monkeypatch):
     lib = object.__new__(mod.Library)
     lib.lt, lib.cublas, lib.types, lib.handle = Fake(), cublas, nvmath.CudaDataType, 7
     lib._prepared, lib._algos = {}, {}
-    lib._lock = threading.Lock()
+    lib._lock, lib._call_lock = threading.Lock(), threading.Lock()
     lib._alpha, lib._betas = np.ones(1, np.float32), {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
+    return lib, calls, (nvmath, cublas, real, mod)
+
+
+def test_library_calls_in_cublaslt_order(monkeypatch):
+    """Library.run against recording stand-ins of nvmath's cublasLt functions (its enums and
+    attribute dtypes are the real ones): cuBLASLt's A is the op's b with its offset folded in, B
+    the op's a, C the addend (or D), the attributes set with their own dtypes and sizes."""
+    lib, calls, (nvmath, cublas, real, mod) = _recording_library()
     op = mm(4, 16, 8, 8, 1, 1, 8, batch=(3,), a_bs=(32,), b_bs=(0,), b_off=5, dtype=BF16,
             r_view=ShapeTracker.contiguous((3, 4, 16)))
     p = plan(op)
@@ -266,3 +285,196 @@ def test_library_calls_in_cublaslt_order(monkeypatch):
     n = len(calls)
     lib.run(p, (out, pa, pb, pr), 0x50000, 99)
     assert [c[0] for c in calls[n:]] == ["matmul"]
+
+
+# ---------------------------------------------------------------- epilogues
+def _row_bias(m, n):
+    return ShapeTracker.contiguous((n,)).reshape((1, n)).expand((m, n))
+
+
+@pytest.mark.parametrize("epilogue", ["relu", "gelu"])
+def test_activation_epilogue_plan(epilogue):
+    # relu(x[4, 8] @ W.T), W[16, 8]: the plain product's layouts, the epilogue named, no bias, beta 0
+    p = plan(mm(4, 16, 8, a_sm=8, a_sk=1, b_sk=1, b_sn=8, epilogue=epilogue))
+    assert p.epilogue == epilogue and not p.bias and p.beta == 0.0
+    assert p.a == LtLayout(8, 16, 8, True, 0) and p.b == LtLayout(8, 4, 8, False, 0)
+    assert library_spec(p, False).buffers == ("out", 0, 1)
+
+
+@pytest.mark.parametrize("epilogue", ["bias", "relu_bias", "gelu_bias"])
+def test_bias_epilogue_plan(epilogue):
+    # x[4, 8] @ W[8, 16] + b[16]: cuBLASLt's D^T is [16, 4] (M = 16 = the op's n), and the bias is a
+    # vector over those 16 rows: b as it lies; the bias is the launch's fourth buffer, not C (beta 0)
+    p = plan(mm(4, 16, 8, 8, 1, 16, 1, epilogue=epilogue, bias_view=_row_bias(4, 16)))
+    assert p.bias and p.epilogue == epilogue and p.beta == 0.0 and p.m == 16 and p.n == 4
+    assert library_spec(p, False).buffers == ("out", 0, 1, 2)
+    assert p.key != plan(mm(4, 16, 8, 8, 1, 16, 1)).key
+
+
+def test_epilogue_refusals():
+    bias = _row_bias(4, 16)
+    assert plan(mm(4, 16, 8, 8, 1, 16, 1, epilogue="swish")) is None  # unknown
+    assert plan(mm(4, 16, 8, 8, 1, 16, 1, epilogue="relu_bias")) is None  # a bias epilogue without a bias
+    assert plan(mm(4, 16, 8, 8, 1, 16, 1, epilogue="relu", bias_view=bias)) is None  # a bias, no bias epilogue
+    # a bias that is not one row vector: the full [4, 16] residual, a column vector, an offset, a mask
+    assert plan(mm(4, 16, 8, 8, 1, 16, 1, epilogue="bias", bias_view=ShapeTracker.contiguous((4, 16)))) is None
+    col = ShapeTracker.contiguous((4,)).reshape((4, 1)).expand((4, 16))
+    assert plan(mm(4, 16, 8, 8, 1, 16, 1, epilogue="bias", bias_view=col)) is None
+    shifted = ShapeTracker.contiguous((20,)).slice([(4, 20, 1)]).reshape((1, 16)).expand((4, 16))
+    assert plan(mm(4, 16, 8, 8, 1, 16, 1, epilogue="bias", bias_view=shifted)) is None
+    padded = ShapeTracker.contiguous((4, 15)).pad([(0, 0), (0, 1)])
+    assert plan(mm(4, 16, 8, 8, 1, 16, 1, epilogue="bias", bias_view=padded)) is None
+    # batched products get no bias; a bias of another dtype is refused
+    op = mm(4, 5, 8, 8, 1, 5, 1, batch=(3,), a_bs=(32,), b_bs=(0,), epilogue="bias",
+            bias_view=ShapeTracker.contiguous((5,)).reshape((1, 1, 5)).expand((3, 4, 5)))
+    assert plan(op) is None
+    assert plan_matmul(mm(4, 16, 8, 8, 1, 16, 1, epilogue="bias", bias_view=bias), [F32, F32, BF16]) is None
+    assert plan_matmul(mm(4, 16, 8, 8, 1, 16, 1, epilogue="relu", dtype=BF16), [BF16, F32]) is None
+
+
+def _graph(case, dtype=ls.float32, m=4):
+    g = ls.Graph()
+    x, w, b = g.input("x", (m, 8), dtype=dtype), g.input("w", (16, 8), dtype=dtype), g.input("b", (16,), dtype=dtype)
+    y = x @ w.transpose(0, 1)
+    if "bias" in case:
+        y = y + b
+    if "residual" in case:
+        y = y + g.input("r", (m, 16), dtype=dtype)
+    if "relu" in case:
+        y = y.relu()
+    if "max1" in case:  # max(y, 1): not a relu
+        y = ls.maximum(y, 1.0)
+    if "gelu" in case:
+        y = ls.gelu(y, approximate="tanh")
+    g.output("y", y)
+    return g
+
+
+def _lt_nodes(graph, backend):
+    """(op, epilogue) of the epilogue ops a candidate preferring them takes (what the output reads)."""
+    _, enc, index, ser = saturate(backend, graph)
+
+    def pick(cid, nodes):
+        for n in nodes:
+            if n.op in ("LtMatmulEpi", "LtMatmulBias"):
+                return n
+        prims = [n for n in nodes if n.op in PRIMITIVES]
+        return prims[0] if prims else nodes[0]
+
+    lprog = decode_program(Candidate.build(index, pick), ser, enc.constants, backend.declarations())
+    return {(op.op, op.args["epilogue"]) for op in lprog.ops if op.op in ("LtMatmulEpi", "LtMatmulBias")}
+
+
+def test_rules_offer_epilogues():
+    cuda = CudaBackend("search")
+    for dtype in (ls.float32, ls.bfloat16, ls.float16):
+        assert _lt_nodes(_graph("bias", dtype), cuda) == {("LtMatmulBias", "bias")}
+        assert _lt_nodes(_graph("relu", dtype), cuda) == {("LtMatmulEpi", "relu")}
+        assert _lt_nodes(_graph("bias-relu", dtype), cuda) == {("LtMatmulBias", "relu_bias")}
+    assert _lt_nodes(_graph("bias-relu", m=1), cuda) == {("LtMatmulBias", "relu_bias")}  # a decode row
+
+
+def test_rules_refuse_other_epilogues():
+    cuda = CudaBackend("search")
+    assert _lt_nodes(_graph("relu", ls.float64), cuda) == set()
+    assert _lt_nodes(_graph("residual-relu"), cuda) == set()  # relu(x @ w + r): no epilogue op (LtMatmulAdd only)
+    assert _lt_nodes(_graph("max1"), cuda) == set()  # max(y, 1) is no relu
+    assert _lt_nodes(_graph("gelu"), cuda) == set()  # gelu is not matched (yet)
+    assert _lt_nodes(_graph("relu"), CudaBackend("off")) == set()
+
+
+def test_library_bias_relu_calls():
+    """relu(x @ W + b) in bfloat16: the descriptor gets EPILOGUE = RELU_BIAS and BIAS_DATA_TYPE =
+    bf16 once; every call sets BIAS_POINTER (the launch's fourth buffer, as it lies) just before
+    cublasLtMatmul; C is D with beta = 0; a new bias address is set on the next call."""
+    lib, calls, (nvmath, cublas, real, mod) = _recording_library()
+    D = real.MatmulDescAttribute
+    p = plan(mm(4, 16, 8, 8, 1, 16, 1, dtype=BF16, epilogue="relu_bias", bias_view=_row_bias(4, 16)))
+    out, pa, pb, bias = 0x10000, 0x20000, 0x30000, 0x40000
+    lib.run(p, (out, pa, pb, bias), 0x50000, 99)
+    sets = [a for n, a in calls if n == "matmul_desc_set_attribute"]
+    bf16 = int(nvmath.CudaDataType.CUDA_R_16BF)
+    assert (D.EPILOGUE, np.uint32(int(real.Epilogue.RELU_BIAS)).tobytes()) in sets
+    assert (D.BIAS_DATA_TYPE, np.int32(bf16).tobytes()) in sets
+    assert calls[-2] == ("matmul_desc_set_attribute", (D.BIAS_POINTER, np.int64(bias).tobytes()))
+    name, args = calls[-1]
+    assert name == "matmul" and args[3] == pb and args[5] == pa and args[8] == out and args[10] == out
+    assert bytes((ctypes.c_char * 4).from_address(args[7])) == np.float32(0).tobytes()  # beta = 0
+    n = len(calls)
+    lib.run(p, (out, pa, pb, bias + 256), 0x50000, 99)
+    assert calls[n:] == [("matmul_desc_set_attribute", (D.BIAS_POINTER, np.int64(bias + 256).tobytes())),
+                         calls[-1]]
+    assert calls[-1][0] == "matmul"
+
+
+def test_library_relu_without_bias_sets_no_bias():
+    lib, calls, (nvmath, cublas, real, mod) = _recording_library()
+    D = real.MatmulDescAttribute
+    p = plan(mm(4, 16, 8, 8, 1, 16, 1, epilogue="relu"))
+    lib.run(p, (0x10000, 0x20000, 0x30000), 0x50000, 99)
+    sets = [a for n, a in calls if n == "matmul_desc_set_attribute"]
+    assert (D.EPILOGUE, np.uint32(int(real.Epilogue.RELU)).tobytes()) in sets
+    assert not any(a[0] in (D.BIAS_POINTER, D.BIAS_DATA_TYPE) for a in sets)
+    # and a plain matmul sets no epilogue at all (cuBLASLt's default)
+    lib2, calls2, _ = _recording_library()
+    lib2.run(plan(mm(4, 16, 8, 8, 1, 16, 1)), (0x10000, 0x20000, 0x30000), 0x50000, 99)
+    assert not any(a[0] == D.EPILOGUE for n, a in calls2 if n == "matmul_desc_set_attribute")
+
+
+# ---------------------------------------------------------------- fp8 (e4m3, per-tensor scales)
+F8 = dt.float8_e4m3
+
+
+def fp8(m, n, k, a_sm, a_sk, b_sk, b_sn, out=BF16, a_off=0, b_off=0, ins=(F8, F8, F32, F32)):
+    """An LtMatmulFp8 LOp: (a * a_scale) @ (b * b_scale), and the in_dtypes to plan it with."""
+    op = mm(m, n, k, a_sm, a_sk, b_sk, b_sn, a_off=a_off, b_off=b_off, dtype=out)
+    op.op, op.inputs = "LtMatmulFp8", (0, 1, 2, 3)
+    op.args.update(a_scale=2, b_scale=3)
+    return plan_matmul(op, list(ins))
+
+
+@pytest.mark.parametrize("out", [BF16, F32])
+def test_fp8_linear_is_tn(out):
+    # x[32, 64] @ W[48, 64].T: cuBLASLt's A = W stored [64, 48] ld 64 with TRANSA, its B = x^T
+    # column-major [64, 32] ld 64 (not transposed): "TN"; D^T [48, 32] ld 48 in the result's dtype
+    p = fp8(32, 48, 64, a_sm=64, a_sk=1, b_sk=1, b_sn=64, out=out)
+    assert p.fp8 and p.ab_dtype == "float8_e4m3" and p.dtype == out.name and p.ab_itemsize == 1
+    assert p.a == LtLayout(64, 48, 64, True, 0) and p.b == LtLayout(64, 32, 64, False, 0)
+    assert p.d == LtLayout(48, 32, 48, False, 48 * 32) and p.beta == 0.0 and p.epilogue == "default"
+    assert library_spec(p, False).buffers == ("out", 0, 1, 2, 3)
+
+
+def test_fp8_refusals():
+    assert fp8(32, 48, 64, 64, 1, 48, 1) is None  # x @ W with W[k, n] row-major: "NN", not TN
+    assert fp8(32, 48, 64, 1, 32, 1, 64) is None  # x column-major: cuBLASLt's B transposed ("TT")
+    assert fp8(32, 48, 40, 40, 1, 1, 40) is None  # ld 40 bytes: not a multiple of 16
+    assert fp8(32, 44, 64, 64, 1, 1, 64) is None  # D's ld 44 bf16 = 88 bytes
+    assert fp8(32, 48, 64, 64, 1, 1, 64, b_off=8) is None  # an operand 8 bytes in
+    assert fp8(32, 48, 64, 64, 1, 1, 64, out=F16) is None  # float16 results are not offered
+    assert fp8(32, 48, 64, 64, 1, 1, 64, ins=(F8, F8, BF16, F32)) is None  # a scale not float32
+    assert fp8(32, 48, 64, 64, 1, 1, 64, ins=(F8, BF16, F32, F32)) is None  # mixed operands
+    assert fp8(32, 48, 64, 64, 1, 1, 64, ins=(dt.float8_e5m2, F8, F32, F32)) is None  # e5m2 not offered
+    assert fp8(32, 48, 64, 64, 1, 1, 64, ins=(F8, F8, F32)) is None  # no b scale
+    # and fp8 operands in a plain Matmul are refused (no scales, mixed dtypes)
+    assert plan_matmul(mm(32, 48, 64, 64, 1, 1, 64, dtype=BF16), [F8, F8]) is None
+
+
+def test_library_fp8_calls():
+    """fp8 against the stand-ins: A, B layouts in E4M3, D in bf16; offsets in bytes; the scale of
+    cuBLASLt's A (the op's b) and B (the op's a) set per call before cublasLtMatmul; beta 0."""
+    lib, calls, (nvmath, cublas, real, mod) = _recording_library()
+    D = real.MatmulDescAttribute
+    p = fp8(32, 48, 64, 64, 1, 1, 64, a_off=64, b_off=128)
+    out, pa, pb, sa, sb = 0x10000, 0x20000, 0x30000, 0x40000, 0x40100
+    lib.run(p, (out, pa, pb, sa, sb), 0x50000, 99)
+    e4m3, bf16 = int(nvmath.CudaDataType.CUDA_R_8F_E4M3), int(nvmath.CudaDataType.CUDA_R_16BF)
+    assert [a for n, a in calls if n == "matrix_layout_create"] == [(e4m3, 64, 48, 64), (e4m3, 64, 32, 64),
+                                                                    (bf16, 48, 32, 48)]
+    assert calls[-3:-1] == [("matmul_desc_set_attribute", (D.A_SCALE_POINTER, np.int64(sb).tobytes())),
+                            ("matmul_desc_set_attribute", (D.B_SCALE_POINTER, np.int64(sa).tobytes()))]
+    name, args = calls[-1]
+    assert name == "matmul" and args[3] == pb + 128 and args[5] == pa + 64 and args[8] == out and args[10] == out
+    assert bytes((ctypes.c_char * 4).from_address(args[7])) == np.float32(0).tobytes()
+    sets = [a for n, a in calls if n == "matmul_desc_set_attribute"]
+    assert (D.TRANSA, np.int32(1).tobytes()) in sets and (D.TRANSB, np.int32(0).tobytes()) in sets
+    assert not any(a[0] in (D.EPILOGUE, D.BIAS_POINTER) for a in sets)

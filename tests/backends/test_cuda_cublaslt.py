@@ -22,12 +22,12 @@ from tests.backends.test_conformance import TINY
 
 pytestmark = pytest.mark.skipif(not get_backend("cuda").available(), reason="no CUDA GPU here")
 
-LT_OPS = ("LtMatmul", "LtMatmulAdd")
+LT_OPS = ("LtMatmul", "LtMatmulAdd", "LtMatmulEpi", "LtMatmulBias")
 TOL = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 1e-2}
 
 
 def _prefer_lt(cid, nodes):
-    lt = [n for n in nodes if n.op in LT_OPS]
+    lt = sorted((n for n in nodes if n.op in LT_OPS), key=lambda n: n.op not in ("LtMatmulEpi", "LtMatmulBias"))
     if lt:
         return lt[0]
     prims = [n for n in nodes if n.op in PRIMITIVES]
@@ -169,3 +169,140 @@ def test_tiny_llama_decode_with_cublaslt_matches_the_reference():
         np.testing.assert_allclose(np.asarray(a["logits"]), b["logits"], rtol=1e-5, atol=1e-5)
     for name in caches["ours"]:
         np.testing.assert_allclose(caches["ours"][name], caches["ref"][name], rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- epilogues (bias, relu)
+def _epi_case(name, dtype, m=5):
+    g = ls.Graph()
+    x, w, b = g.input("x", (m, 64), dtype=dtype), g.input("w", (48, 64), dtype=dtype), g.input("b", (48,), dtype=dtype)
+    y = x @ w.transpose(0, 1)  # a Linear: TRANSA
+    if "bias" in name:
+        y = y + b
+    if "relu" in name:
+        y = y.relu()
+    g.output("y", y)
+    return g
+
+
+def _epi_reference(name, ins):
+    f = {k: np.asarray(v).astype(np.float64) for k, v in ins.items()}
+    y = f["x"] @ f["w"].T
+    if "bias" in name:
+        y = y + f["b"]
+    if "relu" in name:
+        y = np.maximum(y, 0.0)
+    return y
+
+
+EPI_OPS = {"bias": "LtMatmulBias", "relu": "LtMatmulEpi", "bias-relu": "LtMatmulBias"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("name", ["bias", "relu", "bias-relu"])
+def test_epilogues_match_numpy(name, dtype):
+    backend = CudaBackend("search")
+    g = _epi_case(name, getattr(ls, dtype))
+    prog = lowered(backend, g)
+    assert [op.op for op in prog.lprog.ops if op.op.startswith("Lt")] == [EPI_OPS[name]]
+    assert n_library(prog) == 1, [launch.spec.mode for launch in prog.launches]
+    ins = random_inputs(g, {}, seed=11)
+    got = np.asarray(prog(ins)["y"]).astype(np.float64)
+    tol = TOL[dtype]
+    np.testing.assert_allclose(got, _epi_reference(name, ins), rtol=tol, atol=tol)
+
+
+def test_epilogue_decode_row():
+    # m = 1 (a decode step's row): relu(x @ W.T + b)
+    g = _epi_case("bias-relu", ls.float32, m=1)
+    prog = lowered(CudaBackend("search"), g)
+    assert n_library(prog) == 1
+    ins = random_inputs(g, {}, seed=12)
+    np.testing.assert_allclose(np.asarray(prog(ins)["y"]), _epi_reference("bias-relu", ins), rtol=1e-5, atol=1e-5)
+
+
+def test_a_new_bias_buffer_captures_again():
+    """The bias pointer is set on the descriptor and baked into the captured graph: a new bias
+    buffer must capture again, and the result must use the new bias."""
+    backend = CudaBackend("search")
+    g = _epi_case("bias-relu", ls.float32)
+    prog = lowered(backend, g)
+    ex = backend.executor
+    ins = random_inputs(g, {}, seed=13)
+    dev = {k: DeviceArray.from_host(v) for k, v in ins.items()}
+    np.testing.assert_allclose(prog(dev)["y"].numpy(), _epi_reference("bias-relu", ins), rtol=1e-5, atol=1e-5)
+    assert ex.captures == 1
+    np.testing.assert_allclose(prog(dev)["y"].numpy(), _epi_reference("bias-relu", ins), rtol=1e-5, atol=1e-5)
+    assert ex.captures == 1
+    b2 = (ins["b"] + 1.0).astype(np.float32)
+    dev2 = {**dev, "b": DeviceArray.from_host(b2)}
+    np.testing.assert_allclose(prog(dev2)["y"].numpy(), _epi_reference("bias-relu", {**ins, "b": b2}),
+                               rtol=1e-5, atol=1e-5)
+    assert ex.captures == 2
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_gelu_epilogue_through_the_library(dtype, with_bias):
+    """No rule offers cuBLASLt's GELU yet (docs/kernels.md): this runs the library path directly (the
+    relu program with its epilogue switched to gelu) against numpy's tanh-approximation GELU in
+    float64, and prints the largest error, which says whether cuBLASLt's GELU is hl's
+    gelu(approximate='tanh') to float32 tolerance (the condition for offering it)."""
+    backend = CudaBackend("search")
+    name = "bias-relu" if with_bias else "relu"
+    g = _epi_case(name, getattr(ls, dtype))
+    _, enc, index, ser = saturate(backend, g)
+    lprog = decode_program(Candidate.build(index, _prefer_lt), ser, enc.constants, backend.declarations())
+    (op,) = [op for op in lprog.ops if op.op in ("LtMatmulEpi", "LtMatmulBias")]
+    op.args["epilogue"] = "gelu_bias" if with_bias else "gelu"
+    prog = backend.lower(g, lprog)
+    assert n_library(prog) == 1
+    ins = random_inputs(g, {}, seed=14)
+    f = {k: np.asarray(v).astype(np.float64) for k, v in ins.items()}
+    y = f["x"] @ f["w"].T + (f["b"] if with_bias else 0.0)
+    want = 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y ** 3)))
+    got = np.asarray(prog(ins)["y"]).astype(np.float64)
+    print(f"cuBLASLt GELU {dtype} bias={with_bias}: max abs error vs tanh-GELU {np.max(np.abs(got - want)):.3g}")
+    tol = TOL[dtype]
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------- fp8 e4m3 with per-tensor scales
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_fp8_through_the_library(out_dtype):
+    """No rule makes LtMatmulFp8 yet (docs/kernels.md): its plan and cuBLASLt call, run directly
+    (x[32, 64] @ W[48, 64].T in e4m3, scales 0.75 and 1.5 in device float32 scalars), against the
+    float64 product of the dequantised operands."""
+    from lightspeed import dtypes as dt
+    from lightspeed.backends.cuda import cublaslt as lt
+    from lightspeed.backends.cuda import driver, thread_stream
+    from lightspeed.egraph.llir import LOp
+    from lightspeed.symbolic import as_expr as e
+
+    m, n, k = 32, 48, 64
+    rng = np.random.default_rng(21)
+    f8 = dt.float8_e4m3.np
+    xq = (rng.standard_normal((m, k)) * 2).astype(f8)
+    wq = (rng.standard_normal((n, k)) * 2).astype(f8)
+    sa, sb = np.array([0.75], np.float32), np.array([1.5], np.float32)
+    args = {"batch": (), "m": e(m), "n": e(n), "k": e(k), "a": 0, "a_batch_strides": (), "a_stride_m": e(k),
+            "a_stride_k": e(1), "a_offset": e(0), "b": 1, "b_batch_strides": (), "b_stride_k": e(1),
+            "b_stride_n": e(k), "b_offset": e(0), "a_scale": 2, "b_scale": 3}
+    out_dt = getattr(dt, out_dtype)
+    op = LOp("LtMatmulFp8", args, (0, 1, 2, 3), (e(m), e(n)), out_dt)
+    plan = lt.plan_matmul(op, [dt.float8_e4m3, dt.float8_e4m3, dt.float32, dt.float32])
+    assert plan is not None and plan.fp8 and plan.a.trans and not plan.b.trans
+    x, w = DeviceArray.from_host(xq), DeviceArray.from_host(wq)
+    dsa, dsb = DeviceArray.from_host(sa), DeviceArray.from_host(sb)
+    out = DeviceArray.empty((m, n), out_dt.np)
+    ptrs = (out.ptr, x.ptr, w.ptr, dsa.ptr, dsb.ptr)
+    lib = lt.library()
+    lib.prepare_call(plan, ptrs)
+    ws = driver.device().alloc(lt.WORKSPACE_BYTES)
+    stream = thread_stream()
+    lib.run(plan, ptrs, ws.ptr, int(stream))
+    driver.device().sync(stream)
+    got = out.numpy().astype(np.float64)
+    want = (xq.astype(np.float64) * 0.75) @ (wq.astype(np.float64) * 1.5).T
+    # e4m3 products are exact in float32; float accumulation over k = 64, then one rounding to the result
+    tol = 1e-2 if out_dtype == "bfloat16" else 1e-4
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())

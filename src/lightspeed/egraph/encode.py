@@ -146,8 +146,8 @@ def encode_graph(graph: Graph) -> EncodedGraph:
             assert isinstance(n.arg, ConstantValue)
             enc.constants.append(n.arg)
             term = f"(Constant {len(enc.constants) - 1} {elist_to_egg(n.shape, cache)} ({DTYPE_CTOR[n.dtype]}))"
-            if n.arg.is_scalar and n.arg.value.astype(np.float64) == 1.0:
-                lines.append(f"(unit_constant {len(enc.constants) - 1})")
+            if n.arg.is_scalar and n.arg.value.astype(np.float64) in (0.0, 1.0) and not np.signbit(n.arg.value):
+                lines.append(f"({'unit' if n.arg.value else 'zero'}_constant {len(enc.constants) - 1})")
         elif name == "Output":
             term = f"(Output {egg_string(n.arg)} {ins})"
         elif name == "Iota":

@@ -18,7 +18,8 @@ CUDA graph per program and thread.
 debuggers and ``compute-sanitizer``).
 
 * **cuBLASLt** (:mod:`.cublaslt`): static-shape float32/bfloat16/float16 matmuls are also offered to
-  the search as ``LtMatmul`` (a library call inside the same graph).  ``LIGHTSPEED_CUBLASLT`` (or
+  the search as ``LtMatmul`` (a library call inside the same graph), and matmuls followed by a row
+  bias and/or ReLU as ``LtMatmulBias`` / ``LtMatmulEpi`` (cuBLASLt's epilogues).  ``LIGHTSPEED_CUBLASLT`` (or
   ``CudaBackend(cublaslt=...)``): ``search`` (the default: an alternative the search measures),
   ``always`` (every matmul cuBLASLt can compute runs there, whatever the search chose), ``off``
   (not offered).
@@ -38,7 +39,7 @@ import numpy as np
 from ... import dtypes as dt
 from ...dtypes import DType
 from ...egraph.llir import LOp
-from ...errors import InputError
+from ...errors import InputError, LightspeedError
 from ...program import Program, to_numpy
 from .. import register_backend
 from ..codegen.backend import KernelBackend
@@ -105,11 +106,14 @@ class GpuExecutor(Executor):
     def library(self, op: LOp, in_dtypes: list[DType]) -> list[KernelSpec] | None:
         """An ``LtMatmul`` (with ``cublaslt="always"``: any matmul) that cuBLASLt can compute, as
         one library launch; None otherwise (the generated kernel)."""
-        if op.op not in ("LtMatmul", "LtMatmulAdd") and not (
+        if op.op not in ("LtMatmul", "LtMatmulAdd", "LtMatmulEpi", "LtMatmulBias", "LtMatmulFp8") and not (
                 self.cublaslt == "always" and op.op in ("Matmul", "MatmulAdd")):
             return None
         plan = lt.plan_matmul(op, in_dtypes)
         if plan is None:
+            if op.op in ("LtMatmulEpi", "LtMatmulBias", "LtMatmulFp8"):  # only cuBLASLt computes these
+                raise LightspeedError(f"{op.op} ({op.args.get('epilogue')}): no cuBLASLt plan for this matmul "
+                                      "(the rules offer it only where one exists)")
             return None
         spec = lt.library_spec(plan, "r_view" in op.args)
         with self._lock:

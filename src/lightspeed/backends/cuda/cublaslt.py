@@ -1,5 +1,5 @@
-"""cuBLASLt matmuls for the ``cuda`` backend: the ``LtMatmul`` / ``LtMatmulAdd`` ops, their plan and
-their run-time calls.
+"""cuBLASLt matmuls for the ``cuda`` backend: the ``LtMatmul`` / ``LtMatmulAdd`` ops (and their
+epilogue and fp8 forms), their plan and their run-time calls.
 
 *The alternative.*  ``cublaslt.egg`` (ruleset ``cublaslt``) unions every generic ``Matmul`` /
 ``MatmulAdd`` of static m, n, k whose operands and result share one dtype of float32, bfloat16 and
@@ -8,6 +8,8 @@ float16 (and, for ``MatmulAdd``, whose addend is read row-major with the result'
 kernel and keeps the faster.  The rule is a prefilter; :func:`plan_matmul` decides.  An ``LtMatmul``
 without a plan (a dynamic stride, batch dims that do not collapse, ...) runs the generated matmul
 kernel (``render_op`` treats it as ``Matmul``), so the alternative is never wrong, at worst the same.
+Epilogues (``LtMatmulBias``: a row bias, optionally ReLU; ``LtMatmulEpi``: ReLU) and fp8
+(``LtMatmulFp8``, no rule yet) have no generated kernel: their rules admit only what is planned.
 
 *The plan* (pure Python, no GPU): cuBLASLt is column-major, and a row-major ``C[m, n]`` read
 column-major is ``C^T [n, m]`` with leading dimension n; so ``C = A @ B`` runs as
@@ -43,14 +45,36 @@ from ...errors import LightspeedError
 from ...symbolic import const
 from ..codegen.render import KernelSpec
 
-__all__ = ["LT_MATMUL", "LT_MATMUL_ADD", "LT_OPS", "RULE_FILE", "LtLayout", "LtPlan", "plan_matmul", "library_spec",
-           "Library", "WORKSPACE_BYTES"]
+__all__ = ["LT_MATMUL", "LT_MATMUL_ADD", "LT_MATMUL_EPI", "LT_MATMUL_BIAS", "LT_MATMUL_FP8", "LT_OPS", "EPILOGUES",
+           "RULE_FILE", "LtLayout", "LtPlan", "plan_matmul", "library_spec", "Library", "WORKSPACE_BYTES"]
 
 # the same fields as the generic ops (rules/linalg.egg; egraph/decl.py), so the generated matmul
 # kernel can always compute them too
 LT_MATMUL = OpDecl("LtMatmul", MATMUL.fields, "Matmul through cuBLASLt (cuda backend)")
 LT_MATMUL_ADD = OpDecl("LtMatmulAdd", MATMUL_ADD.fields, "MatmulAdd through cuBLASLt, the addend as C (beta = 1)")
-LT_OPS = (LT_MATMUL, LT_MATMUL_ADD)
+# epilogues (cuBLASLt applies them to the float accumulator, then rounds once): `epilogue` names one of
+# EPILOGUES; LtMatmulEpi has none with a bias ("relu", "gelu"), LtMatmulBias one with ("bias",
+# "relu_bias", "gelu_bias"): bias[j] (a row vector over n, read through bias_view as [m, n] with
+# strides (0, 1), offset 0) added to every row.  Only cuBLASLt computes them: without a plan the
+# executor refuses the op (the search drops that candidate), so the rules offer them only where a
+# plan exists (cublaslt.egg).  "gelu" is cuBLASLt's GELU, the tanh approximation; no rule offers it
+# yet (see docs/kernels.md).
+LT_MATMUL_EPI = OpDecl("LtMatmulEpi", (*MATMUL.fields, ("epilogue", "str")),
+                       "act(A @ B) through cuBLASLt's epilogue (cuda backend): relu or gelu")
+LT_MATMUL_BIAS = OpDecl("LtMatmulBias", (*MATMUL.fields, ("bias", "ir"), ("bias_view", "view"), ("epilogue", "str")),
+                        "act(A @ B + bias[n]) through cuBLASLt's bias epilogue: bias, relu_bias or gelu_bias")
+EPILOGUES = ("default", "relu", "gelu", "bias", "relu_bias", "gelu_bias")
+# fp8: C = (a * a_scale) @ (b * b_scale) with a, b float8_e4m3 and a_scale, b_scale float32 scalars
+# (one-element device buffers), C bfloat16 or float32; cuBLASLt's A_SCALE_POINTER / B_SCALE_POINTER.
+# Hopper's fp8 kernels take only the "TN" layout (cuBLASLt's A transposed, B not: x[m, k] row-major
+# @ W[n, k].T, a Linear's weight) with leading dimensions of 16 bytes' multiples.  No rule makes this
+# op yet (recognising cast(a) * sa @ cast(b) * sb in the e-graph is not done): it is planned and
+# run when an LLIR program holds it (tests/backends/test_cuda_cublaslt.py builds one).
+LT_MATMUL_FP8 = OpDecl("LtMatmulFp8", (*MATMUL.fields, ("a_scale", "ir"), ("b_scale", "ir")),
+                       "(a * a_scale) @ (b * b_scale), a and b float8_e4m3, per-tensor float32 scales")
+LT_OPS = (LT_MATMUL, LT_MATMUL_ADD, LT_MATMUL_EPI, LT_MATMUL_BIAS, LT_MATMUL_FP8)
+_EPI_OPS = ("LtMatmulEpi", "LtMatmulBias")
+_FP8_OUT = ("bfloat16", "float32")
 RULE_FILE = Path(__file__).with_name("cublaslt.egg")
 WORKSPACE_BYTES = 32 << 20
 MODE = "cublaslt"  # KernelSpec.mode of a library launch (no source: nothing to compile)
@@ -87,6 +111,23 @@ class LtPlan:
     a_offset: int  # elements into the op's ``b`` operand (cuBLASLt's A)
     b_offset: int  # elements into the op's ``a`` operand (cuBLASLt's B)
     beta: float  # 1.0 for MatmulAdd (C = the addend), else 0.0
+    epilogue: str = "default"  # one of EPILOGUES (cuBLASLt's CUBLASLT_EPILOGUE_*)
+    ab_dtype: str = ""  # of A and B when not ``dtype`` ("float8_e4m3": scaled, see LT_MATMUL_FP8)
+
+    @property
+    def fp8(self) -> bool:
+        return self.ab_dtype == "float8_e4m3"
+
+    @property
+    def ab_itemsize(self) -> int:
+        """Bytes per element of A and B (the operand offsets are in these)."""
+        return 1 if self.fp8 else self.itemsize
+
+    @property
+    def bias(self) -> bool:
+        """The epilogue adds a bias: a vector over cuBLASLt's M (= the op's n, one per column of
+        the row-major result), of the plan's dtype, its pointer set on the descriptor per call."""
+        return "bias" in self.epilogue
 
     @property
     def itemsize(self) -> int:
@@ -141,10 +182,19 @@ def plan_matmul(op: LOp, in_dtypes: list[DType]) -> LtPlan | None:
     whose operands have ``in_dtypes``, or None when cuBLASLt cannot compute it as it stands."""
     args = op.args
     add = "r_view" in args
-    if op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd") or len(in_dtypes) != (3 if add else 2):
+    epilogue = args.get("epilogue", "default") if op.op in _EPI_OPS else "default"
+    bias = "bias_view" in args
+    fp8 = op.op == "LtMatmulFp8"
+    if (op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd", "LtMatmulFp8", *_EPI_OPS)
+            or len(in_dtypes) != (4 if fp8 else 3 if add or bias else 2) or epilogue not in EPILOGUES
+            or bias != ("bias" in epilogue) or (add and bias)):
         return None
-    # one dtype everywhere (the seed's miscompile: an F32 C declared over a bf16 buffer)
-    if op.dtype.name not in _DTYPES or any(d != op.dtype for d in in_dtypes):
+    if fp8:  # e4m3 operands, float32 scales, a bfloat16 or float32 result: each stated, none assumed
+        if (op.dtype.name not in _FP8_OUT or [d.name for d in in_dtypes]
+                != ["float8_e4m3", "float8_e4m3", "float32", "float32"]):
+            return None
+    # otherwise one dtype everywhere (the seed's miscompile: an F32 C declared over a bf16 buffer)
+    elif op.dtype.name not in _DTYPES or any(d != op.dtype for d in in_dtypes):
         return None
     nb = len(args["batch"])
     if len(args["a_batch_strides"]) != nb or len(args["b_batch_strides"]) != nb:
@@ -167,20 +217,48 @@ def plan_matmul(op: LOp, in_dtypes: list[DType]) -> LtPlan | None:
         r = args["r_view"]
         if not r.is_contiguous or _ints(r.shape) != out_shape:
             return None
+    if bias:
+        # bias[j] for every row: one view [m, n] with strides (0, 1) at offset 0, no mask (a
+        # batched bias is not offered: cuBLASLt's bias would need a batch stride too)
+        if nb or not _is_row_bias(args["bias_view"], m, n):
+            return None
     sa, sb = _batch_stride(batch, a_bs), _batch_stride(batch, b_bs)
     # cuBLASLt's A is B^T [n, k] of the op's b: (j, l) at j*sbn + l*sbk; its B is A^T [k, m]
     la, lb = _layout(n, k, sbn, sbk), _layout(k, m, sak, sam)
     if sa is None or sb is None or la is None or lb is None:
         return None
     ld = LtLayout(n, m, n, batch_stride=m * n)
+    if fp8:
+        # TN only: cuBLASLt's A (the op's b) transposed, B (the op's a) not; 16-byte leading
+        # dimensions (1-byte operands: multiples of 16 elements), D's too; 16-byte operand offsets
+        d_bytes = 4 if op.dtype.name == "float32" else 2
+        if (not la.trans or lb.trans or la.ld % 16 or lb.ld % 16 or (n * d_bytes) % 16
+                or a_off % 16 or b_off % 16 or sa % 16 or sb % 16):
+            return None
+        return LtPlan(op.dtype.name, n, m, k, count, LtLayout(la.rows, la.cols, la.ld, la.trans, sb),
+                      LtLayout(lb.rows, lb.cols, lb.ld, lb.trans, sa), ld, b_off, a_off, 0.0, "default",
+                      "float8_e4m3")
     return LtPlan(op.dtype.name, n, m, k, count, LtLayout(la.rows, la.cols, la.ld, la.trans, sb),
-                  LtLayout(lb.rows, lb.cols, lb.ld, lb.trans, sa), ld, b_off, a_off, 1.0 if add else 0.0)
+                  LtLayout(lb.rows, lb.cols, lb.ld, lb.trans, sa), ld, b_off, a_off, 1.0 if add else 0.0, epilogue)
+
+
+def _is_row_bias(view, m: int, n: int) -> bool:
+    """``view`` reads element (i, j) of an [m, n] result at j: a row vector broadcast over rows."""
+    views = getattr(view, "views", None)
+    if not views or len(views) != 1:
+        return False
+    v = views[0]
+    if v.mask is not None or _ints(v.shape) != [m, n]:
+        return False
+    st, off = _ints(v.strides), _ints([v.offset])
+    return st is not None and off == [0] and (st[1] == 1 or n == 1) and (st[0] == 0 or m == 1)
 
 
 def library_spec(plan: LtPlan, add: bool) -> KernelSpec:
     """The launch-list entry of a cuBLASLt call: no source (nothing to compile), no dims; buffers
-    in the order :meth:`Library.run` reads them: result, the op's a, b (and the addend)."""
-    return KernelSpec(f"cublaslt_{plan.key}", "", (), ("out", 0, 1, 2) if add else ("out", 0, 1), MODE, const(0))
+    in the order :meth:`Library.run` reads them: result, the op's a, b (and the addend or bias)."""
+    bufs = ("out", 0, 1, 2, 3) if plan.fp8 else ("out", 0, 1, 2) if add or plan.bias else ("out", 0, 1)
+    return KernelSpec(f"cublaslt_{plan.key}", "", (), bufs, MODE, const(0))
 
 
 # ---------------------------------------------------------------------------- the GPU side
@@ -206,6 +284,7 @@ class Library:
         self._prepared: dict[LtPlan, tuple] = {}
         self._algos: dict[tuple, Any] = {}
         self._lock = threading.Lock()
+        self._call_lock = threading.Lock()  # a bias pointer set on a shared descriptor, then the call
         self._alpha = np.ones(1, np.float32)
         self._betas = {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
 
@@ -213,11 +292,15 @@ class Library:
         buf = np.asarray([value], dtype=getter_dtype(attr))
         setter(obj, attr, buf.ctypes.data, buf.itemsize)
 
-    def _layout(self, plan: LtPlan, lay: LtLayout) -> int:
+    def _dtype(self, name: str) -> int:
+        return int({"float32": self.types.CUDA_R_32F, "bfloat16": self.types.CUDA_R_16BF,
+                    "float16": self.types.CUDA_R_16F, "float8_e4m3": self.types.CUDA_R_8F_E4M3}[name])
+
+    def _layout(self, plan: LtPlan, lay: LtLayout, operand: bool = False) -> int:
+        """A layout of the plan's dtype (``operand``: of A and B's dtype)."""
         lt = self.lt
-        dtype = {"float32": self.types.CUDA_R_32F, "bfloat16": self.types.CUDA_R_16BF,
-                 "float16": self.types.CUDA_R_16F}[plan.dtype]
-        h = lt.matrix_layout_create(int(dtype), lay.rows, lay.cols, lay.ld)
+        dtype = plan.ab_dtype if operand and plan.ab_dtype else plan.dtype
+        h = lt.matrix_layout_create(self._dtype(dtype), lay.rows, lay.cols, lay.ld)
         if plan.batch > 1:
             attr = lt.MatrixLayoutAttribute
             self._set(lt.matrix_layout_set_attribute, lt.get_matrix_layout_attribute_dtype, h, attr.BATCH_COUNT,
@@ -241,7 +324,14 @@ class Library:
                 for a, trans in ((attr.TRANSA, plan.a.trans), (attr.TRANSB, plan.b.trans)):
                     self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc, a,
                               int(op.T if trans else op.N))
-                got = (desc, self._layout(plan, plan.a), self._layout(plan, plan.b), self._layout(plan, plan.d))
+                if plan.epilogue != "default":
+                    self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc, attr.EPILOGUE,
+                              int(getattr(lt.Epilogue, plan.epilogue.upper())))
+                if plan.bias:  # the bias in the result's dtype (cuBLASLt's default for D, set explicitly)
+                    self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc,
+                              attr.BIAS_DATA_TYPE, self._dtype(plan.dtype))
+                got = (desc, self._layout(plan, plan.a, True), self._layout(plan, plan.b, True),
+                       self._layout(plan, plan.d))
                 self._prepared[plan] = got
         return got
 
@@ -279,9 +369,10 @@ class Library:
     @staticmethod
     def _pointers(plan: LtPlan, ptrs: tuple[int, ...]) -> tuple[int, int, int, int]:
         """cuBLASLt's A, B, C, D from the table's addresses of the result, the op's a, b (and
-        addend), in :func:`library_spec`'s order: A is the op's b (offsets folded in)."""
+        addend), in :func:`library_spec`'s order: A is the op's b (offsets folded in); C is D
+        unless beta = 1 (a bias is no C: :meth:`run` sets it on the descriptor)."""
         out, pa, pb = ptrs[0], ptrs[1], ptrs[2]
-        return (pb + plan.a_offset * plan.itemsize, pa + plan.b_offset * plan.itemsize,
+        return (pb + plan.a_offset * plan.ab_itemsize, pa + plan.b_offset * plan.ab_itemsize,
                 ptrs[3] if plan.beta else out, out)
 
     def prepare_call(self, plan: LtPlan, ptrs: tuple[int, ...]) -> None:
@@ -294,8 +385,24 @@ class Library:
         a, b, c, d = self._pointers(plan, ptrs)
         desc, la, lb, ld = self.prepare(plan)
         _, algo = self.algorithm(plan, (a, b, c, d))
-        self.lt.matmul(self.handle, desc, self._alpha.ctypes.data, a, la, b, lb, self._betas[plan.beta].ctypes.data,
-                       c, ld, d, ld, algo.ctypes.data, workspace, WORKSPACE_BYTES, stream)
+        if not plan.bias and not plan.fp8:
+            self.lt.matmul(self.handle, desc, self._alpha.ctypes.data, a, la, b, lb,
+                           self._betas[plan.beta].ctypes.data, c, ld, d, ld, algo.ctypes.data, workspace,
+                           WORKSPACE_BYTES, stream)
+            return
+        # the bias (fp8: scale) pointers live on the (per-plan, shared) descriptor: set, call, one lock;
+        # cuBLASLt reads it when the call is enqueued (a captured graph keeps it: the executor
+        # captures again when it changes, as for A, B, C, D)
+        lt = self.lt
+        attr = lt.MatmulDescAttribute
+        # fp8: the scale of cuBLASLt's A is the op's b's (ptrs[4]), of its B the op's a's (ptrs[3])
+        per_call = (((attr.A_SCALE_POINTER, ptrs[4]), (attr.B_SCALE_POINTER, ptrs[3])) if plan.fp8
+                    else ((attr.BIAS_POINTER, ptrs[3]),))
+        with self._call_lock:
+            for which, ptr in per_call:
+                self._set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, desc, which, ptr)
+            lt.matmul(self.handle, desc, self._alpha.ctypes.data, a, la, b, lb, self._betas[plan.beta].ctypes.data,
+                      c, ld, d, ld, algo.ctypes.data, workspace, WORKSPACE_BYTES, stream)
 
 
 _library: Library | None = None
