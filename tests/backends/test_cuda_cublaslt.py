@@ -303,6 +303,8 @@ def test_fp8_through_the_library(out_dtype):
     driver.device().sync(stream)
     got = out.numpy().astype(np.float64)
     want = (xq.astype(np.float64) * 0.75) @ (wq.astype(np.float64) * 1.5).T
-    # e4m3 products are exact in float32; float accumulation over k = 64, then one rounding to the result
-    tol = 1e-2 if out_dtype == "bfloat16" else 1e-4
+    # e4m3 products are exact, but Hopper's fp8 tensor cores accumulate with fewer mantissa bits than
+    # float32 (measured on the H200, 2026-12-03: 2.6e-4 relative at worst on this product, 1 element of
+    # 1536 past 1e-4), so the float32-output contract is 1e-3 of the result's scale
+    tol = 1e-2 if out_dtype == "bfloat16" else 1e-3
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
