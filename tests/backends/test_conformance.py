@@ -123,6 +123,35 @@ def test_model_blocks_match_reference(backend, block):
             assert n > 5
 
 
+def _bf16_block():
+    """A small pre-norm attention + MLP block entirely in bfloat16 (weights and activations)."""
+    g = ls.Graph()
+    bf = ls.bfloat16
+    x = g.input("x", ("s", 16), bf)
+    wq, wk, wv, wo = (g.input(n, (16, 16), bf) for n in ("wq", "wk", "wv", "wo"))
+    h = ls.rms_norm(x, (16,), g.input("g", (16,), bf), eps=1e-6)
+    att = ((h @ wq) @ (h @ wk).transpose(0, 1) * 0.25).softmax(-1)
+    y = x + (att @ (h @ wv)) @ wo
+    w1, w2 = g.input("w1", (16, 32), bf), g.input("w2", (32, 16), bf)
+    g.output("y", y + (y @ w1).silu() @ w2)
+    return g
+
+
+@pytest.mark.parametrize("backend", SEARCHED, ids=_ids(SEARCHED))
+def test_bfloat16_block_random_candidates_match_reference(backend):
+    """bfloat16 end to end: every random candidate (regions computed in float and rounded once when
+    they store, matmuls accumulated in float) within bfloat16's tolerance of the reference, which
+    rounds after every primitive."""
+    _require(backend)
+    g = _bf16_block()
+    for dims in ({"s": 1}, {"s": 7}):
+        inputs = random_inputs(g, dims, seed=3)
+        _, _, n = random_candidates_agree(backend, g, inputs, dims, n=6 if backend.name == "native" else 20,
+                                          rtol=3e-2, atol=3e-2)
+        # a backend that fuses no bfloat16 regions (cpu: numpy) has the primitive program only
+        assert n > 3 if ls.bfloat16 in backend.fuse_dtypes else n >= 1
+
+
 TINY = dict(model_type="llama", vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
             num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-6, rope_theta=10000.0,
             tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
