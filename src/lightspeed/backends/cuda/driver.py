@@ -252,9 +252,13 @@ class DeviceArray:
         return out
 
     def numpy(self, stream: Any = None) -> np.ndarray:
-        """A host copy."""
+        """A host copy.  Without ``stream``, after all work on the device: the legacy default stream
+        does not wait for the non-blocking streams programs run on (a copy there could read an
+        output before the kernel that writes it has run)."""
         out = np.empty(self.shape, self.dtype)
         dev = device()
+        if stream is None:
+            check(bindings().cuCtxSynchronize(), "cuCtxSynchronize")
         dev.download(out, self.ptr, stream or 0)
         dev.sync(stream or 0)
         return out
