@@ -1,80 +1,185 @@
-"""SmolLM2-135M-Instruct decode on the CPU: lightspeed (the file ``lightspeed run llama`` loads, its
-Q4_1 blocks dequantised to float32) beside llama.cpp on the same GGUF file, in one run.
+"""SmolLM2-135M-Instruct decode on the CPU, every system on the same GGUF file in one run:
+lightspeed (the file ``lightspeed run llama`` loads, Q4_1 blocks dequantised to float32; the
+``native`` generated kernels and the numpy ``cpu`` backend), llama.cpp (the blocks as they are) and
+PyTorch eager (transformers' LlamaForCausalLM on the same dequantised weights, its own KV cache).
 
     pip install ../shared/wheels/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl   # the peer
-    python benchmarks/llamacpp_decode.py [--steps 48] [--rounds 3] [--backend native --backend cpu]
+    python benchmarks/llamacpp_decode.py [--steps 48] [--rounds 3] [--only native cpu llama.cpp torch]
 
-Every system starts from the same prompt tokens and decodes greedily; TPOT is the median step of
-every round (rounds interleaved, so a load spike hits all alike).  llama.cpp runs with 2 threads
-and reads the Q4_1 blocks as they are (a quarter of the bytes lightspeed reads today).
+Each system runs in its own process (so its peak RSS is its own), once per round, the rounds
+interleaved (a load spike hits every system alike).  Every system starts from the same prompt
+tokens and decodes greedily.  Printed per system: TTFT (the prompt step), TPOT (median step of
+every round after the first step), tok/s, peak RSS, the bytes of weights one step reads and the %
+of the memory floor (those bytes over the copy bandwidth measured in this run), and the tokens
+(the greedy texts agree when the numerics do).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared" / "wheels"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT.parent / "shared" / "wheels"))
+SYSTEMS = ("native", "cpu", "llama.cpp", "torch")
+PROMPT = "The capital of France is"
+
+
+def copy_bandwidth() -> float:
+    a = np.ones(64 << 20, np.float32)
+    b = np.empty_like(a)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * a.nbytes / best
+
+
+def _lightspeed(backend: str, steps: int) -> dict:
+    import lightspeed as ls
+    from lightspeed.cli import load_text_model
+    from lightspeed.models.generate import Generator
+
+    tm = load_text_model("llama", progress=False)
+    prompt = tm.tokenizer.encode(PROMPT)
+    gen = Generator(tm.model, tm.tensors, backend=backend, search=ls.SearchOptions(budget=3, seed=0))
+    gen.generate(prompt, max_new_tokens=4, stop_ids=())  # warm (caches, first-call preparation)
+    res = gen.generate(prompt, max_new_tokens=steps, stop_ids=())
+    nbytes = sum(v.nbytes for v in gen.weights.values())
+    return {"ttft": res.ttft_s, "steps": res.step_s, "tokens": res.new_ids, "bytes": nbytes,
+            "label": f"lightspeed {backend} (f32 from Q4_1)"}
+
+
+def _llama_cpp(steps: int, threads: int) -> dict:
+    try:
+        import llama_portable  # noqa: F401  (points ggml at the wheel's CPU variants)
+    except ImportError:
+        pass
+    from llama_cpp import Llama
+
+    from lightspeed.weights import default_weights
+    from lightspeed.weights.tokenizer import Tokenizer
+
+    path = default_weights("llama", progress=False)
+    llm = Llama(str(path), n_threads=threads, n_ctx=512, verbose=False, logits_all=True)  # scores of the last row
+    prompt = Tokenizer.from_gguf(path).encode(PROMPT)  # the very ids lightspeed starts from
+    llm.eval(prompt)
+    llm.reset()
+    t = time.perf_counter()
+    llm.eval(prompt)
+    ttft = time.perf_counter() - t
+    out, step_s = [], []
+    for _ in range(steps):
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out.append(tok)
+        t = time.perf_counter()
+        llm.eval([tok])
+        step_s.append(time.perf_counter() - t)
+    from gguf import GGUFReader
+
+    nbytes = sum(int(t.n_bytes) for t in GGUFReader(str(path)).tensors)
+    return {"ttft": ttft, "steps": step_s, "tokens": out, "bytes": nbytes,
+            "label": f"llama.cpp Q4_1 ({threads} threads)"}
+
+
+def _torch(steps: int, threads: int) -> dict:
+    import torch
+    import transformers as tf
+
+    from lightspeed.cli import load_text_model
+
+    torch.set_num_threads(threads)
+    tm = load_text_model("llama", progress=False)
+    cfg = {k: v for k, v in tm.config.items() if k != "model_type"}
+    hf = tf.LlamaForCausalLM(tf.LlamaConfig(**cfg)).eval()
+    hf.load_state_dict({k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in tm.tensors.items()}, strict=False)
+    hf.tie_weights()
+    prompt = torch.tensor([tm.tokenizer.encode(PROMPT)])
+    with torch.no_grad():
+        hf(prompt, use_cache=True)  # warm
+        t = time.perf_counter()
+        out = hf(prompt, use_cache=True)
+        ttft = time.perf_counter() - t
+        cache, tok = out.past_key_values, int(out.logits[0, -1].argmax())
+        toks, step_s = [tok], []
+        for _ in range(steps - 1):
+            t = time.perf_counter()
+            out = hf(torch.tensor([[tok]]), past_key_values=cache, use_cache=True)
+            step_s.append(time.perf_counter() - t)
+            cache, tok = out.past_key_values, int(out.logits[0, -1].argmax())
+            toks.append(tok)
+    nbytes = sum(p.numel() * p.element_size() for p in hf.parameters())
+    return {"ttft": ttft, "steps": step_s, "tokens": toks, "bytes": nbytes,
+            "label": "PyTorch eager (transformers, f32)"}
+
+
+def child(system: str, steps: int, threads: int) -> None:
+    if system in ("native", "cpu"):
+        res = _lightspeed(system, steps)
+    elif system == "llama.cpp":
+        res = _llama_cpp(steps, threads)
+    else:
+        res = _torch(steps, threads)
+    res["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("RESULT " + json.dumps(res))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--backend", action="append", choices=["cpu", "native"])
+    ap.add_argument("--only", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = ap.parse_args()
-
-    import lightspeed as ls
-    from lightspeed.cli import load_text_model
-    from lightspeed.models.generate import Generator
-
-    tm = load_text_model("llama", progress=False)
-    prompt = tm.tokenizer.encode("The capital of France is")
-    systems = {}
-    for b in args.backend or ["native", "cpu"]:
-        gen = Generator(tm.model, tm.tensors, backend=b, search=ls.SearchOptions(budget=3, seed=0))
-
-        def run(gen=gen) -> list[float]:
-            return gen.generate(prompt, max_new_tokens=args.steps, stop_ids=()).step_s
-        systems[f"lightspeed {b} (f32 from Q4_1)"] = run
-    try:
-        try:
-            import llama_portable  # noqa: F401  (points ggml at the wheel's CPU variants)
-        except ImportError:
-            pass
-        from llama_cpp import Llama
-
-        llm = Llama(str(tm.source), n_threads=args.threads, n_ctx=512, verbose=False, logits_all=False)
-
-        def run_llama() -> list[float]:
-            llm.reset()
-            llm.eval(prompt)
-            steps = []
-            for _ in range(args.steps):
-                tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-                t = time.perf_counter()
-                llm.eval([tok])
-                steps.append(time.perf_counter() - t)
-            return steps
-        systems[f"llama.cpp Q4_1 ({args.threads} threads)"] = run_llama
-    except ImportError as e:
-        print(f"llama.cpp not measured: {e}")
-    times: dict[str, list[float]] = {k: [] for k in systems}
+    if args.child:
+        child(args.child, args.steps, args.threads)
+        return 0
+    bw = copy_bandwidth()
+    runs: dict[str, list[dict]] = {s: [] for s in args.only}
     for _ in range(args.rounds):
-        for name, run in systems.items():
-            times[name] += run()[1:]  # the first step warms up
-    print(f"SmolLM2-135M-Instruct ({Path(tm.source).name}), greedy, {args.steps} steps x {args.rounds} rounds")
-    base = statistics.median(next(iter(times.values())))
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        print(f"  {name:38s} TPOT {med * 1e3:7.2f} ms   ({med / base:.2f}x the first)")
+        for system in args.only:
+            p = subprocess.run([sys.executable, __file__, "--child", system, "--steps", str(args.steps),
+                                "--threads", str(args.threads)], capture_output=True, text=True, cwd=ROOT)
+            line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+            if p.returncode or not line:
+                print(f"{system}: not measured (exit {p.returncode}): {p.stderr.strip().splitlines()[-1:]}")
+                runs.pop(system, None)
+                continue
+            if system in runs:
+                runs[system].append(json.loads(line[0][7:]))
+    print(f"SmolLM2-135M-Instruct, greedy from {PROMPT!r}, {args.steps} steps x {args.rounds} rounds (one process "
+          f"per system and round, interleaved); {args.threads} threads; copy bandwidth {bw / 1e9:.1f} GB/s")
+    print(f"  {'system':38s} {'TTFT':>9s} {'TPOT':>9s} {'tok/s':>7s} {'peak RSS':>9s} {'bytes/step':>10s} "
+          f"{'% floor':>8s}")
+    first = None
+    tokens = {}
+    for system, rs in runs.items():
+        if not rs:
+            continue
+        tpot = statistics.median(s for r in rs for s in r["steps"][1:])
+        ttft = statistics.median(r["ttft"] for r in rs)
+        rss = max(r["rss_mb"] for r in rs)
+        nbytes = rs[0]["bytes"]
+        first = first or tpot
+        floor = nbytes / bw
+        print(f"  {rs[0]['label']:38s} {ttft * 1e3:7.1f}ms {tpot * 1e3:7.2f}ms {1 / tpot:7.1f} {rss:7.0f}MB "
+              f"{nbytes / 1e6:8.0f}MB {100 * floor / tpot:7.0f}%   ({tpot / first:.2f}x the first)")
+        tokens[system] = rs[0]["tokens"]
+    ref = next(iter(tokens.values()), None)
+    for system, toks in tokens.items():
+        same = next((i for i, (a, b) in enumerate(zip(toks, ref)) if a != b), min(len(toks), len(ref)))
+        print(f"  {system}: first {same} tokens equal to {next(iter(tokens))}'s")
     return 0
 
 
