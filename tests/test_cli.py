@@ -106,6 +106,26 @@ def test_run_gemma_alias_random(capsys):
     assert out.endswith("\n")
 
 
+def test_run_dtype_bfloat16_builds_a_bfloat16_model(capsys):
+    from lightspeed import bfloat16
+    from lightspeed.cli import load_text_model
+
+    assert load_text_model("llama", random=True, progress=False, dtype="bfloat16").model.dtype == bfloat16
+    code, out, err = run(capsys, "run", "llama", "--random", "Hi", "--max-tokens", "3", "--dtype", "bfloat16")
+    assert code == 0, err
+    assert "3 generated (max_tokens)" in err and TIMING.search(err)
+
+
+def test_whisper_rejects_dtype_and_bad_dtypes_are_usage_errors(capsys, tmp_path):
+    wav = tmp_path / "a.wav"
+    wav.write_bytes(b"")
+    code, _, err = run(capsys, "run", "whisper", str(wav), "--dtype", "bfloat16")
+    assert code == 2 and "--dtype" in err
+    with pytest.raises(SystemExit) as e:
+        run(capsys, "run", "llama", "--random", "Hi", "--dtype", "int8")
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
 def test_run_qwen3_random_subprocess():
     """End to end as a user runs it: the installed script, a fresh process."""
     script = Path(sys.executable).parent / "lightspeed"
