@@ -30,7 +30,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT.parent / "shared" / "wheels"))
-SYSTEMS = ("native", "cpu", "llama.cpp", "torch")
+SYSTEMS = ("native", "native-f32", "cpu", "llama.cpp", "torch")
 PROMPT = "The capital of France is"
 
 
@@ -45,19 +45,27 @@ def copy_bandwidth() -> float:
     return 2 * a.nbytes / best
 
 
-def _lightspeed(backend: str, steps: int) -> dict:
+def _lightspeed(backend: str, steps: int, blocks: bool = True) -> dict:
     import lightspeed as ls
     from lightspeed.cli import load_text_model
     from lightspeed.models.generate import Generator
 
     tm = load_text_model("llama", progress=False)
     prompt = tm.tokenizer.encode(PROMPT)
-    gen = Generator(tm.model, tm.tensors, backend=backend, search=ls.SearchOptions(budget=3, seed=0))
+    # copies carry no blocks (weights.quant): the float32 weights are read
+    tensors = tm.tensors if blocks else {k: v.copy() for k, v in tm.tensors.items()}
+    gen = Generator(tm.model, tensors, backend=backend, search=ls.SearchOptions(budget=3, seed=0))
     gen.generate(prompt, max_new_tokens=4, stop_ids=())  # warm (caches, first-call preparation)
     res = gen.generate(prompt, max_new_tokens=steps, stop_ids=())
-    nbytes = sum(v.nbytes for v in gen.weights.values())
+    from lightspeed.weights.quant import blocks_of
+
+    # what a step reads: the blocks where a block kernel reads them, else the float32 arrays
+    kernel_blocks = {id(a) for a in getattr(gen.decode, "block_buffers", {}).values()}
+    nbytes = sum(blocks_of(v).data.nbytes if blocks_of(v) is not None and id(blocks_of(v).data) in kernel_blocks
+                 else v.nbytes for v in gen.weights.values())
+    what = "Q4_1 blocks" if kernel_blocks else "f32 from Q4_1"
     return {"ttft": res.ttft_s, "steps": res.step_s, "tokens": res.new_ids, "bytes": nbytes,
-            "label": f"lightspeed {backend} (f32 from Q4_1)"}
+            "label": f"lightspeed {backend} ({what})"}
 
 
 def _llama_cpp(steps: int, threads: int) -> dict:
@@ -126,6 +134,8 @@ def _torch(steps: int, threads: int) -> dict:
 def child(system: str, steps: int, threads: int) -> None:
     if system in ("native", "cpu"):
         res = _lightspeed(system, steps)
+    elif system == "native-f32":
+        res = _lightspeed("native", steps, blocks=False)
     elif system == "llama.cpp":
         res = _llama_cpp(steps, threads)
     else:

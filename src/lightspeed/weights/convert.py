@@ -91,6 +91,21 @@ def fix_tensor(config: dict[str, Any], name: str, w: np.ndarray) -> np.ndarray:
     return w
 
 
+def fix_rows(config: dict[str, Any], name: str, rows: np.ndarray) -> np.ndarray | None:
+    """`fix_tensor`'s change of tensor `name` applied to per-row data of it (its quantised blocks,
+    one row of bytes per matrix row): the same row permutation, or None when the change is not a
+    permutation of whole rows (the blocks then no longer hold the fixed tensor)."""
+    model_type = config["model_type"]
+    if model_type == "llama":
+        if name.endswith("self_attn.q_proj.weight"):
+            return np.ascontiguousarray(unpermute_qk(rows, config["num_attention_heads"]))
+        if name.endswith("self_attn.k_proj.weight"):
+            return np.ascontiguousarray(unpermute_qk(rows, config["num_key_value_heads"]))
+    elif model_type == "gemma3_text" and name.endswith("norm.weight"):
+        return None
+    return rows
+
+
 # -- config ------------------------------------------------------------------------------------------------
 
 _MISSING = object()

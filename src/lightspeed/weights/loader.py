@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .convert import IGNORED_TENSORS, fix_tensor, gguf_config, hf_name
+from .convert import IGNORED_TENSORS, fix_rows, fix_tensor, gguf_config, hf_name
 from .errors import WeightError
-from .gguf_file import GGUFFile
+from .gguf_file import GGMLQuantizationType, GGUFFile
+from .quant import Blocks, attach
 from .safetensors_dir import hf_dir_files, index_weight_map, read_json, read_safetensors
 from .shapes import check_config, expected_shapes
 
@@ -110,6 +111,7 @@ def _load_gguf(p: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights:
         with _progress(sum(g.tensors[n].nbytes for n in names.values()), f"loading {p.name}", progress) as bar:
             for hname, gname in names.items():
                 tensors[hname] = fix_tensor(config, hname, g.read(gname))
+                _keep_blocks(g, config, hname, gname, tensors[hname])
                 bar.update(g.tensors[gname].nbytes)
         tok = None
         if want_tokenizer and "tokenizer.ggml.model" in g.metadata:
@@ -118,6 +120,21 @@ def _load_gguf(p: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights:
             tok = Tokenizer.from_gguf_metadata(g.metadata, source=str(p))
         metadata = g.metadata
     return LoadedWeights(config, tensors, tok, p, metadata)
+
+
+_BLOCK_TYPES = {GGMLQuantizationType.Q8_0: "q8_0", GGMLQuantizationType.Q4_0: "q4_0",
+                GGMLQuantizationType.Q4_1: "q4_1"}
+
+
+def _keep_blocks(g: GGUFFile, config: dict[str, Any], hname: str, gname: str, w: np.ndarray) -> None:
+    """Remember a Q8_0/Q4_0/Q4_1 matrix's blocks beside its float32 array (`weights.quant`): a
+    backend with block kernels reads those instead (the same values, a quarter of the bytes)."""
+    qtype = _BLOCK_TYPES.get(g.tensors[gname].qtype)
+    if qtype is None or w.ndim != 2 or w.dtype != np.float32 or not w.flags.c_contiguous:
+        return
+    rows = fix_rows(config, hname, np.array(g.raw(gname)).reshape(w.shape[0], -1))
+    if rows is not None:
+        attach(w, Blocks(qtype, rows))
 
 
 def _load_hf_dir(d: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights:

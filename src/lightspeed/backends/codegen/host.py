@@ -117,6 +117,7 @@ class HostExecutor(Executor):
 
     name = "host"
     dialect = "c"
+    block_matmuls = True
 
     def compile(self, specs: list[KernelSpec], launches: list[Launch] | None = None) -> dict[str, Any]:
         """The kernels and, when the launch list is given, one C function running them all in

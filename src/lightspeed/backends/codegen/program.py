@@ -65,6 +65,10 @@ class Executor:
         program's launch list, for an executor that compiles the sequence itself)."""
         raise NotImplementedError
 
+    # whether the executor's dialect has block kernels for matmuls against GGML-quantised weights
+    # (the c dialect: ``render.render_block_matmul``)
+    block_matmuls = False
+
     def library(self, op: LOp, in_dtypes: list[DType]) -> list[KernelSpec] | None:
         """The launches of ``op`` when the executor runs it with a library call rather than
         generated kernels (the GPU: cuBLASLt matmuls), else None.  A library spec has no source;
@@ -167,6 +171,7 @@ class KernelProgram(Program):
         self._symbolic_values = symbolic
         self._symbolic_bytes = compile_exprs([prod(ops[i].shape) * ops[i].dtype.itemsize for i in symbolic])
         self._reserved: dict[str, int] = {}
+        self.block_buffers: dict[int, Any] = {}  # table slot -> the GGML blocks a block matmul reads
         self._fresh_state()
 
     def _fresh_state(self) -> None:
@@ -204,6 +209,52 @@ class KernelProgram(Program):
                              for b in spec.buffers)
                 out.append(Launch(spec, tuple(self.dim_slot[d] for d in spec.dims) + bufs, i))
         return out
+
+    def persist(self, inputs: Mapping[str, Any] | None = None, /, **named: Any) -> KernelProgram:
+        bound = super().persist(inputs, **named)
+        if self.executor.block_matmuls:
+            bound._read_blocks()
+        return bound
+
+    def _read_blocks(self) -> None:
+        """Matmuls whose weight is a resident float32 matrix dequantised from GGML blocks
+        (``weights.quant``: a GGUF file's Q8_0/Q4_0/Q4_1 matrices) read the blocks instead, with a
+        block kernel: the same weights, dequantised in registers, a quarter of the bytes."""
+        from ...weights.quant import blocks_of
+        from .render import block_matmul_ok, render_block_matmul
+
+        ops = self.lprog.ops
+        blocks = {}
+        for i, op in enumerate(ops):
+            if op.op == "Input" and op.args["name"] in self._resident and not any(d.free_vars() for d in op.shape):
+                b = blocks_of(self._resident[op.args["name"]])
+                if b is not None and b.matches(tuple(int(d.value) for d in op.shape)):
+                    blocks[i] = b
+        if not blocks:
+            return
+        slots, buffers, slot_of = self.slots, dict(self.block_buffers), {}
+        launches = []
+        for launch in self.launches:
+            op = ops[launch.op]
+            in_dtypes = [ops[j].dtype for j in op.inputs]
+            b = blocks.get(self.buffer_of[op.inputs[1]]) if op.op in ("Matmul", "MatmulAdd") else None
+            if b is None or not block_matmul_ok(op, in_dtypes):
+                launches.append(launch)
+                continue
+            weight = self.buffer_of[op.inputs[1]]
+            if weight not in slot_of:
+                slot_of[weight], buffers[slots] = slots, b.data
+                slots += 1
+            old = launch.spec
+            target = launch.args[len(old.dims) + old.buffers.index("out")]
+            spec = render_block_matmul(op, in_dtypes, b.qtype)
+            bufs = tuple(target if x == "out" else slot_of[weight] if x == 1 else
+                         self.value_slot[self.buffer_of[op.inputs[x]]] for x in spec.buffers)
+            launches.append(Launch(spec, tuple(self.dim_slot[d] for d in spec.dims) + bufs, launch.op))
+        if not slot_of:
+            return
+        self.slots, self.block_buffers, self.launches = slots, buffers, launches
+        self.handles = self.executor.compile([launch.spec for launch in launches], launches)
 
     # ------------------------------------------------------------------ planning
     def reserve(self, **bounds: int) -> KernelProgram:
@@ -283,6 +334,8 @@ class KernelProgram(Program):
                 st.table[self.value_slot[i]] = base + off
             for i, arr in self.constants.items():
                 st.table[self.value_slot[i]] = self.executor.address(arr)
+            for slot, arr in self.block_buffers.items():
+                st.table[slot] = self.executor.address(arr)
             local.state, local.plan = st, plan
         return st
 
