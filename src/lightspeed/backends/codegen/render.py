@@ -259,50 +259,39 @@ static LS_INLINE float ls_dot4_f32(uint4 a, uint4 b) {
 #define LS_INLINE inline __attribute__((always_inline))
 static LS_INLINE float ls_bits_f(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 static LS_INLINE unsigned int ls_f_bits(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
-#if defined(__F16C__)
-/* one instruction each (without F16C, _Float16 conversions are library calls: ~50 cycles) */
-#include <immintrin.h>
-static LS_INLINE float ls_h2f(unsigned short h) { return _cvtsh_ss(h); }
-static LS_INLINE unsigned short ls_f2h(float f) { return (unsigned short)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
-#else
 static LS_INLINE float ls_h2f(unsigned short h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
 static LS_INLINE unsigned short ls_f2h(float f) {
   _Float16 x = (_Float16)f; unsigned short h; memcpy(&h, &x, 2); return h;
 }
-#endif
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-/* GGML blocks decoded into 4 vectors of 8 floats (weights 0-7, 8-15, 16-23, 24-31): the scalar
-   code's values exactly (d * q is exact; q * d + m rounds once either way) */
-#define LS_BLOCK_SIMD 1
-static LS_INLINE __m256 ls_u8x8(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)); }
-static LS_INLINE __m256 ls_i8x8(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
-static LS_INLINE void ls_blk_q4_1(const unsigned char* p, __m256* w) {
-  const __m256 d = _mm256_set1_ps(ls_h2f((unsigned short)(p[0] | p[1] << 8)));
-  const __m256 m = _mm256_set1_ps(ls_h2f((unsigned short)(p[2] | p[3] << 8)));
-  const __m128i b = _mm_loadu_si128((const __m128i*)(p + 4)), f = _mm_set1_epi8(15);
-  const __m128i lo = _mm_and_si128(b, f), hi = _mm_and_si128(_mm_srli_epi16(b, 4), f);
-  w[0] = _mm256_fmadd_ps(ls_u8x8(lo), d, m); w[1] = _mm256_fmadd_ps(ls_u8x8(_mm_srli_si128(lo, 8)), d, m);
-  w[2] = _mm256_fmadd_ps(ls_u8x8(hi), d, m); w[3] = _mm256_fmadd_ps(ls_u8x8(_mm_srli_si128(hi, 8)), d, m);
+/* GGML blocks decoded into 4 vectors of 8 floats (weights 0-7, 8-15, 16-23, 24-31) with the
+   compiler's vector extension (no intrinsics headers: <immintrin.h> alone costs ~0.6 s per
+   compile), the scalar values exactly: d * q is exact in float32, q * d + m rounds once either way */
+typedef float ls_f8 __attribute__((vector_size(32)));
+typedef int ls_i8 __attribute__((vector_size(32)));
+typedef unsigned char ls_u8 __attribute__((vector_size(8)));
+typedef signed char ls_s8 __attribute__((vector_size(8)));
+static LS_INLINE ls_f8 ls_ldf8(const float* p) { ls_f8 v; memcpy(&v, p, sizeof v); return v; }
+static LS_INLINE ls_f8 ls_u8f(ls_u8 b) { return __builtin_convertvector(__builtin_convertvector(b, ls_i8), ls_f8); }
+static LS_INLINE ls_f8 ls_s8f(ls_s8 b) { return __builtin_convertvector(__builtin_convertvector(b, ls_i8), ls_f8); }
+static LS_INLINE float ls_half(const unsigned char* p) { return ls_h2f((unsigned short)(p[0] | p[1] << 8)); }
+static LS_INLINE void ls_blk_q4_1(const unsigned char* p, ls_f8* w) {
+  const float d = ls_half(p), m = ls_half(p + 2);
+  ls_u8 b0, b1; memcpy(&b0, p + 4, 8); memcpy(&b1, p + 12, 8);
+  w[0] = ls_u8f(b0 & 15) * d + m; w[1] = ls_u8f(b1 & 15) * d + m;
+  w[2] = ls_u8f(b0 >> 4) * d + m; w[3] = ls_u8f(b1 >> 4) * d + m;
 }
-static LS_INLINE void ls_blk_q4_0(const unsigned char* p, __m256* w) {
-  const __m256 d = _mm256_set1_ps(ls_h2f((unsigned short)(p[0] | p[1] << 8)));
-  const __m128i b = _mm_loadu_si128((const __m128i*)(p + 2)), f = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
-  const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, f), e), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), f), e);
-  w[0] = _mm256_mul_ps(ls_i8x8(lo), d); w[1] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(lo, 8)), d);
-  w[2] = _mm256_mul_ps(ls_i8x8(hi), d); w[3] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(hi, 8)), d);
+static LS_INLINE void ls_blk_q4_0(const unsigned char* p, ls_f8* w) {
+  const float d = ls_half(p);
+  ls_u8 b0, b1; memcpy(&b0, p + 2, 8); memcpy(&b1, p + 10, 8);
+  w[0] = (ls_u8f(b0 & 15) - 8.0f) * d; w[1] = (ls_u8f(b1 & 15) - 8.0f) * d;
+  w[2] = (ls_u8f(b0 >> 4) - 8.0f) * d; w[3] = (ls_u8f(b1 >> 4) - 8.0f) * d;
 }
-static LS_INLINE void ls_blk_q8_0(const unsigned char* p, __m256* w) {
-  const __m256 d = _mm256_set1_ps(ls_h2f((unsigned short)(p[0] | p[1] << 8)));
-  const __m128i b0 = _mm_loadu_si128((const __m128i*)(p + 2)), b1 = _mm_loadu_si128((const __m128i*)(p + 18));
-  w[0] = _mm256_mul_ps(ls_i8x8(b0), d); w[1] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(b0, 8)), d);
-  w[2] = _mm256_mul_ps(ls_i8x8(b1), d); w[3] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(b1, 8)), d);
+static LS_INLINE void ls_blk_q8_0(const unsigned char* p, ls_f8* w) {
+  const float d = ls_half(p);
+  ls_s8 b[4]; memcpy(b, p + 2, 32);
+  w[0] = ls_s8f(b[0]) * d; w[1] = ls_s8f(b[1]) * d; w[2] = ls_s8f(b[2]) * d; w[3] = ls_s8f(b[3]) * d;
 }
-static LS_INLINE float ls_hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-}
-#endif
+static LS_INLINE float ls_hsum8(ls_f8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
 """ + _PRELUDE_COMMON,
 }
 
@@ -842,21 +831,7 @@ def block_matmul_ok(op: LOp, in_dtypes: list[DType]) -> bool:
             and a["a_stride_k"] == 1 and a["b_stride_k"] == 1 and a["b_stride_n"] == k and a["b_offset"] == 0)
 
 
-# a block's weights as float: scale d (and min m) are float16 at the block's start; q4_1 / q4_0 keep
-# 32 4-bit values in 16 bytes (byte t: value t in its low nibble, value t + 16 in its high one);
-# q8_0 32 signed bytes.  d * q is exact in float32, so these are the dequantised weights bit for bit.
-_BLOCK_DOT = {
-    "q4_1": ("const float d = ls_h2f((unsigned short)(p[0] | p[1] << 8)), "
-             "mn = ls_h2f((unsigned short)(p[2] | p[3] << 8));",
-             "const unsigned char* qs = p + 4;",
-             "((float)(qs[t] & 15) * d + mn)", "((float)(qs[t] >> 4) * d + mn)"),
-    "q4_0": ("const float d = ls_h2f((unsigned short)(p[0] | p[1] << 8));",
-             "const unsigned char* qs = p + 2;",
-             "((float)((int)(qs[t] & 15) - 8) * d)", "((float)((int)(qs[t] >> 4) - 8) * d)"),
-    "q8_0": ("const float d = ls_h2f((unsigned short)(p[0] | p[1] << 8));",
-             "const signed char* qs = (const signed char*)(p + 2);",
-             "((float)qs[t] * d)", "((float)qs[t + 16] * d)"),
-}
+_BLOCK_TYPES = ("q4_1", "q4_0", "q8_0")  # the prelude's ls_blk_* decoders
 
 
 def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSpec:
@@ -866,63 +841,42 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSp
     decoded once into 32 floats and dotted with every row of A.  Requires :func:`block_matmul_ok`."""
     from ...weights.quant import BLOCK_BYTES, QK
 
-    if not block_matmul_ok(op, in_dtypes) or qtype not in _BLOCK_DOT:
+    if not block_matmul_ok(op, in_dtypes) or qtype not in _BLOCK_TYPES:
         raise LightspeedError(f"kernel renderer: no {qtype} block kernel for this {op.op}")
     a = op.args
     m, n, k = a["m"], a["n"], a["k"]
-    nbytes, half = BLOCK_BYTES[qtype], QK // 2
-    scale, ints, lo, hi = _BLOCK_DOT[qtype]
+    nbytes = BLOCK_BYTES[qtype]
     w = _Writer("c")
     w.index_vars |= {"j", "i", "_ls_item"}
     nn, mm, kk = w.expr(n), w.expr(m), w.expr(k)
     oa, sam = w.expr(a["a_offset"]), w.expr(a["a_stride_m"])
     w.push()
     w.line(f"const unsigned char* rb = (const unsigned char*)in1 + j * ({kk} / {QK}) * {nbytes};")
-    # with AVX2: a block decoded into 4 vectors; one row of A (decode) keeps 4 accumulators across
-    # the blocks, more rows each take a dot per block
-    w.line("#ifdef LS_BLOCK_SIMD")
+    # a block decoded into 4 vectors of 8 (the prelude's ls_blk_*); one row of A (decode) keeps 4
+    # accumulators across the blocks, more rows each take a dot per block
     w.line(f"if ({mm} == 1) {{")
     w.line(f"  const float* xa = in0 + {oa};")
-    w.line("  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, wv[4];")
+    w.line("  ls_f8 a0 = {0, 0, 0, 0, 0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0, wv[4];")
     w.line(f"  for (long long blk = 0; blk < {kk} / {QK}; blk++) {{")
     w.line(f"    ls_blk_{qtype}(rb + blk * {nbytes}, wv);")
     w.line(f"    const float* xb = xa + blk * {QK};")
     for q in range(4):
-        w.line(f"    a{q} = _mm256_fmadd_ps(_mm256_loadu_ps(xb + {8 * q}), wv[{q}], a{q});")
+        w.line(f"    a{q} += ls_ldf8(xb + {8 * q}) * wv[{q}];")
     w.line("  }")
-    w.line("  out[j] = ls_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));")
+    w.line("  out[j] = ls_hsum8((a0 + a1) + (a2 + a3));")
     w.line("} else {")
     w.line(f"  for (long long i = 0; i < {mm}; i++) out[i * {nn} + j] = 0.0f;")
     w.line(f"  for (long long blk = 0; blk < {kk} / {QK}; blk++) {{")
-    w.line("    __m256 wv[4];")
+    w.line("    ls_f8 wv[4];")
     w.line(f"    ls_blk_{qtype}(rb + blk * {nbytes}, wv);")
     w.line(f"    for (long long i = 0; i < {mm}; i++) {{")
     w.line(f"      const float* xb = in0 + {oa} + i * {sam} + blk * {QK};")
-    w.line("      __m256 s = _mm256_mul_ps(_mm256_loadu_ps(xb), wv[0]);")
-    for q in range(1, 4):
-        w.line(f"      s = _mm256_fmadd_ps(_mm256_loadu_ps(xb + {8 * q}), wv[{q}], s);")
+    w.line("      const ls_f8 s = (ls_ldf8(xb) * wv[0] + ls_ldf8(xb + 8) * wv[1]) + "
+           "(ls_ldf8(xb + 16) * wv[2] + ls_ldf8(xb + 24) * wv[3]);")
     w.line(f"      out[i * {nn} + j] += ls_hsum8(s);")
     w.line("    }")
     w.line("  }")
     w.line("}")
-    w.line("#else")
-    w.line(f"for (long long i = 0; i < {mm}; i++) out[i * {nn} + j] = 0.0f;")
-    w.line(f"for (long long blk = 0; blk < {kk} / {QK}; blk++) {{")
-    w.line(f"  const unsigned char* p = rb + blk * {nbytes};")
-    w.line(f"  {scale}")
-    w.line(f"  {ints}")
-    w.line(f"  float wv[{QK}];")
-    w.line(f"  for (int t = 0; t < {half}; t++) {{ wv[t] = {lo}; wv[t + {half}] = {hi}; }}")
-    w.line(f"  for (long long i = 0; i < {mm}; i++) {{")
-    w.line(f"    const float* xa = in0 + {oa} + i * {sam} + blk * {QK};")
-    w.line("    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};")
-    w.line(f"    for (int t = 0; t < {QK}; t += 8)")
-    w.line("      for (int q = 0; q < 8; q++) part[q] += xa[t + q] * wv[t + q];")
-    w.line(f"    out[i * {nn} + j] += ((part[0] + part[1]) + (part[2] + part[3])) + "
-           "((part[4] + part[5]) + (part[6] + part[7]));")
-    w.line("  }")
-    w.line("}")
-    w.line("#endif")
     bufs = [("out", "float", True, "out"), ("in0", "float", False, 0), ("in1", "float", False, 1)]
     if op.op == "MatmulAdd":
         region = _Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
