@@ -263,17 +263,63 @@ static LS_INLINE float ls_h2f(unsigned short h) { _Float16 x; memcpy(&x, &h, 2);
 static LS_INLINE unsigned short ls_f2h(float f) {
   _Float16 x = (_Float16)f; unsigned short h; memcpy(&h, &x, 2); return h;
 }
-/* GGML blocks decoded into 4 vectors of 8 floats (weights 0-7, 8-15, 16-23, 24-31) with the
-   compiler's vector extension (no intrinsics headers: <immintrin.h> alone costs ~0.6 s per
-   compile), the scalar values exactly: d * q is exact in float32, q * d + m rounds once either way */
+""" + _PRELUDE_COMMON,
+}
+
+
+# Included only by programs with block matmuls (``module_source``): <immintrin.h> alone costs ~0.6 s
+# per compile.  GGML blocks decoded into 4 vectors of 8 floats (weights 0-7, 8-15, 16-23, 24-31), the
+# scalar values exactly: d * q is exact in float32, and q * d + m rounds once either way.  AVX2 +
+# FMA intrinsics where the compiler targets them, else the compiler's vector extension (slower:
+# GCC 12 widens bytes through the stack).
+_BLOCK_PRELUDE = r"""
+static LS_INLINE float ls_half(const unsigned char* p) { return ls_h2f((unsigned short)(p[0] | p[1] << 8)); }
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+typedef __m256 ls_f8;
+static LS_INLINE ls_f8 ls_ldf8(const float* p) { return _mm256_loadu_ps(p); }
+static LS_INLINE ls_f8 ls_zero8(void) { return _mm256_setzero_ps(); }
+static LS_INLINE ls_f8 ls_fma8(ls_f8 a, ls_f8 b, ls_f8 c) { return _mm256_fmadd_ps(a, b, c); }
+static LS_INLINE ls_f8 ls_add8(ls_f8 a, ls_f8 b) { return _mm256_add_ps(a, b); }
+static LS_INLINE ls_f8 ls_u8x8(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)); }
+static LS_INLINE ls_f8 ls_i8x8(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
+static LS_INLINE void ls_blk_q4_1(const unsigned char* p, ls_f8* w) {
+  const ls_f8 d = _mm256_set1_ps(ls_half(p)), m = _mm256_set1_ps(ls_half(p + 2));
+  const __m128i b = _mm_loadu_si128((const __m128i*)(p + 4)), f = _mm_set1_epi8(15);
+  const __m128i lo = _mm_and_si128(b, f), hi = _mm_and_si128(_mm_srli_epi16(b, 4), f);
+  w[0] = _mm256_fmadd_ps(ls_u8x8(lo), d, m); w[1] = _mm256_fmadd_ps(ls_u8x8(_mm_srli_si128(lo, 8)), d, m);
+  w[2] = _mm256_fmadd_ps(ls_u8x8(hi), d, m); w[3] = _mm256_fmadd_ps(ls_u8x8(_mm_srli_si128(hi, 8)), d, m);
+}
+static LS_INLINE void ls_blk_q4_0(const unsigned char* p, ls_f8* w) {
+  const ls_f8 d = _mm256_set1_ps(ls_half(p));
+  const __m128i b = _mm_loadu_si128((const __m128i*)(p + 2)), f = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
+  const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, f), e);
+  const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), f), e);
+  w[0] = _mm256_mul_ps(ls_i8x8(lo), d); w[1] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(lo, 8)), d);
+  w[2] = _mm256_mul_ps(ls_i8x8(hi), d); w[3] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(hi, 8)), d);
+}
+static LS_INLINE void ls_blk_q8_0(const unsigned char* p, ls_f8* w) {
+  const ls_f8 d = _mm256_set1_ps(ls_half(p));
+  const __m128i b0 = _mm_loadu_si128((const __m128i*)(p + 2)), b1 = _mm_loadu_si128((const __m128i*)(p + 18));
+  w[0] = _mm256_mul_ps(ls_i8x8(b0), d); w[1] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(b0, 8)), d);
+  w[2] = _mm256_mul_ps(ls_i8x8(b1), d); w[3] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(b1, 8)), d);
+}
+static LS_INLINE float ls_hsum8(ls_f8 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+#else
 typedef float ls_f8 __attribute__((vector_size(32)));
 typedef int ls_i8 __attribute__((vector_size(32)));
 typedef unsigned char ls_u8 __attribute__((vector_size(8)));
 typedef signed char ls_s8 __attribute__((vector_size(8)));
 static LS_INLINE ls_f8 ls_ldf8(const float* p) { ls_f8 v; memcpy(&v, p, sizeof v); return v; }
+static LS_INLINE ls_f8 ls_zero8(void) { ls_f8 z = {0, 0, 0, 0, 0, 0, 0, 0}; return z; }
+static LS_INLINE ls_f8 ls_fma8(ls_f8 a, ls_f8 b, ls_f8 c) { return a * b + c; }
+static LS_INLINE ls_f8 ls_add8(ls_f8 a, ls_f8 b) { return a + b; }
 static LS_INLINE ls_f8 ls_u8f(ls_u8 b) { return __builtin_convertvector(__builtin_convertvector(b, ls_i8), ls_f8); }
 static LS_INLINE ls_f8 ls_s8f(ls_s8 b) { return __builtin_convertvector(__builtin_convertvector(b, ls_i8), ls_f8); }
-static LS_INLINE float ls_half(const unsigned char* p) { return ls_h2f((unsigned short)(p[0] | p[1] << 8)); }
 static LS_INLINE void ls_blk_q4_1(const unsigned char* p, ls_f8* w) {
   const float d = ls_half(p), m = ls_half(p + 2);
   ls_u8 b0, b1; memcpy(&b0, p + 4, 8); memcpy(&b1, p + 12, 8);
@@ -292,8 +338,8 @@ static LS_INLINE void ls_blk_q8_0(const unsigned char* p, ls_f8* w) {
   w[0] = ls_s8f(b[0]) * d; w[1] = ls_s8f(b[1]) * d; w[2] = ls_s8f(b[2]) * d; w[3] = ls_s8f(b[3]) * d;
 }
 static LS_INLINE float ls_hsum8(ls_f8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
-""" + _PRELUDE_COMMON,
-}
+#endif
+"""
 
 
 def prelude(dialect: str) -> str:
@@ -856,14 +902,14 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSp
     # accumulators across the blocks, more rows each take a dot per block
     w.line(f"if ({mm} == 1) {{")
     w.line(f"  const float* xa = in0 + {oa};")
-    w.line("  ls_f8 a0 = {0, 0, 0, 0, 0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0, wv[4];")
+    w.line("  ls_f8 a0 = ls_zero8(), a1 = a0, a2 = a0, a3 = a0, wv[4];")
     w.line(f"  for (long long blk = 0; blk < {kk} / {QK}; blk++) {{")
     w.line(f"    ls_blk_{qtype}(rb + blk * {nbytes}, wv);")
     w.line(f"    const float* xb = xa + blk * {QK};")
     for q in range(4):
-        w.line(f"    a{q} += ls_ldf8(xb + {8 * q}) * wv[{q}];")
+        w.line(f"    a{q} = ls_fma8(ls_ldf8(xb + {8 * q}), wv[{q}], a{q});")
     w.line("  }")
-    w.line("  out[j] = ls_hsum8((a0 + a1) + (a2 + a3));")
+    w.line("  out[j] = ls_hsum8(ls_add8(ls_add8(a0, a1), ls_add8(a2, a3)));")
     w.line("} else {")
     w.line(f"  for (long long i = 0; i < {mm}; i++) out[i * {nn} + j] = 0.0f;")
     w.line(f"  for (long long blk = 0; blk < {kk} / {QK}; blk++) {{")
@@ -871,8 +917,8 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSp
     w.line(f"    ls_blk_{qtype}(rb + blk * {nbytes}, wv);")
     w.line(f"    for (long long i = 0; i < {mm}; i++) {{")
     w.line(f"      const float* xb = in0 + {oa} + i * {sam} + blk * {QK};")
-    w.line("      const ls_f8 s = (ls_ldf8(xb) * wv[0] + ls_ldf8(xb + 8) * wv[1]) + "
-           "(ls_ldf8(xb + 16) * wv[2] + ls_ldf8(xb + 24) * wv[3]);")
+    w.line("      const ls_f8 s = ls_fma8(ls_ldf8(xb + 24), wv[3], ls_fma8(ls_ldf8(xb + 16), wv[2], "
+           "ls_fma8(ls_ldf8(xb + 8), wv[1], ls_fma8(ls_ldf8(xb), wv[0], ls_zero8()))));")
     w.line(f"      out[i * {nn} + j] += ls_hsum8(s);")
     w.line("    }")
     w.line("  }")
@@ -1143,9 +1189,11 @@ def render_op(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]
 
 
 def module_source(specs: list[KernelSpec], dialect: str) -> str:
-    """One translation unit holding the prelude and every distinct kernel of ``specs``."""
+    """One translation unit holding the prelude and every distinct kernel of ``specs`` (and the
+    block decoders when a block matmul is among them)."""
     seen: dict[str, str] = {}
     for s in specs:
         seen.setdefault(s.name, s.source)
-    return prelude(dialect) + "\n" + "\n".join(seen[k] for k in sorted(seen))
+    blocks = dialect == "c" and any(name.startswith(tuple(f"ls_{q}matmul" for q in _BLOCK_TYPES)) for name in seen)
+    return prelude(dialect) + (_BLOCK_PRELUDE if blocks else "") + "\n" + "\n".join(seen[k] for k in sorted(seen))
 
