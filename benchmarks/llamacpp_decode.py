@@ -30,19 +30,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT.parent / "shared" / "wheels"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from cpu_decode import copy_bandwidth  # noqa: E402  (the same measure as the decode benchmark)
+
 SYSTEMS = ("native", "native-f32", "cpu", "llama.cpp", "torch")
 PROMPT = "The capital of France is"
-
-
-def copy_bandwidth() -> float:
-    a = np.ones(64 << 20, np.float32)
-    b = np.empty_like(a)
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
-    return 2 * a.nbytes / best
 
 
 def _lightspeed(backend: str, steps: int, blocks: bool = True) -> dict:

@@ -802,17 +802,17 @@ def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, b
     return KernelSpec(name, text.replace("KNAME", name), tuple(dims), tuple(b[3] for b in buffers), mode, count)
 
 
-def _axes_of(shape) -> tuple[list[tuple[str, Expr]], tuple[Expr, ...]]:
-    """A c-dialect loop nest over ``shape``: (the loop axes, each axis's coordinate); size-1 axes
-    are no loop (coordinate 0).  An empty shape is one item."""
+def _loop_axes(shape, prefix: str) -> tuple[list[tuple[str, Expr]], list[Expr]]:
+    """A c-dialect loop nest over ``shape``: (the loop axes, named ``prefix`` + axis number, and
+    each axis's coordinate); size-1 axes are no loop (coordinate 0).  An empty shape is one item."""
     axes, coords = [], []
     for k, d in enumerate(shape):
         if d == 1:
             coords.append(const(0))
         else:
-            axes.append((f"_ls_c{k}", d))
-            coords.append(sym(f"_ls_c{k}"))
-    return axes, tuple(coords)
+            axes.append((f"{prefix}{k}", d))
+            coords.append(sym(f"{prefix}{k}"))
+    return axes, coords
 
 
 def _region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dtypes: list[DType],
@@ -829,10 +829,10 @@ def _region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dt
     axes = None
     at = _Point.flat_var("_ls_item")
     if dialect == "c":
-        axes, coords = _axes_of(shape)
+        axes, coords = _loop_axes(shape, "_ls_c")
         w.index_vars |= {name for name, _ in axes}
         if axes:
-            at = _Point("_ls_item", sym("_ls_item"), shape, coords)
+            at = _Point("_ls_item", sym("_ls_item"), shape, tuple(coords))
     v = region.value(tree, at)
     store = f"out[_ls_item] = {_store(out_dtype, v)};"
     w.line(f"if (lane == 0) {store}" if mode == "warp" else store)
@@ -970,7 +970,7 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         # decode, cache-resident in prefill) met again for each row of B (the weights, or the
         # cached keys), which is read once from memory
         count = prod(batch) * m * n
-        axes, bcoords = _batch_axes(batch)
+        axes, bcoords = _loop_axes(batch, "_ls_b")
         axes += [("j", n), ("i", m)]
         w.index_vars |= {name for name, _ in axes}
     else:
@@ -1066,18 +1066,6 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     return _finish(w, dialect, mode, bufs, count, body, "matmul", axes, k)
 
 
-def _batch_axes(batch: list[Expr]) -> tuple[list[tuple[str, Expr]], list[Expr]]:
-    """Loop axes over a matmul's batch dims (size-1 ones are none) and each batch dim's coordinate."""
-    axes, coords = [], []
-    for q, size in enumerate(batch):
-        if size == 1:
-            coords.append(const(0))
-        else:
-            axes.append((f"_ls_b{q}", size))
-            coords.append(sym(f"_ls_b{q}"))
-    return axes, coords
-
-
 def _batch_offset(offset: Expr, coords: list[Expr], strides) -> Expr:
     out = offset
     for c, st in zip(coords, strides):
@@ -1102,7 +1090,7 @@ def _matmul_rows_c(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.index_vars |= {"_ls_item"}
     nn, kk = w.expr(n), w.expr(k)
     w.push()
-    axes, bcoords = _batch_axes(batch)
+    axes, bcoords = _loop_axes(batch, "_ls_b")
     nchunks = (n + (ROW_CHUNK - 1)) // ROW_CHUNK
     axes += [("i", m), ("_ls_jc", nchunks)]  # a loop nest: coordinates without divisions
     w.index_vars |= {name for name, _ in axes} | {"j0", "q"}
