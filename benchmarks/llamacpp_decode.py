@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT.parent / "shared" / "wheels"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from cpu_decode import copy_bandwidth  # noqa: E402  (the same measure as the decode benchmark)
 
-SYSTEMS = ("native", "native-f32", "cpu", "llama.cpp", "torch")
+SYSTEMS = ("native", "native-q8", "native-exact", "native-f32", "cpu", "llama.cpp", "torch")
 PROMPT = "The capital of France is"
 
 
@@ -53,9 +53,13 @@ def _lightspeed(backend: str, steps: int, blocks: bool = True) -> dict:
 
     # what a step reads: the blocks where a block kernel reads them, else the float32 arrays
     kernel_blocks = {id(a) for a in getattr(gen.decode, "block_buffers", {}).values()}
-    nbytes = sum(blocks_of(v).data.nbytes if blocks_of(v) is not None and id(blocks_of(v).data) in kernel_blocks
+    nbytes = sum(blocks_of(v).data.nbytes if blocks_of(v) is not None and id(blocks_of(v).packed) in kernel_blocks
                  else v.nbytes for v in gen.weights.values())
     what = "Q4_1 blocks" if kernel_blocks else "f32 from Q4_1"
+    if kernel_blocks and backend == "native":
+        from lightspeed.backends.codegen.program import block_activations
+
+        what += f", {block_activations()} activations"
     return {"ttft": res.ttft_s, "steps": res.step_s, "tokens": res.new_ids, "bytes": nbytes,
             "label": f"lightspeed {backend} ({what})"}
 
@@ -126,6 +130,9 @@ def _torch(steps: int, threads: int) -> dict:
 def child(system: str, steps: int, threads: int) -> None:
     if system in ("native", "cpu"):
         res = _lightspeed(system, steps)
+    elif system in ("native-q8", "native-exact"):  # blocks with other activations than the default
+        os.environ["LIGHTSPEED_NATIVE_ACTIVATIONS"] = "q8" if system == "native-q8" else "float"
+        res = _lightspeed("native", steps)
     elif system == "native-f32":
         res = _lightspeed("native", steps, blocks=False)
     elif system == "llama.cpp":

@@ -1,7 +1,10 @@
 """The native backend's block matmuls: weights dequantised from GGML blocks (Q8_0, Q4_0, Q4_1) are
 read as their blocks once they are resident, dequantised in registers, with the float32 weights'
-values exactly.  References: ggml's formats transcribed independently (tests/weights/quant_ref.py)
-and float64 numpy products; the float32 path of the same program."""
+values exactly.  A decode row of activations is used as floats (exact), or quantised to 16- or
+8-bit integers per block of 32 and dotted in integers (``LIGHTSPEED_NATIVE_ACTIVATIONS``).
+References: ggml's formats transcribed independently (tests/weights/quant_ref.py), the
+activations' quantisation written out in numpy, float64 products, the contract's error bound; the
+float32 path of the same program; the portable C kernels built without AVX2."""
 
 from __future__ import annotations
 
@@ -46,10 +49,15 @@ def _block_launches(prog) -> list[str]:
     return [launch.spec.name for launch in prog.launches if "q4_" in launch.spec.name or "q8_" in launch.spec.name]
 
 
+@pytest.fixture
+def exact(monkeypatch):
+    monkeypatch.setenv("LIGHTSPEED_NATIVE_ACTIVATIONS", "float")
+
+
 @pytest.mark.parametrize("add", [False, True], ids=["matmul", "matmul-add"])
 @pytest.mark.parametrize("rows", [1, 5])
 @pytest.mark.parametrize("qtype", ["q4_1", "q4_0", "q8_0"])
-def test_block_matmul_matches_float64(qtype, rows, add):
+def test_block_matmul_matches_float64(qtype, rows, add, exact):
     n, k = 48, 96
     w = _weights(qtype, n, k, seed=rows)
     g = ls.Graph()
@@ -73,6 +81,123 @@ def test_block_matmul_matches_float64(qtype, rows, add):
     np.testing.assert_allclose(got, prog(w=w, **ins)["y"], rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+def _quantised_rows(x: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """x's rows as the kernels quantise them, written out: per block of 32, d = amax / top (top =
+    127 or 32767) and q = nearest(x * (top / amax)), all in float32.  Returns (d * q in float64,
+    each element's block amax)."""
+    top = np.float32(127 if bits == 8 else 32767)
+    xb = x.astype(np.float32).reshape(x.shape[0], -1, 32)
+    amax = np.abs(xb).max(-1, keepdims=True)
+    d = (amax / top).astype(np.float32)
+    inv = np.where(amax > 0, top / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+    q = np.rint((xb * inv).astype(np.float32))
+    return (q.astype(np.float64) * d).reshape(x.shape), np.broadcast_to(amax, xb.shape).reshape(x.shape)
+
+
+@pytest.mark.parametrize("k", [96, 256, 608])  # blocks: 3 (no group of 8), 8 (one), 19 (groups and a rest)
+@pytest.mark.parametrize("qtype", ["q4_1", "q4_0", "q8_0"])
+@pytest.mark.parametrize("activations", ["q16", "q8"])
+def test_quantised_activations(activations, qtype, k, monkeypatch):
+    """A decode row quantised to 8/16-bit integers: the kernel's result is the float64 product of
+    the quantised row (written out in numpy) within float32 rounding, and within the contract's
+    bound of the exact product: |error| <= sum over elements of |w| * amax / (2 top)."""
+    monkeypatch.setenv("LIGHTSPEED_NATIVE_ACTIVATIONS", activations)
+    n = 40
+    w = _weights(qtype, n, k, seed=k)
+    g = ls.Graph()
+    x, wt = g.input("x", ("s", k)), g.input("w", (n, k))
+    g.output("y", x @ wt.transpose(0, 1) + g.input("r", ("s", n)))
+    bound = _matmul_program(g).persist(w=w)
+    assert all(name.startswith(f"ls_{qtype}matmul_{activations}_") for name in _block_launches(bound))
+    rng = np.random.default_rng(k)
+    xs = rng.standard_normal((1, k)).astype(np.float32) * np.exp(rng.standard_normal((1, k))).astype(np.float32)
+    r = rng.standard_normal((1, n)).astype(np.float32)
+    got = bound(x=xs, r=r)["y"][0].astype(np.float64)
+    xq, amax = _quantised_rows(xs, 8 if activations == "q8" else 16)
+    w64 = w.astype(np.float64)
+    want = w64 @ xq[0] + r[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    top = 127 if activations == "q8" else 32767
+    limit = np.abs(w64) @ (amax[0] / (2 * top)) * (1 + 1e-4) + 1e-5 * np.abs(want).max()
+    exact = w64 @ xs[0].astype(np.float64) + r[0]
+    assert np.all(np.abs(got - exact) <= limit), np.abs(got - exact) / limit
+    # more rows (prefill) keep float activations: the exact product
+    xs2 = np.concatenate([xs, rng.standard_normal((2, k)).astype(np.float32)])
+    r2 = rng.standard_normal((3, n)).astype(np.float32)
+    want2 = xs2.astype(np.float64) @ w64.T + r2
+    np.testing.assert_allclose(bound(x=xs2, r=r2)["y"], want2, rtol=1e-5, atol=1e-5 * np.abs(want2).max())
+
+
+def test_portable_kernels_without_avx2(tmp_path):
+    """The plain C decoders and integer dots (built for baseline x86-64, or any CPU without AVX2):
+    the same results as the float64 products, for each block type and activation kind."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    from lightspeed.backends.codegen.host import compiler
+    from lightspeed.backends.codegen.render import module_source, render_block_matmul
+
+    if shutil.which(compiler() or "") is None or not __import__("platform").machine().startswith("x86"):
+        pytest.skip("needs an x86-64 C compiler")
+    k, n = 608, 24
+    g = ls.Graph()
+    x, wt = g.input("x", ("s", k)), g.input("w", (n, k))
+    g.output("y", x @ wt.transpose(0, 1))
+    prog = _matmul_program(g)
+    op = next(o for o in prog.lprog.ops if o.op == "Matmul")
+    in_dtypes = [prog.lprog.ops[j].dtype for j in op.inputs]
+    rng = np.random.default_rng(5)
+    for qtype in ("q4_1", "q4_0", "q8_0"):
+        w = _weights(qtype, n, k, seed=3)
+        packed = blocks_of(w).packed
+        for activations in ("float", "q16", "q8"):
+            spec = render_block_matmul(op, in_dtypes, qtype, activations)
+            src = tmp_path / f"{spec.name}.c"
+            src.write_text("#ifdef __AVX2__\n#error built with AVX2\n#endif\n" + module_source([spec], "c"))
+            lib = tmp_path / f"{spec.name}.so"
+            subprocess.run([compiler(), "-O2", "-march=x86-64", "-mtune=generic", "-fopenmp", "-fPIC", "-shared",
+                            "-std=gnu11", "-o", str(lib), str(src), "-lm"], check=True, capture_output=True)
+            fn = getattr(ctypes.CDLL(str(lib)), spec.name)
+            for rows in (1, 3):
+                xs = rng.standard_normal((rows, k)).astype(np.float32)
+                out = np.zeros((rows, n), np.float32)
+                arrays = {"out": out, 0: xs, 1: packed}
+                table = np.array([rows] * len(spec.dims) + [arrays[b].ctypes.data for b in spec.buffers], np.int64)
+                fn(ctypes.c_void_p(table.ctypes.data), *range(len(table)))
+                xq = xs.astype(np.float64)
+                if rows == 1 and activations != "float":
+                    xq = _quantised_rows(xs, 8 if activations == "q8" else 16)[0]
+                want = xq @ w.astype(np.float64).T
+                np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
+                                           err_msg=f"{qtype} {activations} rows={rows}")
+
+
+def test_packed_layout_holds_the_same_bytes():
+    """Blocks.packed: per row the scales (and q4_1's mins) side by side, then the integers."""
+    for qtype, heads in (("q4_1", 4), ("q4_0", 2), ("q8_0", 2)):
+        w = _weights(qtype, 6, 96, seed=2)
+        b = blocks_of(w)
+        blocks = b.data.reshape(6, 3, -1)
+        p = b.packed
+        assert p.shape == b.data.shape and p.flags.c_contiguous
+        np.testing.assert_array_equal(p[:, :6], blocks[:, :, 0:2].reshape(6, -1))
+        if heads == 4:
+            np.testing.assert_array_equal(p[:, 6:12], blocks[:, :, 2:4].reshape(6, -1))
+        np.testing.assert_array_equal(p[:, 2 * heads // 2 * 3:], blocks[:, :, heads:].reshape(6, -1))
+        assert b.packed is p  # made once
+
+
+def test_bad_activations_setting_is_refused(monkeypatch):
+    monkeypatch.setenv("LIGHTSPEED_NATIVE_ACTIVATIONS", "int4")
+    w = _weights("q4_1", 32, 64, seed=1)
+    g = ls.Graph()
+    x, wt = g.input("x", ("s", 64)), g.input("w", (32, 64))
+    g.output("y", x @ wt.transpose(0, 1))
+    with pytest.raises(ls.LightspeedError, match="LIGHTSPEED_NATIVE_ACTIVATIONS must be one of q16, q8, float"):
+        _matmul_program(g).persist(w=w)
+
+
 def test_a_copy_of_the_weights_takes_the_float_path():
     w = _weights("q4_1", 32, 64, seed=1)
     assert blocks_of(w) is not None and blocks_of(w.copy()) is None and blocks_of(w[:]) is None
@@ -91,10 +216,13 @@ def test_blocks_must_describe_the_matrix():
         Blocks("q5_0", np.zeros((4, 44), np.uint8))
 
 
-def test_gguf_blocks_are_kept_and_decode_like_the_float_weights(tmp_path):
+@pytest.mark.parametrize("activations", ["float", "q16"])
+def test_gguf_blocks_are_kept_and_decode_like_the_float_weights(tmp_path, activations, monkeypatch):
     """A tiny Llama GGUF whose matrices are Q4_1 / Q8_0 blocks (q and k rows permuted as llama.cpp
     writes them): the loader keeps each matrix's blocks, which decode to exactly the float32 tensor
-    it returns; a native Generator reads the blocks and decodes the greedy tokens of the float path."""
+    it returns; a native Generator reads the blocks and decodes the greedy tokens of the float path
+    (float activations: logits within float32 rounding; 16-bit ones: within 1e-4 of the largest)."""
+    monkeypatch.setenv("LIGHTSPEED_NATIVE_ACTIVATIONS", activations)
     transformers = pytest.importorskip("transformers")
     gguf = pytest.importorskip("gguf")
     from lightspeed.models import from_hf_config
@@ -141,5 +269,6 @@ def test_gguf_blocks_are_kept_and_decode_like_the_float_weights(tmp_path):
     a = fast.generate(prompt, 8, stop_ids=(), keep_logits=True)
     b = plain.generate(prompt, 8, stop_ids=(), keep_logits=True)
     assert a.new_ids == b.new_ids
+    tol = 1e-5 if activations == "float" else 1e-4
     for la, lb in zip(a.logits, b.logits):
-        np.testing.assert_allclose(la, lb, rtol=1e-5, atol=1e-5 * np.abs(lb).max())
+        np.testing.assert_allclose(la, lb, rtol=tol, atol=tol * np.abs(lb).max())

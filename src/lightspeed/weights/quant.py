@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -44,6 +45,17 @@ class Blocks:
                              f"{self.data.shape}")
         if self.data.shape[1] % BLOCK_BYTES[self.qtype]:
             raise ValueError(f"{self.qtype} rows of {self.data.shape[1]} bytes are not whole blocks")
+
+    @cached_property
+    def packed(self) -> np.ndarray:
+        """The same bytes per row in the layout the block kernels read: the row's float16 scales
+        d side by side, then (q4_1) its float16 mins, then each block's integers in order (so 8
+        scales convert at once and two blocks' nibbles are one 32-byte load).  Made once."""
+        rows, nbytes = self.data.shape[0], BLOCK_BYTES[self.qtype]
+        blocks = self.data.reshape(rows, -1, nbytes)
+        heads = 4 if self.qtype == "q4_1" else 2
+        parts = [blocks[:, :, h:h + 2].reshape(rows, -1) for h in range(0, heads, 2)]
+        return np.ascontiguousarray(np.concatenate([*parts, blocks[:, :, heads:].reshape(rows, -1)], axis=1))
 
     def matches(self, shape: tuple[int, ...]) -> bool:
         """Whether these are the blocks of a float matrix of ``shape``."""

@@ -22,6 +22,7 @@ The executor provides memory, compilation and launching; see :class:`Executor`.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -223,6 +224,8 @@ class KernelProgram(Program):
         from ...weights.quant import blocks_of
         from .render import block_matmul_ok, render_block_matmul
 
+        activations = block_activations()
+
         ops = self.lprog.ops
         blocks = {}
         for i, op in enumerate(ops):
@@ -243,11 +246,11 @@ class KernelProgram(Program):
                 continue
             weight = self.buffer_of[op.inputs[1]]
             if weight not in slot_of:
-                slot_of[weight], buffers[slots] = slots, b.data
+                slot_of[weight], buffers[slots] = slots, b.packed
                 slots += 1
             old = launch.spec
             target = launch.args[len(old.dims) + old.buffers.index("out")]
-            spec = render_block_matmul(op, in_dtypes, b.qtype)
+            spec = render_block_matmul(op, in_dtypes, b.qtype, activations)
             bufs = tuple(target if x == "out" else slot_of[weight] if x == 1 else
                          self.value_slot[self.buffer_of[op.inputs[x]]] for x in spec.buffers)
             launches.append(Launch(spec, tuple(self.dim_slot[d] for d in spec.dims) + bufs, launch.op))
@@ -380,3 +383,17 @@ class KernelProgram(Program):
 
     def report(self) -> str:
         return self.search_report.format() if self.search_report is not None else "no search was run"
+
+
+def block_activations() -> str:
+    """How block matmuls treat a decode step's activation row (``LIGHTSPEED_NATIVE_ACTIVATIONS``):
+    ``q16`` (the default: two 8-bit planes per block of 32, dotted in integers), ``q8`` (one plane,
+    as llama.cpp) or ``float`` (exact: the float32 weights' result up to summation order).
+    docs/kernels.md states each one's tolerance."""
+    from .render import BLOCK_ACTIVATIONS
+
+    value = os.environ.get("LIGHTSPEED_NATIVE_ACTIVATIONS", "q16").strip().lower() or "q16"
+    if value not in BLOCK_ACTIVATIONS:
+        raise LightspeedError(f"LIGHTSPEED_NATIVE_ACTIVATIONS must be one of {', '.join(BLOCK_ACTIVATIONS)}, "
+                              f"got {value!r}")
+    return value

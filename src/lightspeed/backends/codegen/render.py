@@ -268,13 +268,19 @@ static LS_INLINE unsigned short ls_f2h(float f) {
 
 
 # Included only by programs with block matmuls (``module_source``): <immintrin.h> alone costs ~0.6 s
-# per compile.  GGML blocks decoded into 4 vectors of 8 floats (weights 0-7, 8-15, 16-23, 24-31), the
-# scalar values exactly: d * q is exact in float32, and q * d + m rounds once either way.  AVX2 +
-# FMA intrinsics where the compiler targets them, else the compiler's vector extension (slower:
-# GCC 12 widens bytes through the stack).
+# per compile.  Weight rows in the packed block layout (``weights.quant.Blocks.packed``).  The float
+# decoders (``ls_blk_*``) give the scalar values exactly: d * q is exact in float32, and q * d + m
+# rounds once either way.  The q8/q16 dots (``ls_quant_x`` + ``ls_qdot``) multiply in integers
+# (``maddubs`` / ``madd``); their only rounding beyond the float path's is x's to 8 or 16 bits.  AVX2 + FMA +
+# F16C intrinsics where the compiler targets them, else plain C (slower, the same results up to
+# summation order).
 _BLOCK_PRELUDE = r"""
 static LS_INLINE float ls_half(const unsigned char* p) { return ls_h2f((unsigned short)(p[0] | p[1] << 8)); }
-#if defined(__AVX2__) && defined(__FMA__)
+/* Packed block rows (weights.quant.Blocks.packed): per weight row, the nb float16 scales d, then
+   (q4_1) the nb float16 mins m, then the integers, 16 bytes of nibbles (q4_*: low nibbles are
+   weights 0-15) or 32 signed bytes (q8_0) per block.  Scales side by side convert 8 at a time. */
+static LS_INLINE float ls_hx(const unsigned char* p, long long b) { return ls_half(p + 2 * b); }
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 typedef __m256 ls_f8;
 static LS_INLINE ls_f8 ls_ldf8(const float* p) { return _mm256_loadu_ps(p); }
@@ -283,61 +289,202 @@ static LS_INLINE ls_f8 ls_fma8(ls_f8 a, ls_f8 b, ls_f8 c) { return _mm256_fmadd_
 static LS_INLINE ls_f8 ls_add8(ls_f8 a, ls_f8 b) { return _mm256_add_ps(a, b); }
 static LS_INLINE ls_f8 ls_u8x8(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)); }
 static LS_INLINE ls_f8 ls_i8x8(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
-static LS_INLINE void ls_blk_q4_1(const unsigned char* p, ls_f8* w) {
-  const ls_f8 d = _mm256_set1_ps(ls_half(p)), m = _mm256_set1_ps(ls_half(p + 2));
-  const __m128i b = _mm_loadu_si128((const __m128i*)(p + 4)), f = _mm_set1_epi8(15);
-  const __m128i lo = _mm_and_si128(b, f), hi = _mm_and_si128(_mm_srli_epi16(b, 4), f);
-  w[0] = _mm256_fmadd_ps(ls_u8x8(lo), d, m); w[1] = _mm256_fmadd_ps(ls_u8x8(_mm_srli_si128(lo, 8)), d, m);
-  w[2] = _mm256_fmadd_ps(ls_u8x8(hi), d, m); w[3] = _mm256_fmadd_ps(ls_u8x8(_mm_srli_si128(hi, 8)), d, m);
-}
-static LS_INLINE void ls_blk_q4_0(const unsigned char* p, ls_f8* w) {
-  const ls_f8 d = _mm256_set1_ps(ls_half(p));
-  const __m128i b = _mm_loadu_si128((const __m128i*)(p + 2)), f = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
-  const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, f), e);
-  const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), f), e);
-  w[0] = _mm256_mul_ps(ls_i8x8(lo), d); w[1] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(lo, 8)), d);
-  w[2] = _mm256_mul_ps(ls_i8x8(hi), d); w[3] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(hi, 8)), d);
-}
-static LS_INLINE void ls_blk_q8_0(const unsigned char* p, ls_f8* w) {
-  const ls_f8 d = _mm256_set1_ps(ls_half(p));
-  const __m128i b0 = _mm_loadu_si128((const __m128i*)(p + 2)), b1 = _mm_loadu_si128((const __m128i*)(p + 18));
-  w[0] = _mm256_mul_ps(ls_i8x8(b0), d); w[1] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(b0, 8)), d);
-  w[2] = _mm256_mul_ps(ls_i8x8(b1), d); w[3] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(b1, 8)), d);
-}
 static LS_INLINE float ls_hsum8(ls_f8 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
 }
+/* block b of a packed row decoded into 4 vectors of 8 floats (weights 0-7, ..., 24-31) */
+static LS_INLINE void ls_blk_q4_1(const unsigned char* row, long long nb, long long b, ls_f8* w) {
+  const ls_f8 d = _mm256_set1_ps(ls_hx(row, b)), m = _mm256_set1_ps(ls_hx(row, nb + b));
+  const __m128i q = _mm_loadu_si128((const __m128i*)(row + 4 * nb + 16 * b)), f = _mm_set1_epi8(15);
+  const __m128i lo = _mm_and_si128(q, f), hi = _mm_and_si128(_mm_srli_epi16(q, 4), f);
+  w[0] = _mm256_fmadd_ps(ls_u8x8(lo), d, m); w[1] = _mm256_fmadd_ps(ls_u8x8(_mm_srli_si128(lo, 8)), d, m);
+  w[2] = _mm256_fmadd_ps(ls_u8x8(hi), d, m); w[3] = _mm256_fmadd_ps(ls_u8x8(_mm_srli_si128(hi, 8)), d, m);
+}
+static LS_INLINE void ls_blk_q4_0(const unsigned char* row, long long nb, long long b, ls_f8* w) {
+  const ls_f8 d = _mm256_set1_ps(ls_hx(row, b));
+  const __m128i q = _mm_loadu_si128((const __m128i*)(row + 2 * nb + 16 * b));
+  const __m128i f = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
+  const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, f), e), hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), f), e);
+  w[0] = _mm256_mul_ps(ls_i8x8(lo), d); w[1] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(lo, 8)), d);
+  w[2] = _mm256_mul_ps(ls_i8x8(hi), d); w[3] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(hi, 8)), d);
+}
+static LS_INLINE void ls_blk_q8_0(const unsigned char* row, long long nb, long long b, ls_f8* w) {
+  const ls_f8 d = _mm256_set1_ps(ls_hx(row, b));
+  const unsigned char* q = row + 2 * nb + 32 * b;
+  const __m128i b0 = _mm_loadu_si128((const __m128i*)q), b1 = _mm_loadu_si128((const __m128i*)(q + 16));
+  w[0] = _mm256_mul_ps(ls_i8x8(b0), d); w[1] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(b0, 8)), d);
+  w[2] = _mm256_mul_ps(ls_i8x8(b1), d); w[3] = _mm256_mul_ps(ls_i8x8(_mm_srli_si128(b1, 8)), d);
+}
+/* x quantised per block of 32 to ``bits`` 8 (as llama.cpp's q8_1: d = amax / 127) or 16 (int16,
+   d = amax / 32767) bit integers q = nearest(x / d); s = d * sum(q) for the q4 offsets */
+static LS_INLINE void ls_quant_x(const float* x, long long nb, int bits, void* y, float* d, float* s) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const float top = bits == 8 ? 127.0f : 32767.0f;
+  for (long long b = 0; b < nb; b++, x += 32) {
+    __m256 v[4];
+    for (int t = 0; t < 4; t++) v[t] = _mm256_loadu_ps(x + 8 * t);
+    const __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                   _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+    const float db = amax / top, id = amax != 0.0f ? top / amax : 0.0f;
+    const __m256 mul = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int t = 0; t < 4; t++) q[t] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[t], mul), rnd));
+    const __m256i t4 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t4), _mm256_extracti128_si256(t4, 1));
+    u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0x4e));
+    u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0xb1));
+    d[b] = db; s[b] = db * (float)_mm_cvtsi128_si32(u);
+    /* packing interleaves the 128-bit lanes: the permutation puts the values back in order */
+    const __m256i w01 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xd8);
+    const __m256i w23 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xd8);
+    if (bits == 16) {
+      _mm256_storeu_si256((__m256i*)((short*)y + 32 * b), w01);
+      _mm256_storeu_si256((__m256i*)((short*)y + 32 * b + 16), w23);
+    } else {
+      _mm256_storeu_si256((__m256i*)((signed char*)y + 32 * b),
+                          _mm256_permute4x64_epi64(_mm256_packs_epi16(w01, w23), 0xd8));
+    }
+  }
+}
+/* one block's integer dot, as 4 partial sums: a q4 block's 16 bytes of nibbles (low nibbles are
+   weights 0-15) or a q8_0 block's 32 signed bytes, against x's 32 integers of ``bits`` bits.
+   128-bit operations: the widest this target (znver1) executes without splitting. */
+static LS_INLINE __m128 ls_block_dot(const unsigned char* q, int q8, const void* y, int bits) {
+  const __m128i ones = _mm_set1_epi16(1);
+  if (!q8) {
+    const __m128i nib = _mm_loadu_si128((const __m128i*)q), low = _mm_set1_epi8(15);
+    const __m128i n0 = _mm_and_si128(nib, low), n1 = _mm_and_si128(_mm_srli_epi16(nib, 4), low);
+    if (bits == 8) {
+      const __m128i* yy = (const __m128i*)y;
+      const __m128i p = _mm_add_epi16(_mm_maddubs_epi16(n0, _mm_loadu_si128(yy)),
+                                      _mm_maddubs_epi16(n1, _mm_loadu_si128(yy + 1)));
+      return _mm_cvtepi32_ps(_mm_madd_epi16(p, ones));
+    }
+    const __m128i z = _mm_setzero_si128();
+    const __m128i* yy = (const __m128i*)y;
+    __m128i p = _mm_madd_epi16(_mm_unpacklo_epi8(n0, z), _mm_loadu_si128(yy));
+    p = _mm_add_epi32(p, _mm_madd_epi16(_mm_unpackhi_epi8(n0, z), _mm_loadu_si128(yy + 1)));
+    p = _mm_add_epi32(p, _mm_madd_epi16(_mm_unpacklo_epi8(n1, z), _mm_loadu_si128(yy + 2)));
+    p = _mm_add_epi32(p, _mm_madd_epi16(_mm_unpackhi_epi8(n1, z), _mm_loadu_si128(yy + 3)));
+    return _mm_cvtepi32_ps(p);
+  }
+  const __m128i w0 = _mm_loadu_si128((const __m128i*)q), w1 = _mm_loadu_si128((const __m128i*)(q + 16));
+  if (bits == 8) {  /* signed times signed: |w| times y with w's sign; pairs of 128 * 127 fit 16 bits */
+    const __m128i* yy = (const __m128i*)y;
+    const __m128i p0 = _mm_maddubs_epi16(_mm_sign_epi8(w0, w0), _mm_sign_epi8(_mm_loadu_si128(yy), w0));
+    const __m128i p1 = _mm_maddubs_epi16(_mm_sign_epi8(w1, w1), _mm_sign_epi8(_mm_loadu_si128(yy + 1), w1));
+    return _mm_cvtepi32_ps(_mm_add_epi32(_mm_madd_epi16(p0, ones), _mm_madd_epi16(p1, ones)));
+  }
+  const __m128i* yy = (const __m128i*)y;
+  __m128i p = _mm_madd_epi16(_mm_cvtepi8_epi16(w0), _mm_loadu_si128(yy));
+  p = _mm_add_epi32(p, _mm_madd_epi16(_mm_cvtepi8_epi16(_mm_srli_si128(w0, 8)), _mm_loadu_si128(yy + 1)));
+  p = _mm_add_epi32(p, _mm_madd_epi16(_mm_cvtepi8_epi16(w1), _mm_loadu_si128(yy + 2)));
+  p = _mm_add_epi32(p, _mm_madd_epi16(_mm_cvtepi8_epi16(_mm_srli_si128(w1, 8)), _mm_loadu_si128(yy + 3)));
+  return _mm_cvtepi32_ps(p);
+}
+/* a packed row (qtype 0: q4_0, 1: q4_1, 2: q8_0) dotted with quantised x (y, d, s):
+   sum over blocks of dw * dx * (integer dot) + the q4 offsets (q4_1: m, q4_0: -8 dw) * s.
+   Blocks go in groups of 8 whose scales convert at once. */
+static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype, int bits, const void* y,
+                               const float* xd, const float* xs) {
+  const int q8 = qtype == 2, bsize = q8 ? 32 : 16, ysize = bits / 8 * 32;
+  const unsigned char* qs = row + (qtype == 1 ? 4 : 2) * nb;
+  const unsigned char* yb = (const unsigned char*)y;
+  __m128 acc0 = _mm_setzero_ps(), acc1 = acc0;
+  __m256 offv = _mm256_setzero_ps();
+  float sc[8] __attribute__((aligned(32)));
+  long long b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * b)));
+    _mm256_store_ps(sc, _mm256_mul_ps(dv, _mm256_loadu_ps(xd + b)));
+    if (!q8)
+      offv = _mm256_fmadd_ps(qtype == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * (nb + b)))) : dv,
+                             _mm256_loadu_ps(xs + b), offv);
+    for (int t = 0; t < 8; t += 2) {
+      acc0 = _mm_fmadd_ps(_mm_broadcast_ss(sc + t),
+                          ls_block_dot(qs + (b + t) * bsize, q8, yb + (b + t) * ysize, bits), acc0);
+      acc1 = _mm_fmadd_ps(_mm_broadcast_ss(sc + t + 1),
+                          ls_block_dot(qs + (b + t + 1) * bsize, q8, yb + (b + t + 1) * ysize, bits), acc1);
+    }
+  }
+  float off = 0.0f;
+  for (; b < nb; b++) {
+    const __m128 f = ls_block_dot(qs + b * bsize, q8, yb + b * ysize, bits);
+    acc0 = _mm_fmadd_ps(_mm_set1_ps(ls_hx(row, b) * xd[b]), f, acc0);
+    if (!q8) off += ls_hx(row, qtype == 1 ? nb + b : b) * xs[b];
+  }
+  __m128 a = _mm_add_ps(acc0, acc1);
+  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  const float dot = _mm_cvtss_f32(_mm_add_ss(a, _mm_shuffle_ps(a, a, 1)));
+  off += ls_hsum8(offv);
+  return q8 ? dot : dot + (qtype == 1 ? off : -8.0f * off);
+}
 #else
 typedef float ls_f8 __attribute__((vector_size(32)));
-typedef int ls_i8 __attribute__((vector_size(32)));
-typedef unsigned char ls_u8 __attribute__((vector_size(8)));
-typedef signed char ls_s8 __attribute__((vector_size(8)));
 static LS_INLINE ls_f8 ls_ldf8(const float* p) { ls_f8 v; memcpy(&v, p, sizeof v); return v; }
 static LS_INLINE ls_f8 ls_zero8(void) { ls_f8 z = {0, 0, 0, 0, 0, 0, 0, 0}; return z; }
 static LS_INLINE ls_f8 ls_fma8(ls_f8 a, ls_f8 b, ls_f8 c) { return a * b + c; }
 static LS_INLINE ls_f8 ls_add8(ls_f8 a, ls_f8 b) { return a + b; }
-static LS_INLINE ls_f8 ls_u8f(ls_u8 b) { return __builtin_convertvector(__builtin_convertvector(b, ls_i8), ls_f8); }
-static LS_INLINE ls_f8 ls_s8f(ls_s8 b) { return __builtin_convertvector(__builtin_convertvector(b, ls_i8), ls_f8); }
-static LS_INLINE void ls_blk_q4_1(const unsigned char* p, ls_f8* w) {
-  const float d = ls_half(p), m = ls_half(p + 2);
-  ls_u8 b0, b1; memcpy(&b0, p + 4, 8); memcpy(&b1, p + 12, 8);
-  w[0] = ls_u8f(b0 & 15) * d + m; w[1] = ls_u8f(b1 & 15) * d + m;
-  w[2] = ls_u8f(b0 >> 4) * d + m; w[3] = ls_u8f(b1 >> 4) * d + m;
-}
-static LS_INLINE void ls_blk_q4_0(const unsigned char* p, ls_f8* w) {
-  const float d = ls_half(p);
-  ls_u8 b0, b1; memcpy(&b0, p + 2, 8); memcpy(&b1, p + 10, 8);
-  w[0] = (ls_u8f(b0 & 15) - 8.0f) * d; w[1] = (ls_u8f(b1 & 15) - 8.0f) * d;
-  w[2] = (ls_u8f(b0 >> 4) - 8.0f) * d; w[3] = (ls_u8f(b1 >> 4) - 8.0f) * d;
-}
-static LS_INLINE void ls_blk_q8_0(const unsigned char* p, ls_f8* w) {
-  const float d = ls_half(p);
-  ls_s8 b[4]; memcpy(b, p + 2, 32);
-  w[0] = ls_s8f(b[0]) * d; w[1] = ls_s8f(b[1]) * d; w[2] = ls_s8f(b[2]) * d; w[3] = ls_s8f(b[3]) * d;
-}
 static LS_INLINE float ls_hsum8(ls_f8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+static LS_INLINE void ls_blk_q4_1(const unsigned char* row, long long nb, long long b, ls_f8* w) {
+  const float d = ls_hx(row, b), m = ls_hx(row, nb + b);
+  const unsigned char* q = row + 4 * nb + 16 * b;
+  for (int t = 0; t < 16; t++) {
+    w[t / 8][t % 8] = (float)(q[t] & 15) * d + m;
+    w[2 + t / 8][t % 8] = (float)(q[t] >> 4) * d + m;
+  }
+}
+static LS_INLINE void ls_blk_q4_0(const unsigned char* row, long long nb, long long b, ls_f8* w) {
+  const float d = ls_hx(row, b);
+  const unsigned char* q = row + 2 * nb + 16 * b;
+  for (int t = 0; t < 16; t++) {
+    w[t / 8][t % 8] = (float)((q[t] & 15) - 8) * d;
+    w[2 + t / 8][t % 8] = (float)((q[t] >> 4) - 8) * d;
+  }
+}
+static LS_INLINE void ls_blk_q8_0(const unsigned char* row, long long nb, long long b, ls_f8* w) {
+  const float d = ls_hx(row, b);
+  const signed char* q = (const signed char*)(row + 2 * nb + 32 * b);
+  for (int t = 0; t < 32; t++) w[t / 8][t % 8] = (float)q[t] * d;
+}
+static LS_INLINE void ls_quant_x(const float* x, long long nb, int bits, void* y, float* d, float* s) {
+  const float top = bits == 8 ? 127.0f : 32767.0f;
+  for (long long b = 0; b < nb; b++, x += 32) {
+    float amax = 0.0f;
+    for (int t = 0; t < 32; t++) amax = fmaxf(amax, fabsf(x[t]));
+    const float db = amax / top, id = amax != 0.0f ? top / amax : 0.0f;
+    int sum = 0;
+    for (int t = 0; t < 32; t++) {
+      const int q = (int)nearbyintf(x[t] * id);
+      if (bits == 8) ((signed char*)y)[32 * b + t] = (signed char)q;
+      else ((short*)y)[32 * b + t] = (short)q;
+      sum += q;
+    }
+    d[b] = db; s[b] = db * (float)sum;
+  }
+}
+static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype, int bits, const void* y,
+                               const float* xd, const float* xs) {
+  const unsigned char* qs = row + (qtype == 1 ? 4 : 2) * nb;
+  float acc = 0.0f, off = 0.0f;
+  for (long long b = 0; b < nb; b++) {
+    int sum = 0;
+    for (int t = 0; t < 32; t++) {
+      const int w = qtype == 2 ? (int)(signed char)qs[32 * b + t]
+                  : t < 16 ? qs[16 * b + t] & 15 : qs[16 * b + t - 16] >> 4;
+      sum += w * (bits == 8 ? (int)((const signed char*)y)[32 * b + t] : (int)((const short*)y)[32 * b + t]);
+    }
+    acc += ls_hx(row, b) * xd[b] * (float)sum;
+    if (qtype != 2) off += ls_hx(row, qtype == 1 ? nb + b : b) * xs[b];
+  }
+  return qtype == 2 ? acc : acc + (qtype == 1 ? off : -8.0f * off);
+}
 #endif
 """
 
@@ -751,11 +898,12 @@ def _c_nest(n: str, work: str, axes: list[tuple[str, str]], threshold: int, extr
 
 def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, bool, str | int]], count: Expr,
             body: list[str], label: str, axes: list[tuple[str, Expr]] | None = None,
-            item_cost: Expr | int = 1) -> KernelSpec:
+            item_cost: Expr | int = 1, setup: list[str] | None = None) -> KernelSpec:
     """Wrap a work-item body into a kernel function of the dialect.  ``buffers``: (param name,
     storage type, written, what it is: "out" or the op's operand index).  ``axes``: the c dialect
     walks the items as this loop nest ((coordinate name, extent), product ``count``); it splits
-    the items over the cores when ``count * item_cost`` (multiply-adds, say) is worth a fork."""
+    the items over the cores when ``count * item_cost`` (multiply-adds, say) is worth a fork.
+    ``setup``: c dialect lines each thread runs once before its items (with ``axes``)."""
     n = w.expr(count)  # into the prologue
     work = w.expr(count * item_cost) if dialect == "c" else n
     nest = [(name, w.expr(e)) for name, e in axes] if axes and dialect == "c" else None
@@ -787,8 +935,10 @@ def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, b
         # dot product, an element-wise one a few operations
         threshold = 32768
         lanes = ["const int lane = 0, slice = 0; (void)lane; (void)slice;"] if mode.startswith("matmul") else []
+        if setup and not nest:
+            raise LightspeedError("kernel renderer: per-thread setup needs a loop nest")
         if nest:
-            opening, closing, body_ind = _c_nest(n, work, nest, threshold, ["  " + x for x in lanes])
+            opening, closing, body_ind = _c_nest(n, work, nest, threshold, ["  " + x for x in lanes] + (setup or []))
             loop, close, inner = opening, [ind + x for x in closing], ind + body_ind
         else:
             loop = lanes + [f"#pragma omp parallel for schedule(static) if ({work} >= {threshold})",
@@ -880,41 +1030,65 @@ def block_matmul_ok(op: LOp, in_dtypes: list[DType]) -> bool:
 _BLOCK_TYPES = ("q4_1", "q4_0", "q8_0")  # the prelude's ls_blk_* decoders
 
 
-def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSpec:
+BLOCK_ACTIVATIONS = ("q16", "q8", "float")
+
+
+def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations: str = "float") -> KernelSpec:
     """The c dialect's ``Matmul``/``MatmulAdd`` whose B operand (buffer ``in1``) is a weight matrix
-    kept as GGML ``qtype`` blocks (``weights.quant``), dequantised in registers: an item is one
-    weight row j; each of its blocks is read once from memory (a quarter of its float32 bytes),
-    decoded once into 32 floats and dotted with every row of A.  Requires :func:`block_matmul_ok`."""
+    kept as GGML ``qtype`` blocks in the packed layout (``weights.quant.Blocks.packed``: a row's
+    scales, then its integers), dequantised in registers: an item is one weight row j; each of its
+    blocks is read once from memory (a quarter of its float32 bytes), decoded once into 32 floats
+    and dotted with every row of A.  Requires :func:`block_matmul_ok`.
+
+    ``activations`` (decode, a single row of A; more rows keep floats): ``"float"`` is exact (the
+    float32 weights' result up to summation order); ``"q8"`` quantises the row to 8-bit integers
+    per block of 32, as llama.cpp does, ``"q16"`` to 16-bit ones (each thread once per call:
+    ``ls_quant_x``), and each weight block is dotted with them in integers (``maddubs`` /
+    ``madd``).  x moves by at most amax / 254 (q8) or amax / 65534 (q16), amax its block's largest
+    magnitude; docs/kernels.md states the contract."""
     from ...weights.quant import BLOCK_BYTES, QK
 
     if not block_matmul_ok(op, in_dtypes) or qtype not in _BLOCK_TYPES:
         raise LightspeedError(f"kernel renderer: no {qtype} block kernel for this {op.op}")
+    if activations not in BLOCK_ACTIVATIONS:
+        raise LightspeedError(f"kernel renderer: block activations must be one of {BLOCK_ACTIVATIONS}, "
+                              f"got {activations!r}")
     a = op.args
     m, n, k = a["m"], a["n"], a["k"]
     nbytes = BLOCK_BYTES[qtype]
     w = _Writer("c")
     w.index_vars |= {"j", "i", "_ls_item"}
-    nn, mm, kk = w.expr(n), w.expr(m), w.expr(k)
+    nn, mm = w.expr(n), w.expr(m)
     oa, sam = w.expr(a["a_offset"]), w.expr(a["a_stride_m"])
+    nb = int(k.value) // QK
     w.push()
-    w.line(f"const unsigned char* rb = (const unsigned char*)in1 + j * ({kk} / {QK}) * {nbytes};")
-    # a block decoded into 4 vectors of 8 (the prelude's ls_blk_*); one row of A (decode) keeps 4
-    # accumulators across the blocks, more rows each take a dot per block
-    w.line(f"if ({mm} == 1) {{")
-    w.line(f"  const float* xa = in0 + {oa};")
-    w.line("  ls_f8 a0 = ls_zero8(), a1 = a0, a2 = a0, a3 = a0, wv[4];")
-    w.line(f"  for (long long blk = 0; blk < {kk} / {QK}; blk++) {{")
-    w.line(f"    ls_blk_{qtype}(rb + blk * {nbytes}, wv);")
-    w.line(f"    const float* xb = xa + blk * {QK};")
-    for q in range(4):
-        w.line(f"    a{q} = ls_fma8(ls_ldf8(xb + {8 * q}), wv[{q}], a{q});")
-    w.line("  }")
-    w.line("  out[j] = ls_hsum8(ls_add8(ls_add8(a0, a1), ls_add8(a2, a3)));")
+    w.line(f"const unsigned char* rb = (const unsigned char*)in1 + j * {nb * nbytes}LL;")
+    setup = []
+    if activations != "float":
+        # the row of A quantised once per thread, before its items
+        bits = 16 if activations == "q16" else 8
+        qt = {"q4_0": 0, "q4_1": 1, "q8_0": 2}[qtype]
+        setup = [f"  {'short' if bits == 16 else 'signed char'} _ls_xq[{nb * QK}]; float _ls_xd[{nb}], _ls_xs[{nb}];",
+                 f"  if ({mm} == 1) ls_quant_x(in0 + {oa}, {nb}, {bits}, _ls_xq, _ls_xd, _ls_xs);"]
+        w.line(f"if ({mm} == 1) {{")
+        w.line(f"  out[j] = ls_qdot(rb, {nb}, {qt}, {bits}, _ls_xq, _ls_xd, _ls_xs);")
+    else:  # one row of A keeps 4 accumulators across the blocks
+        w.line(f"if ({mm} == 1) {{")
+        w.line(f"  const float* xa = in0 + {oa};")
+        w.line("  ls_f8 a0 = ls_zero8(), a1 = a0, a2 = a0, a3 = a0, wv[4];")
+        w.line(f"  for (long long blk = 0; blk < {nb}; blk++) {{")
+        w.line(f"    ls_blk_{qtype}(rb, {nb}, blk, wv);")
+        w.line(f"    const float* xb = xa + blk * {QK};")
+        for q in range(4):
+            w.line(f"    a{q} = ls_fma8(ls_ldf8(xb + {8 * q}), wv[{q}], a{q});")
+        w.line("  }")
+        w.line("  out[j] = ls_hsum8(ls_add8(ls_add8(a0, a1), ls_add8(a2, a3)));")
+    # more rows of A (prefill): each block decoded once into floats, dotted with every row
     w.line("} else {")
     w.line(f"  for (long long i = 0; i < {mm}; i++) out[i * {nn} + j] = 0.0f;")
-    w.line(f"  for (long long blk = 0; blk < {kk} / {QK}; blk++) {{")
+    w.line(f"  for (long long blk = 0; blk < {nb}; blk++) {{")
     w.line("    ls_f8 wv[4];")
-    w.line(f"    ls_blk_{qtype}(rb + blk * {nbytes}, wv);")
+    w.line(f"    ls_blk_{qtype}(rb, {nb}, blk, wv);")
     w.line(f"    for (long long i = 0; i < {mm}; i++) {{")
     w.line(f"      const float* xb = in0 + {oa} + i * {sam} + blk * {QK};")
     w.line("      const ls_f8 s = ls_fma8(ls_ldf8(xb + 24), wv[3], ls_fma8(ls_ldf8(xb + 16), wv[2], "
@@ -937,7 +1111,8 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSp
         w.line("}")
         bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
     body = w.pop()
-    return _finish(w, "c", "matmul_dot", bufs, n, body, f"{qtype}matmul", [("j", n)], m * k)
+    label = f"{qtype}matmul" + ("" if activations == "float" else f"_{activations}")
+    return _finish(w, "c", "matmul_dot", bufs, n, body, label, [("j", n)], m * k, setup)
 
 
 def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
