@@ -42,10 +42,10 @@ def _lightspeed(backend: str, steps: int, blocks: bool = True) -> dict:
     from lightspeed.cli import load_text_model
     from lightspeed.models.generate import Generator
 
-    tm = load_text_model("llama", progress=False)
+    tm = load_text_model("llama", progress=False, lazy=backend == "native" and blocks)
     prompt = tm.tokenizer.encode(PROMPT)
     # copies carry no blocks (weights.quant): the float32 weights are read
-    tensors = tm.tensors if blocks else {k: v.copy() for k, v in tm.tensors.items()}
+    tensors = tm.tensors if blocks else {k: np.array(v) for k, v in tm.tensors.items()}
     gen = Generator(tm.model, tensors, backend=backend, search=ls.SearchOptions(budget=3, seed=0))
     gen.generate(prompt, max_new_tokens=4, stop_ids=())  # warm (caches, first-call preparation)
     res = gen.generate(prompt, max_new_tokens=steps, stop_ids=())
@@ -53,7 +53,7 @@ def _lightspeed(backend: str, steps: int, blocks: bool = True) -> dict:
 
     # what a step reads: the blocks where a block kernel reads them, else the float32 arrays
     kernel_blocks = {id(a) for a in getattr(gen.decode, "block_buffers", {}).values()}
-    nbytes = sum(blocks_of(v).data.nbytes if blocks_of(v) is not None and id(blocks_of(v).packed) in kernel_blocks
+    nbytes = sum(blocks_of(v).packed.nbytes if blocks_of(v) is not None and id(blocks_of(v).packed) in kernel_blocks
                  else v.nbytes for v in gen.weights.values())
     what = "Q4_1 blocks" if kernel_blocks else "f32 from Q4_1"
     if kernel_blocks and backend == "native":
@@ -127,6 +127,20 @@ def _torch(steps: int, threads: int) -> dict:
             "label": "PyTorch eager (transformers, f32)"}
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory.  /proc's VmHWM, not getrusage: Linux carries ru_maxrss
+    over exec from the parent that forked us (this script's parent holds the bandwidth probe's
+    arrays), so every child would report at least the parent's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child(system: str, steps: int, threads: int) -> None:
     if system in ("native", "cpu"):
         res = _lightspeed(system, steps)
@@ -139,7 +153,7 @@ def child(system: str, steps: int, threads: int) -> None:
         res = _llama_cpp(steps, threads)
     else:
         res = _torch(steps, threads)
-    res["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    res["rss_mb"] = peak_rss_mb()
     print("RESULT " + json.dumps(res))
 
 

@@ -24,8 +24,8 @@ def to_numpy(value: Any, what: str) -> np.ndarray:
     """numpy view of an input value (numpy arrays/scalars, or torch CPU tensors)."""
     if isinstance(value, np.ndarray):
         return value
-    if isinstance(value, np.generic):
-        return np.asarray(value)
+    if isinstance(value, np.generic) or (hasattr(value, "__array__") and hasattr(value, "blocks")):
+        return np.asarray(value)  # a scalar, or weights held as blocks (weights.quant.QuantTensor)
     if type(value).__module__.startswith("torch"):
         import torch
 

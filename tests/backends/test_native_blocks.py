@@ -13,7 +13,7 @@ import pytest
 
 import lightspeed as ls
 from lightspeed.backends import get_backend
-from lightspeed.weights.quant import Blocks, attach, blocks_of
+from lightspeed.weights.quant import Blocks, QuantTensor, attach, blocks_of
 from tests.weights.quant_ref import dequant, make_blocks
 
 NATIVE = get_backend("native")
@@ -174,18 +174,46 @@ def test_portable_kernels_without_avx2(tmp_path):
 
 
 def test_packed_layout_holds_the_same_bytes():
-    """Blocks.packed: per row the scales (and q4_1's mins) side by side, then the integers."""
+    """Blocks keep the packed layout (per row the scales, q4_1's mins, then the integers) and give
+    GGUF's layout back unchanged."""
     for qtype, heads in (("q4_1", 4), ("q4_0", 2), ("q8_0", 2)):
-        w = _weights(qtype, 6, 96, seed=2)
-        b = blocks_of(w)
-        blocks = b.data.reshape(6, 3, -1)
+        raw = make_blocks(qtype.upper(), 6 * 3, np.random.default_rng(2)).reshape(6, -1)
+        b = Blocks(qtype, raw)
+        blocks = raw.reshape(6, 3, -1)
         p = b.packed
-        assert p.shape == b.data.shape and p.flags.c_contiguous
+        assert p.shape == raw.shape and p.flags.c_contiguous
         np.testing.assert_array_equal(p[:, :6], blocks[:, :, 0:2].reshape(6, -1))
         if heads == 4:
             np.testing.assert_array_equal(p[:, 6:12], blocks[:, :, 2:4].reshape(6, -1))
-        np.testing.assert_array_equal(p[:, 2 * heads // 2 * 3:], blocks[:, :, heads:].reshape(6, -1))
-        assert b.packed is p  # made once
+        np.testing.assert_array_equal(p[:, heads * 3:], blocks[:, :, heads:].reshape(6, -1))
+        np.testing.assert_array_equal(b.data, raw)
+
+
+def test_lazy_weights_make_no_float32_copy(tmp_path):
+    """QuantTensor: the float32 values appear only when asked (and equal the blocks' dequantisation);
+    a native program whose block matmuls read all of a weight's uses never asks."""
+    raw = make_blocks("Q4_1", 32 * 64 // 32, np.random.default_rng(4)).reshape(32, -1)
+    q = QuantTensor(Blocks("q4_1", raw))
+    assert q.shape == (32, 64) and q.dtype == np.float32 and not q.is_dense
+    g = ls.Graph()
+    x, wt = g.input("x", ("s", 64)), g.input("w", (32, 64))
+    g.output("y", x @ wt.transpose(0, 1))
+    prog = _matmul_program(g)
+    bound = prog.persist(w=q)
+    assert _block_launches(bound) and not q.is_dense
+    xs = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+    want = xs.astype(np.float64) @ dequant("Q4_1", raw.reshape(-1)).reshape(32, 64).T.astype(np.float64)
+    np.testing.assert_allclose(bound(x=xs)["y"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert not q.is_dense
+    # another use of the weight (here its sum) needs the values: they are made, once
+    g2 = ls.Graph()
+    x2, w2 = g2.input("x", ("s", 64)), g2.input("w", (32, 64))
+    g2.output("y", x2 @ w2.transpose(0, 1))
+    g2.output("t", w2.sum())
+    bound2 = _matmul_program(g2).persist(w=q)
+    assert q.is_dense
+    np.testing.assert_array_equal(np.asarray(q), dequant("Q4_1", raw.reshape(-1)).reshape(32, 64))
+    np.testing.assert_allclose(bound2(x=xs)["t"], np.asarray(q, np.float64).sum(), rtol=1e-5)
 
 
 def test_bad_activations_setting_is_refused(monkeypatch):
@@ -253,7 +281,8 @@ def test_gguf_blocks_are_kept_and_decode_like_the_float_weights(tmp_path, activa
           "llama.feed_forward_length": 96, "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,
           "llama.rope.freq_base": 50000.0, "llama.attention.layer_norm_rms_epsilon": 1e-5, "llama.vocab_size": 96,
           "llama.rope.dimension_count": 16, "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2}
-    w = load(write_gguf(tmp_path / "q.gguf", "llama", kv, tensors), progress=False, tokenizer=False)
+    path = write_gguf(tmp_path / "q.gguf", "llama", kv, tensors)
+    w = load(path, progress=False, tokenizer=False)
     for name, (qtype, raw) in raw_rows.items():
         b = blocks_of(w.tensors[name])
         assert b is not None and b.qtype == qtype.lower(), name
@@ -272,3 +301,19 @@ def test_gguf_blocks_are_kept_and_decode_like_the_float_weights(tmp_path, activa
     tol = 1e-5 if activations == "float" else 1e-4
     for la, lb in zip(a.logits, b.logits):
         np.testing.assert_allclose(la, lb, rtol=tol, atol=tol * np.abs(lb).max())
+    # loaded lazily, the matrices stay blocks (the tied embedding's rows are gathered from its
+    # blocks too): the same tokens and logits, and no float32 copy is ever made
+    lz = load(path, progress=False, tokenizer=False, lazy=True)
+    for name in raw_rows:
+        assert isinstance(lz.tensors[name], QuantTensor), name
+        np.testing.assert_array_equal(lz.tensors[name].blocks.data, raw_rows[name][1])
+    lazy = Generator(model, lz.tensors, backend="native", search=OPTS)
+    assert any("gather" in name for name in _block_launches(lazy.decode))
+    c = lazy.generate(prompt, 8, stop_ids=(), keep_logits=True)
+    assert c.new_ids == a.new_ids
+    for la, lc in zip(a.logits, c.logits):
+        np.testing.assert_array_equal(la, lc)
+    assert not any(lz.tensors[name].is_dense for name in raw_rows)
+    # and they equal the eager load's float32 values when asked for
+    for name in raw_rows:
+        np.testing.assert_array_equal(np.asarray(lz.tensors[name]), w.tensors[name], err_msg=name)

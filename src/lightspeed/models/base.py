@@ -247,6 +247,9 @@ class DecoderLM(Module):
         out: dict[str, np.ndarray] = {}
         for name, shape in shapes.items():
             a = tensors[name]
+            if getattr(a, "blocks", None) is not None and a.dtype == self.dtype.np and tuple(a.shape) == tuple(shape):
+                out[name] = a  # held as GGML blocks (weights.quant.QuantTensor): float32 values made on demand
+                continue
             if not isinstance(a, np.ndarray):
                 from ..program import to_numpy
 

@@ -13,7 +13,7 @@ import numpy as np
 from .convert import IGNORED_TENSORS, fix_rows, fix_tensor, gguf_config, hf_name
 from .errors import WeightError
 from .gguf_file import GGMLQuantizationType, GGUFFile
-from .quant import Blocks, attach
+from .quant import Blocks, QuantTensor, attach
 from .safetensors_dir import hf_dir_files, index_weight_map, read_json, read_safetensors
 from .shapes import check_config, expected_shapes
 
@@ -52,20 +52,23 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
                 disable=not enabled or not sys.stderr.isatty())
 
 
-def load(path: str | os.PathLike, *, progress: bool = True, tokenizer: bool = True) -> LoadedWeights:
+def load(path: str | os.PathLike, *, progress: bool = True, tokenizer: bool = True, lazy: bool = False
+         ) -> LoadedWeights:
     """Load a `.gguf` file or a Hugging Face directory (config.json + model.safetensors, or the shards
     listed in model.safetensors.index.json).
 
     Quantised GGUF tensors are dequantised to float32 and llama.cpp's layout changes are undone (see
     `lightspeed.weights.convert`). Shapes are checked against the config for the zoo's model types.
-    A progress bar goes to stderr when it is a terminal and `progress` is true. Raises WeightError
-    naming the file (and tensor) for anything missing, truncated, corrupt or inconsistent."""
+    A progress bar goes to stderr when it is a terminal and `progress` is true. With `lazy`, a GGUF
+    file's Q8_0/Q4_0/Q4_1 matrices stay as their blocks (`weights.quant.QuantTensor`, float32 values
+    made only if something asks for them: the `native` backend's block matmuls never do). Raises
+    WeightError naming the file (and tensor) for anything missing, truncated, corrupt or inconsistent."""
     p = Path(path)
     if p.is_dir():
         return _load_hf_dir(p, progress, tokenizer)
     if not p.exists():
         raise WeightError(f"{p}: no such file or directory")
-    return _load_gguf(p, progress, tokenizer)
+    return _load_gguf(p, progress, tokenizer, lazy)
 
 
 def _check(path: Path, config: dict[str, Any], shapes: dict[str, tuple[int, ...]], names: dict[str, str],
@@ -93,7 +96,7 @@ def _check(path: Path, config: dict[str, Any], shapes: dict[str, tuple[int, ...]
         raise WeightError(f"{path}: missing tensor {missing[0]!r} ({len(missing)} missing in all)")
 
 
-def _load_gguf(p: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights:
+def _load_gguf(p: Path, progress: bool, want_tokenizer: bool, lazy: bool = False) -> LoadedWeights:
     with GGUFFile(p) as g:
         config = gguf_config(g)
         arch = g.architecture
@@ -110,8 +113,13 @@ def _load_gguf(p: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights:
         tensors: dict[str, np.ndarray] = {}
         with _progress(sum(g.tensors[n].nbytes for n in names.values()), f"loading {p.name}", progress) as bar:
             for hname, gname in names.items():
-                tensors[hname] = fix_tensor(config, hname, g.read(gname))
-                _keep_blocks(g, config, hname, gname, tensors[hname])
+                blocks = _blocks(g, config, hname, gname)
+                if lazy and blocks is not None:
+                    tensors[hname] = QuantTensor(blocks)
+                else:
+                    tensors[hname] = fix_tensor(config, hname, g.read(gname))
+                    if blocks is not None and tensors[hname].dtype == np.float32 and tensors[hname].flags.c_contiguous:
+                        attach(tensors[hname], blocks)
                 bar.update(g.tensors[gname].nbytes)
         tok = None
         if want_tokenizer and "tokenizer.ggml.model" in g.metadata:
@@ -126,15 +134,16 @@ _BLOCK_TYPES = {GGMLQuantizationType.Q8_0: "q8_0", GGMLQuantizationType.Q4_0: "q
                 GGMLQuantizationType.Q4_1: "q4_1"}
 
 
-def _keep_blocks(g: GGUFFile, config: dict[str, Any], hname: str, gname: str, w: np.ndarray) -> None:
-    """Remember a Q8_0/Q4_0/Q4_1 matrix's blocks beside its float32 array (`weights.quant`): a
-    backend with block kernels reads those instead (the same values, a quarter of the bytes)."""
-    qtype = _BLOCK_TYPES.get(g.tensors[gname].qtype)
-    if qtype is None or w.ndim != 2 or w.dtype != np.float32 or not w.flags.c_contiguous:
-        return
-    rows = fix_rows(config, hname, np.array(g.raw(gname)).reshape(w.shape[0], -1))
-    if rows is not None:
-        attach(w, Blocks(qtype, rows))
+def _blocks(g: GGUFFile, config: dict[str, Any], hname: str, gname: str) -> Blocks | None:
+    """A Q8_0/Q4_0/Q4_1 matrix's blocks (rows fixed like the float32 tensor, `convert.fix_rows`), kept
+    beside its float32 array or instead of it (`weights.quant`): a backend with block kernels reads
+    them (the same values, a quarter of the bytes).  None for other tensors."""
+    t = g.tensors[gname]
+    qtype = _BLOCK_TYPES.get(t.qtype)
+    if qtype is None or len(t.shape) != 2:
+        return None
+    rows = fix_rows(config, hname, np.array(g.raw(gname)).reshape(t.shape[0], -1))
+    return None if rows is None else Blocks(qtype, rows)
 
 
 def _load_hf_dir(d: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights:

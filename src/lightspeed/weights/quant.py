@@ -18,49 +18,104 @@ whenever an array is converted or copied (then the float32 path is taken).
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
-__all__ = ["Blocks", "BLOCK_BYTES", "QK", "attach", "blocks_of"]
+__all__ = ["Blocks", "BLOCK_BYTES", "QK", "QuantTensor", "attach", "blocks_of"]
 
 QK = 32  # weights per block
 BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}  # float16 scale (+ float16 min), then the integers
 
 
-@dataclass(frozen=True)
 class Blocks:
-    """The blocks of a [rows, cols] matrix: ``data`` is uint8 [rows, cols // 32 * BLOCK_BYTES[qtype]],
-    row r holding the blocks of row r of the matrix in order."""
+    """The blocks of a [rows, cols] matrix, given as GGUF stores them: ``data`` is uint8 [rows,
+    cols // 32 * BLOCK_BYTES[qtype]], row r holding the blocks of row r of the matrix in order.
+    Kept only in the packed layout the block kernels read (:attr:`packed`); ``data`` is rebuilt
+    from it when asked."""
 
-    qtype: str
-    data: np.ndarray
+    def __init__(self, qtype: str, data: np.ndarray):
+        if qtype not in BLOCK_BYTES:
+            raise ValueError(f"unknown block type {qtype!r} (known: {sorted(BLOCK_BYTES)})")
+        if data.dtype != np.uint8 or data.ndim != 2 or not data.flags.c_contiguous:
+            raise ValueError(f"blocks must be a C-contiguous 2-D uint8 array, got {data.dtype} {data.shape}")
+        if data.shape[1] % BLOCK_BYTES[qtype]:
+            raise ValueError(f"{qtype} rows of {data.shape[1]} bytes are not whole blocks")
+        self.qtype = qtype
+        self.shape = data.shape
+        rows, nbytes = data.shape[0], BLOCK_BYTES[qtype]
+        blocks = data.reshape(rows, -1, nbytes)
+        self._heads = 4 if qtype == "q4_1" else 2
+        parts = [blocks[:, :, h:h + 2].reshape(rows, -1) for h in range(0, self._heads, 2)]
+        # the same bytes per row: the row's float16 scales d side by side, then (q4_1) its float16
+        # mins, then each block's integers in order (8 scales convert at once in the kernels)
+        self.packed = np.ascontiguousarray(np.concatenate([*parts, blocks[:, :, self._heads:].reshape(rows, -1)],
+                                                          axis=1))
 
-    def __post_init__(self) -> None:
-        if self.qtype not in BLOCK_BYTES:
-            raise ValueError(f"unknown block type {self.qtype!r} (known: {sorted(BLOCK_BYTES)})")
-        if self.data.dtype != np.uint8 or self.data.ndim != 2 or not self.data.flags.c_contiguous:
-            raise ValueError(f"blocks must be a C-contiguous 2-D uint8 array, got {self.data.dtype} "
-                             f"{self.data.shape}")
-        if self.data.shape[1] % BLOCK_BYTES[self.qtype]:
-            raise ValueError(f"{self.qtype} rows of {self.data.shape[1]} bytes are not whole blocks")
-
-    @cached_property
-    def packed(self) -> np.ndarray:
-        """The same bytes per row in the layout the block kernels read: the row's float16 scales
-        d side by side, then (q4_1) its float16 mins, then each block's integers in order (so 8
-        scales convert at once and two blocks' nibbles are one 32-byte load).  Made once."""
-        rows, nbytes = self.data.shape[0], BLOCK_BYTES[self.qtype]
-        blocks = self.data.reshape(rows, -1, nbytes)
-        heads = 4 if self.qtype == "q4_1" else 2
-        parts = [blocks[:, :, h:h + 2].reshape(rows, -1) for h in range(0, heads, 2)]
-        return np.ascontiguousarray(np.concatenate([*parts, blocks[:, :, heads:].reshape(rows, -1)], axis=1))
+    @property
+    def data(self) -> np.ndarray:
+        """The blocks in GGUF's layout (made from :attr:`packed` on each call)."""
+        rows, nbytes = self.shape[0], BLOCK_BYTES[self.qtype]
+        nb = self.shape[1] // nbytes
+        out = np.empty((rows, nb, nbytes), np.uint8)
+        for h in range(0, self._heads, 2):
+            out[:, :, h:h + 2] = self.packed[:, h // 2 * 2 * nb:(h // 2 + 1) * 2 * nb].reshape(rows, nb, 2)
+        out[:, :, self._heads:] = self.packed[:, self._heads * nb:].reshape(rows, nb, -1)
+        return out.reshape(self.shape)
 
     def matches(self, shape: tuple[int, ...]) -> bool:
         """Whether these are the blocks of a float matrix of ``shape``."""
-        return (len(shape) == 2 and shape[0] == self.data.shape[0]
-                and shape[1] == self.data.shape[1] // BLOCK_BYTES[self.qtype] * QK)
+        return (len(shape) == 2 and shape[0] == self.shape[0]
+                and shape[1] == self.shape[1] // BLOCK_BYTES[self.qtype] * QK)
+
+
+class QuantTensor:
+    """A float32 matrix held as its GGML blocks only (``load(..., lazy=True)``): what a backend with
+    block kernels reads without ever making the float32 array.  Anything else that asks for the
+    values (``np.asarray``, a backend without block kernels, an op other than a block matmul) gets
+    them dequantised once, then kept (and carrying the blocks, :func:`blocks_of`)."""
+
+    def __init__(self, blocks: Blocks):
+        self.blocks = blocks
+        rows, nbytes = blocks.shape
+        self.shape = (rows, nbytes // BLOCK_BYTES[blocks.qtype] * QK)
+        self.dtype = np.dtype(np.float32)
+        self._dense: np.ndarray | None = None
+
+    ndim = 2
+
+    @property
+    def size(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    @property
+    def nbytes(self) -> int:  # of the float32 values it stands for
+        return self.size * 4
+
+    @property
+    def is_dense(self) -> bool:
+        """Whether the float32 values have been made."""
+        return self._dense is not None
+
+    def dense(self) -> np.ndarray:
+        """The float32 matrix (made on first use: gguf's dequantisation of the blocks)."""
+        if self._dense is None:
+            from gguf import GGMLQuantizationType
+            from gguf.quants import dequantize
+
+            qt = getattr(GGMLQuantizationType, self.blocks.qtype.upper())
+            values = dequantize(self.blocks.data, qt).astype(np.float32, copy=False).reshape(self.shape)
+            self._dense = attach(np.ascontiguousarray(values), self.blocks)
+        return self._dense
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        d = self.dense()
+        return d if dtype is None or np.dtype(dtype) == d.dtype else d.astype(dtype)
+
+    def copy(self) -> np.ndarray:
+        return self.dense().copy()
+
+    def __repr__(self) -> str:
+        return f"QuantTensor({self.blocks.qtype}, shape={self.shape}{', dense' if self.is_dense else ''})"
 
 
 _registry: dict[int, tuple[weakref.ref, Blocks]] = {}
@@ -69,14 +124,17 @@ _registry: dict[int, tuple[weakref.ref, Blocks]] = {}
 def attach(array: np.ndarray, blocks: Blocks) -> np.ndarray:
     """Remember that float32 ``array`` holds exactly the weights of ``blocks``; returns ``array``."""
     if not blocks.matches(tuple(array.shape)):
-        raise ValueError(f"{blocks.qtype} blocks {blocks.data.shape} do not hold a {array.shape} matrix")
+        raise ValueError(f"{blocks.qtype} blocks {blocks.shape} do not hold a {array.shape} matrix")
     key = id(array)
     _registry[key] = (weakref.ref(array, lambda _, key=key: _registry.pop(key, None)), blocks)
     return array
 
 
 def blocks_of(array: object) -> Blocks | None:
-    """The blocks ``array`` was dequantised from, if it is that very array (not a copy or a view)."""
+    """The blocks ``array`` was dequantised from, if it is that very array (not a copy or a view),
+    or a :class:`QuantTensor`'s."""
+    if isinstance(array, QuantTensor):
+        return array.blocks
     entry = _registry.get(id(array))
     if entry is None or entry[0]() is not array:
         return None

@@ -173,6 +173,10 @@ class KernelProgram(Program):
         self._symbolic_bytes = compile_exprs([prod(ops[i].shape) * ops[i].dtype.itemsize for i in symbolic])
         self._reserved: dict[str, int] = {}
         self.block_buffers: dict[int, Any] = {}  # table slot -> the GGML blocks a block matmul reads
+        self._lazy: dict[str, Any] = {}  # resident weights held as blocks only (weights.quant.QuantTensor)
+        self._input_op = {op.args["name"]: i for i, op in enumerate(ops) if op.op == "Input"}
+        self._static_inputs = {op.args["name"]: (tuple(int(d.value) for d in op.shape), op.dtype.np)
+                               for op in ops if op.op == "Input" and not any(d.free_vars() for d in op.shape)}
         self._fresh_state()
 
     def _fresh_state(self) -> None:
@@ -212,9 +216,22 @@ class KernelProgram(Program):
         return out
 
     def persist(self, inputs: Mapping[str, Any] | None = None, /, **named: Any) -> KernelProgram:
-        bound = super().persist(inputs, **named)
+        given = {**(inputs or {}), **named}
+        # weights held as blocks only (weights.quant.QuantTensor) stay so when block kernels read
+        # every use of them: no float32 copy is made
+        lazy = {k: v for k, v in given.items() if self.executor.block_matmuls and _blocks_only(v)
+                and k in self._static_inputs and self._static_inputs[k][0] == tuple(v.shape)
+                and self._static_inputs[k][1] == v.dtype}
+        bound = super().persist({k: v for k, v in given.items() if k not in lazy})
+        if lazy:
+            bound._lazy = {**self._lazy, **lazy}
+            bound._resident = {**bound._resident, **{k: _NO_VALUES for k in lazy}}
         if self.executor.block_matmuls:
             bound._read_blocks()
+        read = {a for launch in bound.launches for a in launch.args[len(launch.spec.dims):]}
+        dense = {k: v for k, v in bound._lazy.items() if self.value_slot[self._input_op[k]] in read}
+        if dense:  # something other than a block matmul reads these weights: their float32 values
+            bound._resident.update({k: self.to_device(np.asarray(v)) for k, v in dense.items()})
         return bound
 
     def _read_blocks(self) -> None:
@@ -222,15 +239,16 @@ class KernelProgram(Program):
         (``weights.quant``: a GGUF file's Q8_0/Q4_0/Q4_1 matrices) read the blocks instead, with a
         block kernel: the same weights, dequantised in registers, a quarter of the bytes."""
         from ...weights.quant import blocks_of
-        from .render import block_matmul_ok, render_block_matmul
+        from .render import block_gather_ok, block_matmul_ok, render_block_gather, render_block_matmul
 
         activations = block_activations()
 
         ops = self.lprog.ops
         blocks = {}
         for i, op in enumerate(ops):
-            if op.op == "Input" and op.args["name"] in self._resident and not any(d.free_vars() for d in op.shape):
-                b = blocks_of(self._resident[op.args["name"]])
+            name = op.args["name"] if op.op == "Input" else None
+            if name in self._resident and not any(d.free_vars() for d in op.shape):
+                b = blocks_of(self._lazy.get(name, self._resident[name]))
                 if b is not None and b.matches(tuple(int(d.value) for d in op.shape)):
                     blocks[i] = b
         if not blocks:
@@ -240,8 +258,9 @@ class KernelProgram(Program):
         for launch in self.launches:
             op = ops[launch.op]
             in_dtypes = [ops[j].dtype for j in op.inputs]
-            b = blocks.get(self.buffer_of[op.inputs[1]]) if op.op in ("Matmul", "MatmulAdd") else None
-            if b is None or not block_matmul_ok(op, in_dtypes):
+            b = blocks.get(self.buffer_of[op.inputs[1]]) if op.op in ("Matmul", "MatmulAdd", "Gather") else None
+            if b is None or not (block_gather_ok(op, in_dtypes) if op.op == "Gather" else
+                                 block_matmul_ok(op, in_dtypes)):
                 launches.append(launch)
                 continue
             weight = self.buffer_of[op.inputs[1]]
@@ -250,7 +269,8 @@ class KernelProgram(Program):
                 slots += 1
             old = launch.spec
             target = launch.args[len(old.dims) + old.buffers.index("out")]
-            spec = render_block_matmul(op, in_dtypes, b.qtype, activations)
+            spec = (render_block_gather(op, in_dtypes, b.qtype) if op.op == "Gather" else
+                    render_block_matmul(op, in_dtypes, b.qtype, activations))
             bufs = tuple(target if x == "out" else slot_of[weight] if x == 1 else
                          self.value_slot[self.buffer_of[op.inputs[x]]] for x in spec.buffers)
             launches.append(Launch(spec, tuple(self.dim_slot[d] for d in spec.dims) + bufs, launch.op))
@@ -383,6 +403,17 @@ class KernelProgram(Program):
 
     def report(self) -> str:
         return self.search_report.format() if self.search_report is not None else "no search was run"
+
+
+# the table entry of a weight only block kernels read (its float32 values are never made)
+_NO_VALUES = np.zeros(1, np.float32)
+
+
+def _blocks_only(value: Any) -> bool:
+    """Whether ``value`` is weights held as GGML blocks whose float32 values are not made yet."""
+    from ...weights.quant import QuantTensor
+
+    return isinstance(value, QuantTensor) and not value.is_dense
 
 
 def block_activations() -> str:

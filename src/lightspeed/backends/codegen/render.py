@@ -52,7 +52,8 @@ from ...primitives import PRIMITIVES
 from ...shape import ShapeTracker, contiguous_strides, unflatten_index
 from ...symbolic import INDEX_VAR, Expr, const, prod, sym
 
-__all__ = ["KernelSpec", "render_op", "render_block_matmul", "block_matmul_ok", "prelude", "module_source",
+__all__ = ["KernelSpec", "render_op", "render_block_matmul", "block_matmul_ok", "render_block_gather",
+           "block_gather_ok", "prelude", "module_source",
            "storage_type", "compute_type", "DIALECTS"]
 
 DIALECTS = ("cuda", "c")
@@ -280,6 +281,16 @@ static LS_INLINE float ls_half(const unsigned char* p) { return ls_h2f((unsigned
    (q4_1) the nb float16 mins m, then the integers, 16 bytes of nibbles (q4_*: low nibbles are
    weights 0-15) or 32 signed bytes (q8_0) per block.  Scales side by side convert 8 at a time. */
 static LS_INLINE float ls_hx(const unsigned char* p, long long b) { return ls_half(p + 2 * b); }
+/* element (r, c) of a packed [rows, 32 nb] matrix (qtype 0: q4_0, 1: q4_1, 2: q8_0), exactly */
+static LS_INLINE float ls_blk_at(const unsigned char* packed, long long nb, int qtype, long long r, long long c) {
+  const unsigned char* row = packed + r * nb * (qtype == 2 ? 34 : qtype == 1 ? 20 : 18);
+  const long long b = c / 32, t = c % 32;
+  const float d = ls_hx(row, b);
+  if (qtype == 2) return d * (float)(signed char)row[2 * nb + 32 * b + t];
+  const unsigned char q = row[(qtype == 1 ? 4 : 2) * nb + 16 * b + (t & 15)];
+  const int v = t < 16 ? q & 15 : q >> 4;
+  return qtype == 1 ? (float)v * d + ls_hx(row, nb + b) : (float)(v - 8) * d;
+}
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 typedef __m256 ls_f8;
@@ -714,6 +725,8 @@ class _Region:
         self.leaf_dtypes = leaf_dtypes
         self.cooperative = cooperative  # top-level reductions split across a warp's lanes
         self.depth = 0  # reductions entered
+        # gathered leaves held as packed GGML blocks (c dialect): leaf -> (block type code, columns)
+        self.block_data: dict[int, tuple[int, int]] = {}
 
     def leaf(self, k: int, at: _Point | str) -> str:
         pt = _Point.flat_var(at) if isinstance(at, str) else at
@@ -768,7 +781,13 @@ class _Region:
             d = self.leaf_dtypes[k]
             v = self.w.tmp("v")
             self.w.line(f"{compute_type(d)} {v} = ({compute_type(d)})0;")
-            self.w.line(f"if ({ok}) {v} = {_load(d, f'{self.names[k]}[{at}]')};")
+            if k in self.block_data:  # element at of a [rows, cols] matrix held as blocks
+                code, cols = self.block_data[k]
+                load = (f"ls_blk_at((const unsigned char*){self.names[k]}, {cols // 32}, {code}, "
+                        f"({at}) / {cols}, ({at}) % {cols})")
+            else:
+                load = _load(d, f"{self.names[k]}[{at}]")
+            self.w.line(f"if ({ok}) {v} = {load};")
             return v
         if tag == "Cast":
             src = self.value(node[2], pt)
@@ -966,15 +985,18 @@ def _loop_axes(shape, prefix: str) -> tuple[list[tuple[str, Expr]], list[Expr]]:
 
 
 def _region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dtypes: list[DType],
-                   out_dtype: DType, shape, label: str, operands: list[int] | None = None) -> KernelSpec:
+                   out_dtype: DType, shape, label: str, operands: list[int] | None = None,
+                   block_data: dict[int, tuple[int, int]] | None = None) -> KernelSpec:
     """A kernel computing ``tree`` at every element of ``shape`` into a row-major ``out``; leaf k
-    reads the op's operand ``operands[k]`` (default k)."""
+    reads the op's operand ``operands[k]`` (default k); ``block_data``: gathered leaves held as
+    packed blocks (see :func:`render_block_gather`)."""
     w = _Writer(dialect)
     cooperative = _has_top_reduction(tree)
     mode = "warp" if cooperative and dialect == "cuda" else "elementwise"
     w.index_vars.add("_ls_item")
     w.push()
     region = _Region(w, views, leaf_dtypes, cooperative)
+    region.block_data = dict(block_data or {})
     shape = tuple(shape)
     axes = None
     at = _Point.flat_var("_ls_item")
@@ -1113,6 +1135,26 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     body = w.pop()
     label = f"{qtype}matmul" + ("" if activations == "float" else f"_{activations}")
     return _finish(w, "c", "matmul_dot", bufs, n, body, label, [("j", n)], m * k, setup)
+
+
+def block_gather_ok(op: LOp, in_dtypes: list[DType]) -> bool:
+    """Whether :func:`render_block_gather` computes ``op``: a ``Gather`` of float32 values from a
+    static [rows, cols] matrix read through its plain row-major view, cols a multiple of 32."""
+    st = op.args["data_view"] if op.op == "Gather" else None
+    return (st is not None and op.dtype.name == "float32" and in_dtypes[1].name == "float32" and st.is_contiguous
+            and len(st.shape) == 2 and not any(d.free_vars() for d in st.shape) and st.shape[1].value % 32 == 0)
+
+
+def render_block_gather(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSpec:
+    """The c dialect's ``Gather`` whose data (buffer ``in1``) is a matrix kept as packed GGML
+    ``qtype`` blocks (an embedding table): each gathered element decoded from its block, the
+    float32 weight exactly.  Requires :func:`block_gather_ok`."""
+    if not block_gather_ok(op, in_dtypes) or qtype not in _BLOCK_TYPES:
+        raise LightspeedError(f"kernel renderer: no {qtype} block gather for this {op.op}")
+    cols = int(op.args["data_view"].shape[1].value)
+    code = {"q4_0": 0, "q4_1": 1, "q8_0": 2}[qtype]
+    return _region_kernel("c", ("gather", ("leaf", 0), 1), [op.args["indexes_view"], op.args["data_view"]],
+                          in_dtypes, op.dtype, op.shape, f"{qtype}gather", block_data={1: (code, cols)})
 
 
 def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
@@ -1357,6 +1399,7 @@ def module_source(specs: list[KernelSpec], dialect: str) -> str:
     seen: dict[str, str] = {}
     for s in specs:
         seen.setdefault(s.name, s.source)
-    blocks = dialect == "c" and any(name.startswith(tuple(f"ls_{q}matmul" for q in _BLOCK_TYPES)) for name in seen)
+    blocks = dialect == "c" and any(name.startswith(tuple(f"ls_{q}{kind}" for q in _BLOCK_TYPES
+                                                          for kind in ("matmul", "gather"))) for name in seen)
     return prelude(dialect) + (_BLOCK_PRELUDE if blocks else "") + "\n" + "\n".join(seen[k] for k in sorted(seen))
 
