@@ -429,9 +429,8 @@ def compile_generator(tm: TextModel, backend: str = "cpu", search: Any = None,
     if tp != 1:  # every rank compiles its own stages while starting: one line for all of it
         what = f"starting {tp} tensor-parallel ranks and compiling prefill and decode for {backend} ..."
         t0 = time.perf_counter()
-        if say is not None:
-            say(what, end="\n" if verbose else " ")
-        gen = Generator(tm.model, tm.tensors, backend=backend, search=search, tp=tp)
+        with _compiling(what, say, verbose):
+            gen = Generator(tm.model, tm.tensors, backend=backend, search=search, tp=tp)
         if say is not None:
             _done(what, time.perf_counter() - t0, say, verbose)
             if verbose:

@@ -21,7 +21,7 @@ import pytest
 
 import lightspeed as ls
 from lightspeed.cli import random_weights
-from lightspeed.errors import ShapeError, UnsupportedError
+from lightspeed.errors import LightspeedError, ShapeError, UnsupportedError
 from lightspeed.models import from_hf_config
 from lightspeed.models.generate import Generator, compile_model
 from lightspeed.parallel import Communicator, SingleRank, collectives_of, compile_shard, shard_model, split_stages
@@ -207,6 +207,13 @@ def test_gloo_two_processes_match_unsharded(name):
     try:
         got = gen.generate(PROMPT, 8, stop_ids=(), keep_logits=True)
         again = gen.generate(PROMPT[:3], 3, stop_ids=())  # the ranks serve a second request
+        # an error midway (a bad temperature, found at the first token) stops the group for good
+        with pytest.raises(ValueError, match="temperature"):
+            gen.generate(PROMPT, 2, temperature=-1.0)
+        with pytest.raises(LightspeedError, match="failed midway"):
+            gen.generate(PROMPT, 2)
+        with pytest.raises(LightspeedError, match="stopped"):
+            gen.generate(PROMPT, 2)
     finally:
         gen.close()
     assert got.new_ids == want.new_ids
@@ -214,6 +221,17 @@ def test_gloo_two_processes_match_unsharded(name):
         assert rel_err(a, b) < 1e-5
     assert again.new_ids == Generator(model, w, search=SEARCH).generate(PROMPT[:3], 3, stop_ids=()).new_ids
     assert all(not p.is_alive() for p in gen.group.procs)
+
+
+def test_a_failing_start_raises_and_leaves_no_process():
+    """A group whose ranks cannot compile (an unknown backend) raises on rank 0 and stops rank 1."""
+    gloo_or_skip()
+    import multiprocessing
+
+    model, w = model_and_weights("llama")
+    with pytest.raises(LightspeedError, match="unknown backend"):
+        Generator(model, w, backend="no-such-backend", tp=2)
+    assert not [p for p in multiprocessing.active_children() if p.name.startswith("lightspeed-tp")]
 
 
 def test_cli_tp2_prints_what_tp1_prints():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 import traceback
 import weakref
@@ -88,7 +89,10 @@ def _worker(rank: int, world: int, port: int, cls: type, config: Any, dtype: str
             search: SearchOptions | None, conn: Any, timeout_s: float) -> None:
     """A rank > 0: build, compile, say ready, then run each ``generate`` rank 0 asks for."""
     from ..models.generate import Generator
+    from ..search import session
 
+    # Ctrl-C on a terminal reaches every process of the group: rank 0 handles it and stops the others
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         if backend == "cuda":  # one GPU per rank (never run: no multi-GPU host; docs/status.md)
             os.environ.setdefault("CUDA_VISIBLE_DEVICES", str(rank))
@@ -96,7 +100,8 @@ def _worker(rank: int, world: int, port: int, cls: type, config: Any, dtype: str
         # even start is reported instead of leaving rank 0 waiting for it
         conn.send(("started", None))
         comm = TorchCommunicator(rank, world, port, timeout_s=timeout_s)
-        gen = Generator(cls(config, dtype), weights, backend=backend, search=search, tp=Rank(comm, True))
+        with session(say=lambda msg: None):  # rank 0 alone reports compile progress
+            gen = Generator(cls(config, dtype), weights, backend=backend, search=search, tp=Rank(comm, True))
         del weights
         conn.send(("ready", None))
     except BaseException:  # noqa: BLE001 - reported to rank 0, which raises it
@@ -112,9 +117,8 @@ def _worker(rank: int, world: int, port: int, cls: type, config: Any, dtype: str
         try:
             res = gen.generate(**kwargs)
             conn.send(("done", res.new_ids))
-        except BaseException:  # noqa: BLE001
+        except BaseException:  # noqa: BLE001 - rank 0 raises it (and stops the group)
             conn.send(("error", traceback.format_exc()))
-            return
 
 
 def _shutdown(procs: list[Any], conns: list[Any], comm: Communicator) -> None:
@@ -165,6 +169,7 @@ class TensorParallelGroup:
         except BaseException:
             _shutdown(self.procs, self.conns, self.comm or Communicator())
             raise
+        self._pending = False
         self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns, self.comm)
 
     def _replies(self, want: str) -> list[Any]:
@@ -192,12 +197,25 @@ class TensorParallelGroup:
 
     def follow(self, **kwargs: Any) -> None:
         """Ask every other rank to run ``Generator.generate(**kwargs)`` with this rank."""
+        if not self._finalizer.alive:
+            raise LightspeedError("tensor parallel: the ranks were stopped (close(), or an earlier failure)")
+        if self._pending:  # the last request ended in an error on this rank: the ranks are out of step
+            self.close()
+            raise LightspeedError("tensor parallel: a generate failed midway on rank 0, so the ranks were "
+                                  "stopped; make a new Generator")
         for c in self.conns:
             c.send(("generate", kwargs))
+        self._pending = True
 
     def finish(self) -> list[list[int]]:
         """Every other rank's new tokens from the last ``follow`` (errors raise here)."""
-        return self._replies("done")
+        try:
+            return self._replies("done")
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self._pending = False
 
     def close(self) -> None:
         """Stop the other ranks (joined; terminated when they do not stop in time)."""

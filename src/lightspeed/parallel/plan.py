@@ -180,7 +180,8 @@ class ShardedModel:
         out = {}
         for name in self.model.param_shapes():
             cut = self.slicers.get(name)
-            out[name] = np.ascontiguousarray(cut(full[name])) if cut else full[name]
+            # np.asarray: weights held as GGML blocks (weights.quant) are sliced as their values
+            out[name] = np.ascontiguousarray(cut(np.asarray(full[name]))) if cut else full[name]
         return out
 
 

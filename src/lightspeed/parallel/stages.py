@@ -25,6 +25,7 @@ from typing import Any
 
 from ..graph import Graph, GraphTensor
 from ..program import Program, share_array_hooks
+from ..search import SearchReport
 from .collective import Collective, Communicator, collectives_of
 
 __all__ = ["Stage", "split_stages", "StagedProgram", "compile_staged"]
@@ -163,6 +164,7 @@ class StagedProgram(Program):
         share_array_hooks(self, stages[0][1])
         self.distinct = len({id(p) for _, p in stages})
         self.compile_s = compile_s
+        self.search_report = _combined_report([p for p in {id(p): p for _, p in stages}.values()])
         last: dict[Any, int] = {}  # value key -> last stage reading it
         for k, (st, _) in enumerate(stages):
             for key in st.inputs.values():
@@ -210,6 +212,21 @@ class StagedProgram(Program):
         for p in {id(p): p for _, p in self.stages}.values():
             p.reserve(**{k: v for k, v in bounds.items() if k in p.symbols})
         return self
+
+
+def _combined_report(progs: list[Program]) -> SearchReport:
+    """One report for the distinct stages (what ``lightspeed run -v`` prints): phases and e-nodes
+    summed, cached only when every stage's e-graph / decision was."""
+    out = SearchReport()
+    reports = [r for r in (getattr(p, "search_report", None) for p in progs) if isinstance(r, SearchReport)]
+    for r in reports:
+        for k, v in r.phases.items():
+            out.phases[k] = out.phases.get(k, 0.0) + v
+        out.egraph_nodes += r.egraph_nodes
+        out.lower += r.lower
+    out.egraph_cached = bool(reports) and all(r.egraph_cached for r in reports)
+    out.decision_cached = bool(reports) and all(r.decision_cached for r in reports)
+    return out
 
 
 def compile_staged(graph: Graph, backend: str, search: Any, comm: Communicator) -> StagedProgram:
