@@ -281,3 +281,43 @@ def test_smollm2_three_processes_same_greedy_tokens():
     assert "Paris" in w.tokenizer.decode(got.new_ids)
     for a, b in zip(got.logits, want.logits):
         assert rel_err(a, b) < 1e-5
+
+
+def _children(pid: int) -> set[int]:
+    out: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            out |= {int(c) for c in f.read().split()}
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads children from /proc (Linux)")
+def test_ctrl_c_stops_every_rank():
+    """SIGINT to ``lightspeed run --tp 2`` while the text streams: status 130 within seconds, and
+    the spawned rank is gone (it ignores SIGINT itself; rank 0 terminates it)."""
+    gloo_or_skip()
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "lightspeed.cli", "run", "llama", "--random", "--max-tokens", "100000", "--tp", "2",
+           "hi"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ,
+                            "PYTHONUNBUFFERED": "1"}, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdout.read(1)  # the first generated character: every rank is decoding
+        ranks = _children(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        assert proc.wait(timeout=30) == 130
+        assert time.monotonic() - t0 < 15
+        deadline = time.monotonic() + 15
+        while any(os.path.exists(f"/proc/{c}") for c in ranks) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        alive = [c for c in ranks if os.path.exists(f"/proc/{c}")
+                 and "zombie" not in open(f"/proc/{c}/status").read().lower()]
+        assert not alive, f"ranks still running: {alive}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+

@@ -218,5 +218,9 @@ class TensorParallelGroup:
             self._pending = False
 
     def close(self) -> None:
-        """Stop the other ranks (joined; terminated when they do not stop in time)."""
+        """Stop the other ranks (joined; terminated when they do not stop in time, or at once when
+        a request is still running: they wait in a collective, not on their pipe)."""
+        if self._pending:
+            for p in self.procs:
+                p.terminate()
         self._finalizer()
