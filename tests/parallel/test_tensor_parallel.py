@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import lightspeed as ls
-from lightspeed.cli import random_weights
+from lightspeed.cli import RANDOM_CONFIGS, random_weights
 from lightspeed.errors import LightspeedError, ShapeError, UnsupportedError
 from lightspeed.models import from_hf_config
 from lightspeed.models.generate import Generator, compile_model
@@ -39,6 +39,9 @@ CONFIGS = {
                       mlp_only_layers=[1], tie_word_embeddings=False),
     "qwen3_tied_odd_vocab": dict(COMMON, model_type="qwen3", num_hidden_layers=2, head_dim=32, vocab_size=259,
                                  rope_theta=1_000_000.0, tie_word_embeddings=True),
+    # the CLI's Gemma 3 (local + global layers, sandwich norms, GeGLU, tied head) with a window of 4
+    # that the 5-token prompt crosses
+    "gemma3": dict(RANDOM_CONFIGS["gemma3"], sliding_window=4),
 }
 
 
@@ -162,6 +165,16 @@ def test_two_ranks_on_threads_match(name):
         assert rel_err(np.concatenate([h[name_] for h in halves], 1)[:n + 1], buf[:n + 1]) < 1e-5
 
 
+def test_two_ranks_on_the_reference_backend():
+    """The stages also run on the reference backend (no search): Qwen3-MoE prefill logits."""
+    model, w = model_and_weights("qwen3_moe")
+    ids = np.array(PROMPT, np.int64)
+    inputs = {"input_ids": ids, "positions": np.arange(len(ids))}
+    want = compile_model(model, "prefill", "reference")({**inputs, **model.check_weights(w)})["logits"]
+    for out in run_ranks(model, w, 2, "prefill", inputs, backend="reference"):
+        assert rel_err(out["logits"], want) < 1e-5
+
+
 def test_graph_structure():
     """The sharded decode graph: an all-reduce after each o_proj and down_proj (2 per layer) and one
     all-gather of the logits; rank shapes are the full ones divided by the ranks."""
@@ -188,7 +201,7 @@ def test_plan_errors_name_what_does_not_divide():
     with pytest.raises(ShapeError, match=r"intermediate_size\) = 100") as e:
         shard_model(odd, 8, 0)
     assert "heads" in str(e.value)  # 8 divides neither 4 heads nor 2 KV heads: all are named
-    gemma4 = from_hf_config(__import__("lightspeed.cli", fromlist=["RANDOM_CONFIGS"]).RANDOM_CONFIGS["gemma4_moe"])
+    gemma4 = from_hf_config(RANDOM_CONFIGS["gemma4_moe"])
     with pytest.raises(UnsupportedError, match="tensor parallel supports"):
         shard_model(gemma4, 2, 0)
     with pytest.raises(ValueError, match="rank 2 is outside"):

@@ -176,6 +176,9 @@ class StagedProgram(Program):
 
     def execute(self, arrays: dict[str, Any], dims: dict[str, int],
                 out: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        # a stage's outputs are kept while the same compiled stage runs again for a later layer:
+        # this relies on programs returning fresh output arrays, as the host programs do (the
+        # rolled block loop relies on it too)
         values: dict[Any, Any] = dict(arrays)
         finals: dict[str, Any] = {}
         for (st, prog), free in zip(self.stages, self._free):
