@@ -580,15 +580,12 @@ def _run_whisper(args: argparse.Namespace) -> int:
 
 def _tp_refusal(family: str, backend: str) -> str | None:
     """Why ``--tp`` cannot run this family on this backend (None: it can)."""
-    from lightspeed.parallel.plan import TP_FAMILIES  # no numpy or torch import: the table only
+    from lightspeed.parallel.plan import TP_FAMILIES, backend_refusal
 
     if family not in TP_FAMILIES:
         return (f"tensor parallel supports the text families {', '.join(TP_FAMILIES)}, not {family}"
                 + (" (whisper runs on one process)" if family == WHISPER else ""))
-    if backend not in ("cpu", "reference"):
-        return (f"tensor parallel runs on the cpu and reference backends, not {backend} (its GPU collectives "
-                "are written for NCCL but untested: they need a host with several GPUs)")
-    return None
+    return backend_refusal(backend)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -237,13 +237,17 @@ def test_gloo_two_processes_match_unsharded(name):
 
 
 def test_a_failing_start_raises_and_leaves_no_process():
-    """A group whose ranks cannot compile (an unknown backend) raises on rank 0 and stops rank 1."""
+    """A group whose ranks cannot compile (search options naming a dim no stage has) raises on
+    rank 0 and stops rank 1."""
     gloo_or_skip()
     import multiprocessing
 
     model, w = model_and_weights("llama")
-    with pytest.raises(LightspeedError, match="unknown backend"):
-        Generator(model, w, backend="no-such-backend", tp=2)
+    with pytest.raises(UnsupportedError, match="runs on the cpu and reference backends, not native"):
+        Generator(model, w, backend="native", tp=2)  # refused before any process starts
+    bad = ls.SearchOptions(budget=1, dim_buckets={"no_such_dim": [(1, 8)]})
+    with pytest.raises(LightspeedError, match="no_such_dim"):
+        Generator(model, w, search=bad, tp=2)
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("lightspeed-tp")]
 
 
@@ -259,14 +263,20 @@ def test_cli_tp2_prints_what_tp1_prints():
     assert "over 2 tensor-parallel ranks" in two.stderr
 
 
-def test_cli_refuses_tp_where_it_cannot_run(tmp_path):
+def test_cli_refuses_tp_where_it_cannot_run(tmp_path, capsys):
     from lightspeed.cli import main
 
     wav = tmp_path / "a.wav"
     wav.write_bytes(b"")
     assert main(["run", "whisper", str(wav), "--tp", "2"]) == 2
+    assert "not whisper (whisper runs on one process)" in capsys.readouterr().err
     assert main(["run", "gemma4_moe", "--random", "hi", "--tp", "2"]) == 2
+    assert "supports the text families llama, qwen3, gemma3, qwen3_moe, not gemma4_moe" in capsys.readouterr().err
     assert main(["run", "llama", "--random", "hi", "--tp", "2", "--backend", "native"]) == 2
+    assert "runs on the cpu and reference backends, not native" in capsys.readouterr().err
+    # 3 ranks cannot split the random llama's 4 heads: refused (status 1) before any rank starts
+    assert main(["run", "llama", "--random", "hi", "--tp", "3"]) == 1
+    assert "3 must divide attention heads (num_attention_heads) = 4" in capsys.readouterr().err
 
 
 @pytest.mark.slow

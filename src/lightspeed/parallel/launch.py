@@ -24,11 +24,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import LightspeedError
+from ..errors import LightspeedError, UnsupportedError
 from ..program import Program
 from ..search import SearchOptions
 from .collective import Communicator, TorchCommunicator, free_port
-from .plan import ShardedModel, check_tp, shard_model
+from .plan import ShardedModel, backend_refusal, check_tp, shard_model
 from .stages import StagedProgram, compile_staged
 
 __all__ = ["Rank", "TensorParallelGroup", "compile_shard", "start_rank", "TIMEOUT_S"]
@@ -78,6 +78,9 @@ def _local(model: Any, weights: Any, world: int, rank: int, comm: Communicator, 
 def start_rank(model: Any, weights: Any, tp: int | Rank, backend: str, search: SearchOptions | None
                ) -> tuple[TensorParallelGroup | None, Any, dict, Program, Program]:
     """(the group this process leads or None, the rank's model, its weights, prefill, decode)."""
+    why = backend_refusal(backend)
+    if why:
+        raise UnsupportedError(why)
     if isinstance(tp, Rank):
         return (None, *_local(model, weights, tp.comm.world, tp.comm.rank, tp.comm, backend, search,
                               tp.weights_are_shards))

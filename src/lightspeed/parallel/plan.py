@@ -45,8 +45,9 @@ from ..nn import Builder, Embedding, Linear, Module
 from ..nn.moe import Experts
 from .collective import all_gather, all_reduce
 
-__all__ = ["DECODER_PLAN", "TP_FAMILIES", "ShardedModel", "shard_model", "check_tp", "vocab_sizes",
-           "RowParallelLinear", "VocabParallelHead", "VocabParallelEmbedding", "ReducedExperts"]
+__all__ = ["DECODER_PLAN", "TP_FAMILIES", "TP_BACKENDS", "backend_refusal", "ShardedModel", "shard_model",
+           "check_tp", "vocab_sizes", "RowParallelLinear", "VocabParallelHead", "VocabParallelEmbedding",
+           "ReducedExperts"]
 
 DECODER_PLAN: dict[str, str] = {
     "model.layers.*.self_attn.q_proj": "colwise",
@@ -63,6 +64,17 @@ DECODER_PLAN: dict[str, str] = {
 # families whose structure the plan covers (Gemma 4's per-layer inputs, k = v attention and
 # mixed head dims are not planned)
 TP_FAMILIES = ("llama", "qwen3", "gemma3", "qwen3_moe")
+# backends whose stages have run sharded (host arrays, fresh outputs); cuda's NCCL path is written
+# (collective.TorchCommunicator) but has not run on a multi-GPU host, so it is not offered yet
+TP_BACKENDS = ("cpu", "reference")
+
+
+def backend_refusal(backend: str) -> str | None:
+    """Why tensor parallel does not run on ``backend`` (None: it does)."""
+    if backend in TP_BACKENDS:
+        return None
+    return (f"tensor parallel runs on the {' and '.join(TP_BACKENDS)} backends, not {backend} (GPU collectives "
+            "are written for NCCL but untested: they need a host with several GPUs)")
 
 
 def vocab_sizes(vocab: int, world: int) -> tuple[int, ...]:
