@@ -314,6 +314,7 @@ def _children(pid: int) -> set[int]:
     return out
 
 
+@pytest.mark.slow  # ~10 s: a rank's start-up (torch's import) dominates
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads children from /proc (Linux)")
 def test_ctrl_c_stops_every_rank():
     """SIGINT to ``lightspeed run --tp 2`` while the text streams: status 130 within seconds, and
