@@ -1,10 +1,12 @@
-"""SmolLM2-135M-Instruct decode on the CPU, every system on the same GGUF file in one run:
-lightspeed (the file ``lightspeed run llama`` loads, Q4_1 blocks dequantised to float32; the
-``native`` generated kernels and the numpy ``cpu`` backend), llama.cpp (the blocks as they are) and
-PyTorch eager (transformers' LlamaForCausalLM on the same dequantised weights, its own KV cache).
+"""Decode on the CPU, every system on the same GGUF file in one run: SmolLM2-135M-Instruct (Q4_1,
+``--model llama``, the default) or Gemma 3 270M (Q4_K_M, ``--model gemma``), the files ``lightspeed
+run`` loads.  lightspeed: the ``native`` generated kernels (block matmuls reading the file's blocks,
+with 16-bit activations; ``native-q8``: 8-bit ones as llama.cpp; ``native-exact``: float ones;
+``native-f32``: every weight dequantised to float32) and the numpy ``cpu`` backend; llama.cpp (the
+blocks as they are); PyTorch eager (transformers on the same dequantised weights, its own KV cache).
 
     pip install ../shared/wheels/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl   # the peer
-    python benchmarks/llamacpp_decode.py [--steps 48] [--rounds 3] [--only native cpu llama.cpp torch]
+    python benchmarks/llamacpp_decode.py [--model llama|gemma] [--steps 48] [--rounds 3] [--only native llama.cpp]
 
 Each system runs in its own process (so its peak RSS is its own), once per round, the rounds
 interleaved (a load spike hits every system alike).  Every system starts from the same prompt
@@ -37,12 +39,16 @@ SYSTEMS = ("native", "native-q8", "native-exact", "native-f32", "cpu", "llama.cp
 PROMPT = "The capital of France is"
 
 
-def _lightspeed(backend: str, steps: int, blocks: bool = True) -> dict:
+MODELS = {"llama": "SmolLM2-135M-Instruct", "gemma": "Gemma 3 270M"}
+FAMILY = {"llama": "llama", "gemma": "gemma3"}  # the zoo's family of each --model (its default weights)
+
+
+def _lightspeed(family: str, backend: str, steps: int, blocks: bool = True) -> dict:
     import lightspeed as ls
     from lightspeed.cli import load_text_model
     from lightspeed.models.generate import Generator
 
-    tm = load_text_model("llama", progress=False, lazy=backend == "native" and blocks)
+    tm = load_text_model(FAMILY[family], progress=False, lazy=backend == "native" and blocks)
     prompt = tm.tokenizer.encode(PROMPT)
     # copies carry no blocks (weights.quant): the float32 weights are read
     tensors = tm.tensors if blocks else {k: np.array(v) for k, v in tm.tensors.items()}
@@ -55,7 +61,9 @@ def _lightspeed(backend: str, steps: int, blocks: bool = True) -> dict:
     kernel_blocks = {id(a) for a in getattr(gen.decode, "block_buffers", {}).values()}
     nbytes = sum(blocks_of(v).packed.nbytes if blocks_of(v) is not None and id(blocks_of(v).packed) in kernel_blocks
                  else v.nbytes for v in gen.weights.values())
-    what = "Q4_1 blocks" if kernel_blocks else "f32 from Q4_1"
+    kinds = sorted({blocks_of(v).qtype.upper() for v in gen.weights.values()
+                    if blocks_of(v) is not None and id(blocks_of(v).packed) in kernel_blocks})
+    what = "+".join(kinds) + " blocks" if kernel_blocks else "f32 weights"
     if kernel_blocks and backend == "native":
         from lightspeed.backends.codegen.program import block_activations
 
@@ -64,7 +72,7 @@ def _lightspeed(backend: str, steps: int, blocks: bool = True) -> dict:
             "label": f"lightspeed {backend} ({what})"}
 
 
-def _llama_cpp(steps: int, threads: int) -> dict:
+def _llama_cpp(family: str, steps: int, threads: int) -> dict:
     try:
         import llama_portable  # noqa: F401  (points ggml at the wheel's CPU variants)
     except ImportError:
@@ -74,7 +82,7 @@ def _llama_cpp(steps: int, threads: int) -> dict:
     from lightspeed.weights import default_weights
     from lightspeed.weights.tokenizer import Tokenizer
 
-    path = default_weights("llama", progress=False)
+    path = default_weights(family, progress=False)
     llm = Llama(str(path), n_threads=threads, n_ctx=512, verbose=False, logits_all=True)  # scores of the last row
     prompt = Tokenizer.from_gguf(path).encode(PROMPT)  # the very ids lightspeed starts from
     llm.eval(prompt)
@@ -93,19 +101,21 @@ def _llama_cpp(steps: int, threads: int) -> dict:
 
     nbytes = sum(int(t.n_bytes) for t in GGUFReader(str(path)).tensors)
     return {"ttft": ttft, "steps": step_s, "tokens": out, "bytes": nbytes,
-            "label": f"llama.cpp Q4_1 ({threads} threads)"}
+            "label": f"llama.cpp ({threads} threads)"}
 
 
-def _torch(steps: int, threads: int) -> dict:
+def _torch(family: str, steps: int, threads: int) -> dict:
     import torch
     import transformers as tf
 
     from lightspeed.cli import load_text_model
 
     torch.set_num_threads(threads)
-    tm = load_text_model("llama", progress=False)
-    cfg = {k: v for k, v in tm.config.items() if k != "model_type"}
-    hf = tf.LlamaForCausalLM(tf.LlamaConfig(**cfg)).eval()
+    tm = load_text_model(FAMILY[family], progress=False)
+    cfg = {k: v for k, v in tm.config.items() if k not in ("model_type", "architectures", "torch_dtype")}
+    cls, ccls = ((tf.LlamaForCausalLM, tf.LlamaConfig) if family == "llama" else
+                 (tf.Gemma3ForCausalLM, tf.Gemma3TextConfig))
+    hf = cls(ccls(**cfg)).eval()
     hf.load_state_dict({k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in tm.tensors.items()}, strict=False)
     hf.tie_weights()
     prompt = torch.tensor([tm.tokenizer.encode(PROMPT)])
@@ -141,24 +151,25 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(system: str, steps: int, threads: int) -> None:
+def child(family: str, system: str, steps: int, threads: int) -> None:
     if system in ("native", "cpu"):
-        res = _lightspeed(system, steps)
+        res = _lightspeed(family, system, steps)
     elif system in ("native-q8", "native-exact"):  # blocks with other activations than the default
         os.environ["LIGHTSPEED_NATIVE_ACTIVATIONS"] = "q8" if system == "native-q8" else "float"
-        res = _lightspeed("native", steps)
+        res = _lightspeed(family, "native", steps)
     elif system == "native-f32":
-        res = _lightspeed("native", steps, blocks=False)
+        res = _lightspeed(family, "native", steps, blocks=False)
     elif system == "llama.cpp":
-        res = _llama_cpp(steps, threads)
+        res = _llama_cpp(family, steps, threads)
     else:
-        res = _torch(steps, threads)
+        res = _torch(family, steps, threads)
     res["rss_mb"] = peak_rss_mb()
     print("RESULT " + json.dumps(res))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=sorted(MODELS), default="llama")
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
@@ -166,14 +177,15 @@ def main() -> int:
     ap.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.steps, args.threads)
+        child(args.model, args.child, args.steps, args.threads)
         return 0
     bw = copy_bandwidth()
     runs: dict[str, list[dict]] = {s: [] for s in args.only}
     for _ in range(args.rounds):
         for system in args.only:
-            p = subprocess.run([sys.executable, __file__, "--child", system, "--steps", str(args.steps),
-                                "--threads", str(args.threads)], capture_output=True, text=True, cwd=ROOT)
+            p = subprocess.run([sys.executable, __file__, "--child", system, "--model", args.model, "--steps",
+                                str(args.steps), "--threads", str(args.threads)], capture_output=True, text=True,
+                               cwd=ROOT)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
             if p.returncode or not line:
                 print(f"{system}: not measured (exit {p.returncode}): {p.stderr.strip().splitlines()[-1:]}")
@@ -181,9 +193,9 @@ def main() -> int:
                 continue
             if system in runs:
                 runs[system].append(json.loads(line[0][7:]))
-    print(f"SmolLM2-135M-Instruct, greedy from {PROMPT!r}, {args.steps} steps x {args.rounds} rounds (one process "
+    print(f"{MODELS[args.model]}, greedy from {PROMPT!r}, {args.steps} steps x {args.rounds} rounds (one process "
           f"per system and round, interleaved); {args.threads} threads; copy bandwidth {bw / 1e9:.1f} GB/s")
-    print(f"  {'system':38s} {'TTFT':>9s} {'TPOT':>9s} {'tok/s':>7s} {'peak RSS':>9s} {'bytes/step':>10s} "
+    print(f"  {'system':52s} {'TTFT':>9s} {'TPOT':>9s} {'tok/s':>7s} {'peak RSS':>9s} {'bytes/step':>10s} "
           f"{'% floor':>8s}")
     first = None
     tokens = {}
@@ -196,7 +208,7 @@ def main() -> int:
         nbytes = rs[0]["bytes"]
         first = first or tpot
         floor = nbytes / bw
-        print(f"  {rs[0]['label']:38s} {ttft * 1e3:7.1f}ms {tpot * 1e3:7.2f}ms {1 / tpot:7.1f} {rss:7.0f}MB "
+        print(f"  {rs[0]['label']:52s} {ttft * 1e3:7.1f}ms {tpot * 1e3:7.2f}ms {1 / tpot:7.1f} {rss:7.0f}MB "
               f"{nbytes / 1e6:8.0f}MB {100 * floor / tpot:7.0f}%   ({tpot / first:.2f}x the first)")
         tokens[system] = rs[0]["tokens"]
     ref = next(iter(tokens.values()), None)

@@ -21,16 +21,21 @@ pytestmark = pytest.mark.skipif(not NATIVE.available(), reason="no C compiler")
 OPTS = ls.SearchOptions(budget=2, seed=0, progress=False)
 
 
+TYPES = ["q4_1", "q4_0", "q8_0", "q5_0", "q4_k", "q6_k"]
+PER_BLOCK = {"q4_k": 256, "q6_k": 256}  # weights per block (others: 32)
+
+
 def _weights(qtype: str, n: int, k: int, seed: int) -> np.ndarray:
-    raw = make_blocks(qtype.upper(), n * k // 32, np.random.default_rng(seed))
+    raw = make_blocks(qtype.upper(), n * k // PER_BLOCK.get(qtype, 32), np.random.default_rng(seed))
     w = dequant(qtype.upper(), raw).reshape(n, k).astype(np.float32)
     return attach(w, Blocks(qtype, raw.reshape(n, -1)))
 
 
-def _matmul_program(g: ls.Graph):
+def _matmul_program(g: ls.Graph, side: int | None = None):
     """``g`` lowered on native from the first random candidate computing its product as a
     ``Matmul``/``MatmulAdd`` (what the block kernels replace; the search may measure another
-    lowering faster on a tiny product, which would leave nothing to check)."""
+    lowering faster on a tiny product, which would leave nothing to check); with ``side``, one
+    whose weights (input ``w``) are that operand (1: B, 0: A)."""
     import random
 
     from lightspeed.egraph import Candidate
@@ -40,13 +45,17 @@ def _matmul_program(g: ls.Graph):
     _, enc, index, ser = saturate(NATIVE, g)
     for seed in range(200):
         lprog = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, NATIVE.declarations())
-        if any(op.op in ("Matmul", "MatmulAdd") for op in lprog.ops):
-            return NATIVE.lower(g, lprog)
+        ops = lprog.ops
+        for op in ops:
+            if op.op in ("Matmul", "MatmulAdd") and (side is None or (
+                    ops[op.inputs[side]].op == "Input" and ops[op.inputs[side]].args["name"] == "w")):
+                return NATIVE.lower(g, lprog)
     raise AssertionError("no candidate computes the product as a Matmul")
 
 
 def _block_launches(prog) -> list[str]:
-    return [launch.spec.name for launch in prog.launches if "q4_" in launch.spec.name or "q8_" in launch.spec.name]
+    return [launch.spec.name for launch in prog.launches
+            if launch.spec.name.startswith(tuple(f"ls_{q}" for q in ("q4_0", "q4_1", "q8_0", "q5_0", "q4_k", "q6_k")))]
 
 
 @pytest.fixture
@@ -56,9 +65,9 @@ def exact(monkeypatch):
 
 @pytest.mark.parametrize("add", [False, True], ids=["matmul", "matmul-add"])
 @pytest.mark.parametrize("rows", [1, 5])
-@pytest.mark.parametrize("qtype", ["q4_1", "q4_0", "q8_0"])
+@pytest.mark.parametrize("qtype", TYPES)
 def test_block_matmul_matches_float64(qtype, rows, add, exact):
-    n, k = 48, 96
+    n, k = 48, (512 if qtype in PER_BLOCK else 96)
     w = _weights(qtype, n, k, seed=rows)
     g = ls.Graph()
     x, wt = g.input("x", ("s", k)), g.input("w", (n, k))
@@ -94,14 +103,16 @@ def _quantised_rows(x: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
     return (q.astype(np.float64) * d).reshape(x.shape), np.broadcast_to(amax, xb.shape).reshape(x.shape)
 
 
-@pytest.mark.parametrize("k", [96, 256, 608])  # blocks: 3 (no group of 8), 8 (one), 19 (groups and a rest)
-@pytest.mark.parametrize("qtype", ["q4_1", "q4_0", "q8_0"])
+@pytest.mark.parametrize("k", [96, 256, 608])  # groups of 32: 3 (no group of 8), 8 (one), 19 (groups and a rest)
+@pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("activations", ["q16", "q8"])
 def test_quantised_activations(activations, qtype, k, monkeypatch):
     """A decode row quantised to 8/16-bit integers: the kernel's result is the float64 product of
     the quantised row (written out in numpy) within float32 rounding, and within the contract's
     bound of the exact product: |error| <= sum over elements of |w| * amax / (2 top)."""
     monkeypatch.setenv("LIGHTSPEED_NATIVE_ACTIVATIONS", activations)
+    if qtype in PER_BLOCK:
+        k = {96: 256, 256: 512, 608: 768}[k]  # whole 256-weight blocks: 1, 2, 3
     n = 40
     w = _weights(qtype, n, k, seed=k)
     g = ls.Graph()
@@ -140,7 +151,7 @@ def test_portable_kernels_without_avx2(tmp_path):
 
     if shutil.which(compiler() or "") is None or not __import__("platform").machine().startswith("x86"):
         pytest.skip("needs an x86-64 C compiler")
-    k, n = 608, 24
+    k, n = 768, 24
     g = ls.Graph()
     x, wt = g.input("x", ("s", k)), g.input("w", (n, k))
     g.output("y", x @ wt.transpose(0, 1))
@@ -148,7 +159,7 @@ def test_portable_kernels_without_avx2(tmp_path):
     op = next(o for o in prog.lprog.ops if o.op == "Matmul")
     in_dtypes = [prog.lprog.ops[j].dtype for j in op.inputs]
     rng = np.random.default_rng(5)
-    for qtype in ("q4_1", "q4_0", "q8_0"):
+    for qtype in TYPES:
         w = _weights(qtype, n, k, seed=3)
         packed = blocks_of(w).packed
         for activations in ("float", "q16", "q8"):
@@ -216,6 +227,25 @@ def test_lazy_weights_make_no_float32_copy(tmp_path):
     np.testing.assert_allclose(bound2(x=xs)["t"], np.asarray(q, np.float64).sum(), rtol=1e-5)
 
 
+@pytest.mark.parametrize("qtype", TYPES)
+def test_block_gather_reads_rows_exactly(qtype):
+    """An embedding lookup from a table held as blocks only: the rows decoded from the blocks are
+    the float32 weights bit for bit, and no float32 table is made."""
+    rows, cols = 12, 512
+    per = PER_BLOCK.get(qtype, 32)
+    raw = make_blocks(qtype.upper(), rows * cols // per, np.random.default_rng(6)).reshape(rows, -1)
+    table = QuantTensor(Blocks(qtype, raw))
+    g = ls.Graph()
+    ids, w = g.input("ids", ("s",), ls.int64), g.input("w", (rows, cols))
+    g.output("y", ls.hl.embedding(ids, w))
+    bound = NATIVE.compile(g, search=OPTS).persist(w=table)
+    assert any("gather" in name for name in _block_launches(bound)) and not table.is_dense
+    pick = np.array([3, 0, 11, 3, 7], np.int64)
+    want = dequant(qtype.upper(), raw.reshape(-1)).reshape(rows, cols).astype(np.float32)[pick]
+    np.testing.assert_array_equal(bound(ids=pick)["y"], want)
+    assert not table.is_dense
+
+
 def test_bad_activations_setting_is_refused(monkeypatch):
     monkeypatch.setenv("LIGHTSPEED_NATIVE_ACTIVATIONS", "int4")
     w = _weights("q4_1", 32, 64, seed=1)
@@ -224,6 +254,30 @@ def test_bad_activations_setting_is_refused(monkeypatch):
     g.output("y", x @ wt.transpose(0, 1))
     with pytest.raises(ls.LightspeedError, match="LIGHTSPEED_NATIVE_ACTIVATIONS must be one of q16, q8, float"):
         _matmul_program(g).persist(w=w)
+
+
+@pytest.mark.parametrize("activations", ["float", "q16", "q8"])
+@pytest.mark.parametrize("qtype", ["q4_1", "q8_0", "q4_k"])
+def test_weights_as_either_operand(qtype, activations, monkeypatch):
+    """The product the other way round (W x^T, the weights as A) reads the blocks too, with the
+    same results as the float64 product (of the quantised x for one row of x)."""
+    monkeypatch.setenv("LIGHTSPEED_NATIVE_ACTIVATIONS", activations)
+    n, k = 24, 256
+    w = _weights(qtype, n, k, seed=9)
+    g = ls.Graph()
+    x, wt = g.input("x", ("s", k)), g.input("w", (n, k))
+    g.output("y", wt @ x.transpose(0, 1) + g.input("r", (n, "s")))
+    bound = _matmul_program(g, side=0).persist(w=w)
+    assert _block_launches(bound)
+    rng = np.random.default_rng(0)
+    for rows in (1, 3):
+        xs = rng.standard_normal((rows, k)).astype(np.float32)
+        r = rng.standard_normal((n, rows)).astype(np.float32)
+        xq = _quantised_rows(xs, 16 if activations == "q16" else 8)[0] if rows == 1 and activations != "float" \
+            else xs.astype(np.float64)
+        want = w.astype(np.float64) @ xq.T + r
+        np.testing.assert_allclose(bound(x=xs, r=r)["y"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
+                                   err_msg=f"{rows} rows")
 
 
 def test_a_copy_of_the_weights_takes_the_float_path():
@@ -241,7 +295,7 @@ def test_blocks_must_describe_the_matrix():
     with pytest.raises(ValueError, match="do not hold"):
         attach(w, Blocks("q8_0", np.zeros((4, 34), np.uint8)))
     with pytest.raises(ValueError, match="unknown block type"):
-        Blocks("q5_0", np.zeros((4, 44), np.uint8))
+        Blocks("q5_1", np.zeros((4, 48), np.uint8))
 
 
 @pytest.mark.parametrize("activations", ["float", "q16"])
@@ -313,7 +367,7 @@ def test_gguf_blocks_are_kept_and_decode_like_the_float_weights(tmp_path, activa
     assert c.new_ids == a.new_ids
     for la, lc in zip(a.logits, c.logits):
         np.testing.assert_array_equal(la, lc)
-    assert not any(lz.tensors[name].is_dense for name in raw_rows)
+    assert not [name for name in raw_rows if lz.tensors[name].is_dense]
     # and they equal the eager load's float32 values when asked for
     for name in raw_rows:
         np.testing.assert_array_equal(np.asarray(lz.tensors[name]), w.tensors[name], err_msg=name)

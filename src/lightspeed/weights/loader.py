@@ -131,11 +131,12 @@ def _load_gguf(p: Path, progress: bool, want_tokenizer: bool, lazy: bool = False
 
 
 _BLOCK_TYPES = {GGMLQuantizationType.Q8_0: "q8_0", GGMLQuantizationType.Q4_0: "q4_0",
-                GGMLQuantizationType.Q4_1: "q4_1"}
+                GGMLQuantizationType.Q4_1: "q4_1", GGMLQuantizationType.Q5_0: "q5_0",
+                GGMLQuantizationType.Q4_K: "q4_k", GGMLQuantizationType.Q6_K: "q6_k"}
 
 
 def _blocks(g: GGUFFile, config: dict[str, Any], hname: str, gname: str) -> Blocks | None:
-    """A Q8_0/Q4_0/Q4_1 matrix's blocks (rows fixed like the float32 tensor, `convert.fix_rows`), kept
+    """A Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K matrix's blocks (rows fixed like the float32 tensor, `convert.fix_rows`), kept
     beside its float32 array or instead of it (`weights.quant`): a backend with block kernels reads
     them (the same values, a quarter of the bytes).  None for other tensors."""
     t = g.tensors[gname]

@@ -23,8 +23,11 @@ import numpy as np
 
 __all__ = ["Blocks", "BLOCK_BYTES", "QK", "QuantTensor", "attach", "blocks_of"]
 
-QK = 32  # weights per block
-BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}  # float16 scale (+ float16 min), then the integers
+QK = 32  # weights per block (per sub-block of a K-quant's 256)
+# bytes per block: a float16 scale (+ float16 min), then the integers; K-quants: 256-weight blocks
+BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q4_k": 144, "q6_k": 210}
+BLOCK_WEIGHTS = {"q4_k": 256, "q6_k": 256}  # others: QK
+_REPACKED = ("q8_0", "q4_0", "q4_1")  # kept with their scales side by side; the others as GGUF has them
 
 
 class Blocks:
@@ -42,6 +45,9 @@ class Blocks:
             raise ValueError(f"{qtype} rows of {data.shape[1]} bytes are not whole blocks")
         self.qtype = qtype
         self.shape = data.shape
+        if qtype not in _REPACKED:
+            self.packed = data
+            return
         rows, nbytes = data.shape[0], BLOCK_BYTES[qtype]
         blocks = data.reshape(rows, -1, nbytes)
         self._heads = 4 if qtype == "q4_1" else 2
@@ -54,6 +60,8 @@ class Blocks:
     @property
     def data(self) -> np.ndarray:
         """The blocks in GGUF's layout (made from :attr:`packed` on each call)."""
+        if self.qtype not in _REPACKED:
+            return self.packed
         rows, nbytes = self.shape[0], BLOCK_BYTES[self.qtype]
         nb = self.shape[1] // nbytes
         out = np.empty((rows, nb, nbytes), np.uint8)
@@ -65,7 +73,7 @@ class Blocks:
     def matches(self, shape: tuple[int, ...]) -> bool:
         """Whether these are the blocks of a float matrix of ``shape``."""
         return (len(shape) == 2 and shape[0] == self.shape[0]
-                and shape[1] == self.shape[1] // BLOCK_BYTES[self.qtype] * QK)
+                and shape[1] == self.shape[1] // BLOCK_BYTES[self.qtype] * BLOCK_WEIGHTS.get(self.qtype, QK))
 
 
 class QuantTensor:
@@ -77,7 +85,7 @@ class QuantTensor:
     def __init__(self, blocks: Blocks):
         self.blocks = blocks
         rows, nbytes = blocks.shape
-        self.shape = (rows, nbytes // BLOCK_BYTES[blocks.qtype] * QK)
+        self.shape = (rows, nbytes // BLOCK_BYTES[blocks.qtype] * BLOCK_WEIGHTS.get(blocks.qtype, QK))
         self.dtype = np.dtype(np.float32)
         self._dense: np.ndarray | None = None
 

@@ -235,9 +235,10 @@ class KernelProgram(Program):
         return bound
 
     def _read_blocks(self) -> None:
-        """Matmuls whose weight is a resident float32 matrix dequantised from GGML blocks
-        (``weights.quant``: a GGUF file's Q8_0/Q4_0/Q4_1 matrices) read the blocks instead, with a
-        block kernel: the same weights, dequantised in registers, a quarter of the bytes."""
+        """Matmuls (the weights as either operand) and gathers whose weight is a resident float32
+        matrix held as GGML blocks (``weights.quant``: a GGUF file's Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K
+        matrices) read the blocks instead, with block kernels: the same weights, dequantised in
+        registers, a quarter of the bytes."""
         from ...weights.quant import blocks_of
         from .render import block_gather_ok, block_matmul_ok, render_block_gather, render_block_matmul
 
@@ -258,20 +259,28 @@ class KernelProgram(Program):
         for launch in self.launches:
             op = ops[launch.op]
             in_dtypes = [ops[j].dtype for j in op.inputs]
-            b = blocks.get(self.buffer_of[op.inputs[1]]) if op.op in ("Matmul", "MatmulAdd", "Gather") else None
-            if b is None or not (block_gather_ok(op, in_dtypes) if op.op == "Gather" else
-                                 block_matmul_ok(op, in_dtypes)):
+            side, b = 1, None
+            if op.op == "Gather":
+                b = blocks.get(self.buffer_of[op.inputs[1]])
+                b = b if b is not None and block_gather_ok(op, in_dtypes) else None
+            elif op.op in ("Matmul", "MatmulAdd"):  # the weights as B (x W^T), or as A (W x^T)
+                for side in (1, 0):
+                    b = blocks.get(self.buffer_of[op.inputs[side]])
+                    if b is not None and block_matmul_ok(op, in_dtypes, side):
+                        break
+                    b = None
+            if b is None:
                 launches.append(launch)
                 continue
-            weight = self.buffer_of[op.inputs[1]]
+            weight = self.buffer_of[op.inputs[side]]
             if weight not in slot_of:
                 slot_of[weight], buffers[slots] = slots, b.packed
                 slots += 1
             old = launch.spec
             target = launch.args[len(old.dims) + old.buffers.index("out")]
             spec = (render_block_gather(op, in_dtypes, b.qtype) if op.op == "Gather" else
-                    render_block_matmul(op, in_dtypes, b.qtype, activations))
-            bufs = tuple(target if x == "out" else slot_of[weight] if x == 1 else
+                    render_block_matmul(op, in_dtypes, b.qtype, activations, side))
+            bufs = tuple(target if x == "out" else slot_of[weight] if x == side else
                          self.value_slot[self.buffer_of[op.inputs[x]]] for x in spec.buffers)
             launches.append(Launch(spec, tuple(self.dim_slot[d] for d in spec.dims) + bufs, launch.op))
         if not slot_of:

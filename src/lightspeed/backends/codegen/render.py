@@ -281,10 +281,67 @@ static LS_INLINE float ls_half(const unsigned char* p) { return ls_h2f((unsigned
    (q4_1) the nb float16 mins m, then the integers, 16 bytes of nibbles (q4_*: low nibbles are
    weights 0-15) or 32 signed bytes (q8_0) per block.  Scales side by side convert 8 at a time. */
 static LS_INLINE float ls_hx(const unsigned char* p, long long b) { return ls_half(p + 2 * b); }
-/* element (r, c) of a packed [rows, 32 nb] matrix (qtype 0: q4_0, 1: q4_1, 2: q8_0), exactly */
+/* Q5_0, Q4_K and Q6_K rows stay in GGUF's layout (type codes 3, 4, 5).  Their weights go by
+   groups of 32 (a Q5_0 block, a K-quant sub-block): ls_kgroup gives a group's weights as
+   unsigned integers u (bytes, weights 0-31) and each half's (weights 0-15, 16-31) affine map
+   value = s * u + o, exactly the float32 weight for Q5_0 and Q4_K; Q6_K's float32 weight is
+   s * (u - 32), which ls_dec32 computes as the reference does. */
+static LS_INLINE long long ls_kbytes(int code) { return code == 3 ? 22 : code == 4 ? 144 : 210; }
+static LS_INLINE void ls_scale_min_k4(int j, const unsigned char* q, int* sc, int* m) {
+  if (j < 4) { *sc = q[j] & 63; *m = q[j + 4] & 63; }
+  else { *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4); *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4); }
+}
+/* group g of a row: the 32 unsigned weights into u, the halves' maps into s[2], o[2] */
+static LS_INLINE void ls_kgroup(const unsigned char* row, int code, long long g, unsigned char* u, float* s, float* o) {
+  if (code == 3) {  /* Q5_0: d, 32 high bits, 16 bytes of nibbles; value = d * (u - 16) */
+    const unsigned char* p = row + 22 * g;
+    const float d = ls_hx(p, 0);
+    const unsigned int h = (unsigned int)p[2] | (unsigned int)p[3] << 8 | (unsigned int)p[4] << 16
+                           | (unsigned int)p[5] << 24;
+    for (int t = 0; t < 16; t++) {
+      u[t] = (unsigned char)((p[6 + t] & 15) | ((h >> t) & 1) << 4);
+      u[16 + t] = (unsigned char)((p[6 + t] >> 4) | ((h >> (t + 16)) & 1) << 4);
+    }
+    s[0] = s[1] = d; o[0] = o[1] = -16.0f * d;
+  } else if (code == 4) {  /* Q4_K: d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles */
+    const unsigned char* p = row + 144 * (g / 8);
+    const int sub = (int)(g % 8);
+    int sc, m;
+    ls_scale_min_k4(sub, p + 4, &sc, &m);
+    const unsigned char* q = p + 16 + 32 * (sub / 2);
+    for (int t = 0; t < 32; t++) u[t] = (unsigned char)(sub & 1 ? q[t] >> 4 : q[t] & 15);
+    s[0] = s[1] = ls_hx(p, 0) * (float)sc; o[0] = o[1] = -(ls_hx(p, 1) * (float)m);
+  } else {  /* Q6_K: 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, d */
+    const unsigned char* p = row + 210 * (g / 8);
+    const int sub = (int)(g % 8), half = sub / 4, k = sub % 4;
+    const unsigned char* ql = p + 64 * half + 32 * (k & 1);
+    const unsigned char* qh = p + 128 + 32 * half;
+    const signed char* sc = (const signed char*)(p + 192 + 8 * half);
+    for (int t = 0; t < 32; t++)
+      u[t] = (unsigned char)((k < 2 ? ql[t] & 15 : ql[t] >> 4) | ((qh[t] >> (2 * k)) & 3) << 4);
+    const float d = ls_hx(p + 208, 0);
+    s[0] = d * (float)sc[2 * k]; s[1] = d * (float)sc[2 * k + 1];
+    o[0] = -32.0f * s[0]; o[1] = -32.0f * s[1];
+  }
+}
+/* group g as 32 float32 weights, computed as ggml computes them */
+static LS_INLINE void ls_dec32(const unsigned char* row, int code, long long g, float* w) {
+  unsigned char u[32]; float s[2], o[2];
+  ls_kgroup(row, code, g, u, s, o);
+  for (int t = 0; t < 32; t++)
+    w[t] = code == 5 ? s[t / 16] * (float)((int)u[t] - 32) : code == 3 ? (float)((int)u[t] - 16) * s[0]
+         : (float)u[t] * s[0] + o[0];
+}
+/* element (r, c) of a packed [rows, 32 nb] matrix (qtype 0: q4_0, 1: q4_1, 2: q8_0, 3-5: q5_0,
+   q4_k, q6_k), exactly */
 static LS_INLINE float ls_blk_at(const unsigned char* packed, long long nb, int qtype, long long r, long long c) {
-  const unsigned char* row = packed + r * nb * (qtype == 2 ? 34 : qtype == 1 ? 20 : 18);
   const long long b = c / 32, t = c % 32;
+  if (qtype >= 3) {
+    float f[32];
+    ls_dec32(packed + r * (qtype == 3 ? nb : nb / 8) * ls_kbytes(qtype), qtype, b, f);
+    return f[t];
+  }
+  const unsigned char* row = packed + r * nb * (qtype == 2 ? 34 : qtype == 1 ? 20 : 18);
   const float d = ls_hx(row, b);
   if (qtype == 2) return d * (float)(signed char)row[2 * nb + 32 * b + t];
   const unsigned char q = row[(qtype == 1 ? 4 : 2) * nb + 16 * b + (t & 15)];
@@ -436,6 +493,102 @@ static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype
   off += ls_hsum8(offv);
   return q8 ? dot : dot + (qtype == 1 ? off : -8.0f * off);
 }
+/* 16 weights (bytes: unsigned u, or signed q) times 16 of x's integers (``bits`` 8 or 16, half h
+   of a group's 32): 4 partial sums */
+static LS_INLINE __m128i ls_udot16(__m128i u, const void* y, int bits, int h) {
+  if (bits == 8)
+    return _mm_madd_epi16(_mm_maddubs_epi16(u, _mm_loadu_si128((const __m128i*)y + h)), _mm_set1_epi16(1));
+  const __m128i* yy = (const __m128i*)y + 2 * h;
+  const __m128i z = _mm_setzero_si128();
+  return _mm_add_epi32(_mm_madd_epi16(_mm_unpacklo_epi8(u, z), _mm_loadu_si128(yy)),
+                       _mm_madd_epi16(_mm_unpackhi_epi8(u, z), _mm_loadu_si128(yy + 1)));
+}
+static LS_INLINE __m128i ls_sdot16(__m128i q, const void* y, int bits, int h) {
+  if (bits == 8) {
+    const __m128i v = _mm_loadu_si128((const __m128i*)y + h);
+    return _mm_madd_epi16(_mm_maddubs_epi16(_mm_sign_epi8(q, q), _mm_sign_epi8(v, q)), _mm_set1_epi16(1));
+  }
+  const __m128i* yy = (const __m128i*)y + 2 * h;
+  return _mm_add_epi32(_mm_madd_epi16(_mm_cvtepi8_epi16(q), _mm_loadu_si128(yy)),
+                       _mm_madd_epi16(_mm_cvtepi8_epi16(_mm_srli_si128(q, 8)), _mm_loadu_si128(yy + 1)));
+}
+/* group g's dot with x's group (integers y, scale dx, dx * sum s): 4 partial sums; its offset
+   term (value = s * u + o) added to *off */
+static LS_INLINE __m128 ls_kdot_group(const unsigned char* row, int code, long long g, int bits, const void* y,
+                                      float dx, float sx, float* off) {
+  const __m128i low = _mm_set1_epi8(15);
+  if (code == 3) {
+    const unsigned char* p = row + 22 * g;
+    const float d = ls_hx(p, 0);
+    unsigned int h;
+    memcpy(&h, p + 2, 4);
+    const __m128i hv = _mm_set1_epi32((int)h), bit = _mm_set1_epi64x((long long)0x8040201008040201ULL);
+    /* byte t of each half: the bit of h that is its fifth bit, as 0xff or 0 */
+    const __m128i pick_lo = _mm_set_epi64x(0x0101010101010101LL, 0);
+    const __m128i pick_hi = _mm_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL);
+    const __m128i hl = _mm_cmpeq_epi8(_mm_and_si128(_mm_shuffle_epi8(hv, pick_lo), bit), bit);
+    const __m128i hh = _mm_cmpeq_epi8(_mm_and_si128(_mm_shuffle_epi8(hv, pick_hi), bit), bit);
+    const __m128i nib = _mm_loadu_si128((const __m128i*)(p + 6)), sixteen = _mm_set1_epi8(16);
+    const __m128i lo = _mm_or_si128(_mm_and_si128(nib, low), _mm_and_si128(hl, sixteen));
+    const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(nib, 4), low), _mm_and_si128(hh, sixteen));
+    *off -= 16.0f * d * sx;
+    return _mm_mul_ps(_mm_cvtepi32_ps(_mm_add_epi32(ls_udot16(lo, y, bits, 0), ls_udot16(hi, y, bits, 1))),
+                      _mm_set1_ps(d * dx));
+  }
+  if (code == 4) {
+    const unsigned char* p = row + 144 * (g / 8);
+    const int sub = (int)(g % 8);
+    int sc, m;
+    ls_scale_min_k4(sub, p + 4, &sc, &m);
+    const __m128i* q = (const __m128i*)(p + 16 + 32 * (sub / 2));
+    __m128i lo = _mm_loadu_si128(q), hi = _mm_loadu_si128(q + 1);
+    if (sub & 1) { lo = _mm_srli_epi16(lo, 4); hi = _mm_srli_epi16(hi, 4); }
+    lo = _mm_and_si128(lo, low); hi = _mm_and_si128(hi, low);
+    *off -= ls_hx(p, 1) * (float)m * sx;
+    return _mm_mul_ps(_mm_cvtepi32_ps(_mm_add_epi32(ls_udot16(lo, y, bits, 0), ls_udot16(hi, y, bits, 1))),
+                      _mm_set1_ps(ls_hx(p, 0) * (float)sc * dx));
+  }
+  const unsigned char* p = row + 210 * (g / 8);
+  const int sub = (int)(g % 8), half = sub / 4, k = sub % 4;
+  const __m128i* ql = (const __m128i*)(p + 64 * half + 32 * (k & 1));
+  const __m128i* qh = (const __m128i*)(p + 128 + 32 * half);
+  const signed char* sc = (const signed char*)(p + 192 + 8 * half);
+  __m128i l0 = _mm_loadu_si128(ql), l1 = _mm_loadu_si128(ql + 1);
+  if (k >= 2) { l0 = _mm_srli_epi16(l0, 4); l1 = _mm_srli_epi16(l1, 4); }
+  const __m128i sh = _mm_cvtsi32_si128(2 * k), three = _mm_set1_epi8(3), c32 = _mm_set1_epi8(32);
+  const __m128i h0 = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128(qh), sh), three);
+  const __m128i h1 = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128(qh + 1), sh), three);
+  /* signed weights q - 32, in [-32, 31] */
+  const __m128i q0 = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(l0, low), _mm_slli_epi16(h0, 4)), c32);
+  const __m128i q1 = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(l1, low), _mm_slli_epi16(h1, 4)), c32);
+  const float d = ls_hx(p + 208, 0);
+  (void)sx; (void)off;
+  const __m128 s0 = _mm_set1_ps(d * (float)sc[2 * k] * dx), s1 = _mm_set1_ps(d * (float)sc[2 * k + 1] * dx);
+  return _mm_fmadd_ps(_mm_cvtepi32_ps(ls_sdot16(q0, y, bits, 0)), s0,
+                      _mm_mul_ps(_mm_cvtepi32_ps(ls_sdot16(q1, y, bits, 1)), s1));
+}
+/* a Q5_0 / Q4_K / Q6_K row (ng groups of 32) dotted with quantised x */
+static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code, int bits, const void* y,
+                               const float* xd, const float* xs) {
+  const unsigned char* yb = (const unsigned char*)y;
+  const long long ystep = bits / 8 * 32;
+  __m128 acc0 = _mm_setzero_ps(), acc1 = acc0;
+  float off = 0.0f;
+  long long g = 0;
+  for (; g + 2 <= ng; g += 2) {
+    acc0 = _mm_add_ps(acc0, ls_kdot_group(row, code, g, bits, yb + g * ystep, xd[g], xs[g], &off));
+    acc1 = _mm_add_ps(acc1, ls_kdot_group(row, code, g + 1, bits, yb + (g + 1) * ystep, xd[g + 1], xs[g + 1], &off));
+  }
+  if (g < ng) acc0 = _mm_add_ps(acc0, ls_kdot_group(row, code, g, bits, yb + g * ystep, xd[g], xs[g], &off));
+  __m128 a = _mm_add_ps(acc0, acc1);
+  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  return _mm_cvtss_f32(_mm_add_ss(a, _mm_shuffle_ps(a, a, 1))) + off;
+}
+static LS_INLINE void ls_blk_k(const unsigned char* row, int code, long long g, ls_f8* w) {
+  float f[32];
+  ls_dec32(row, code, g, f);
+  for (int q = 0; q < 4; q++) w[q] = ls_ldf8(f + 8 * q);
+}
 #else
 typedef float ls_f8 __attribute__((vector_size(32)));
 static LS_INLINE ls_f8 ls_ldf8(const float* p) { ls_f8 v; memcpy(&v, p, sizeof v); return v; }
@@ -495,6 +648,31 @@ static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype
     if (qtype != 2) off += ls_hx(row, qtype == 1 ? nb + b : b) * xs[b];
   }
   return qtype == 2 ? acc : acc + (qtype == 1 ? off : -8.0f * off);
+}
+static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code, int bits, const void* y,
+                               const float* xd, const float* xs) {
+  float acc = 0.0f, off = 0.0f;
+  for (long long g = 0; g < ng; g++) {
+    unsigned char u[32]; float s[2], o[2];
+    ls_kgroup(row, code, g, u, s, o);
+    int sum[2] = {0, 0}, qs[2] = {0, 0};
+    for (int t = 0; t < 32; t++) {
+      const int q = bits == 8 ? (int)((const signed char*)y)[32 * g + t] : (int)((const short*)y)[32 * g + t];
+      sum[t / 16] += (code == 5 ? (int)u[t] - 32 : (int)u[t]) * q;
+      qs[t / 16] += q;
+    }
+    for (int h = 0; h < 2; h++) {
+      acc += s[h] * xd[g] * (float)sum[h];
+      if (code != 5) off += o[h] * xd[g] * (float)qs[h];
+    }
+  }
+  (void)xs;
+  return acc + off;
+}
+static LS_INLINE void ls_blk_k(const unsigned char* row, int code, long long g, ls_f8* w) {
+  float f[32];
+  ls_dec32(row, code, g, f);
+  for (int q = 0; q < 4; q++) w[q] = ls_ldf8(f + 8 * q);
 }
 #endif
 """
@@ -1037,30 +1215,37 @@ def _scatter_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
     return _finish(w, dialect, "scatter", bufs, prod(iv.shape), body, "scatter")
 
 
-def block_matmul_ok(op: LOp, in_dtypes: list[DType]) -> bool:
+def block_matmul_ok(op: LOp, in_dtypes: list[DType], side: int = 1) -> bool:
     """Whether the c dialect's block kernel (:func:`render_block_matmul`) computes ``op`` when its
-    B operand is a float32 matrix [n, k] kept as GGML blocks: B read as that matrix transposed
-    (row j of the weights contiguous along k, from its start), A contiguous along k, static k a
-    multiple of 32, no batch, float32 throughout."""
+    operand ``side`` (1: B, 0: A) is a float32 matrix [rows, k] kept as GGML blocks: read with its
+    rows contiguous along k from its start (B as that matrix transposed), the other operand
+    contiguous along k, static k a multiple of 32, no batch, float32 throughout."""
     a = op.args
     k = a["k"]
+    if side == 1:
+        weights = a["b_stride_k"] == 1 and a["b_stride_n"] == k and a["b_offset"] == 0 and a["a_stride_k"] == 1
+    else:
+        weights = a["a_stride_k"] == 1 and a["a_stride_m"] == k and a["a_offset"] == 0 and a["b_stride_k"] == 1
     return (op.op in ("Matmul", "MatmulAdd") and not a["batch"] and op.dtype.name == "float32"
-            and all(d.name == "float32" for d in in_dtypes) and not k.free_vars() and k.value % 32 == 0
-            and a["a_stride_k"] == 1 and a["b_stride_k"] == 1 and a["b_stride_n"] == k and a["b_offset"] == 0)
+            and all(d.name == "float32" for d in in_dtypes[:3]) and not k.free_vars() and k.value % 32 == 0
+            and weights)
 
 
-_BLOCK_TYPES = ("q4_1", "q4_0", "q8_0")  # the prelude's ls_blk_* decoders
+_BLOCK_TYPES = ("q4_1", "q4_0", "q8_0", "q5_0", "q4_k", "q6_k")  # the prelude's decoders
+_BLOCK_CODE = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q4_k": 4, "q6_k": 5}
 
 
 BLOCK_ACTIVATIONS = ("q16", "q8", "float")
 
 
-def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations: str = "float") -> KernelSpec:
+def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations: str = "float",
+                        side: int = 1) -> KernelSpec:
     """The c dialect's ``Matmul``/``MatmulAdd`` whose B operand (buffer ``in1``) is a weight matrix
     kept as GGML ``qtype`` blocks in the packed layout (``weights.quant.Blocks.packed``: a row's
     scales, then its integers), dequantised in registers: an item is one weight row j; each of its
     blocks is read once from memory (a quarter of its float32 bytes), decoded once into 32 floats
-    and dotted with every row of A.  Requires :func:`block_matmul_ok`.
+    and dotted with every row of A.  ``side`` 0: the weights are A instead (C = W x^T, the product
+    the other way round), an item one row of C.  Requires :func:`block_matmul_ok`.
 
     ``activations`` (decode, a single row of A; more rows keep floats): ``"float"`` is exact (the
     float32 weights' result up to summation order); ``"q8"`` quantises the row to 8-bit integers
@@ -1070,7 +1255,7 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     magnitude; docs/kernels.md states the contract."""
     from ...weights.quant import BLOCK_BYTES, QK
 
-    if not block_matmul_ok(op, in_dtypes) or qtype not in _BLOCK_TYPES:
+    if not block_matmul_ok(op, in_dtypes, side) or qtype not in _BLOCK_TYPES:
         raise LightspeedError(f"kernel renderer: no {qtype} block kernel for this {op.op}")
     if activations not in BLOCK_ACTIVATIONS:
         raise LightspeedError(f"kernel renderer: block activations must be one of {BLOCK_ACTIVATIONS}, "
@@ -1079,43 +1264,59 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     m, n, k = a["m"], a["n"], a["k"]
     nbytes = BLOCK_BYTES[qtype]
     w = _Writer("c")
-    w.index_vars |= {"j", "i", "_ls_item"}
-    nn, mm = w.expr(n), w.expr(m)
-    oa, sam = w.expr(a["a_offset"]), w.expr(a["a_stride_m"])
-    nb = int(k.value) // QK
+    w.index_vars |= {"j", "r", "_ls_item"}
+    nn = w.expr(n)
+    # j: the item, a weight row; r: a row of the activations x (rows: xn of them)
+    if side == 1:
+        xn, wn = m, n
+        xrow = f"in0 + {w.expr(a['a_offset'])} + r * {w.expr(a['a_stride_m'])}"
+        at, coords = f"r * {nn} + j", (sym("r"), sym("j"))
+    else:
+        xn, wn = n, m
+        xrow = f"in1 + {w.expr(a['b_offset'])} + r * {w.expr(a['b_stride_n'])}"
+        at, coords = f"j * {nn} + r", (sym("j"), sym("r"))
+    xx = w.expr(xn)
+    nb = int(k.value) // QK  # groups of 32 weights
+    code = _BLOCK_CODE[qtype]
+    row_bytes = nb * nbytes if code < 3 else (nb if code == 3 else nb // 8) * nbytes
+
+    def decode(g: str) -> str:  # a group of 32 weights decoded into 4 vectors of 8 floats
+        return f"ls_blk_{qtype}(rb, {nb}, {g}, wv)" if code < 3 else f"ls_blk_k(rb, {code}, {g}, wv)"
+
     w.push()
-    w.line(f"const unsigned char* rb = (const unsigned char*)in1 + j * {nb * nbytes}LL;")
+    w.line(f"const unsigned char* rb = (const unsigned char*)in{side} + j * {row_bytes}LL;")
     setup = []
+    w.line(f"if ({xx} == 1) {{")
+    w.line("  const long long r = 0;")
     if activations != "float":
-        # the row of A quantised once per thread, before its items
+        # the one row of x quantised once per thread, before its items
         bits = 16 if activations == "q16" else 8
-        qt = {"q4_0": 0, "q4_1": 1, "q8_0": 2}[qtype]
         setup = [f"  {'short' if bits == 16 else 'signed char'} _ls_xq[{nb * QK}]; float _ls_xd[{nb}], _ls_xs[{nb}];",
-                 f"  if ({mm} == 1) ls_quant_x(in0 + {oa}, {nb}, {bits}, _ls_xq, _ls_xd, _ls_xs);"]
-        w.line(f"if ({mm} == 1) {{")
-        w.line(f"  out[j] = ls_qdot(rb, {nb}, {qt}, {bits}, _ls_xq, _ls_xd, _ls_xs);")
-    else:  # one row of A keeps 4 accumulators across the blocks
-        w.line(f"if ({mm} == 1) {{")
-        w.line(f"  const float* xa = in0 + {oa};")
+                 f"  if ({xx} == 1) {{ const long long r = 0; "
+                 f"ls_quant_x({xrow}, {nb}, {bits}, _ls_xq, _ls_xd, _ls_xs); }}"]
+        dot = "ls_qdot" if code < 3 else "ls_kdot"
+        w.line(f"  out[{at}] = {dot}(rb, {nb}, {code}, {bits}, _ls_xq, _ls_xd, _ls_xs);")
+    else:  # one row of x keeps 4 accumulators across the blocks
+        w.line(f"  const float* xa = {xrow};")
         w.line("  ls_f8 a0 = ls_zero8(), a1 = a0, a2 = a0, a3 = a0, wv[4];")
         w.line(f"  for (long long blk = 0; blk < {nb}; blk++) {{")
-        w.line(f"    ls_blk_{qtype}(rb, {nb}, blk, wv);")
+        w.line(f"    {decode('blk')};")
         w.line(f"    const float* xb = xa + blk * {QK};")
         for q in range(4):
             w.line(f"    a{q} = ls_fma8(ls_ldf8(xb + {8 * q}), wv[{q}], a{q});")
         w.line("  }")
-        w.line("  out[j] = ls_hsum8(ls_add8(ls_add8(a0, a1), ls_add8(a2, a3)));")
-    # more rows of A (prefill): each block decoded once into floats, dotted with every row
+        w.line(f"  out[{at}] = ls_hsum8(ls_add8(ls_add8(a0, a1), ls_add8(a2, a3)));")
+    # more rows of x (prefill): each block decoded once into floats, dotted with every row
     w.line("} else {")
-    w.line(f"  for (long long i = 0; i < {mm}; i++) out[i * {nn} + j] = 0.0f;")
+    w.line(f"  for (long long r = 0; r < {xx}; r++) out[{at}] = 0.0f;")
     w.line(f"  for (long long blk = 0; blk < {nb}; blk++) {{")
     w.line("    ls_f8 wv[4];")
-    w.line(f"    ls_blk_{qtype}(rb, {nb}, blk, wv);")
-    w.line(f"    for (long long i = 0; i < {mm}; i++) {{")
-    w.line(f"      const float* xb = in0 + {oa} + i * {sam} + blk * {QK};")
+    w.line(f"    {decode('blk')};")
+    w.line(f"    for (long long r = 0; r < {xx}; r++) {{")
+    w.line(f"      const float* xb = {xrow} + blk * {QK};")
     w.line("      const ls_f8 s = ls_fma8(ls_ldf8(xb + 24), wv[3], ls_fma8(ls_ldf8(xb + 16), wv[2], "
            "ls_fma8(ls_ldf8(xb + 8), wv[1], ls_fma8(ls_ldf8(xb), wv[0], ls_zero8()))));")
-    w.line(f"      out[i * {nn} + j] += ls_hsum8(s);")
+    w.line(f"      out[{at}] += ls_hsum8(s);")
     w.line("    }")
     w.line("  }")
     w.line("}")
@@ -1123,18 +1324,18 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     if op.op == "MatmulAdd":
         region = _Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
         w.index_vars.add("_ls_oz")
-        w.line(f"for (long long i = 0; i < {mm}; i++) {{")
-        w.line(f"  const long long _ls_oz = i * {nn} + j;")
+        w.line(f"for (long long r = 0; r < {xx}; r++) {{")
+        w.line(f"  const long long _ls_oz = {at};")
         w.push()
-        r = region.leaf(0, _Point("_ls_oz", sym("_ls_oz"), (m, n), (sym("i"), sym("j"))))
+        rv = region.leaf(0, _Point("_ls_oz", sym("_ls_oz"), (m, n), coords))
         inner = w.pop()
         w.scope.lines.extend("  " + ln for ln in inner)
-        w.line(f"  out[_ls_oz] = out[_ls_oz] + {r};")
+        w.line(f"  out[_ls_oz] = out[_ls_oz] + {rv};")
         w.line("}")
         bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
     body = w.pop()
     label = f"{qtype}matmul" + ("" if activations == "float" else f"_{activations}")
-    return _finish(w, "c", "matmul_dot", bufs, n, body, label, [("j", n)], m * k, setup)
+    return _finish(w, "c", "matmul_dot", bufs, wn, body, label, [("j", wn)], xn * k, setup)
 
 
 def block_gather_ok(op: LOp, in_dtypes: list[DType]) -> bool:
@@ -1152,7 +1353,7 @@ def render_block_gather(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSp
     if not block_gather_ok(op, in_dtypes) or qtype not in _BLOCK_TYPES:
         raise LightspeedError(f"kernel renderer: no {qtype} block gather for this {op.op}")
     cols = int(op.args["data_view"].shape[1].value)
-    code = {"q4_0": 0, "q4_1": 1, "q8_0": 2}[qtype]
+    code = _BLOCK_CODE[qtype]
     return _region_kernel("c", ("gather", ("leaf", 0), 1), [op.args["indexes_view"], op.args["data_view"]],
                           in_dtypes, op.dtype, op.shape, f"{qtype}gather", block_data={1: (code, cols)})
 
