@@ -6,7 +6,12 @@ with 16-bit activations; ``native-q8``: 8-bit ones as llama.cpp; ``native-exact`
 blocks as they are); PyTorch eager (transformers on the same dequantised weights, its own KV cache).
 
     pip install ../shared/wheels/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl   # the peer
-    python benchmarks/llamacpp_decode.py [--model llama|gemma] [--steps 48] [--rounds 3] [--only native llama.cpp]
+    python benchmarks/llamacpp_decode.py [--model llama|gemma] [--f32] [--steps 48] [--rounds 3] \
+        [--only native llama.cpp]
+
+``--f32``: every system reads an F32 copy of the file instead (made once by llama.cpp's own
+requantiser, ``llama_model_quantize`` to ALL_F32; its weights are bit for bit the ones lightspeed
+dequantises), the equal-precision comparison.
 
 Each system runs in its own process (so its peak RSS is its own), once per round, the rounds
 interleaved (a load spike hits every system alike).  Every system starts from the same prompt
@@ -39,8 +44,31 @@ SYSTEMS = ("native", "native-q8", "native-exact", "native-f32", "cpu", "llama.cp
 PROMPT = "The capital of France is"
 
 
+F32 = False  # --f32
 MODELS = {"llama": "SmolLM2-135M-Instruct", "gemma": "Gemma 3 270M"}
 FAMILY = {"llama": "llama", "gemma": "gemma3"}  # the zoo's family of each --model (its default weights)
+
+
+def weights_file(family: str, f32: bool) -> Path:
+    """The GGUF file of ``family`` every system reads: the default one, or its F32 copy."""
+    from lightspeed.weights import default_weights
+
+    src = default_weights(family, progress=False)
+    if not f32:
+        return src
+    dst = src.with_name(src.stem + ".F32.gguf")
+    if not dst.exists():
+        import ctypes
+
+        import llama_cpp
+
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype, params.nthread, params.allow_requantize = llama_cpp.LLAMA_FTYPE_ALL_F32, 2, True
+        tmp = dst.with_suffix(".tmp")
+        if llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params)) != 0:
+            raise SystemExit(f"llama.cpp could not write an F32 copy of {src}")
+        tmp.replace(dst)
+    return dst
 
 
 def _lightspeed(family: str, backend: str, steps: int, blocks: bool = True) -> dict:
@@ -48,7 +76,7 @@ def _lightspeed(family: str, backend: str, steps: int, blocks: bool = True) -> d
     from lightspeed.cli import load_text_model
     from lightspeed.models.generate import Generator
 
-    tm = load_text_model(FAMILY[family], progress=False, lazy=backend == "native" and blocks)
+    tm = load_text_model(FAMILY[family], weights_file(family, F32), progress=False, lazy=backend == "native" and blocks)
     prompt = tm.tokenizer.encode(PROMPT)
     # copies carry no blocks (weights.quant): the float32 weights are read
     tensors = tm.tensors if blocks else {k: np.array(v) for k, v in tm.tensors.items()}
@@ -79,10 +107,9 @@ def _llama_cpp(family: str, steps: int, threads: int) -> dict:
         pass
     from llama_cpp import Llama
 
-    from lightspeed.weights import default_weights
     from lightspeed.weights.tokenizer import Tokenizer
 
-    path = default_weights(family, progress=False)
+    path = weights_file(family, F32)
     llm = Llama(str(path), n_threads=threads, n_ctx=512, verbose=False, logits_all=True)  # scores of the last row
     prompt = Tokenizer.from_gguf(path).encode(PROMPT)  # the very ids lightspeed starts from
     llm.eval(prompt)
@@ -111,7 +138,7 @@ def _torch(family: str, steps: int, threads: int) -> dict:
     from lightspeed.cli import load_text_model
 
     torch.set_num_threads(threads)
-    tm = load_text_model(FAMILY[family], progress=False)
+    tm = load_text_model(FAMILY[family], weights_file(family, F32), progress=False)
     cfg = {k: v for k, v in tm.config.items() if k not in ("model_type", "architectures", "torch_dtype")}
     cls, ccls = ((tf.LlamaForCausalLM, tf.LlamaConfig) if family == "llama" else
                  (tf.Gemma3ForCausalLM, tf.Gemma3TextConfig))
@@ -170,12 +197,15 @@ def child(family: str, system: str, steps: int, threads: int) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(MODELS), default="llama")
+    ap.add_argument("--f32", action="store_true", help="an F32 copy of the file for every system")
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global F32
+    F32 = args.f32
     if args.child:
         child(args.model, args.child, args.steps, args.threads)
         return 0
@@ -184,8 +214,8 @@ def main() -> int:
     for _ in range(args.rounds):
         for system in args.only:
             p = subprocess.run([sys.executable, __file__, "--child", system, "--model", args.model, "--steps",
-                                str(args.steps), "--threads", str(args.threads)], capture_output=True, text=True,
-                               cwd=ROOT)
+                                str(args.steps), "--threads", str(args.threads)] + ["--f32"] * F32,
+                               capture_output=True, text=True, cwd=ROOT)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
             if p.returncode or not line:
                 print(f"{system}: not measured (exit {p.returncode}): {p.stderr.strip().splitlines()[-1:]}")
@@ -193,7 +223,9 @@ def main() -> int:
                 continue
             if system in runs:
                 runs[system].append(json.loads(line[0][7:]))
-    print(f"{MODELS[args.model]}, greedy from {PROMPT!r}, {args.steps} steps x {args.rounds} rounds (one process "
+    weights_file(args.model, F32)  # made before the rounds
+    name = MODELS[args.model] + (" (F32 copy)" if F32 else "")
+    print(f"{name}, greedy from {PROMPT!r}, {args.steps} steps x {args.rounds} rounds (one process "
           f"per system and round, interleaved); {args.threads} threads; copy bandwidth {bw / 1e9:.1f} GB/s")
     print(f"  {'system':52s} {'TTFT':>9s} {'TPOT':>9s} {'tok/s':>7s} {'peak RSS':>9s} {'bytes/step':>10s} "
           f"{'% floor':>8s}")

@@ -1420,14 +1420,18 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
               f"({ct}){_load(db, f'in1[ob + l * {sbk} + j * {sbn}]')};")
     vec = _VECTOR_DOT.get(da.name) if da == db and ct == "float" else None
     if dialect == "c" and dot and ct == "float":
-        # 8 partial sums: the compiler keeps them in one SIMD register (a float sum cannot be
-        # vectorised otherwise without reassociating it)
+        # 32 partial sums: the compiler keeps them in 4 SIMD registers, 4 independent chains of
+        # fused multiply-adds (a float sum cannot be vectorised otherwise without reassociating
+        # it; one chain waits on the multiply-add's latency), then 8 for the rest
         ra, rb = f"in0 + oa + i * {sam}", f"in1 + ob + j * {sbn}"
         w.line(f"const {storage_type(da)}* ra = {ra}; const {storage_type(db)}* rb = {rb};")
-        w.line("float part[8] = {0, 0, 0, 0, 0, 0, 0, 0}; long long l = 0;")
+        w.line("float part[32] = {0}; long long l = 0;")
+        w.line(f"for (; l + 32 <= {kk}; l += 32)")
+        w.line(f"  for (int q = 0; q < 32; q++) part[q] += {_load(da, 'ra[l + q]')} * {_load(db, 'rb[l + q]')};")
         w.line(f"for (; l + 8 <= {kk}; l += 8)")
         w.line(f"  for (int q = 0; q < 8; q++) part[q] += {_load(da, 'ra[l + q]')} * {_load(db, 'rb[l + q]')};")
         w.line(f"for (; l < {kk}; l++) acc += {_load(da, 'ra[l]')} * {_load(db, 'rb[l]')};")
+        w.line("for (int q = 0; q < 8; q++) part[q] = (part[q] + part[q + 8]) + (part[q + 16] + part[q + 24]);")
         w.line("acc += ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));")
     elif dialect == "cuda" and mode == "matmul_dot" and vec is not None:
         # both rows contiguous along k: 16-byte loads when k and both rows' addresses allow them
