@@ -98,7 +98,8 @@ def test_aliases():
 
 
 def test_run_gemma_alias_random(capsys):
-    code, out, err = run(capsys, "run", "gemma", "--random", "The capital of France is", "--max-tokens", "3")
+    code, out, err = run(capsys, "run", "gemma", "--random", "The capital of France is", "--max-tokens", "3",
+                         "--backend", "cpu")
     assert code == 0, err
     assert "gemma3: RANDOM WEIGHTS (seed 0)" in err and "Gemma3(layers=2" in err
     assert "3 generated (max_tokens)" in err and TIMING.search(err)
@@ -111,7 +112,8 @@ def test_run_dtype_bfloat16_builds_a_bfloat16_model(capsys):
     from lightspeed.cli import load_text_model
 
     assert load_text_model("llama", random=True, progress=False, dtype="bfloat16").model.dtype == bfloat16
-    code, out, err = run(capsys, "run", "llama", "--random", "Hi", "--max-tokens", "3", "--dtype", "bfloat16")
+    code, out, err = run(capsys, "run", "llama", "--random", "Hi", "--max-tokens", "3", "--dtype", "bfloat16",
+                         "--backend", "cpu")
     assert code == 0, err
     assert "3 generated (max_tokens)" in err and TIMING.search(err)
 
@@ -126,14 +128,35 @@ def test_whisper_rejects_dtype_and_bad_dtypes_are_usage_errors(capsys, tmp_path)
     assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("family, tp, gpu, compiler, want", [
+    ("llama", 1, False, True, "native"), ("qwen3", 1, False, True, "native"), ("llama", 1, False, False, "cpu"),
+    ("whisper", 1, False, True, "cpu"), ("llama", 2, False, True, "cpu"), ("llama", 1, True, True, "cuda"),
+    ("whisper", 1, True, True, "cuda"), ("llama", 2, True, True, "cpu")])
+def test_auto_backend(family, tp, gpu, compiler, want, monkeypatch, capsys):
+    """run's default backend: cuda with a GPU, else native kernels for the text models on one process
+    when a C compiler is usable, else cpu with one notice saying why."""
+    import lightspeed.cli as cli
+    from lightspeed import backends
+
+    monkeypatch.setattr(backends, "default_backend", lambda: "cuda" if gpu else "cpu")
+    monkeypatch.setattr(backends.get_backend("native"), "available", lambda: compiler)
+    assert cli._auto_backend(family, tp) == want
+    notice = "no C compiler found" in capsys.readouterr().err
+    assert notice == (not gpu and not compiler and family != "whisper" and tp == 1)
+
+
 def test_run_qwen3_random_subprocess():
-    """End to end as a user runs it: the installed script, a fresh process."""
+    """End to end as a user runs it: the installed script, a fresh process, the default backend
+    (native kernels where a C compiler is, as on CI)."""
     script = Path(sys.executable).parent / "lightspeed"
     cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "lightspeed"]
     r = subprocess.run([*cmd, "run", "qwen3", "--random", "hi", "--max-tokens", "4"], capture_output=True, text=True,
                        timeout=120, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr
     assert "RANDOM WEIGHTS" in r.stderr and "4 generated (max_tokens)" in r.stderr
+    from lightspeed.backends import get_backend
+
+    assert (" on native: " if get_backend("native").available() else " on cpu: ") in r.stderr, r.stderr
     assert TIMING.search(r.stderr), r.stderr
     assert "TTFT" not in r.stdout and r.stdout.endswith("\n")  # stdout holds only the text
 
@@ -432,8 +455,8 @@ def test_ctrl_c_in_a_real_process(tmp_path):
     # the child starts with SIGINT at its default, as a shell starts it: late in the full suite the
     # test process's own disposition has been found ignored (inherited by a child, whose Python then
     # installs no KeyboardInterrupt handler at all; docs/status.md)
-    p = subprocess.Popen([sys.executable, "-m", "lightspeed", "run", "qwen3", "--random", "hi", "--max-tokens",
-                          "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    p = subprocess.Popen([sys.executable, "-m", "lightspeed", "run", "qwen3", "--random", "hi", "--backend", "cpu",
+                          "--max-tokens", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         seen = ""

@@ -48,6 +48,10 @@ def _demo(args: argparse.Namespace) -> int:
     g.output("y", y)
     print("graph (HLIR, primitives only):")
     print(g)
+    if args.backend == "auto":
+        from lightspeed import backends
+
+        args.backend = backends.default_backend()
     prog = g.compile(backend=args.backend)
     rng = np.random.default_rng(0)
     print(f"\ncompiled for backend {args.backend!r}: {prog}")
@@ -104,10 +108,8 @@ def _available_backends() -> list[str]:
 
 def _backend(name: str) -> str:
     available = _available_backends()
-    if name == "auto":  # the best backend this machine has: cuda with a GPU, else cpu
-        from lightspeed import backends
-
-        return backends.default_backend()
+    if name == "auto":  # resolved by the command (run: also by the model family, _auto_backend)
+        return name
     if name not in available:
         raise argparse.ArgumentTypeError(f"unknown backend {name!r}; available: auto, {', '.join(available)}")
     if name == "cuda":
@@ -588,6 +590,24 @@ def _tp_refusal(family: str, backend: str) -> str | None:
     return backend_refusal(backend)
 
 
+def _auto_backend(family: str, tp: int) -> str:
+    """``--backend auto`` (run's default): cuda when a GPU is usable; else, for a text model on one
+    process, native (generated C kernels, GGUF blocks kept quantised) when a C compiler is usable;
+    else cpu, saying why once.  Whisper keeps cpu on the host (its decoder's cache is host state)."""
+    from lightspeed import backends
+
+    best = backends.default_backend()
+    if best == "cuda":
+        return "cuda" if tp == 1 else "cpu"
+    if family == WHISPER or tp > 1:
+        return "cpu"
+    if backends.get_backend("native").available():
+        return "native"
+    _say("no C compiler found ($CC, cc, gcc, clang, or the ziglang package): running on the numpy cpu backend "
+         "(pip install ziglang gives lightspeed its native kernels)")
+    return "cpu"
+
+
 def _run(args: argparse.Namespace) -> int:
     from lightspeed.errors import LightspeedError
 
@@ -605,6 +625,8 @@ def _run(args: argparse.Namespace) -> int:
         what = "AUDIO path" if family == WHISPER else "PROMPT"
         _err(f"lightspeed run {args.model}: the {what} is empty")
         return 2
+    if args.backend == "auto":
+        args.backend = _auto_backend(family, args.tp)
     if args.tp > 1:
         why = _tp_refusal(family, args.backend)
         if why:
@@ -665,9 +687,10 @@ def main(argv: list[str] | None = None) -> int:
                      "families without shipped weights (qwen3, qwen3_moe, gemma4_moe) or to test the compiler")
     # Text-only options default to None so that whisper can tell a given one from a default; _run fills
     # in the defaults named in the help for the text models.
-    r.add_argument("--backend", default="cpu", type=_backend,
-                   help="cpu (default), cuda (a GPU), native (generated C kernels), reference, or auto (cuda "
-                        "when a GPU is there, else cpu)")
+    r.add_argument("--backend", default="auto", type=_backend,
+                   help="auto (default: cuda when a GPU is there, else native for the text models when a C "
+                        "compiler is, else cpu), cpu (numpy kernels), cuda (a GPU), native (generated C "
+                        "kernels; GGUF weights stay quantised), or reference")
     r.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="text models: weights and activations in this dtype (bfloat16/float16 accumulate in "
                         "float32); default float32")

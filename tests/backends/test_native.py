@@ -68,3 +68,41 @@ def test_loop_nests_index_without_division_and_split_rows_across_threads():
         ys = rng.standard_normal((7, p, 1)).astype(np.float32) * 0.1
         np.testing.assert_allclose(prog(x=xs, y=ys, dims={"p": p})["z"], ref(x=xs, y=ys, dims={"p": p})["z"],
                                    rtol=2e-5, atol=1e-6)
+
+
+def test_the_zig_compiler_stands_in_when_the_system_has_none(monkeypatch, tmp_path):
+    """No $CC and no cc/gcc/clang on the PATH: the ``ziglang`` wheel's ``zig cc`` builds the kernels
+    (without OpenMP there: one thread), and the program computes what numpy does."""
+    pytest.importorskip("ziglang")
+    import shutil
+
+    from lightspeed.backends.codegen import host
+
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    cc = host.compiler()
+    assert cc is not None and cc[1:] == ["-m", "ziglang", "cc"] and NATIVE.available()
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 64)), g.input("w", (64, 32))
+    g.output("y", (x @ w).relu().softmax(-1))
+    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=1, seed=0, progress=False))
+    rng = np.random.default_rng(0)
+    xs, ws = rng.standard_normal((3, 64)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
+    z = np.maximum(xs.astype(np.float64) @ ws, 0)
+    want = np.exp(z - z.max(-1, keepdims=True))
+    want /= want.sum(-1, keepdims=True)
+    np.testing.assert_allclose(prog(x=xs, w=ws)["y"], want, rtol=1e-5, atol=1e-6)
+    assert any(" ".join(cc) in key for key in host._openmp)  # its OpenMP support was probed
+
+
+def test_no_compiler_at_all_means_native_is_unavailable(monkeypatch):
+    import importlib.util
+    import shutil
+
+    from lightspeed.backends.codegen import host
+
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert host.compiler() is None and not NATIVE.available()

@@ -140,16 +140,15 @@ def test_quantised_activations(activations, qtype, k, monkeypatch):
 
 
 def test_portable_kernels_without_avx2(tmp_path):
-    """The plain C decoders and integer dots (built for baseline x86-64, or any CPU without AVX2):
+    """The plain C decoders and integer dots (built without AVX2, as for a CPU without it):
     the same results as the float64 products, for each block type and activation kind."""
     import ctypes
-    import shutil
     import subprocess
 
     from lightspeed.backends.codegen.host import compiler
     from lightspeed.backends.codegen.render import module_source, render_block_matmul
 
-    if shutil.which(compiler() or "") is None or not __import__("platform").machine().startswith("x86"):
+    if compiler() is None or not __import__("platform").machine().startswith("x86"):
         pytest.skip("needs an x86-64 C compiler")
     k, n = 768, 24
     g = ls.Graph()
@@ -167,7 +166,7 @@ def test_portable_kernels_without_avx2(tmp_path):
             src = tmp_path / f"{spec.name}.c"
             src.write_text("#ifdef __AVX2__\n#error built with AVX2\n#endif\n" + module_source([spec], "c"))
             lib = tmp_path / f"{spec.name}.so"
-            subprocess.run([compiler(), "-O2", "-march=x86-64", "-mtune=generic", "-fopenmp", "-fPIC", "-shared",
+            subprocess.run([*compiler(), "-O2", "-march=native", "-mno-avx2", "-fPIC", "-shared",
                             "-std=gnu11", "-o", str(lib), str(src), "-lm"], check=True, capture_output=True)
             fn = getattr(ctypes.CDLL(str(lib)), spec.name)
             for rows in (1, 3):

@@ -4,8 +4,9 @@ and called through ``ctypes``.
 It runs the same kernel programs as the GPU (same table, same launch list, same arena plan), one
 work item after another, so the whole generated-kernel path (index arithmetic, validity, region
 bodies, numerics, the runtime's planning and aliasing) is tested on machines without a GPU.
-Compiled libraries are cached in the compile cache directory, keyed by the source's hash and the
-compiler; without a C compiler :func:`available` is False.
+Compiled libraries are cached in the compile cache directory, keyed by the source's hash, the
+compiler, its flags and the CPU; the compiler is the system's (``$CC``, cc, gcc, clang) or, where
+there is none, the ``ziglang`` wheel's ``zig cc``; without any, :func:`available` is False.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -32,9 +34,10 @@ from .render import KernelSpec, module_source
 __all__ = ["HostExecutor", "compiler", "available"]
 
 # -march=native: kernels are compiled on the machine that runs them (the cache key names its CPU);
-# no -ffast-math: float results must match the reference's rounding
+# no -ffast-math: float results must match the reference's rounding.  -fopenmp where the compiler
+# has OpenMP (gcc, most clangs); without it the kernels run on the calling thread.
 PROGRAM = "__program__"  # the handle of the function that runs a program's whole launch list
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-strict-aliasing", "-fwrapv", "-std=gnu11")
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-strict-aliasing", "-fwrapv", "-std=gnu11")
 
 
 def _cpu_id() -> str:
@@ -49,19 +52,41 @@ def _cpu_id() -> str:
         return platform.processor() or platform.machine()
 
 
-def compiler() -> str | None:
-    """The C compiler to use: ``$CC``, else cc/gcc/clang on the PATH."""
+def compiler() -> list[str] | None:
+    """The C compiler's command: ``$CC``, else cc/gcc/clang on the PATH, else the ``ziglang``
+    package's ``zig cc`` (``pip install ziglang``: a compiler any machine with pip can have)."""
     cc = os.environ.get("CC")
     if cc and shutil.which(cc):
-        return cc
+        return [cc]
     for name in ("cc", "gcc", "clang"):
         if shutil.which(name):
-            return name
+            return [name]
+    import importlib.util
+
+    if importlib.util.find_spec("ziglang") is not None:
+        return [sys.executable, "-m", "ziglang", "cc"]
     return None
 
 
 def available() -> bool:
     return compiler() is not None
+
+
+_openmp: dict[str, bool] = {}
+
+
+def flags(cc: list[str]) -> list[str]:
+    """The flags kernels are built with by ``cc``: :data:`FLAGS`, and -fopenmp when ``cc`` builds
+    and links an OpenMP program (probed once per compiler)."""
+    key = " ".join(cc)
+    if key not in _openmp:
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "omp.c"
+            src.write_text("#include <omp.h>\nint ls_threads(void) { return omp_get_max_threads(); }\n")
+            res = subprocess.run([*cc, *FLAGS, "-fopenmp", "-o", str(Path(tmp) / "omp.so"), str(src)],
+                                 capture_output=True, text=True)
+            _openmp[key] = res.returncode == 0
+    return [*FLAGS, "-fopenmp"] if _openmp[key] else list(FLAGS)
 
 
 _libs: dict[str, ctypes.CDLL] = {}
@@ -71,8 +96,9 @@ _lock = threading.Lock()
 def _build(source: str) -> ctypes.CDLL:
     cc = compiler()
     if cc is None:
-        raise LightspeedError("no C compiler found (set $CC or install gcc/clang)")
-    key = hashlib.sha256("\n".join([cc, *FLAGS, _cpu_id(), source]).encode()).hexdigest()[:24]
+        raise LightspeedError("no C compiler found (set $CC, install gcc or clang, or pip install ziglang)")
+    cflags = flags(cc)
+    key = hashlib.sha256("\n".join([*cc, *cflags, _cpu_id(), source]).encode()).hexdigest()[:24]
     lib = _libs.get(key)
     if lib is not None:
         return lib
@@ -93,7 +119,7 @@ def _build(source: str) -> ctypes.CDLL:
                 src = Path(tmp) / "k.c"
                 src.write_text(source)
                 out = Path(tmp) / "k.so"
-                res = subprocess.run([cc, *FLAGS, "-o", str(out), str(src), "-lm"], capture_output=True, text=True)
+                res = subprocess.run([*cc, *cflags, "-o", str(out), str(src), "-lm"], capture_output=True, text=True)
                 if res.returncode != 0:
                     raise LightspeedError(f"C compiler failed on a generated kernel:\n{res.stderr[-4000:]}")
                 fd, tmpname = tempfile.mkstemp(dir=folder, suffix=".so.tmp")

@@ -389,7 +389,6 @@ static LS_INLINE void ls_blk_q8_0(const unsigned char* row, long long nb, long l
    d = amax / 32767) bit integers q = nearest(x / d); s = d * sum(q) for the q4 offsets */
 static LS_INLINE void ls_quant_x(const float* x, long long nb, int bits, void* y, float* d, float* s) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   const float top = bits == 8 ? 127.0f : 32767.0f;
   for (long long b = 0; b < nb; b++, x += 32) {
     __m256 v[4];
@@ -402,7 +401,9 @@ static LS_INLINE void ls_quant_x(const float* x, long long nb, int bits, void* y
     const float db = amax / top, id = amax != 0.0f ? top / amax : 0.0f;
     const __m256 mul = _mm256_set1_ps(id);
     __m256i q[4];
-    for (int t = 0; t < 4; t++) q[t] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[t], mul), rnd));
+    for (int t = 0; t < 4; t++)  /* the rounding mode must be a constant expression (clang) */
+      q[t] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[t], mul),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     const __m256i t4 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t4), _mm256_extracti128_si256(t4, 1));
     u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0x4e));
