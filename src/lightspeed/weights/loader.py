@@ -13,7 +13,7 @@ import numpy as np
 from .convert import IGNORED_TENSORS, fix_rows, fix_tensor, gguf_config, hf_name
 from .errors import WeightError
 from .gguf_file import GGMLQuantizationType, GGUFFile
-from .quant import Blocks, QuantTensor, attach
+from .quant import BLOCK_BYTES, Blocks, QuantTensor, attach
 from .safetensors_dir import hf_dir_files, index_weight_map, read_json, read_safetensors
 from .shapes import check_config, expected_shapes
 
@@ -60,7 +60,7 @@ def load(path: str | os.PathLike, *, progress: bool = True, tokenizer: bool = Tr
     Quantised GGUF tensors are dequantised to float32 and llama.cpp's layout changes are undone (see
     `lightspeed.weights.convert`). Shapes are checked against the config for the zoo's model types.
     A progress bar goes to stderr when it is a terminal and `progress` is true. With `lazy`, a GGUF
-    file's Q8_0/Q4_0/Q4_1 matrices stay as their blocks (`weights.quant.QuantTensor`, float32 values
+    file's Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K matrices stay as their blocks (`weights.quant.QuantTensor`, float32 values
     made only if something asks for them: the `native` backend's block matmuls never do). Raises
     WeightError naming the file (and tensor) for anything missing, truncated, corrupt or inconsistent."""
     p = Path(path)
@@ -130,13 +130,12 @@ def _load_gguf(p: Path, progress: bool, want_tokenizer: bool, lazy: bool = False
     return LoadedWeights(config, tensors, tok, p, metadata)
 
 
-_BLOCK_TYPES = {GGMLQuantizationType.Q8_0: "q8_0", GGMLQuantizationType.Q4_0: "q4_0",
-                GGMLQuantizationType.Q4_1: "q4_1", GGMLQuantizationType.Q5_0: "q5_0",
-                GGMLQuantizationType.Q4_K: "q4_k", GGMLQuantizationType.Q6_K: "q6_k"}
+# the GGUF storage types whose blocks are kept (weights.quant names them)
+_BLOCK_TYPES = {getattr(GGMLQuantizationType, q.upper()): q for q in BLOCK_BYTES}
 
 
 def _blocks(g: GGUFFile, config: dict[str, Any], hname: str, gname: str) -> Blocks | None:
-    """A Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K matrix's blocks (rows fixed like the float32 tensor, `convert.fix_rows`), kept
+    """A block-quantised matrix's blocks (rows fixed like the float32 tensor, `convert.fix_rows`), kept
     beside its float32 array or instead of it (`weights.quant`): a backend with block kernels reads
     them (the same values, a quarter of the bytes).  None for other tensors."""
     t = g.tensors[gname]

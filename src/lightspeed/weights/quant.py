@@ -1,14 +1,13 @@
-"""GGML blocks kept beside the float32 weights dequantised from them.
+"""GGML blocks of a GGUF file's quantised matrices, kept beside or instead of their float32 values.
 
-A GGUF file stores most matrices as blocks (Q8_0, Q4_0, Q4_1: 32 weights per block, a float16
-scale, and 8- or 4-bit integers).  :func:`lightspeed.weights.load` dequantises every tensor to
-float32 (what every backend computes with) and, for these three formats, remembers the file's
-blocks beside the array (:func:`attach`).  A backend with kernels that read blocks (the `native`
-backend's quantised matmuls) asks :func:`blocks_of` when the weight is made resident, and then
-reads 1/4.7 (Q4_1) to 1/3.8 (Q8_0) of the bytes.  The values are the same: a block's weight is
-``d * q (+ m)``, whose product is exact in float32 (an 11-bit scale times an integer of at most 8
-bits), so a kernel that dequantises in registers sees exactly the float32 weights the other
-backends read.
+A GGUF file stores most matrices as blocks (Q8_0, Q4_0, Q4_1, Q5_0: 32 weights per block, a
+float16 scale, and 8-, 5- or 4-bit integers; Q4_K, Q6_K: 256 weights with sub-block scales).
+:func:`lightspeed.weights.load` dequantises every tensor to float32 (what every backend computes
+with) and remembers these matrices' blocks beside the array (:func:`attach`); ``load(lazy=True)``
+keeps only the blocks (:class:`QuantTensor`).  A backend with kernels that read blocks (the
+`native` backend's quantised matmuls and gathers) asks :func:`blocks_of` when the weight is made
+resident, and then reads a quarter to a third of the bytes.  The weights are the same values the
+float32 array holds (docs/kernels.md).
 
 The association lives in a registry keyed by the array object (a weak reference: it ends with
 the array), so it survives the checks that pass an array on unchanged, and is lost, safely,
@@ -45,6 +44,8 @@ class Blocks:
             raise ValueError(f"{qtype} rows of {data.shape[1]} bytes are not whole blocks")
         self.qtype = qtype
         self.shape = data.shape
+        # columns of the float matrix these blocks hold
+        self.cols = data.shape[1] // BLOCK_BYTES[qtype] * BLOCK_WEIGHTS.get(qtype, QK)
         if qtype not in _REPACKED:
             self.packed = data
             return
@@ -65,15 +66,14 @@ class Blocks:
         rows, nbytes = self.shape[0], BLOCK_BYTES[self.qtype]
         nb = self.shape[1] // nbytes
         out = np.empty((rows, nb, nbytes), np.uint8)
-        for h in range(0, self._heads, 2):
-            out[:, :, h:h + 2] = self.packed[:, h // 2 * 2 * nb:(h // 2 + 1) * 2 * nb].reshape(rows, nb, 2)
+        for h in range(0, self._heads, 2):  # d (and m): nb float16s each, side by side
+            out[:, :, h:h + 2] = self.packed[:, h * nb:(h + 2) * nb].reshape(rows, nb, 2)
         out[:, :, self._heads:] = self.packed[:, self._heads * nb:].reshape(rows, nb, -1)
         return out.reshape(self.shape)
 
     def matches(self, shape: tuple[int, ...]) -> bool:
         """Whether these are the blocks of a float matrix of ``shape``."""
-        return (len(shape) == 2 and shape[0] == self.shape[0]
-                and shape[1] == self.shape[1] // BLOCK_BYTES[self.qtype] * BLOCK_WEIGHTS.get(self.qtype, QK))
+        return len(shape) == 2 and shape[0] == self.shape[0] and shape[1] == self.cols
 
 
 class QuantTensor:
@@ -84,8 +84,7 @@ class QuantTensor:
 
     def __init__(self, blocks: Blocks):
         self.blocks = blocks
-        rows, nbytes = blocks.shape
-        self.shape = (rows, nbytes // BLOCK_BYTES[blocks.qtype] * BLOCK_WEIGHTS.get(blocks.qtype, QK))
+        self.shape = (blocks.shape[0], blocks.cols)
         self.dtype = np.dtype(np.float32)
         self._dense: np.ndarray | None = None
 

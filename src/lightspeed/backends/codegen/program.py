@@ -228,6 +228,8 @@ class KernelProgram(Program):
             bound._resident = {**bound._resident, **{k: _NO_VALUES for k in lazy}}
         if self.executor.block_matmuls:
             bound._read_blocks()
+        if not bound._lazy:
+            return bound
         read = {a for launch in bound.launches for a in launch.args[len(launch.spec.dims):]}
         dense = {k: v for k, v in bound._lazy.items() if self.value_slot[self._input_op[k]] in read}
         if dense:  # something other than a block matmul reads these weights: their float32 values
@@ -427,7 +429,7 @@ def _blocks_only(value: Any) -> bool:
 
 def block_activations() -> str:
     """How block matmuls treat a decode step's activation row (``LIGHTSPEED_NATIVE_ACTIVATIONS``):
-    ``q16`` (the default: two 8-bit planes per block of 32, dotted in integers), ``q8`` (one plane,
+    ``q16`` (the default: 16-bit integers per block of 32, dotted in integers), ``q8`` (8-bit ones,
     as llama.cpp) or ``float`` (exact: the float32 weights' result up to summation order).
     docs/kernels.md states each one's tolerance."""
     from .render import BLOCK_ACTIVATIONS

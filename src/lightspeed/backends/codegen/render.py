@@ -1232,8 +1232,9 @@ def block_matmul_ok(op: LOp, in_dtypes: list[DType], side: int = 1) -> bool:
             and weights)
 
 
-_BLOCK_TYPES = ("q4_1", "q4_0", "q8_0", "q5_0", "q4_k", "q6_k")  # the prelude's decoders
+# the block types the prelude decodes, by the code its functions take
 _BLOCK_CODE = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q4_k": 4, "q6_k": 5}
+_BLOCK_TYPES = tuple(_BLOCK_CODE)
 
 
 BLOCK_ACTIVATIONS = ("q16", "q8", "float")
@@ -1254,7 +1255,7 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     ``ls_quant_x``), and each weight block is dotted with them in integers (``maddubs`` /
     ``madd``).  x moves by at most amax / 254 (q8) or amax / 65534 (q16), amax its block's largest
     magnitude; docs/kernels.md states the contract."""
-    from ...weights.quant import BLOCK_BYTES, QK
+    from ...weights.quant import BLOCK_BYTES, BLOCK_WEIGHTS, QK
 
     if not block_matmul_ok(op, in_dtypes, side) or qtype not in _BLOCK_TYPES:
         raise LightspeedError(f"kernel renderer: no {qtype} block kernel for this {op.op}")
@@ -1279,7 +1280,7 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     xx = w.expr(xn)
     nb = int(k.value) // QK  # groups of 32 weights
     code = _BLOCK_CODE[qtype]
-    row_bytes = nb * nbytes if code < 3 else (nb if code == 3 else nb // 8) * nbytes
+    row_bytes = int(k.value) // BLOCK_WEIGHTS.get(qtype, QK) * nbytes
 
     def decode(g: str) -> str:  # a group of 32 weights decoded into 4 vectors of 8 floats
         return f"ls_blk_{qtype}(rb, {nb}, {g}, wv)" if code < 3 else f"ls_blk_k(rb, {code}, {g}, wv)"
