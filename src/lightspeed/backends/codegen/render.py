@@ -264,6 +264,8 @@ static LS_INLINE float ls_h2f(unsigned short h) { _Float16 x; memcpy(&x, &h, 2);
 static LS_INLINE unsigned short ls_f2h(float f) {
   _Float16 x = (_Float16)f; unsigned short h; memcpy(&h, &x, 2); return h;
 }
+typedef float ls_v8 __attribute__((vector_size(32)));  /* GCC/clang vector extension */
+static LS_INLINE ls_v8 ls_ld8(const float* p) { ls_v8 v; memcpy(&v, p, 32); return v; }
 """ + _PRELUDE_COMMON,
 }
 
@@ -1096,12 +1098,14 @@ def _c_nest(n: str, work: str, axes: list[tuple[str, str]], threshold: int, extr
 
 def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, bool, str | int]], count: Expr,
             body: list[str], label: str, axes: list[tuple[str, Expr]] | None = None,
-            item_cost: Expr | int = 1, setup: list[str] | None = None) -> KernelSpec:
+            item_cost: Expr | int = 1, setup: list[str] | None = None,
+            early: list[str] | None = None) -> KernelSpec:
     """Wrap a work-item body into a kernel function of the dialect.  ``buffers``: (param name,
     storage type, written, what it is: "out" or the op's operand index).  ``axes``: the c dialect
     walks the items as this loop nest ((coordinate name, extent), product ``count``); it splits
     the items over the cores when ``count * item_cost`` (multiply-adds, say) is worth a fork.
-    ``setup``: c dialect lines each thread runs once before its items (with ``axes``)."""
+    ``setup``: c dialect lines each thread runs once before its items (with ``axes``).  ``early``:
+    lines run before the items (a run-time alternative that returns when it applies)."""
     n = w.expr(count)  # into the prologue
     work = w.expr(count * item_cost) if dialect == "c" else n
     nest = [(name, w.expr(e)) for name, e in axes] if axes and dialect == "c" else None
@@ -1143,7 +1147,7 @@ def _finish(w: _Writer, dialect: str, mode: str, buffers: list[tuple[str, str, b
                             f"for (long long _ls_item = 0; _ls_item < {n}; _ls_item++) {{"]
         sig = f"void KNAME({', '.join(params)})"
     lines = [sig + " {", *(ind + ln for ln in head), *(ind + ln for ln in w.prologue.lines),
-             *(ind + ln for ln in loop), *(inner + ln for ln in body), *close, "}"]
+             *(ind + ln for ln in early or []), *(ind + ln for ln in loop), *(inner + ln for ln in body), *close, "}"]
     text = "\n".join(lines) + "\n"
     digest = hashlib.sha256(f"{dialect}\n{mode}\n{text}".encode()).hexdigest()[:16]
     name = f"ls_{label}_{digest}"
@@ -1391,7 +1395,7 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         # cached keys), which is read once from memory
         count = prod(batch) * m * n
         axes, bcoords = _loop_axes(batch, "_ls_b")
-        axes += [("j", n), ("i", m)]
+        axes = _stream_order(axes + [("j", n)], [*a["b_batch_strides"], a["b_stride_n"]], batch) + [("i", m)]
         w.index_vars |= {name for name, _ in axes}
     else:
         w.line(f"const long long j = _ls_item % {nn};")
@@ -1427,14 +1431,27 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         # it; one chain waits on the multiply-add's latency), then 8 for the rest
         ra, rb = f"in0 + oa + i * {sam}", f"in1 + ob + j * {sbn}"
         w.line(f"const {storage_type(da)}* ra = {ra}; const {storage_type(db)}* rb = {rb};")
-        w.line("float part[32] = {0}; long long l = 0;")
-        w.line(f"for (; l + 32 <= {kk}; l += 32)")
-        w.line(f"  for (int q = 0; q < 32; q++) part[q] += {_load(da, 'ra[l + q]')} * {_load(db, 'rb[l + q]')};")
-        w.line(f"for (; l + 8 <= {kk}; l += 8)")
-        w.line(f"  for (int q = 0; q < 8; q++) part[q] += {_load(da, 'ra[l + q]')} * {_load(db, 'rb[l + q]')};")
-        w.line(f"for (; l < {kk}; l++) acc += {_load(da, 'ra[l]')} * {_load(db, 'rb[l]')};")
-        w.line("for (int q = 0; q < 8; q++) part[q] = (part[q] + part[q + 8]) + (part[q + 16] + part[q + 24]);")
-        w.line("acc += ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));")
+        if da.name == db.name == "float32":
+            # the same sums as the array form below, in vector-typed variables: the compiler keeps
+            # them in registers (a float array of partial sums was spilled, ~3x slower on short k)
+            w.line("ls_v8 p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0}; long long l = 0;")
+            w.line(f"for (; l + 32 <= {kk}; l += 32) {{")
+            for q in range(4):
+                w.line(f"  p{q} += ls_ld8(ra + l + {8 * q}) * ls_ld8(rb + l + {8 * q});")
+            w.line("}")
+            w.line(f"for (; l + 8 <= {kk}; l += 8) p0 += ls_ld8(ra + l) * ls_ld8(rb + l);")
+            w.line(f"for (; l < {kk}; l++) acc += ra[l] * rb[l];")
+            w.line("p0 = (p0 + p1) + (p2 + p3);")
+            w.line("acc += ((p0[0] + p0[1]) + (p0[2] + p0[3])) + ((p0[4] + p0[5]) + (p0[6] + p0[7]));")
+        else:
+            w.line("float part[32] = {0}; long long l = 0;")
+            w.line(f"for (; l + 32 <= {kk}; l += 32)")
+            w.line(f"  for (int q = 0; q < 32; q++) part[q] += {_load(da, 'ra[l + q]')} * {_load(db, 'rb[l + q]')};")
+            w.line(f"for (; l + 8 <= {kk}; l += 8)")
+            w.line(f"  for (int q = 0; q < 8; q++) part[q] += {_load(da, 'ra[l + q]')} * {_load(db, 'rb[l + q]')};")
+            w.line(f"for (; l < {kk}; l++) acc += {_load(da, 'ra[l]')} * {_load(db, 'rb[l]')};")
+            w.line("for (int q = 0; q < 8; q++) part[q] = (part[q] + part[q + 8]) + (part[q + 16] + part[q + 24]);")
+            w.line("acc += ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));")
     elif dialect == "cuda" and mode == "matmul_dot" and vec is not None:
         # both rows contiguous along k: 16-byte loads when k and both rows' addresses allow them
         width, dot = vec
@@ -1488,6 +1505,18 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"if ({writer}) out[{out_index}] = {_store(op.dtype, value)};")
         body = w.pop()
     return _finish(w, dialect, mode, bufs, count, body, "matmul", axes, k)
+
+
+def _stream_order(axes: list[tuple[str, Expr]], strides: list, batch: list) -> list[tuple[str, Expr]]:
+    """The loop axes over B's (batch..., j) coordinates ordered by B's strides, largest first, so
+    the items walk B (the weights, or the cached keys of every head) in memory order: each thread
+    streams one contiguous range instead of revisiting B once per head.  Kept as given when a
+    stride is symbolic.  ``strides`` are B's, one per batch dim and then j's."""
+    names = [f"_ls_b{k}" for k in range(len(batch))] + ["j"]
+    stride_of = dict(zip(names, strides))
+    if any(stride_of[name].free_vars() for name, _ in axes):
+        return axes
+    return sorted(axes, key=lambda ax: -stride_of[ax[0]].value)  # stable: ties keep their order
 
 
 def _batch_offset(offset: Expr, coords: list[Expr], strides) -> Expr:
@@ -1551,7 +1580,83 @@ def _matmul_rows_c(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line(f"  out[_ls_oz] = {_store(op.dtype, value)};")
     w.line("}")
     body = w.pop()
-    return _finish(w, "c", "matmul_rows", bufs, prod(batch) * m * nchunks, body, "matmul", axes, k * ROW_CHUNK)
+    early = _split_k_rows(w, op, in_dtypes, ct) if ct == "float" else None
+    return _finish(w, "c", "matmul_rows", bufs, prod(batch) * m * nchunks, body, "matmul", axes, k * ROW_CHUNK,
+                   early=early)
+
+
+SPLIT_K_CHUNKS = 8  # a fixed count: the partial sums, and so the result, do not depend on the threads
+SPLIT_K_OUT = 1024  # the largest output (elements) a split-k matmul takes (its partials live on the stack)
+SPLIT_K_MIN_K = 256
+
+
+def _split_k_rows(w: _Writer, op: LOp, in_dtypes: list[DType], ct: str) -> list[str]:
+    """The run-time alternative of a row matmul with a small output and a long reduction (decode
+    attention's weights @ V: 9 x 64 outputs over every cached position): the reduction is cut into
+    :data:`SPLIT_K_CHUNKS` chunks, each accumulating the whole output into its own partial sums
+    while it walks its rows of B in memory order (each cached position once, every head of it),
+    the chunks split over the cores; the partials are then added in a fixed tree.  (The row items
+    read B once per output row and have one item per row to share between the cores.)"""
+    a = op.args
+    da, db = in_dtypes[0], in_dtypes[1]
+    batch, m, n, k = list(a["batch"]), a["m"], a["n"], a["k"]
+    total = prod(batch) * m * n
+    nchunk = SPLIT_K_CHUNKS
+    names = [f"_ls_sb{q}" for q in range(len(batch))]
+    w.index_vars |= {*names, "_ls_si", "_ls_sl", "_ls_so", "_ls_sq"}
+    w.push()
+    tot, kk, nn = w.expr(total), w.expr(k), w.expr(n)
+    w.line(f"if ({tot} <= {SPLIT_K_OUT} && {kk} >= {SPLIT_K_MIN_K}) {{")
+    w.line(f"  {ct} _ls_part[{nchunk}][{SPLIT_K_OUT}];")
+    w.line(f"  const long long _ls_kc = ({kk} + {nchunk - 1}) / {nchunk};")
+    w.line("  #pragma omp parallel for schedule(static)")
+    w.line(f"  for (int _ls_c = 0; _ls_c < {nchunk}; _ls_c++) {{")
+    w.line(f"    {ct}* LS_RESTRICT acc = _ls_part[_ls_c];")
+    w.line(f"    for (long long q = 0; q < {tot}; q++) acc[q] = 0;")
+    w.line(f"    const long long l0 = _ls_c * _ls_kc, l1 = ls_min({kk}, l0 + _ls_kc);")
+    w.line("    for (long long _ls_sl = l0; _ls_sl < l1; _ls_sl++) {")
+    w.push()
+    coords = [sym(x) for x in names]
+    depth = 0
+    for name, size in zip(names, batch):
+        w.line(f"{'  ' * depth}for (long long {name} = 0; {name} < {w.expr(size)}; {name}++) {{")
+        depth += 1
+    w.line(f"{'  ' * depth}for (long long _ls_si = 0; _ls_si < {w.expr(m)}; _ls_si++) {{")
+    w.push()
+    sl, si = sym("_ls_sl"), sym("_ls_si")
+    ia = w.expr(_batch_offset(a["a_offset"], coords, a["a_batch_strides"]) + si * a["a_stride_m"]
+                + sl * a["a_stride_k"])
+    ib = w.expr(_batch_offset(a["b_offset"], coords, a["b_batch_strides"]) + sl * a["b_stride_k"])
+    row = w.expr(_flat_of([*coords, si], (*batch, m)) * n)
+    w.line(f"const {ct} av = ({ct}){_load(da, f'in0[{ia}]')};")
+    w.line(f"const {storage_type(db)}* rb = in1 + {ib};")
+    w.line(f"{ct}* ar = acc + {row};")
+    w.line(f"for (long long q = 0; q < {nn}; q++) ar[q] += av * ({ct}){_load(db, 'rb[q]')};")
+    inner = w.pop()
+    w.scope.lines.extend("  " * (depth + 1) + ln for ln in inner)
+    for d in range(depth, -1, -1):
+        w.line(f"{'  ' * d}}}")
+    loops = w.pop()
+    w.scope.lines.extend("      " + ln for ln in loops)
+    w.line("    }")
+    w.line("  }")
+    w.line(f"  for (long long _ls_so = 0; _ls_so < {tot}; _ls_so++) {{")
+    tree = [f"_ls_part[{c}][_ls_so]" for c in range(nchunk)]
+    while len(tree) > 1:
+        tree = [f"({tree[q]} + {tree[q + 1]})" for q in range(0, len(tree), 2)]
+    w.push()
+    value = tree[0]
+    if "r_view" in a:
+        region = _Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
+        r = region.leaf(0, _Point.flat_var("_ls_so"))
+        value = f"({ct})({value} + ({ct}){r})"
+    w.line(f"out[_ls_so] = {_store(op.dtype, value)};")
+    fin = w.pop()
+    w.scope.lines.extend("    " + ln for ln in fin)
+    w.line("  }")
+    w.line("  return;")
+    w.line("}")
+    return w.pop()
 
 
 # 16-byte dot products of two rows (cuda dialect): elements per uint4, the prelude's function
