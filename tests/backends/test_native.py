@@ -106,3 +106,57 @@ def test_no_compiler_at_all_means_native_is_unavailable(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     assert host.compiler() is None and not NATIVE.available()
+
+
+def test_decode_attention_kernels_stream_the_cache_and_split_long_reductions():
+    """Decode attention over a position-major cache (p, heads, d): the score product walks the
+    cached keys in memory order (positions outermost), weights @ V splits its long reduction into
+    fixed chunks (a run-time branch: at short p the row items run), and the softmax's exp2 and
+    reductions are the vectorisable forms; every cache length gives the reference's values."""
+    g = ls.Graph()
+    q, r = g.input("q", (3, 3, 64)), g.input("r", (3, 3, 64))  # (kv head, group, d)
+    k, v = g.input("k", ("p", 3, 64)), g.input("v", ("p", 3, 64))
+    w = ((q @ k.permute(1, 2, 0)) * 0.125).softmax(-1)
+    g.output("y", w @ v.permute(1, 0, 2) + r)
+    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"p": 1025}))
+    sources = "\n".join(spec.source for spec in prog.kernels)
+    assert "_ls_part[" in sources and "ls_exp2f(" in sources
+    ref = g.compile(backend="reference")
+    rng = np.random.default_rng(0)
+    for p in (1, 7, 255, 256, 1025):
+        ins = {n: rng.standard_normal(s, dtype=np.float32) for n, s in
+               (("q", (3, 3, 64)), ("r", (3, 3, 64)), ("k", (p, 3, 64)), ("v", (p, 3, 64)))}
+        np.testing.assert_allclose(prog(**ins)["y"], ref(**ins)["y"], rtol=1e-5, atol=1e-6, err_msg=f"p={p}")
+
+
+def test_exp2_and_reductions_keep_their_special_values():
+    """The c dialect's exp2 (a polynomial the compiler vectorises) is within 1 ulp of the exact
+    value (float64's, rounded) and
+    keeps infinities, NaN, overflow and subnormal results; the 8-lane max and sum reductions
+    give numpy's results at every length, NaN winning a max."""
+    g = ls.Graph()
+    x = g.input("x", ("n",))
+    g.output("e", ls.exp2(x))
+    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=1, seed=0, progress=False))
+    special = np.array([-np.inf, np.inf, np.nan, 128.0, 127.99, -149.5, -126.3, -150.0, -151.0, 0.0, -0.0, 1e-30],
+                       np.float32)
+    xs = np.concatenate([special, np.random.default_rng(1).uniform(-140, 127, 4096).astype(np.float32)])
+    with np.errstate(over="ignore"):
+        got, want = prog(x=xs)["e"], np.exp2(xs.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    ulps = np.abs(got[ok].view(np.int32).astype(np.int64) - want[ok].view(np.int32).astype(np.int64))
+    assert ulps.max() <= 1, (xs[ok][ulps.argmax()], got[ok][ulps.argmax()], want[ok][ulps.argmax()])
+    g = ls.Graph()
+    x = g.input("x", (3, "n"))
+    g.output("m", x.amax(-1))
+    g.output("s", x.sum(-1))
+    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=1, seed=0, progress=False))
+    rng = np.random.default_rng(2)
+    for n in (1, 7, 8, 9, 17, 100):
+        xs = rng.standard_normal((3, n)).astype(np.float32)
+        xs[1, n // 2] = np.nan
+        xs[2, n - 1] = np.inf
+        out = prog(x=xs)
+        np.testing.assert_array_equal(out["m"], xs.max(-1))
+        np.testing.assert_allclose(out["s"], xs.astype(np.float64).sum(-1), rtol=1e-5, atol=1e-5)

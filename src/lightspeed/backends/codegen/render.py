@@ -245,6 +245,7 @@ static LS_INLINE float ls_dot8_f16(uint4 a, uint4 b) {
        + ls_h2f((unsigned short)(x[q] >> 16)) * ls_h2f((unsigned short)(y[q] >> 16));
   return s;
 }
+static LS_INLINE float ls_exp2f(float x) { return exp2f(x); }
 static LS_INLINE float ls_dot4_f32(uint4 a, uint4 b) {
   return __uint_as_float(a.x) * __uint_as_float(b.x) + __uint_as_float(a.y) * __uint_as_float(b.y)
        + __uint_as_float(a.z) * __uint_as_float(b.z) + __uint_as_float(a.w) * __uint_as_float(b.w);
@@ -263,6 +264,26 @@ static LS_INLINE unsigned int ls_f_bits(float f) { unsigned int u; memcpy(&u, &f
 static LS_INLINE float ls_h2f(unsigned short h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
 static LS_INLINE unsigned short ls_f2h(float f) {
   _Float16 x = (_Float16)f; unsigned short h; memcpy(&h, &x, 2); return h;
+}
+/* 2^x within 1 ulp of libm's exp2f, in plain arithmetic the compiler vectorises (a libm call per
+   element cannot be): 2^x = 2^n * 2^f with n = round(x), |f| <= 1/2 (exact), 2^f by its degree-7
+   Taylor polynomial (truncation < 0.1 ulp), 2^n as two normal factors so that subnormal results
+   round once; x is clamped to [-150, 128] (0 and infinity beyond), NaN stays NaN */
+static LS_INLINE float ls_exp2f(float x) {
+  const float xc = x < -150.0f ? -150.0f : (x > 128.0f ? 128.0f : x);
+  const float n = (xc + 12582912.0f) - 12582912.0f;
+  const float f = xc - n;
+  float p = 1.5252733804059840e-5f;
+  p = p * f + 1.5403530393381609e-4f;
+  p = p * f + 1.3333558146428443e-3f;
+  p = p * f + 9.6181291076284772e-3f;
+  p = p * f + 5.5504108664821580e-2f;
+  p = p * f + 2.4022650695910071e-1f;
+  p = p * f + 6.9314718055994531e-1f;
+  p = p * f + 1.0f;
+  const int ni = (int)(xc == xc ? n : 0.0f), n1 = ni >> 1, n2 = ni - n1;
+  const float r = (p * ls_bits_f((unsigned int)(n1 + 127) << 23)) * ls_bits_f((unsigned int)(n2 + 127) << 23);
+  return xc == xc ? r : x;
 }
 typedef float ls_v8 __attribute__((vector_size(32)));  /* GCC/clang vector extension */
 static LS_INLINE ls_v8 ls_ld8(const float* p) { ls_v8 v; memcpy(&v, p, 32); return v; }
@@ -867,6 +888,8 @@ def _apply(tag: str, args: list[str], d: DType) -> str:
     """An element-wise primitive on compute values of dtype ``d`` (operand dtype)."""
     ct = compute_type(d)
     single = ct == "float"
+    if tag == "Exp2" and single:
+        return f"ls_exp2f({args[0]})"  # the prelude's: libm's in cuda, a vectorisable one in c
     if tag in _FLOAT_FN:
         return f"{_FLOAT_FN[tag]}{'f' if single else ''}({args[0]})"
     if tag == "Recip":
@@ -998,10 +1021,47 @@ class _Region:
         w.line(f"{ct} {acc} = {'(' + ct + ')0' if tag == 'SumReduce' else _min_value(d)};")
         lanes = self.cooperative and self.depth == 0 and w.dialect == "cuda"
         r = w.tmp("r")
-        zc = w.tmp("_ls_zc")
         start, step = ("lane", WARP) if lanes else ("0", 1)
+        init = "(" + ct + ")0" if tag == "SumReduce" else _min_value(d)
+        if w.dialect == "c" and d.is_float:
+            # 8 interleaved partial results (the compiler keeps them in one vector register; one
+            # chain of dependent adds waits on each add's latency), then the rest, then the 8
+            part, q = w.tmp("part"), w.tmp("_ls_q")
+            w.line(f"{ct} {part}[8]; for (int {q} = 0; {q} < 8; {q}++) {part}[{q}] = {init};")
+            w.line(f"long long {r} = 0;")
+            w.line(f"for (; {r} + 8 <= {size}; {r} += 8) {{")
+            w.line(f"  for (int {q} = 0; {q} < 8; {q}++) {{")
+            rx = w.tmp("r")
+            w.index_vars.add(rx)
+            self._reduce_step(tag, d, axis, shape, size, post, child, pt, f"{part}[{q}]",
+                              f"const long long {rx} = {r} + {q};", rx, "    ")
+            w.line("  }")
+            w.line("}")
+            w.line(f"for (; {r} < {size}; {r}++) {{")
+            self._reduce_step(tag, d, axis, shape, size, post, child, pt, acc, None, r, "  ")
+            w.line("}")
+            tree = [f"{part}[{k}]" for k in range(8)]
+            while len(tree) > 1:
+                tree = [_combine(tag, d, tree[k], tree[k + 1]) for k in range(0, len(tree), 2)]
+            w.line(f"{acc} = {_combine(tag, d, acc, tree[0])};")
+            return acc
         w.line(f"for (long long {r} = {start}; {r} < {size}; {r} += {step}) {{")
+        self._reduce_step(tag, d, axis, shape, size, post, child, pt, acc, None, r, "  ")
+        w.line("}")
+        if lanes:
+            w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ {ct} other = __shfl_xor_sync(0xffffffffu, {acc}, o);"
+                   f" {acc} = {_combine(tag, d, acc, 'other')}; }}")
+        return acc
+
+    def _reduce_step(self, tag: str, d: DType, axis: int, shape, size: str, post: str, child: tuple, pt: _Point,
+                     acc: str, head: str | None, r: str, indent: str) -> None:
+        """One element of a reduction (the body of its loop, at reduced coordinate ``r``):
+        the child's value combined into ``acc``."""
+        w = self.w
         w.push()
+        if head:
+            w.line(head)
+        zc = w.tmp("_ls_zc")
         coords = _reduced_coords(pt, shape, axis, r)
         if coords is not None:  # the child's coordinates: the parent's with the reduced axis running
             w.index_vars.add(r)
@@ -1016,12 +1076,7 @@ class _Region:
         self.depth -= 1
         w.line(f"{acc} = {_combine(tag, d, acc, v)};")
         body = w.pop()
-        w.scope.lines.extend("  " + ln for ln in body)
-        w.line("}")
-        if lanes:
-            w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ {ct} other = __shfl_xor_sync(0xffffffffu, {acc}, o);"
-                   f" {acc} = {_combine(tag, d, acc, 'other')}; }}")
-        return acc
+        w.scope.lines.extend(indent + ln for ln in body)
 
 
 def _reduced_coords(pt: _Point, shape: tuple[Expr, ...], axis: int, r: str) -> list[Expr] | None:
