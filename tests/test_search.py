@@ -132,6 +132,21 @@ def test_candidates_over_the_memory_cap_are_rejected_without_running(tmp_path, m
         g.compile(backend="cpu", search=ls.SearchOptions(budget=2, dims={"s": 64}, max_memory=1000, roll=False))
 
 
+def test_a_candidate_far_larger_than_one_that_ran_is_not_run(tmp_path, monkeypatch):
+    """The primitive-only head materialises a broadcast product (here s*512*2048 floats = 64 MiB at
+    s=16); once a candidate needing 128 KiB ran it is skipped under the default cap (it set the
+    first compile's peak memory of `lightspeed run llama`: 547 MB, 346 MB without it)."""
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 512)), g.input("w", (512, 2048))
+    g.output("y", x @ w)
+    rep = g.compile(backend="cpu", search=ls.SearchOptions(budget=3, dims={"s": 16}, roll=False,
+                                                           progress=False)).search_report
+    default = next(c for c in rep.candidates if c.origin == "default")
+    assert default.seconds is None and "needs 64 MiB" in default.error and "over 16x" in default.error
+    assert any(c.seconds is not None and "Matmul" in c.ops for c in rep.candidates)
+
+
 _LIST_CANDIDATES = """
 import lightspeed as ls
 g = ls.Graph()

@@ -143,6 +143,9 @@ def _log(kind: str) -> bool:
 
 _REPRESENTATIVE: dict[tuple, np.ndarray] = {}  # (shape, dtype, seed) -> array, LRU, for profiling only
 _REPRESENTATIVE_BYTES = 2 << 30
+# a candidate needing over BLOATED_RATIO x the intermediate bytes of one that ran (and over the
+# floor) is not run: it writes a value the other never makes
+BLOATED_RATIO, BLOATED_FLOOR = 16, 32 << 20
 _POOL = 1 << 20  # larger float inputs repeat a pool of this many normals (drawing 10^8 takes seconds)
 _LOCAL = threading.local()  # depth: sessions open; say: where progress goes
 
@@ -396,6 +399,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
     best: _Measured | None = None
     finalists: list[_Measured] = []
     first_error: Exception | None = None
+    leanest: int | None = None  # the fewest intermediate bytes of a candidate that ran
     listed = candidates(sat.index, opts)  # measured with the default after greedy and fused: it is cut short
     head = list(enumerate(itertools.islice(listed, 3)))
     stream = itertools.chain(head[1:], head[:1], enumerate(listed, start=len(head)))
@@ -426,6 +430,14 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
                    f"(max_memory {opts.max_memory / 2**20:.0f} MiB)")
             rep.candidates.append(CandidateResult(i, origin, ops, None, why))
             continue
+        if leanest is not None and need > max(BLOATED_FLOOR, BLOATED_RATIO * leanest):
+            # materialising a broadcast product (the primitive-only head: vocabulary x hidden
+            # floats) cannot beat a program that never writes it, and would set the compile's
+            # peak memory: not run
+            why = (f"needs {need / 2**20:.0f} MiB of intermediates, over {BLOATED_RATIO}x the "
+                   f"{leanest / 2**20:.1f} MiB of a measured candidate")
+            rep.candidates.append(CandidateResult(i, origin, ops, None, why))
+            continue
         if inputs is None:
             inputs = {k: backend.to_device(v) for k, v in representative_inputs(graph, dims, opts.seed).items()}
         try:
@@ -433,6 +445,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
             prog, sec = measure(graph, backend, lprog, inputs, dims, opts.repeats, cutoff)
             rep.candidates.append(CandidateResult(i, origin, ops, sec))
             m = _Measured(sec, i, lprog, cand, prog)
+            leanest = need if leanest is None else min(leanest, need)
             finalists = sorted([*finalists, m], key=lambda f: f.seconds)[:3]  # only these keep their programs
             if best is None or sec < best.seconds:
                 best = m
