@@ -143,8 +143,8 @@ def _log(kind: str) -> bool:
 
 _REPRESENTATIVE: dict[tuple, np.ndarray] = {}  # (shape, dtype, seed) -> array, LRU, for profiling only
 _REPRESENTATIVE_BYTES = 2 << 30
-# a candidate needing over BLOATED_RATIO x the intermediate bytes of one that ran (and over the
-# floor) is not run: it writes a value the other never makes
+# a candidate needing over 16x the intermediates of one that ran (and 32 MiB) is not run: it cannot
+# win, and it would set the compile's peak memory (the primitive-only head: vocabulary x hidden)
 BLOATED_RATIO, BLOATED_FLOOR = 16, 32 << 20
 _POOL = 1 << 20  # larger float inputs repeat a pool of this many normals (drawing 10^8 takes seconds)
 _LOCAL = threading.local()  # depth: sessions open; say: where progress goes
@@ -430,12 +430,8 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
                    f"(max_memory {opts.max_memory / 2**20:.0f} MiB)")
             rep.candidates.append(CandidateResult(i, origin, ops, None, why))
             continue
-        if leanest is not None and need > max(BLOATED_FLOOR, BLOATED_RATIO * leanest):
-            # materialising a broadcast product (the primitive-only head: vocabulary x hidden
-            # floats) cannot beat a program that never writes it, and would set the compile's
-            # peak memory: not run
-            why = (f"needs {need / 2**20:.0f} MiB of intermediates, over {BLOATED_RATIO}x the "
-                   f"{leanest / 2**20:.1f} MiB of a measured candidate")
+        if leanest is not None and need > max(BLOATED_FLOOR, BLOATED_RATIO * leanest):  # (a broadcast product)
+            why = f"needs {need / 2**20:.0f} MiB of intermediates, over {BLOATED_RATIO}x a measured candidate's"
             rep.candidates.append(CandidateResult(i, origin, ops, None, why))
             continue
         if inputs is None:

@@ -677,21 +677,15 @@ def _py(e: Expr) -> str:
         return f"({e.args[0]})"
     if op == _VAR:
         return f"env[{e.args[0]!r}]"
-    if op == _ADD:
-        return "(" + " + ".join(_py(a) for a in e.args) + ")"
-    if op == _MUL:
-        return "(" + " * ".join(_py(a) for a in e.args) + ")"
-    if op == _FLOORDIV:
-        return f"({_py(e.args[0])} // {_py(e.args[1])})"
-    if op == _MOD:
-        return f"({_py(e.args[0])} % {_py(e.args[1])})"
-    if op == _MIN:
-        return "_min(" + ", ".join(_py(a) for a in e.args) + ")"
-    if op == _MAX:
-        return "_max(" + ", ".join(_py(a) for a in e.args) + ")"
-    if op == _LT:
-        return f"_lt({_py(e.args[0])}, {_py(e.args[1])})"
+    if op in _PY_INFIX:  # floor division and modulo have two operands
+        return "(" + _PY_INFIX[op].join(_py(a) for a in e.args) + ")"
+    if op in _PY_CALL:
+        return _PY_CALL[op] + "(" + ", ".join(_py(a) for a in e.args) + ")"
     raise AssertionError(op)
+
+
+_PY_INFIX = {_ADD: " + ", _MUL: " * ", _FLOORDIV: " // ", _MOD: " % "}
+_PY_CALL = {_MIN: "_min", _MAX: "_max", _LT: "_lt"}
 
 
 def _vmin(*xs):

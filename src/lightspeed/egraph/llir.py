@@ -176,20 +176,11 @@ def _class_shape_dtype(dec: Decoder, cid: str) -> tuple[tuple[Expr, ...], DType]
     return shape, dec.dtype(dcid)
 
 
+_FIELD_READER = {"i64": "int", "str": "string", "expr": "expr", "elist": "elist", "dtype": "dtype", "view": "view"}
+
+
 def _field(dec: Decoder, kind: str, cid: str) -> Any:
-    if kind == "i64":
-        return dec.int(cid)
-    if kind == "str":
-        return dec.string(cid)
-    if kind == "expr":
-        return dec.expr(cid)
-    if kind == "elist":
-        return dec.elist(cid)
-    if kind == "dtype":
-        return dec.dtype(cid)
-    if kind == "view":
-        return dec.view(cid)
-    raise AssertionError(kind)
+    return getattr(dec, _FIELD_READER[kind])(cid)  # a Decoder method per field kind
 
 
 def decode_program(candidate: Candidate, ser: SerializedEGraph, constants: list[ConstantValue],
