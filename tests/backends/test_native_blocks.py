@@ -23,6 +23,7 @@ OPTS = ls.SearchOptions(budget=2, seed=0, progress=False)
 
 TYPES = ["q4_1", "q4_0", "q8_0", "q5_0", "q4_k", "q6_k"]
 PER_BLOCK = {"q4_k": 256, "q6_k": 256}  # weights per block (others: 32)
+KERNEL_TYPE = {"q5_0": "q8_0"}  # Q5_0 weights are read as the Q8_0 blocks of their values (Blocks.widened)
 
 
 def _weights(qtype: str, n: int, k: int, seed: int) -> np.ndarray:
@@ -119,7 +120,8 @@ def test_quantised_activations(activations, qtype, k, monkeypatch):
     x, wt = g.input("x", ("s", k)), g.input("w", (n, k))
     g.output("y", x @ wt.transpose(0, 1) + g.input("r", ("s", n)))
     bound = _matmul_program(g).persist(w=w)
-    assert all(name.startswith(f"ls_{qtype}matmul_{activations}_") for name in _block_launches(bound))
+    kernel = KERNEL_TYPE.get(qtype, qtype)
+    assert all(name.startswith(f"ls_{kernel}matmul_{activations}_") for name in _block_launches(bound))
     rng = np.random.default_rng(k)
     xs = rng.standard_normal((1, k)).astype(np.float32) * np.exp(rng.standard_normal((1, k))).astype(np.float32)
     r = rng.standard_normal((1, n)).astype(np.float32)
@@ -370,3 +372,19 @@ def test_gguf_blocks_are_kept_and_decode_like_the_float_weights(tmp_path, activa
     # and they equal the eager load's float32 values when asked for
     for name in raw_rows:
         np.testing.assert_array_equal(np.asarray(lz.tensors[name]), w.tensors[name], err_msg=name)
+
+
+@pytest.mark.parametrize("cols", [32, 96, 640])
+def test_q5_0_widens_to_the_q8_0_blocks_of_the_same_values(cols):
+    """Blocks.widened: every Q5_0 weight (5-bit u, d * (u - 16)) is the Q8_0 weight (d, u - 16) of
+    the widened blocks, bit for bit, as gguf dequantises both; other types are left as they are."""
+    from gguf import GGMLQuantizationType as T
+    from gguf.quants import dequantize, quantize
+
+    x = np.random.default_rng(cols).standard_normal((7, cols)).astype(np.float32) * 3
+    b = Blocks("q5_0", np.ascontiguousarray(quantize(x, T.Q5_0)))
+    wide = b.widened()
+    assert wide.qtype == "q8_0" and wide.matches((7, cols)) and b.widened() is wide
+    np.testing.assert_array_equal(dequantize(wide.data, T.Q8_0), dequantize(b.data, T.Q5_0))
+    q8 = Blocks("q8_0", np.ascontiguousarray(quantize(x, T.Q8_0)))
+    assert q8.widened() is q8

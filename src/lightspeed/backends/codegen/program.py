@@ -253,7 +253,7 @@ class KernelProgram(Program):
             if name in self._resident and not any(d.free_vars() for d in op.shape):
                 b = blocks_of(self._lazy.get(name, self._resident[name]))
                 if b is not None and b.matches(tuple(int(d.value) for d in op.shape)):
-                    blocks[i] = b
+                    blocks[i] = b.widened()  # Q5_0 read as the Q8_0 blocks of its values
         if not blocks:
             return
         slots, buffers, slot_of = self.slots, dict(self.block_buffers), {}

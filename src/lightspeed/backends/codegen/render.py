@@ -287,6 +287,17 @@ static LS_INLINE float ls_exp2f(float x) {
 }
 typedef float ls_v8 __attribute__((vector_size(32)));  /* GCC/clang vector extension */
 static LS_INLINE ls_v8 ls_ld8(const float* p) { ls_v8 v; memcpy(&v, p, 32); return v; }
+typedef unsigned short ls_u16x8 __attribute__((vector_size(16)));
+typedef unsigned int ls_u32x8 __attribute__((vector_size(32)));
+typedef _Float16 ls_h16x8 __attribute__((vector_size(16)));
+static LS_INLINE ls_v8 ls_ld8_bf16(const unsigned short* p) {
+  ls_u16x8 h; memcpy(&h, p, 16);
+  const ls_u32x8 u = __builtin_convertvector(h, ls_u32x8) << 16;
+  ls_v8 v; memcpy(&v, &u, 32); return v;
+}
+static LS_INLINE ls_v8 ls_ld8_f16(const unsigned short* p) {
+  ls_h16x8 h; memcpy(&h, p, 16); return __builtin_convertvector(h, ls_v8);
+}
 """ + _PRELUDE_COMMON,
 }
 
@@ -591,6 +602,60 @@ static LS_INLINE __m128 ls_kdot_group(const unsigned char* row, int code, long l
   return _mm_fmadd_ps(_mm_cvtepi32_ps(ls_sdot16(q0, y, bits, 0)), s0,
                       _mm_mul_ps(_mm_cvtepi32_ps(ls_sdot16(q1, y, bits, 1)), s1));
 }
+/* one 256-weight K-quant block (8 groups) dotted with x's 8 groups: the block's header (float16
+   d / dmin, the scales) read once and each byte of integers loaded once for the groups sharing
+   it (Q4_K: a byte's two nibbles; Q6_K: a high-bits byte's four pairs); the same sums as
+   ls_kdot_group's.  Returns 4 partial sums; Q4_K's offsets go to *off. */
+static LS_INLINE __m128 ls_kdot_super(const unsigned char* p, int code, int bits, const unsigned char* y,
+                                      long long ystep, const float* xd, const float* xs, float* off) {
+  const __m128i low = _mm_set1_epi8(15);
+  __m128 acc = _mm_setzero_ps();
+  if (code == 4) {
+    const float d = ls_hx(p, 0), dmin = ls_hx(p, 1);
+    float o = 0.0f;
+    for (int j = 0; j < 4; j++) {
+      int sc0, m0, sc1, m1;
+      ls_scale_min_k4(2 * j, p + 4, &sc0, &m0);
+      ls_scale_min_k4(2 * j + 1, p + 4, &sc1, &m1);
+      const __m128i* q = (const __m128i*)(p + 16 + 32 * j);
+      const __m128i b0 = _mm_loadu_si128(q), b1 = _mm_loadu_si128(q + 1);
+      const __m128i l0 = _mm_and_si128(b0, low), l1 = _mm_and_si128(b1, low);
+      const __m128i h0 = _mm_and_si128(_mm_srli_epi16(b0, 4), low), h1 = _mm_and_si128(_mm_srli_epi16(b1, 4), low);
+      const unsigned char* y0 = y + 2 * j * ystep;
+      const __m128i i0 = _mm_add_epi32(ls_udot16(l0, y0, bits, 0), ls_udot16(l1, y0, bits, 1));
+      const __m128i i1 = _mm_add_epi32(ls_udot16(h0, y0 + ystep, bits, 0), ls_udot16(h1, y0 + ystep, bits, 1));
+      acc = _mm_fmadd_ps(_mm_cvtepi32_ps(i0), _mm_set1_ps(d * (float)sc0 * xd[2 * j]), acc);
+      acc = _mm_fmadd_ps(_mm_cvtepi32_ps(i1), _mm_set1_ps(d * (float)sc1 * xd[2 * j + 1]), acc);
+      o += dmin * (float)m0 * xs[2 * j] + dmin * (float)m1 * xs[2 * j + 1];
+    }
+    *off -= o;
+    return acc;
+  }
+  const float d = ls_hx(p + 208, 0);
+  const __m128i three = _mm_set1_epi8(3), c32 = _mm_set1_epi8(32);
+  for (int half = 0; half < 2; half++) {
+    const __m128i* ql = (const __m128i*)(p + 64 * half);
+    const __m128i* qh = (const __m128i*)(p + 128 + 32 * half);
+    const signed char* sc = (const signed char*)(p + 192 + 8 * half);
+    const __m128i a0 = _mm_loadu_si128(ql), a1 = _mm_loadu_si128(ql + 1);  /* groups k = 0, 2 */
+    const __m128i c0 = _mm_loadu_si128(ql + 2), c1 = _mm_loadu_si128(ql + 3);  /* k = 1, 3 */
+    const __m128i e0 = _mm_loadu_si128(qh), e1 = _mm_loadu_si128(qh + 1);
+    for (int k = 0; k < 4; k++) {
+      __m128i l0 = k & 1 ? c0 : a0, l1 = k & 1 ? c1 : a1;
+      if (k >= 2) { l0 = _mm_srli_epi16(l0, 4); l1 = _mm_srli_epi16(l1, 4); }
+      const __m128i sh = _mm_cvtsi32_si128(2 * k);
+      const __m128i h0 = _mm_and_si128(_mm_srl_epi16(e0, sh), three), h1 = _mm_and_si128(_mm_srl_epi16(e1, sh), three);
+      const __m128i q0 = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(l0, low), _mm_slli_epi16(h0, 4)), c32);
+      const __m128i q1 = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(l1, low), _mm_slli_epi16(h1, 4)), c32);
+      const unsigned char* yg = y + (4 * half + k) * ystep;
+      const float dx = xd[4 * half + k];
+      acc = _mm_fmadd_ps(_mm_cvtepi32_ps(ls_sdot16(q0, yg, bits, 0)), _mm_set1_ps(d * (float)sc[2 * k] * dx), acc);
+      acc = _mm_fmadd_ps(_mm_cvtepi32_ps(ls_sdot16(q1, yg, bits, 1)), _mm_set1_ps(d * (float)sc[2 * k + 1] * dx), acc);
+    }
+  }
+  (void)xs; (void)off;
+  return acc;
+}
 /* a Q5_0 / Q4_K / Q6_K row (ng groups of 32) dotted with quantised x */
 static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code, int bits, const void* y,
                                const float* xd, const float* xs) {
@@ -599,6 +664,17 @@ static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code,
   __m128 acc0 = _mm_setzero_ps(), acc1 = acc0;
   float off = 0.0f;
   long long g = 0;
+  if (code >= 4) {  /* K-quant rows are whole 256-weight blocks: two of them in flight */
+    for (; g + 16 <= ng; g += 16) {
+      acc0 = _mm_add_ps(acc0, ls_kdot_super(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
+                                            xd + g, xs + g, &off));
+      acc1 = _mm_add_ps(acc1, ls_kdot_super(row + ls_kbytes(code) * (g / 8 + 1), code, bits, yb + (g + 8) * ystep,
+                                            ystep, xd + g + 8, xs + g + 8, &off));
+    }
+    for (; g + 8 <= ng; g += 8)
+      acc0 = _mm_add_ps(acc0, ls_kdot_super(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
+                                            xd + g, xs + g, &off));
+  }
   for (; g + 2 <= ng; g += 2) {
     acc0 = _mm_add_ps(acc0, ls_kdot_group(row, code, g, bits, yb + g * ystep, xd[g], xs[g], &off));
     acc1 = _mm_add_ps(acc1, ls_kdot_group(row, code, g + 1, bits, yb + (g + 1) * ystep, xd[g + 1], xs[g + 1], &off));
@@ -1486,16 +1562,18 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         # it; one chain waits on the multiply-add's latency), then 8 for the rest
         ra, rb = f"in0 + oa + i * {sam}", f"in1 + ob + j * {sbn}"
         w.line(f"const {storage_type(da)}* ra = {ra}; const {storage_type(db)}* rb = {rb};")
-        if da.name == db.name == "float32":
+        if da.name in _LOAD8 and db.name in _LOAD8:
             # the same sums as the array form below, in vector-typed variables: the compiler keeps
-            # them in registers (a float array of partial sums was spilled, ~3x slower on short k)
+            # them in registers (a float array of partial sums was spilled, ~3x slower on short k);
+            # 16-bit floats widen 8 at a time, exactly
+            la, lb = _LOAD8[da.name], _LOAD8[db.name]
             w.line("ls_v8 p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0}; long long l = 0;")
             w.line(f"for (; l + 32 <= {kk}; l += 32) {{")
             for q in range(4):
-                w.line(f"  p{q} += ls_ld8(ra + l + {8 * q}) * ls_ld8(rb + l + {8 * q});")
+                w.line(f"  p{q} += {la}(ra + l + {8 * q}) * {lb}(rb + l + {8 * q});")
             w.line("}")
-            w.line(f"for (; l + 8 <= {kk}; l += 8) p0 += ls_ld8(ra + l) * ls_ld8(rb + l);")
-            w.line(f"for (; l < {kk}; l++) acc += ra[l] * rb[l];")
+            w.line(f"for (; l + 8 <= {kk}; l += 8) p0 += {la}(ra + l) * {lb}(rb + l);")
+            w.line(f"for (; l < {kk}; l++) acc += {_load(da, 'ra[l]')} * {_load(db, 'rb[l]')};")
             w.line("p0 = (p0 + p1) + (p2 + p3);")
             w.line("acc += ((p0[0] + p0[1]) + (p0[2] + p0[3])) + ((p0[4] + p0[5]) + (p0[6] + p0[7]));")
         else:
@@ -1713,6 +1791,9 @@ def _split_k_rows(w: _Writer, op: LOp, in_dtypes: list[DType], ct: str) -> list[
     w.line("}")
     return w.pop()
 
+
+# 8 elements of a row as 8 floats (c dialect): the prelude's vector loads by storage dtype
+_LOAD8 = {"float32": "ls_ld8", "bfloat16": "ls_ld8_bf16", "float16": "ls_ld8_f16"}
 
 # 16-byte dot products of two rows (cuda dialect): elements per uint4, the prelude's function
 _VECTOR_DOT = {"bfloat16": (8, "ls_dot8_bf16"), "float16": (8, "ls_dot8_f16"), "float32": (4, "ls_dot4_f32")}
