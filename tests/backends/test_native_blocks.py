@@ -141,9 +141,15 @@ def test_quantised_activations(activations, qtype, k, monkeypatch):
     np.testing.assert_allclose(bound(x=xs2, r=r2)["y"], want2, rtol=1e-5, atol=1e-5 * np.abs(want2).max())
 
 
-def test_portable_kernels_without_avx2(tmp_path):
-    """The plain C decoders and integer dots (built without AVX2, as for a CPU without it):
-    the same results as the float64 products, for each block type and activation kind."""
+@pytest.mark.parametrize("build", ["portable", "narrow"])
+def test_portable_kernels_without_avx2(tmp_path, build):
+    """The plain C decoders and integer dots (built without AVX2, as for a CPU without it) and
+    the 128-bit AVX2 ones (``-DLS_NARROW``, what Zen 1 gets; elsewhere the 256-bit ones run): the
+    same results as the float64 products, for each block type and activation kind."""
+    if build == "narrow" and not _has_avx2():
+        pytest.skip("needs an AVX2 CPU")
+    guard, extra = (("#ifdef __AVX2__\n#error built with AVX2\n#endif\n", ["-mno-avx2"]) if build == "portable"
+                    else ("#ifndef __AVX2__\n#error built without AVX2\n#endif\n", ["-DLS_NARROW"]))
     import ctypes
     import subprocess
 
@@ -166,9 +172,9 @@ def test_portable_kernels_without_avx2(tmp_path):
         for activations in ("float", "q16", "q8"):
             spec = render_block_matmul(op, in_dtypes, qtype, activations)
             src = tmp_path / f"{spec.name}.c"
-            src.write_text("#ifdef __AVX2__\n#error built with AVX2\n#endif\n" + module_source([spec], "c"))
+            src.write_text(guard + module_source([spec], "c"))
             lib = tmp_path / f"{spec.name}.so"
-            subprocess.run([*compiler(), "-O2", "-march=native", "-mno-avx2", "-fPIC", "-shared",
+            subprocess.run([*compiler(), "-O2", "-march=native", *extra, "-fPIC", "-shared",
                             "-std=gnu11", "-o", str(lib), str(src), "-lm"], check=True, capture_output=True)
             fn = getattr(ctypes.CDLL(str(lib)), spec.name)
             for rows in (1, 3):
@@ -183,6 +189,14 @@ def test_portable_kernels_without_avx2(tmp_path):
                 want = xq @ w.astype(np.float64).T
                 np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
                                            err_msg=f"{qtype} {activations} rows={rows}")
+
+
+def _has_avx2() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx2" in f.read()
+    except OSError:
+        return False
 
 
 def test_packed_layout_holds_the_same_bytes():

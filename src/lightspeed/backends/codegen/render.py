@@ -491,9 +491,81 @@ static LS_INLINE __m128 ls_block_dot(const unsigned char* q, int q8, const void*
   p = _mm_add_epi32(p, _mm_madd_epi16(_mm_cvtepi8_epi16(_mm_srli_si128(w1, 8)), _mm_loadu_si128(yy + 3)));
   return _mm_cvtepi32_ps(p);
 }
+/* 256-bit integer dots where the CPU runs them at full width (everything with AVX2 but Zen 1,
+   which splits them: there, or with -DLS_NARROW, the 128-bit ones above): a block's 32 products
+   in one register pass, 8 partial sums; AVX-512 VNNI's dpbusd / dpwssd where present. */
+#if !defined(__znver1__) && !defined(LS_NARROW)
+#define LS_WIDE 1
+static LS_INLINE __m256 ls_block_dot256(const unsigned char* q, int q8, const void* y, int bits) {
+  const __m256i* yy = (const __m256i*)y;
+  __m256i w0, w1;  /* weights 0-15 and 16-31: bytes (bits 8, in one register w0) or 16-bit */
+  if (!q8) {
+    const __m128i nib = _mm_loadu_si128((const __m128i*)q), low = _mm_set1_epi8(15);
+    const __m128i n0 = _mm_and_si128(nib, low), n1 = _mm_and_si128(_mm_srli_epi16(nib, 4), low);
+    if (bits == 8) {
+      const __m256i u = _mm256_set_m128i(n1, n0), v = _mm256_loadu_si256(yy);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+      return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, v));
+#else
+      return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, v), _mm256_set1_epi16(1)));
+#endif
+    }
+    w0 = _mm256_cvtepu8_epi16(n0); w1 = _mm256_cvtepu8_epi16(n1);
+  } else {
+    if (bits == 8) {  /* signed times signed: |w| times y with w's sign */
+      const __m256i w = _mm256_loadu_si256((const __m256i*)q), v = _mm256_loadu_si256(yy);
+      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(v, w));
+      return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    }
+    w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)q));
+    w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(q + 16)));
+  }
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_cvtepi32_ps(_mm256_dpwssd_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(yy)), w1,
+                                                _mm256_loadu_si256(yy + 1)));
+#else
+  return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(yy)),
+                                             _mm256_madd_epi16(w1, _mm256_loadu_si256(yy + 1))));
+#endif
+}
+#endif
 /* a packed row (qtype 0: q4_0, 1: q4_1, 2: q8_0) dotted with quantised x (y, d, s):
    sum over blocks of dw * dx * (integer dot) + the q4 offsets (q4_1: m, q4_0: -8 dw) * s.
    Blocks go in groups of 8 whose scales convert at once. */
+#ifdef LS_WIDE
+static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype, int bits, const void* y,
+                               const float* xd, const float* xs) {
+  const int q8 = qtype == 2, bsize = q8 ? 32 : 16, ysize = bits / 8 * 32;
+  const unsigned char* qs = row + (qtype == 1 ? 4 : 2) * nb;
+  const unsigned char* yb = (const unsigned char*)y;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  __m256 offv = _mm256_setzero_ps();
+  float sc[8] __attribute__((aligned(32)));
+  long long b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * b)));
+    _mm256_store_ps(sc, _mm256_mul_ps(dv, _mm256_loadu_ps(xd + b)));
+    if (!q8)
+      offv = _mm256_fmadd_ps(qtype == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * (nb + b)))) : dv,
+                             _mm256_loadu_ps(xs + b), offv);
+    for (int t = 0; t < 8; t += 2) {
+      acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + t),
+                          ls_block_dot256(qs + (b + t) * bsize, q8, yb + (b + t) * ysize, bits), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + t + 1),
+                          ls_block_dot256(qs + (b + t + 1) * bsize, q8, yb + (b + t + 1) * ysize, bits), acc1);
+    }
+  }
+  float off = 0.0f;
+  for (; b < nb; b++) {
+    const __m256 f = ls_block_dot256(qs + b * bsize, q8, yb + b * ysize, bits);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(ls_hx(row, b) * xd[b]), f, acc0);
+    if (!q8) off += ls_hx(row, qtype == 1 ? nb + b : b) * xs[b];
+  }
+  const float dot = ls_hsum8(_mm256_add_ps(acc0, acc1));
+  off += ls_hsum8(offv);
+  return q8 ? dot : dot + (qtype == 1 ? off : -8.0f * off);
+}
+#else
 static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype, int bits, const void* y,
                                const float* xd, const float* xs) {
   const int q8 = qtype == 2, bsize = q8 ? 32 : 16, ysize = bits / 8 * 32;
@@ -528,6 +600,7 @@ static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype
   off += ls_hsum8(offv);
   return q8 ? dot : dot + (qtype == 1 ? off : -8.0f * off);
 }
+#endif
 /* 16 weights (bytes: unsigned u, or signed q) times 16 of x's integers (``bits`` 8 or 16, half h
    of a group's 32): 4 partial sums */
 static LS_INLINE __m128i ls_udot16(__m128i u, const void* y, int bits, int h) {
