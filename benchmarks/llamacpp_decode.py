@@ -9,7 +9,8 @@ blocks as they are); PyTorch eager (transformers on the same dequantised weights
     python benchmarks/llamacpp_decode.py [--model llama|gemma] [--f32] [--steps 48] [--rounds 3] \
         [--only native llama.cpp]
 
-``--f32``: every system reads an F32 copy of the file instead (made once by llama.cpp's own
+``--f16``: an F16 copy likewise (lightspeed computes with float16 weights; their values are the
+file's). ``--f32``: every system reads an F32 copy of the file instead (made once by llama.cpp's own
 requantiser, ``llama_model_quantize`` to ALL_F32; its weights are bit for bit the ones lightspeed
 dequantises), the equal-precision comparison.
 
@@ -45,28 +46,30 @@ PROMPT = "The capital of France is"
 
 
 F32 = False  # --f32
+F16 = False  # --f16
 MODELS = {"llama": "SmolLM2-135M-Instruct", "gemma": "Gemma 3 270M"}
 FAMILY = {"llama": "llama", "gemma": "gemma3"}  # the zoo's family of each --model (its default weights)
 
 
-def weights_file(family: str, f32: bool) -> Path:
-    """The GGUF file of ``family`` every system reads: the default one, or its F32 copy."""
+def weights_file(family: str, f32: bool, f16: bool = False) -> Path:
+    """The GGUF file of ``family`` every system reads: the default one, or its F32 (F16) copy."""
     from lightspeed.weights import default_weights
 
     src = default_weights(family, progress=False)
-    if not f32:
+    if not (f32 or f16):
         return src
-    dst = src.with_name(src.stem + ".F32.gguf")
+    dst = src.with_name(src.stem + (".F32.gguf" if f32 else ".F16.gguf"))
     if not dst.exists():
         import ctypes
 
         import llama_cpp
 
         params = llama_cpp.llama_model_quantize_default_params()
-        params.ftype, params.nthread, params.allow_requantize = llama_cpp.LLAMA_FTYPE_ALL_F32, 2, True
+        ftype = llama_cpp.LLAMA_FTYPE_ALL_F32 if f32 else llama_cpp.LLAMA_FTYPE_MOSTLY_F16
+        params.ftype, params.nthread, params.allow_requantize = ftype, 2, True
         tmp = dst.with_suffix(".tmp")
         if llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params)) != 0:
-            raise SystemExit(f"llama.cpp could not write an F32 copy of {src}")
+            raise SystemExit(f"llama.cpp could not write an {'F32' if f32 else 'F16'} copy of {src}")
         tmp.replace(dst)
     return dst
 
@@ -76,7 +79,8 @@ def _lightspeed(family: str, backend: str, steps: int, blocks: bool = True) -> d
     from lightspeed.cli import load_text_model
     from lightspeed.models.generate import Generator
 
-    tm = load_text_model(FAMILY[family], weights_file(family, F32), progress=False, lazy=backend == "native" and blocks)
+    tm = load_text_model(FAMILY[family], weights_file(family, F32, F16), progress=False,
+                         lazy=backend == "native" and blocks, dtype="float16" if F16 else "float32")
     prompt = tm.tokenizer.encode(PROMPT)
     # copies carry no blocks (weights.quant): the float32 weights are read
     tensors = tm.tensors if blocks else {k: np.array(v) for k, v in tm.tensors.items()}
@@ -95,7 +99,7 @@ def _lightspeed(family: str, backend: str, steps: int, blocks: bool = True) -> d
     nbytes = sum(read(v).packed.nbytes if read(v) is not None else v.nbytes for v in gen.weights.values())
     kinds = sorted({blocks_of(v).qtype.upper() + ("" if read(v) is blocks_of(v) else f" as {read(v).qtype.upper()}")
                     for v in gen.weights.values() if read(v) is not None})
-    what = "+".join(kinds) + " blocks" if kernel_blocks else "f32 weights"
+    what = "+".join(kinds) + " blocks" if kernel_blocks else ("f16 weights" if F16 else "f32 weights")
     if kernel_blocks and backend == "native":
         from lightspeed.backends.codegen.program import block_activations
 
@@ -113,7 +117,7 @@ def _llama_cpp(family: str, steps: int, threads: int) -> dict:
 
     from lightspeed.weights.tokenizer import Tokenizer
 
-    path = weights_file(family, F32)
+    path = weights_file(family, F32, F16)
     llm = Llama(str(path), n_threads=threads, n_ctx=512, verbose=False, logits_all=True)  # scores of the last row
     prompt = Tokenizer.from_gguf(path).encode(PROMPT)  # the very ids lightspeed starts from
     llm.eval(prompt)
@@ -142,7 +146,7 @@ def _torch(family: str, steps: int, threads: int) -> dict:
     from lightspeed.cli import load_text_model
 
     torch.set_num_threads(threads)
-    tm = load_text_model(FAMILY[family], weights_file(family, F32), progress=False)
+    tm = load_text_model(FAMILY[family], weights_file(family, F32, F16), progress=False)
     cfg = {k: v for k, v in tm.config.items() if k not in ("model_type", "architectures", "torch_dtype")}
     cls, ccls = ((tf.LlamaForCausalLM, tf.LlamaConfig) if family == "llama" else
                  (tf.Gemma3ForCausalLM, tf.Gemma3TextConfig))
@@ -202,14 +206,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(MODELS), default="llama")
     ap.add_argument("--f32", action="store_true", help="an F32 copy of the file for every system")
+    ap.add_argument("--f16", action="store_true",
+                    help="an F16 copy for every system (lightspeed computes with float16 weights, torch f32)")
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    global F32
-    F32 = args.f32
+    global F32, F16
+    F32, F16 = args.f32, args.f16 and not args.f32
     if args.child:
         child(args.model, args.child, args.steps, args.threads)
         return 0
@@ -218,7 +224,7 @@ def main() -> int:
     for _ in range(args.rounds):
         for system in args.only:
             p = subprocess.run([sys.executable, __file__, "--child", system, "--model", args.model, "--steps",
-                                str(args.steps), "--threads", str(args.threads)] + ["--f32"] * F32,
+                                str(args.steps), "--threads", str(args.threads)] + ["--f32"] * F32 + ["--f16"] * F16,
                                capture_output=True, text=True, cwd=ROOT)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
             if p.returncode or not line:
@@ -227,8 +233,8 @@ def main() -> int:
                 continue
             if system in runs:
                 runs[system].append(json.loads(line[0][7:]))
-    weights_file(args.model, F32)  # made before the rounds
-    name = MODELS[args.model] + (" (F32 copy)" if F32 else "")
+    weights_file(args.model, F32, F16)  # made before the rounds
+    name = MODELS[args.model] + (" (F32 copy)" if F32 else " (F16 copy)" if F16 else "")
     print(f"{name}, greedy from {PROMPT!r}, {args.steps} steps x {args.rounds} rounds (one process "
           f"per system and round, interleaved); {args.threads} threads; copy bandwidth {bw / 1e9:.1f} GB/s")
     print(f"  {'system':52s} {'TTFT':>9s} {'TPOT':>9s} {'tok/s':>7s} {'peak RSS':>9s} {'bytes/step':>10s} "
