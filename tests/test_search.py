@@ -147,6 +147,24 @@ def test_a_candidate_far_larger_than_one_that_ran_is_not_run(tmp_path, monkeypat
     assert any(c.seconds is not None and "Matmul" in c.ops for c in rep.candidates)
 
 
+def test_a_tie_goes_to_the_candidate_with_the_fewest_intermediate_bytes(tmp_path, monkeypatch):
+    """Re-timed finalists within TIE of the fastest are a tie, won by the leanest: with every
+    program timed alike the primitive-only broadcast product never wins over the Matmul (a
+    timing-noise win of it made the native backend densify block weights)."""
+    from lightspeed.backends import get_backend
+
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    cpu = get_backend("cpu")
+    monkeypatch.setattr(type(cpu), "time", lambda self, prog, inputs, dims, repeats: 1e-3)
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
+    g.output("y", x @ w)
+    rep = g.compile(backend="cpu", search=ls.SearchOptions(budget=3, dims={"s": 2}, roll=False,
+                                                           progress=False)).search_report
+    winner = next(c for c in rep.candidates if c.index == rep.winner)
+    assert len([c for c in rep.candidates if c.seconds is not None]) > 1 and "Matmul" in winner.ops, rep.candidates
+
+
 _LIST_CANDIDATES = """
 import lightspeed as ls
 g = ls.Graph()

@@ -134,6 +134,7 @@ class SearchReport:
 # reused; the decision key also hashes this module's source, so any change here invalidates them
 SEARCH_VERSION = 4
 CUTOFF = 3.0  # a candidate whose first timed run is this many times the best so far gets no more runs
+TIE = 1.05  # re-timed finalists this close to the fastest are a tie
 _SEARCH_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
@@ -353,6 +354,7 @@ class _Measured:
     lprog: LProgram
     cand: Candidate
     prog: Program
+    need: int  # bytes of intermediates at the profiling dims
 
 
 def measure(graph: Graph, backend: Any, lprog: LProgram, inputs: Mapping[str, Any], dims: Mapping[str, int],
@@ -440,7 +442,7 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
             cutoff = CUTOFF * best.seconds if best is not None else None
             prog, sec = measure(graph, backend, lprog, inputs, dims, opts.repeats, cutoff)
             rep.candidates.append(CandidateResult(i, origin, ops, sec))
-            m = _Measured(sec, i, lprog, cand, prog)
+            m = _Measured(sec, i, lprog, cand, prog, need)
             leanest = need if leanest is None else min(leanest, need)
             finalists = sorted([*finalists, m], key=lambda f: f.seconds)[:3]  # only these keep their programs
             if best is None or sec < best.seconds:
@@ -460,7 +462,10 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
         for _ in range(max(2, opts.repeats)):
             for f in finalists:
                 again[f.index] = min(again[f.index], backend.time(f.prog, inputs, dims, 1))
-        best = min(finalists, key=lambda f: (again[f.index], f.index))
+        # within TIE of the fastest is a tie, won by the fewest intermediate bytes: noise must not
+        # crown a broadcast product over the Matmul that block kernels (native) read
+        tied = [f for f in finalists if again[f.index] <= TIE * min(again.values())]
+        best = min(tied, key=lambda f: (f.need, again[f.index], f.index))
         for c in rep.candidates:
             if c.index in again:
                 c.seconds = again[c.index]

@@ -737,6 +737,84 @@ static LS_INLINE __m128 ls_kdot_super(const unsigned char* p, int code, int bits
   (void)xs; (void)off;
   return acc;
 }
+#ifdef LS_WIDE
+/* ls_kdot_super in 256-bit operations: a group's 32 products in one pass, 8 partial sums */
+static LS_INLINE __m256i ls_udot32(__m128i lo, __m128i hi, const unsigned char* y, int bits) {
+  const __m256i* yy = (const __m256i*)y;  /* 32 unsigned weights (0-15 in lo, 16-31 in hi) */
+  if (bits == 8) {
+    const __m256i u = _mm256_set_m128i(hi, lo), v = _mm256_loadu_si256(yy);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, v);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), _mm256_set1_epi16(1));
+#endif
+  }
+  return _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(lo), _mm256_loadu_si256(yy)),
+                          _mm256_madd_epi16(_mm256_cvtepu8_epi16(hi), _mm256_loadu_si256(yy + 1)));
+}
+/* 32 signed weights whose halves have scales s0 (weights 0-15, in q0) and s1 (q1) */
+static LS_INLINE __m256 ls_sdot32(__m128i q0, __m128i q1, const unsigned char* y, int bits, float s0, float s1) {
+  const __m256i* yy = (const __m256i*)y;
+  if (bits == 8) {  /* lanes 0-3 hold q0's sums, 4-7 q1's */
+    const __m256i w = _mm256_set_m128i(q1, q0), v = _mm256_loadu_si256(yy);
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(v, w)),
+                                        _mm256_set1_epi16(1));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)));
+  }
+  const __m256 a = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepi8_epi16(q0), _mm256_loadu_si256(yy)));
+  const __m256 b = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepi8_epi16(q1), _mm256_loadu_si256(yy + 1)));
+  return _mm256_fmadd_ps(a, _mm256_set1_ps(s0), _mm256_mul_ps(b, _mm256_set1_ps(s1)));
+}
+static LS_INLINE __m256 ls_kdot_super_w(const unsigned char* p, int code, int bits, const unsigned char* y,
+                                        long long ystep, const float* xd, const float* xs, float* off) {
+  const __m128i low = _mm_set1_epi8(15);
+  __m256 acc = _mm256_setzero_ps();
+  if (code == 4) {
+    const float d = ls_hx(p, 0), dmin = ls_hx(p, 1);
+    float o = 0.0f;
+    for (int j = 0; j < 4; j++) {
+      int sc0, m0, sc1, m1;
+      ls_scale_min_k4(2 * j, p + 4, &sc0, &m0);
+      ls_scale_min_k4(2 * j + 1, p + 4, &sc1, &m1);
+      const __m128i* q = (const __m128i*)(p + 16 + 32 * j);
+      const __m128i b0 = _mm_loadu_si128(q), b1 = _mm_loadu_si128(q + 1);
+      const __m128i l0 = _mm_and_si128(b0, low), l1 = _mm_and_si128(b1, low);
+      const __m128i h0 = _mm_and_si128(_mm_srli_epi16(b0, 4), low), h1 = _mm_and_si128(_mm_srli_epi16(b1, 4), low);
+      const unsigned char* y0 = y + 2 * j * ystep;
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ls_udot32(l0, l1, y0, bits)),
+                            _mm256_set1_ps(d * (float)sc0 * xd[2 * j]), acc);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ls_udot32(h0, h1, y0 + ystep, bits)),
+                            _mm256_set1_ps(d * (float)sc1 * xd[2 * j + 1]), acc);
+      o += dmin * (float)m0 * xs[2 * j] + dmin * (float)m1 * xs[2 * j + 1];
+    }
+    *off -= o;
+    return acc;
+  }
+  const float d = ls_hx(p + 208, 0);
+  const __m128i three = _mm_set1_epi8(3), c32 = _mm_set1_epi8(32);
+  for (int half = 0; half < 2; half++) {
+    const __m128i* ql = (const __m128i*)(p + 64 * half);
+    const __m128i* qh = (const __m128i*)(p + 128 + 32 * half);
+    const signed char* sc = (const signed char*)(p + 192 + 8 * half);
+    const __m128i a0 = _mm_loadu_si128(ql), a1 = _mm_loadu_si128(ql + 1);
+    const __m128i c0 = _mm_loadu_si128(ql + 2), c1 = _mm_loadu_si128(ql + 3);
+    const __m128i e0 = _mm_loadu_si128(qh), e1 = _mm_loadu_si128(qh + 1);
+    for (int k = 0; k < 4; k++) {
+      __m128i l0 = k & 1 ? c0 : a0, l1 = k & 1 ? c1 : a1;
+      if (k >= 2) { l0 = _mm_srli_epi16(l0, 4); l1 = _mm_srli_epi16(l1, 4); }
+      const __m128i sh = _mm_cvtsi32_si128(2 * k);
+      const __m128i h0 = _mm_and_si128(_mm_srl_epi16(e0, sh), three), h1 = _mm_and_si128(_mm_srl_epi16(e1, sh), three);
+      const __m128i q0 = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(l0, low), _mm_slli_epi16(h0, 4)), c32);
+      const __m128i q1 = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(l1, low), _mm_slli_epi16(h1, 4)), c32);
+      const float dx = xd[4 * half + k];
+      acc = _mm256_add_ps(acc, ls_sdot32(q0, q1, y + (4 * half + k) * ystep, bits, d * (float)sc[2 * k] * dx,
+                                         d * (float)sc[2 * k + 1] * dx));
+    }
+  }
+  (void)xs; (void)off;
+  return acc;
+}
+#endif
 /* a Q5_0 / Q4_K / Q6_K row (ng groups of 32) dotted with quantised x */
 static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code, int bits, const void* y,
                                const float* xd, const float* xs) {
@@ -745,6 +823,22 @@ static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code,
   __m128 acc0 = _mm_setzero_ps(), acc1 = acc0;
   float off = 0.0f;
   long long g = 0;
+#ifdef LS_WIDE
+  if (code >= 4) {  /* K-quant rows are whole 256-weight blocks: two of them in flight */
+    __m256 w0 = _mm256_setzero_ps(), w1 = w0;
+    for (; g + 16 <= ng; g += 16) {
+      w0 = _mm256_add_ps(w0, ls_kdot_super_w(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
+                                             xd + g, xs + g, &off));
+      w1 = _mm256_add_ps(w1, ls_kdot_super_w(row + ls_kbytes(code) * (g / 8 + 1), code, bits, yb + (g + 8) * ystep,
+                                             ystep, xd + g + 8, xs + g + 8, &off));
+    }
+    for (; g + 8 <= ng; g += 8)
+      w0 = _mm256_add_ps(w0, ls_kdot_super_w(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
+                                             xd + g, xs + g, &off));
+    const __m256 w = _mm256_add_ps(w0, w1);
+    acc0 = _mm_add_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1));
+  }
+#else
   if (code >= 4) {  /* K-quant rows are whole 256-weight blocks: two of them in flight */
     for (; g + 16 <= ng; g += 16) {
       acc0 = _mm_add_ps(acc0, ls_kdot_super(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
@@ -756,6 +850,7 @@ static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code,
       acc0 = _mm_add_ps(acc0, ls_kdot_super(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
                                             xd + g, xs + g, &off));
   }
+#endif
   for (; g + 2 <= ng; g += 2) {
     acc0 = _mm_add_ps(acc0, ls_kdot_group(row, code, g, bits, yb + g * ystep, xd[g], xs[g], &off));
     acc1 = _mm_add_ps(acc1, ls_kdot_group(row, code, g + 1, bits, yb + (g + 1) * ystep, xd[g + 1], xs[g + 1], &off));
