@@ -540,46 +540,38 @@ static LS_INLINE __m256 ls_block_dot256(const unsigned char* q, int q8, const vo
 /* a packed row (qtype 0: q4_0, 1: q4_1, 2: q8_0) dotted with quantised x (y, d, s):
    sum over blocks of dw * dx * (integer dot) + the q4 offsets (q4_1: m, q4_0: -8 dw) * s.
    Blocks go in groups of 8 whose scales convert at once. */
+/* the integer dots' float accumulators: 8 lanes where the dots are 256-bit (LS_WIDE), else 4 */
 #ifdef LS_WIDE
-static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype, int bits, const void* y,
-                               const float* xd, const float* xs) {
-  const int q8 = qtype == 2, bsize = q8 ? 32 : 16, ysize = bits / 8 * 32;
-  const unsigned char* qs = row + (qtype == 1 ? 4 : 2) * nb;
-  const unsigned char* yb = (const unsigned char*)y;
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-  __m256 offv = _mm256_setzero_ps();
-  float sc[8] __attribute__((aligned(32)));
-  long long b = 0;
-  for (; b + 8 <= nb; b += 8) {
-    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * b)));
-    _mm256_store_ps(sc, _mm256_mul_ps(dv, _mm256_loadu_ps(xd + b)));
-    if (!q8)
-      offv = _mm256_fmadd_ps(qtype == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * (nb + b)))) : dv,
-                             _mm256_loadu_ps(xs + b), offv);
-    for (int t = 0; t < 8; t += 2) {
-      acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + t),
-                          ls_block_dot256(qs + (b + t) * bsize, q8, yb + (b + t) * ysize, bits), acc0);
-      acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(sc + t + 1),
-                          ls_block_dot256(qs + (b + t + 1) * bsize, q8, yb + (b + t + 1) * ysize, bits), acc1);
-    }
-  }
-  float off = 0.0f;
-  for (; b < nb; b++) {
-    const __m256 f = ls_block_dot256(qs + b * bsize, q8, yb + b * ysize, bits);
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(ls_hx(row, b) * xd[b]), f, acc0);
-    if (!q8) off += ls_hx(row, qtype == 1 ? nb + b : b) * xs[b];
-  }
-  const float dot = ls_hsum8(_mm256_add_ps(acc0, acc1));
-  off += ls_hsum8(offv);
-  return q8 ? dot : dot + (qtype == 1 ? off : -8.0f * off);
-}
+typedef __m256 ls_acc;
+#define ls_acc_zero _mm256_setzero_ps
+#define ls_acc_add _mm256_add_ps
+#define ls_acc_fma _mm256_fmadd_ps
+#define ls_acc_set1 _mm256_set1_ps
+#define ls_acc_bcast _mm256_broadcast_ss
+#define ls_acc_cvt _mm256_cvtepi32_ps
+#define ls_bdot ls_block_dot256
+static LS_INLINE __m128 ls_acc_half(ls_acc a) { return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)); }
 #else
+typedef __m128 ls_acc;
+#define ls_acc_zero _mm_setzero_ps
+#define ls_acc_add _mm_add_ps
+#define ls_acc_fma _mm_fmadd_ps
+#define ls_acc_set1 _mm_set1_ps
+#define ls_acc_bcast _mm_broadcast_ss
+#define ls_acc_cvt _mm_cvtepi32_ps
+#define ls_bdot ls_block_dot
+static LS_INLINE __m128 ls_acc_half(ls_acc a) { return a; }
+#endif
+static LS_INLINE float ls_hsum4(__m128 a) {
+  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  return _mm_cvtss_f32(_mm_add_ss(a, _mm_shuffle_ps(a, a, 1)));
+}
 static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype, int bits, const void* y,
                                const float* xd, const float* xs) {
   const int q8 = qtype == 2, bsize = q8 ? 32 : 16, ysize = bits / 8 * 32;
   const unsigned char* qs = row + (qtype == 1 ? 4 : 2) * nb;
   const unsigned char* yb = (const unsigned char*)y;
-  __m128 acc0 = _mm_setzero_ps(), acc1 = acc0;
+  ls_acc acc0 = ls_acc_zero(), acc1 = acc0;
   __m256 offv = _mm256_setzero_ps();
   float sc[8] __attribute__((aligned(32)));
   long long b = 0;
@@ -590,25 +582,20 @@ static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype
       offv = _mm256_fmadd_ps(qtype == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * (nb + b)))) : dv,
                              _mm256_loadu_ps(xs + b), offv);
     for (int t = 0; t < 8; t += 2) {
-      acc0 = _mm_fmadd_ps(_mm_broadcast_ss(sc + t),
-                          ls_block_dot(qs + (b + t) * bsize, q8, yb + (b + t) * ysize, bits), acc0);
-      acc1 = _mm_fmadd_ps(_mm_broadcast_ss(sc + t + 1),
-                          ls_block_dot(qs + (b + t + 1) * bsize, q8, yb + (b + t + 1) * ysize, bits), acc1);
+      acc0 = ls_acc_fma(ls_acc_bcast(sc + t), ls_bdot(qs + (b + t) * bsize, q8, yb + (b + t) * ysize, bits), acc0);
+      acc1 = ls_acc_fma(ls_acc_bcast(sc + t + 1), ls_bdot(qs + (b + t + 1) * bsize, q8, yb + (b + t + 1) * ysize, bits),
+                        acc1);
     }
   }
   float off = 0.0f;
   for (; b < nb; b++) {
-    const __m128 f = ls_block_dot(qs + b * bsize, q8, yb + b * ysize, bits);
-    acc0 = _mm_fmadd_ps(_mm_set1_ps(ls_hx(row, b) * xd[b]), f, acc0);
+    acc0 = ls_acc_fma(ls_acc_set1(ls_hx(row, b) * xd[b]), ls_bdot(qs + b * bsize, q8, yb + b * ysize, bits), acc0);
     if (!q8) off += ls_hx(row, qtype == 1 ? nb + b : b) * xs[b];
   }
-  __m128 a = _mm_add_ps(acc0, acc1);
-  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-  const float dot = _mm_cvtss_f32(_mm_add_ss(a, _mm_shuffle_ps(a, a, 1)));
+  const float dot = ls_hsum4(ls_acc_half(ls_acc_add(acc0, acc1)));
   off += ls_hsum8(offv);
   return q8 ? dot : dot + (qtype == 1 ? off : -8.0f * off);
 }
-#endif
 /* 16 weights (bytes: unsigned u, or signed q) times 16 of x's integers (``bits`` 8 or 16, half h
    of a group's 32): 4 partial sums */
 static LS_INLINE __m128i ls_udot16(__m128i u, const void* y, int bits, int h) {
@@ -683,14 +670,51 @@ static LS_INLINE __m128 ls_kdot_group(const unsigned char* row, int code, long l
   return _mm_fmadd_ps(_mm_cvtepi32_ps(ls_sdot16(q0, y, bits, 0)), s0,
                       _mm_mul_ps(_mm_cvtepi32_ps(ls_sdot16(q1, y, bits, 1)), s1));
 }
+/* a group's 32 unsigned weights (0-15 in lo, 16-31 in hi) times x's 32 integers, and 32 signed
+   ones whose halves have scales s0 (q0: weights 0-15) and s1 (q1), as ls_acc partial sums */
+#ifdef LS_WIDE
+static LS_INLINE __m256i ls_udot32(__m128i lo, __m128i hi, const unsigned char* y, int bits) {
+  const __m256i* yy = (const __m256i*)y;
+  if (bits == 8) {
+    const __m256i u = _mm256_set_m128i(hi, lo), v = _mm256_loadu_si256(yy);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, v);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), _mm256_set1_epi16(1));
+#endif
+  }
+  return _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(lo), _mm256_loadu_si256(yy)),
+                          _mm256_madd_epi16(_mm256_cvtepu8_epi16(hi), _mm256_loadu_si256(yy + 1)));
+}
+static LS_INLINE __m256 ls_sdot32(__m128i q0, __m128i q1, const unsigned char* y, int bits, float s0, float s1) {
+  const __m256i* yy = (const __m256i*)y;
+  if (bits == 8) {  /* lanes 0-3 hold q0's sums, 4-7 q1's */
+    const __m256i w = _mm256_set_m128i(q1, q0), v = _mm256_loadu_si256(yy);
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(v, w)),
+                                        _mm256_set1_epi16(1));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)));
+  }
+  const __m256 a = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepi8_epi16(q0), _mm256_loadu_si256(yy)));
+  const __m256 b = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepi8_epi16(q1), _mm256_loadu_si256(yy + 1)));
+  return _mm256_fmadd_ps(a, _mm256_set1_ps(s0), _mm256_mul_ps(b, _mm256_set1_ps(s1)));
+}
+#else
+static LS_INLINE __m128i ls_udot32(__m128i lo, __m128i hi, const unsigned char* y, int bits) {
+  return _mm_add_epi32(ls_udot16(lo, y, bits, 0), ls_udot16(hi, y, bits, 1));
+}
+static LS_INLINE __m128 ls_sdot32(__m128i q0, __m128i q1, const unsigned char* y, int bits, float s0, float s1) {
+  return _mm_fmadd_ps(_mm_cvtepi32_ps(ls_sdot16(q0, y, bits, 0)), _mm_set1_ps(s0),
+                      _mm_mul_ps(_mm_cvtepi32_ps(ls_sdot16(q1, y, bits, 1)), _mm_set1_ps(s1)));
+}
+#endif
 /* one 256-weight K-quant block (8 groups) dotted with x's 8 groups: the block's header (float16
    d / dmin, the scales) read once and each byte of integers loaded once for the groups sharing
    it (Q4_K: a byte's two nibbles; Q6_K: a high-bits byte's four pairs); the same sums as
-   ls_kdot_group's.  Returns 4 partial sums; Q4_K's offsets go to *off. */
-static LS_INLINE __m128 ls_kdot_super(const unsigned char* p, int code, int bits, const unsigned char* y,
+   ls_kdot_group's.  Q4_K's offsets go to *off. */
+static LS_INLINE ls_acc ls_kdot_super(const unsigned char* p, int code, int bits, const unsigned char* y,
                                       long long ystep, const float* xd, const float* xs, float* off) {
   const __m128i low = _mm_set1_epi8(15);
-  __m128 acc = _mm_setzero_ps();
+  ls_acc acc = ls_acc_zero();
   if (code == 4) {
     const float d = ls_hx(p, 0), dmin = ls_hx(p, 1);
     float o = 0.0f;
@@ -703,10 +727,9 @@ static LS_INLINE __m128 ls_kdot_super(const unsigned char* p, int code, int bits
       const __m128i l0 = _mm_and_si128(b0, low), l1 = _mm_and_si128(b1, low);
       const __m128i h0 = _mm_and_si128(_mm_srli_epi16(b0, 4), low), h1 = _mm_and_si128(_mm_srli_epi16(b1, 4), low);
       const unsigned char* y0 = y + 2 * j * ystep;
-      const __m128i i0 = _mm_add_epi32(ls_udot16(l0, y0, bits, 0), ls_udot16(l1, y0, bits, 1));
-      const __m128i i1 = _mm_add_epi32(ls_udot16(h0, y0 + ystep, bits, 0), ls_udot16(h1, y0 + ystep, bits, 1));
-      acc = _mm_fmadd_ps(_mm_cvtepi32_ps(i0), _mm_set1_ps(d * (float)sc0 * xd[2 * j]), acc);
-      acc = _mm_fmadd_ps(_mm_cvtepi32_ps(i1), _mm_set1_ps(d * (float)sc1 * xd[2 * j + 1]), acc);
+      acc = ls_acc_fma(ls_acc_cvt(ls_udot32(l0, l1, y0, bits)), ls_acc_set1(d * (float)sc0 * xd[2 * j]), acc);
+      acc = ls_acc_fma(ls_acc_cvt(ls_udot32(h0, h1, y0 + ystep, bits)), ls_acc_set1(d * (float)sc1 * xd[2 * j + 1]),
+                       acc);
       o += dmin * (float)m0 * xs[2 * j] + dmin * (float)m1 * xs[2 * j + 1];
     }
     *off -= o;
@@ -726,95 +749,17 @@ static LS_INLINE __m128 ls_kdot_super(const unsigned char* p, int code, int bits
       if (k >= 2) { l0 = _mm_srli_epi16(l0, 4); l1 = _mm_srli_epi16(l1, 4); }
       const __m128i sh = _mm_cvtsi32_si128(2 * k);
       const __m128i h0 = _mm_and_si128(_mm_srl_epi16(e0, sh), three), h1 = _mm_and_si128(_mm_srl_epi16(e1, sh), three);
+      /* signed weights q - 32, in [-32, 31] */
       const __m128i q0 = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(l0, low), _mm_slli_epi16(h0, 4)), c32);
       const __m128i q1 = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(l1, low), _mm_slli_epi16(h1, 4)), c32);
-      const unsigned char* yg = y + (4 * half + k) * ystep;
       const float dx = xd[4 * half + k];
-      acc = _mm_fmadd_ps(_mm_cvtepi32_ps(ls_sdot16(q0, yg, bits, 0)), _mm_set1_ps(d * (float)sc[2 * k] * dx), acc);
-      acc = _mm_fmadd_ps(_mm_cvtepi32_ps(ls_sdot16(q1, yg, bits, 1)), _mm_set1_ps(d * (float)sc[2 * k + 1] * dx), acc);
+      acc = ls_acc_add(acc, ls_sdot32(q0, q1, y + (4 * half + k) * ystep, bits, d * (float)sc[2 * k] * dx,
+                                      d * (float)sc[2 * k + 1] * dx));
     }
   }
   (void)xs; (void)off;
   return acc;
 }
-#ifdef LS_WIDE
-/* ls_kdot_super in 256-bit operations: a group's 32 products in one pass, 8 partial sums */
-static LS_INLINE __m256i ls_udot32(__m128i lo, __m128i hi, const unsigned char* y, int bits) {
-  const __m256i* yy = (const __m256i*)y;  /* 32 unsigned weights (0-15 in lo, 16-31 in hi) */
-  if (bits == 8) {
-    const __m256i u = _mm256_set_m128i(hi, lo), v = _mm256_loadu_si256(yy);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, v);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, v), _mm256_set1_epi16(1));
-#endif
-  }
-  return _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(lo), _mm256_loadu_si256(yy)),
-                          _mm256_madd_epi16(_mm256_cvtepu8_epi16(hi), _mm256_loadu_si256(yy + 1)));
-}
-/* 32 signed weights whose halves have scales s0 (weights 0-15, in q0) and s1 (q1) */
-static LS_INLINE __m256 ls_sdot32(__m128i q0, __m128i q1, const unsigned char* y, int bits, float s0, float s1) {
-  const __m256i* yy = (const __m256i*)y;
-  if (bits == 8) {  /* lanes 0-3 hold q0's sums, 4-7 q1's */
-    const __m256i w = _mm256_set_m128i(q1, q0), v = _mm256_loadu_si256(yy);
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(v, w)),
-                                        _mm256_set1_epi16(1));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)));
-  }
-  const __m256 a = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepi8_epi16(q0), _mm256_loadu_si256(yy)));
-  const __m256 b = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_cvtepi8_epi16(q1), _mm256_loadu_si256(yy + 1)));
-  return _mm256_fmadd_ps(a, _mm256_set1_ps(s0), _mm256_mul_ps(b, _mm256_set1_ps(s1)));
-}
-static LS_INLINE __m256 ls_kdot_super_w(const unsigned char* p, int code, int bits, const unsigned char* y,
-                                        long long ystep, const float* xd, const float* xs, float* off) {
-  const __m128i low = _mm_set1_epi8(15);
-  __m256 acc = _mm256_setzero_ps();
-  if (code == 4) {
-    const float d = ls_hx(p, 0), dmin = ls_hx(p, 1);
-    float o = 0.0f;
-    for (int j = 0; j < 4; j++) {
-      int sc0, m0, sc1, m1;
-      ls_scale_min_k4(2 * j, p + 4, &sc0, &m0);
-      ls_scale_min_k4(2 * j + 1, p + 4, &sc1, &m1);
-      const __m128i* q = (const __m128i*)(p + 16 + 32 * j);
-      const __m128i b0 = _mm_loadu_si128(q), b1 = _mm_loadu_si128(q + 1);
-      const __m128i l0 = _mm_and_si128(b0, low), l1 = _mm_and_si128(b1, low);
-      const __m128i h0 = _mm_and_si128(_mm_srli_epi16(b0, 4), low), h1 = _mm_and_si128(_mm_srli_epi16(b1, 4), low);
-      const unsigned char* y0 = y + 2 * j * ystep;
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ls_udot32(l0, l1, y0, bits)),
-                            _mm256_set1_ps(d * (float)sc0 * xd[2 * j]), acc);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ls_udot32(h0, h1, y0 + ystep, bits)),
-                            _mm256_set1_ps(d * (float)sc1 * xd[2 * j + 1]), acc);
-      o += dmin * (float)m0 * xs[2 * j] + dmin * (float)m1 * xs[2 * j + 1];
-    }
-    *off -= o;
-    return acc;
-  }
-  const float d = ls_hx(p + 208, 0);
-  const __m128i three = _mm_set1_epi8(3), c32 = _mm_set1_epi8(32);
-  for (int half = 0; half < 2; half++) {
-    const __m128i* ql = (const __m128i*)(p + 64 * half);
-    const __m128i* qh = (const __m128i*)(p + 128 + 32 * half);
-    const signed char* sc = (const signed char*)(p + 192 + 8 * half);
-    const __m128i a0 = _mm_loadu_si128(ql), a1 = _mm_loadu_si128(ql + 1);
-    const __m128i c0 = _mm_loadu_si128(ql + 2), c1 = _mm_loadu_si128(ql + 3);
-    const __m128i e0 = _mm_loadu_si128(qh), e1 = _mm_loadu_si128(qh + 1);
-    for (int k = 0; k < 4; k++) {
-      __m128i l0 = k & 1 ? c0 : a0, l1 = k & 1 ? c1 : a1;
-      if (k >= 2) { l0 = _mm_srli_epi16(l0, 4); l1 = _mm_srli_epi16(l1, 4); }
-      const __m128i sh = _mm_cvtsi32_si128(2 * k);
-      const __m128i h0 = _mm_and_si128(_mm_srl_epi16(e0, sh), three), h1 = _mm_and_si128(_mm_srl_epi16(e1, sh), three);
-      const __m128i q0 = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(l0, low), _mm_slli_epi16(h0, 4)), c32);
-      const __m128i q1 = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(l1, low), _mm_slli_epi16(h1, 4)), c32);
-      const float dx = xd[4 * half + k];
-      acc = _mm256_add_ps(acc, ls_sdot32(q0, q1, y + (4 * half + k) * ystep, bits, d * (float)sc[2 * k] * dx,
-                                         d * (float)sc[2 * k + 1] * dx));
-    }
-  }
-  (void)xs; (void)off;
-  return acc;
-}
-#endif
 /* a Q5_0 / Q4_K / Q6_K row (ng groups of 32) dotted with quantised x */
 static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code, int bits, const void* y,
                                const float* xd, const float* xs) {
@@ -823,34 +768,19 @@ static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code,
   __m128 acc0 = _mm_setzero_ps(), acc1 = acc0;
   float off = 0.0f;
   long long g = 0;
-#ifdef LS_WIDE
   if (code >= 4) {  /* K-quant rows are whole 256-weight blocks: two of them in flight */
-    __m256 w0 = _mm256_setzero_ps(), w1 = w0;
+    ls_acc w0 = ls_acc_zero(), w1 = w0;
     for (; g + 16 <= ng; g += 16) {
-      w0 = _mm256_add_ps(w0, ls_kdot_super_w(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
-                                             xd + g, xs + g, &off));
-      w1 = _mm256_add_ps(w1, ls_kdot_super_w(row + ls_kbytes(code) * (g / 8 + 1), code, bits, yb + (g + 8) * ystep,
-                                             ystep, xd + g + 8, xs + g + 8, &off));
+      w0 = ls_acc_add(w0, ls_kdot_super(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
+                                        xd + g, xs + g, &off));
+      w1 = ls_acc_add(w1, ls_kdot_super(row + ls_kbytes(code) * (g / 8 + 1), code, bits, yb + (g + 8) * ystep,
+                                        ystep, xd + g + 8, xs + g + 8, &off));
     }
     for (; g + 8 <= ng; g += 8)
-      w0 = _mm256_add_ps(w0, ls_kdot_super_w(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
-                                             xd + g, xs + g, &off));
-    const __m256 w = _mm256_add_ps(w0, w1);
-    acc0 = _mm_add_ps(_mm256_castps256_ps128(w), _mm256_extractf128_ps(w, 1));
+      w0 = ls_acc_add(w0, ls_kdot_super(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
+                                        xd + g, xs + g, &off));
+    acc0 = ls_acc_half(ls_acc_add(w0, w1));
   }
-#else
-  if (code >= 4) {  /* K-quant rows are whole 256-weight blocks: two of them in flight */
-    for (; g + 16 <= ng; g += 16) {
-      acc0 = _mm_add_ps(acc0, ls_kdot_super(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
-                                            xd + g, xs + g, &off));
-      acc1 = _mm_add_ps(acc1, ls_kdot_super(row + ls_kbytes(code) * (g / 8 + 1), code, bits, yb + (g + 8) * ystep,
-                                            ystep, xd + g + 8, xs + g + 8, &off));
-    }
-    for (; g + 8 <= ng; g += 8)
-      acc0 = _mm_add_ps(acc0, ls_kdot_super(row + ls_kbytes(code) * (g / 8), code, bits, yb + g * ystep, ystep,
-                                            xd + g, xs + g, &off));
-  }
-#endif
   for (; g + 2 <= ng; g += 2) {
     acc0 = _mm_add_ps(acc0, ls_kdot_group(row, code, g, bits, yb + g * ystep, xd[g], xs[g], &off));
     acc1 = _mm_add_ps(acc1, ls_kdot_group(row, code, g + 1, bits, yb + (g + 1) * ystep, xd[g + 1], xs[g + 1], &off));
