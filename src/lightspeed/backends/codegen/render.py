@@ -550,7 +550,9 @@ typedef __m256 ls_acc;
 #define ls_acc_bcast _mm256_broadcast_ss
 #define ls_acc_cvt _mm256_cvtepi32_ps
 #define ls_bdot ls_block_dot256
-static LS_INLINE __m128 ls_acc_half(ls_acc a) { return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)); }
+static LS_INLINE __m128 ls_acc_half(ls_acc a) {
+  return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+}
 #else
 typedef __m128 ls_acc;
 #define ls_acc_zero _mm_setzero_ps
