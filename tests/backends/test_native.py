@@ -160,3 +160,25 @@ def test_exp2_and_reductions_keep_their_special_values():
         out = prog(x=xs)
         np.testing.assert_array_equal(out["m"], xs.max(-1))
         np.testing.assert_allclose(out["s"], xs.astype(np.float64).sum(-1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("k", [7, 40, 64, 100])  # the 32-wide, 8-wide and scalar parts of the dot
+def test_half_precision_dots_widen_eight_at_a_time(dtype, k):
+    """Matmul dots on 16-bit float rows load 8 elements as 8 floats (F16C or shifts), accumulate
+    in float and round once: within the dtype's rounding of the float64 product of the same
+    (rounded) inputs."""
+    from tests.backends.test_native_blocks import _matmul_program
+
+    d = getattr(ls, dtype)
+    g = ls.Graph()
+    x, w = g.input("x", ("s", k), d), g.input("w", (24, k), d)
+    g.output("y", x @ w.transpose(0, 1))
+    prog = _matmul_program(g, side=1)
+    assert any(f"ls_ld8_{'bf16' if dtype == 'bfloat16' else 'f16'}(" in s.source for s in prog.kernels)
+    rng = np.random.default_rng(k)
+    xs, ws = (rng.standard_normal(shape).astype(d.np) for shape in ((3, k), (24, k)))
+    got = np.asarray(prog(x=xs, w=ws)["y"], np.float64)
+    want = xs.astype(np.float64) @ ws.astype(np.float64).T
+    tol = 8e-3 if dtype == "bfloat16" else 1e-3
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
