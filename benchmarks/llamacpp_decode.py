@@ -92,13 +92,13 @@ def _lightspeed(family: str, backend: str, steps: int, blocks: bool = True) -> d
     # what a step reads: the blocks where a block kernel reads them, else the float32 arrays
     kernel_blocks = {id(a) for a in getattr(gen.decode, "block_buffers", {}).values()}
 
-    def read(v):  # the blocks a kernel reads for weight v (Q5_0: the Q8_0 blocks it widens to), or None
-        b = blocks_of(v)
+    def read(b):  # the blocks a kernel reads for weight blocks b (Q5_0: the Q8_0 blocks it widens to), or None
         return next((x for x in (b, b.widened()) if id(x.packed) in kernel_blocks), None) if b is not None else None
 
-    nbytes = sum(read(v).packed.nbytes if read(v) is not None else v.nbytes for v in gen.weights.values())
-    kinds = sorted({blocks_of(v).qtype.upper() + ("" if read(v) is blocks_of(v) else f" as {read(v).qtype.upper()}")
-                    for v in gen.weights.values() if read(v) is not None})
+    reads = [(v, blocks_of(v), read(blocks_of(v))) for v in gen.weights.values()]
+    nbytes = sum(r.packed.nbytes if r is not None else v.nbytes for v, _, r in reads)
+    kinds = sorted({b.qtype.upper() + ("" if r is b else f" as {r.qtype.upper()}")
+                    for _, b, r in reads if r is not None})
     what = "+".join(kinds) + " blocks" if kernel_blocks else ("f16 weights" if F16 else "f32 weights")
     if kernel_blocks and backend == "native":
         from lightspeed.backends.codegen.program import block_activations

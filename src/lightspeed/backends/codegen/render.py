@@ -537,9 +537,6 @@ static LS_INLINE __m256 ls_block_dot256(const unsigned char* q, int q8, const vo
 #endif
 }
 #endif
-/* a packed row (qtype 0: q4_0, 1: q4_1, 2: q8_0) dotted with quantised x (y, d, s):
-   sum over blocks of dw * dx * (integer dot) + the q4 offsets (q4_1: m, q4_0: -8 dw) * s.
-   Blocks go in groups of 8 whose scales convert at once. */
 /* the integer dots' float accumulators: 8 lanes where the dots are 256-bit (LS_WIDE), else 4 */
 #ifdef LS_WIDE
 typedef __m256 ls_acc;
@@ -568,6 +565,9 @@ static LS_INLINE float ls_hsum4(__m128 a) {
   a = _mm_add_ps(a, _mm_movehl_ps(a, a));
   return _mm_cvtss_f32(_mm_add_ss(a, _mm_shuffle_ps(a, a, 1)));
 }
+/* a packed row (qtype 0: q4_0, 1: q4_1, 2: q8_0) dotted with quantised x (y, d, s):
+   sum over blocks of dw * dx * (integer dot) + the q4 offsets (q4_1: m, q4_0: -8 dw) * s.
+   Blocks go in groups of 8 whose scales convert at once. */
 static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype, int bits, const void* y,
                                const float* xd, const float* xs) {
   const int q8 = qtype == 2, bsize = q8 ? 32 : 16, ysize = bits / 8 * 32;
@@ -788,9 +788,7 @@ static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code,
     acc1 = _mm_add_ps(acc1, ls_kdot_group(row, code, g + 1, bits, yb + (g + 1) * ystep, xd[g + 1], xs[g + 1], &off));
   }
   if (g < ng) acc0 = _mm_add_ps(acc0, ls_kdot_group(row, code, g, bits, yb + g * ystep, xd[g], xs[g], &off));
-  __m128 a = _mm_add_ps(acc0, acc1);
-  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-  return _mm_cvtss_f32(_mm_add_ss(a, _mm_shuffle_ps(a, a, 1))) + off;
+  return ls_hsum4(_mm_add_ps(acc0, acc1)) + off;
 }
 static LS_INLINE void ls_blk_k(const unsigned char* row, int code, long long g, ls_f8* w) {
   float f[32];
@@ -1202,11 +1200,11 @@ class _Region:
         size = w.expr(shape[axis])
         post = w.expr(prod(shape[axis + 1:]))
         acc = w.tmp("acc")
-        w.line(f"{ct} {acc} = {'(' + ct + ')0' if tag == 'SumReduce' else _min_value(d)};")
+        init = "(" + ct + ")0" if tag == "SumReduce" else _min_value(d)
+        w.line(f"{ct} {acc} = {init};")
         lanes = self.cooperative and self.depth == 0 and w.dialect == "cuda"
         r = w.tmp("r")
         start, step = ("lane", WARP) if lanes else ("0", 1)
-        init = "(" + ct + ")0" if tag == "SumReduce" else _min_value(d)
         if w.dialect == "c" and d.is_float:
             # 8 interleaved partial results (the compiler keeps them in one vector register; one
             # chain of dependent adds waits on each add's latency), then the rest, then the 8
@@ -1224,10 +1222,8 @@ class _Region:
             w.line(f"for (; {r} < {size}; {r}++) {{")
             self._reduce_step(tag, d, axis, shape, size, post, child, pt, acc, None, r, "  ")
             w.line("}")
-            tree = [f"{part}[{k}]" for k in range(8)]
-            while len(tree) > 1:
-                tree = [_combine(tag, d, tree[k], tree[k + 1]) for k in range(0, len(tree), 2)]
-            w.line(f"{acc} = {_combine(tag, d, acc, tree[0])};")
+            tree = _pairwise([f"{part}[{k}]" for k in range(8)], lambda x, y: _combine(tag, d, x, y))
+            w.line(f"{acc} = {_combine(tag, d, acc, tree)};")
             return acc
         w.line(f"for (long long {r} = {start}; {r} < {size}; {r} += {step}) {{")
         self._reduce_step(tag, d, axis, shape, size, post, child, pt, acc, None, r, "  ")
@@ -1286,6 +1282,13 @@ def _combine(tag: str, d: DType, acc: str, v: str) -> str:
     if d.is_float:
         return f"{'ls_dmaxn' if ct == 'double' else 'ls_fmaxn'}({acc}, {v})"
     return f"({acc} > {v} ? {acc} : {v})"
+
+
+def _pairwise(terms: list[str], combine) -> str:
+    """``terms`` (a power of two of them) combined as a balanced tree, neighbours first."""
+    while len(terms) > 1:
+        terms = [combine(terms[k], terms[k + 1]) for k in range(0, len(terms), 2)]
+    return terms[0]
 
 
 def _has_top_reduction(node: tuple) -> bool:
@@ -1634,7 +1637,7 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         # cached keys), which is read once from memory
         count = prod(batch) * m * n
         axes, bcoords = _loop_axes(batch, "_ls_b")
-        axes = _stream_order(axes + [("j", n)], [*a["b_batch_strides"], a["b_stride_n"]], batch) + [("i", m)]
+        axes = _stream_order(axes + [("j", n)], [*a["b_batch_strides"], a["b_stride_n"]]) + [("i", m)]
         w.index_vars |= {name for name, _ in axes}
     else:
         w.line(f"const long long j = _ls_item % {nn};")
@@ -1748,12 +1751,12 @@ def _matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     return _finish(w, dialect, mode, bufs, count, body, "matmul", axes, k)
 
 
-def _stream_order(axes: list[tuple[str, Expr]], strides: list, batch: list) -> list[tuple[str, Expr]]:
+def _stream_order(axes: list[tuple[str, Expr]], strides: list) -> list[tuple[str, Expr]]:
     """The loop axes over B's (batch..., j) coordinates ordered by B's strides, largest first, so
     the items walk B (the weights, or the cached keys of every head) in memory order: each thread
     streams one contiguous range instead of revisiting B once per head.  Kept as given when a
     stride is symbolic.  ``strides`` are B's, one per batch dim and then j's."""
-    names = [f"_ls_b{k}" for k in range(len(batch))] + ["j"]
+    names = [f"_ls_b{k}" for k in range(len(strides) - 1)] + ["j"]
     stride_of = dict(zip(names, strides))
     if any(stride_of[name].free_vars() for name, _ in axes):
         return axes
@@ -1844,7 +1847,7 @@ def _split_k_rows(w: _Writer, op: LOp, in_dtypes: list[DType], ct: str) -> list[
     total = prod(batch) * m * n
     nchunk = SPLIT_K_CHUNKS
     names = [f"_ls_sb{q}" for q in range(len(batch))]
-    w.index_vars |= {*names, "_ls_si", "_ls_sl", "_ls_so", "_ls_sq"}
+    w.index_vars |= {*names, "_ls_si", "_ls_sl", "_ls_so"}
     w.push()
     tot, kk, nn = w.expr(total), w.expr(k), w.expr(n)
     w.line(f"if ({tot} <= {SPLIT_K_OUT} && {kk} >= {SPLIT_K_MIN_K}) {{")
@@ -1882,11 +1885,8 @@ def _split_k_rows(w: _Writer, op: LOp, in_dtypes: list[DType], ct: str) -> list[
     w.line("    }")
     w.line("  }")
     w.line(f"  for (long long _ls_so = 0; _ls_so < {tot}; _ls_so++) {{")
-    tree = [f"_ls_part[{c}][_ls_so]" for c in range(nchunk)]
-    while len(tree) > 1:
-        tree = [f"({tree[q]} + {tree[q + 1]})" for q in range(0, len(tree), 2)]
     w.push()
-    value = tree[0]
+    value = _pairwise([f"_ls_part[{c}][_ls_so]" for c in range(nchunk)], lambda x, y: f"({x} + {y})")
     if "r_view" in a:
         region = _Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
         r = region.leaf(0, _Point.flat_var("_ls_so"))
