@@ -82,27 +82,26 @@ def _lightspeed(family: str, backend: str, steps: int, blocks: bool = True) -> d
     tm = load_text_model(FAMILY[family], weights_file(family, F32, F16), progress=False,
                          lazy=backend == "native" and blocks, dtype="float16" if F16 else "float32")
     prompt = tm.tokenizer.encode(PROMPT)
-    # copies carry no blocks (weights.quant): the float32 weights are read
+    # float32 copies of the blocks: the float path
     tensors = tm.tensors if blocks else {k: np.array(v) for k, v in tm.tensors.items()}
     gen = Generator(tm.model, tensors, backend=backend, search=ls.SearchOptions(budget=3, seed=0))
     gen.generate(prompt, max_new_tokens=4, stop_ids=())  # warm (caches, first-call preparation)
     res = gen.generate(prompt, max_new_tokens=steps, stop_ids=())
-    from lightspeed.weights.quant import blocks_of
+    from lightspeed.backends.codegen.blocks import KERNEL_QTYPE, block_activations
 
-    # what a step reads: the blocks where a block kernel reads them, else the float32 arrays
-    kernel_blocks = {id(a) for a in getattr(gen.decode, "block_buffers", {}).values()}
-
-    def read(b):  # the blocks a kernel reads for weight blocks b (Q5_0: the Q8_0 blocks it widens to), or None
-        return next((x for x in (b, b.widened()) if id(x.packed) in kernel_blocks), None) if b is not None else None
-
-    reads = [(v, blocks_of(v), read(blocks_of(v))) for v in gen.weights.values()]
-    nbytes = sum(r.packed.nbytes if r is not None else v.nbytes for v, _, r in reads)
-    kinds = sorted({b.qtype.upper() + ("" if r is b else f" as {r.qtype.upper()}")
-                    for _, b, r in reads if r is not None})
-    what = "+".join(kinds) + " blocks" if kernel_blocks else ("f16 weights" if F16 else "f32 weights")
-    if kernel_blocks and backend == "native":
-        from lightspeed.backends.codegen.program import block_activations
-
+    # what a step reads: the blocks of the weights whose blocks a block kernel reads (Q5_0: the
+    # Q8_0 blocks it widens to), else the float arrays
+    read_blocks = set(getattr(gen.decode, "blocks_at", {}).values())
+    nbytes, kinds = 0, set()
+    for name, v in gen.weights.items():
+        if name not in read_blocks:
+            nbytes += v.nbytes
+            continue
+        b = v.blocks.widened() if v.qtype in KERNEL_QTYPE else v.blocks
+        nbytes += b.packed.nbytes
+        kinds.add(v.qtype.upper() + ("" if b.qtype == v.qtype else f" as {b.qtype.upper()}"))
+    what = "+".join(sorted(kinds)) + " blocks" if kinds else ("f16 weights" if F16 else "f32 weights")
+    if kinds:
         what += f", {block_activations()} activations"
     return {"ttft": res.ttft_s, "steps": res.step_s, "tokens": res.new_ids, "bytes": nbytes,
             "label": f"lightspeed {backend} ({what})"}

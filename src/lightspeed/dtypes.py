@@ -10,7 +10,10 @@ Promotion follows PyTorch's ``torch.result_type`` for tensor-tensor operands:
   tensor gives int64.
 
 float8 (e4m3, e5m2) is a storage type: it may be cast to and from, but arithmetic on it raises,
-so a silent low-precision computation cannot happen.
+so a silent low-precision computation cannot happen.  So are GGML's block types (``BLOCK_DTYPES``:
+a GGUF file's quantised matrices, static [rows, cols] with whole blocks per row), which may only be
+cast from: a value is the codec's ``QuantTensor`` (``.qtype``, ``.shape``, ``.blocks``; its
+``__array__`` is the float32 values, exactly gguf's dequantisation); docs/kernels.md.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from .errors import DTypeError
 __all__ = [
     "DType", "float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64",
     "bool_", "float8_e4m3", "float8_e5m2", "ALL_DTYPES", "promote_types", "result_type",
-    "as_dtype", "scalar_dtype",
+    "as_dtype", "scalar_dtype", "BLOCK_DTYPES", "BLOCK_CODEC", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k",
 ]
 
 
@@ -37,6 +40,7 @@ class DType:
     category: int  # 0 bool, 1 integer, 2 floating
     np_type: type | str  # a str names an ml_dtypes type, imported on first use (the import takes ~1 s)
     storage_only: bool = False
+    block: tuple[int, int] | None = None  # a GGML block type: (weights, bytes) per block
 
     @functools.cached_property
     def np(self) -> np.dtype:
@@ -60,18 +64,10 @@ class DType:
         return self.category == 2 or (self.category == 1 and self.np.kind == "i")
 
     def min_value(self) -> float | int:
-        if self.is_float:
-            return -float("inf")
-        if self.is_bool:
-            return False
-        return int(np.iinfo(self.np).min)
+        return -float("inf") if self.is_float else False if self.is_bool else int(np.iinfo(self.np).min)
 
     def max_value(self) -> float | int:
-        if self.is_float:
-            return float("inf")
-        if self.is_bool:
-            return True
-        return int(np.iinfo(self.np).max)
+        return float("inf") if self.is_float else True if self.is_bool else int(np.iinfo(self.np).max)
 
     def __repr__(self) -> str:
         return f"ls.{self.name}"
@@ -94,7 +90,12 @@ bool_ = DType("bool", 1, 0, np.bool_)
 
 ALL_DTYPES: tuple[DType, ...] = (float64, float32, float16, bfloat16, float8_e4m3, float8_e5m2,
                                  int64, int32, int16, int8, uint8, bool_)
-_BY_NAME = {d.name: d for d in ALL_DTYPES} | {"bool_": bool_, "float": float32, "half": float16,
+# GGML block types: a row of cols weights is cols / weights blocks of `bytes` each (weights.quant)
+q8_0, q4_0, q4_1, q5_0, q4_k, q6_k = BLOCK_DTYPES = tuple(
+    DType(n, 1, 2, np.uint8, True, (w, b)) for n, w, b in (("q8_0", 32, 34), ("q4_0", 32, 18), ("q4_1", 32, 20),
+                                                        ("q5_0", 32, 22), ("q4_k", 256, 144), ("q6_k", 256, 210)))
+BLOCK_CODEC = "lightspeed.weights.quant"  # their values: random ones (random_quant) for the search
+_BY_NAME = {d.name: d for d in (*ALL_DTYPES, *BLOCK_DTYPES)} | {"bool_": bool_, "float": float32, "half": float16,
                                                "double": float64, "long": int64, "int": int32,
                                                "bf16": bfloat16, "fp8_e4m3": float8_e4m3,
                                                "fp8_e5m2": float8_e5m2}

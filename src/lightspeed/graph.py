@@ -94,7 +94,11 @@ class Graph:
         for d in shp:
             if d.is_const and d.value < 0:
                 raise ShapeError(f"input {name!r}: negative dimension {d} in shape {tuple(shp)}")
-        t = self.add_node(PRIMITIVES["Input"], [], InputArg(name, shp, dt.as_dtype(dtype)))
+        dtype = dt.as_dtype(dtype)
+        if dtype.block and (len(shp) != 2 or not all(d.is_const for d in shp) or shp[1].value % dtype.block[0]):
+            raise ShapeError(f"input {name!r}: a {dtype.name} input is a static [rows, cols] matrix with cols a "
+                             f"multiple of {dtype.block[0]} (whole blocks per row), got shape {tuple(shp)}")
+        t = self.add_node(PRIMITIVES["Input"], [], InputArg(name, shp, dtype))
         self.inputs[name] = t.node
         return t
 
@@ -220,15 +224,9 @@ def _fmt_arg(n: Node) -> str:
     a = n.arg
     if a is None:
         return ""
-    if isinstance(a, InputArg):
-        return f"({a.name!r})"
-    if isinstance(a, IotaArg):
-        return f"({a.expr})"
-    if isinstance(a, DType):
-        return f"({a.name})"
-    if isinstance(a, str):
-        return f"({a!r})"
-    return f"({a!r})"
+    shown = a.name if isinstance(a, DType) else a.expr if isinstance(a, IotaArg) else repr(
+        a.name if isinstance(a, InputArg) else a)
+    return f"({shown})"
 
 
 class GraphTensor:

@@ -306,6 +306,8 @@ def _any_dtype(dts, arg):
 def _cast_dtype(dts, arg):
     if not isinstance(arg, DType):
         raise DTypeError(f"Cast: target must be a DType, got {arg!r}")
+    if arg.block:  # quantising is the weight writer's (gguf), not a graph op
+        raise DTypeError(f"Cast: cannot cast to the block type {arg.name}; it may only be cast from")
     return arg
 
 
@@ -361,8 +363,7 @@ _PRIMS: list[PrimitiveOp] = [
                 "named program input"),
     PrimitiveOp("Constant", 0, "io", lambda dts, arg: arg.dtype, lambda shapes, arg: arg.shape,
                 _constant_ref, "scalar or array constant"),
-    PrimitiveOp("Output", 1, "io", _any_dtype, lambda shapes, arg: shapes[0], _output_ref,
-                "named program output"),
+    PrimitiveOp("Output", 1, "io", _any_dtype, lambda shapes, arg: shapes[0], _output_ref, "named program output"),
 ]
 
 def _operands(*names: str) -> tuple[tuple[str, str], ...]:

@@ -86,8 +86,9 @@ class Program:
 
     # the four hooks a device backend overrides (host backends: numpy all the way)
     def to_device(self, array: Any) -> Any:
-        """A checked input (as :meth:`as_array` gave it) as the backend's array type."""
-        return array
+        """A checked input (as :meth:`as_array` gave it) as the backend's array type (weights held
+        as blocks: their float32 values)."""
+        return np.asarray(array)
 
     def as_array(self, value: Any, what: str) -> Any:
         """A caller's value as an array with a checkable ``shape``/``dtype`` (device arrays stay)."""
@@ -170,9 +171,11 @@ class Program:
         # a partial check (calls with resident inputs) looks at the given inputs only
         for name in (inputs if partial else self.input_args):
             arg = self.input_args[name]
-            a = self.as_array(inputs[name], f"input {name!r}")
-            want = arg.dtype
-            if a.dtype != want.np:
+            want, a = arg.dtype, inputs[name]
+            if want.block and getattr(a, "qtype", None) != want.name:  # weights held as GGML blocks
+                raise InputError(f"input {name!r}: expected {want.name} blocks (a weights.quant.QuantTensor), "
+                                 f"got {getattr(a, 'qtype', None) or type(a).__name__}")
+            if not want.block and (a := self.as_array(a, f"input {name!r}")).dtype != want.np:
                 mod = "ml_dtypes" if want.np.kind == "V" else "np"  # bfloat16/float8 are ml_dtypes types
                 raise InputError(f"input {name!r}: expected dtype {want.name}, got {a.dtype} "
                                  f"(cast it, e.g. x.astype({mod}.{want.np.name}))")

@@ -287,7 +287,10 @@ def _build_part(graph: Graph, members: Sequence[int], shared: frozenset[int], ex
 
     def operand(src: int, st) -> GraphTensor:
         t = tens.get(src)
-        if t is None:  # an outside value, first use
+        if t is None and _dequantised(nodes[src], nodes):  # read the blocks here: never a boundary value
+            (q, qst), = nodes[src].inputs
+            t = tens[src] = part.add_node(nodes[src].op, [operand(q, qst)], nodes[src].arg)
+        elif t is None:  # an outside value, first use
             name = boundary_name(src, len(inputs))
             inputs[name] = src
             t = tens[src] = part.input(name, nodes[src].shape, nodes[src].dtype)
@@ -312,6 +315,11 @@ def _build_part(graph: Graph, members: Sequence[int], shared: frozenset[int], ex
         part.output(name, tens[nid])
         exports[name] = nid
     return RollPart(role, part, inputs, exports, finals)
+
+
+def _dequantised(n: Node, nodes: list[Node]) -> bool:
+    """A Cast of a block-dtype input (weights stored as GGML blocks): each part reads the blocks."""
+    return n.op.name == "Cast" and nodes[n.inputs[0][0]].dtype.block is not None
 
 
 def split_graph(graph: Graph, plan: RollPlan) -> list[RollPart]:
@@ -340,7 +348,8 @@ def split_graph(graph: Graph, plan: RollPlan) -> list[RollPart]:
     parts = []
     if plan.prelude:
         end = len(plan.prelude)
-        exported = [nid for nid in plan.prelude if later_readers.get(nid, -1) >= end]
+        exported = [nid for nid in plan.prelude if later_readers.get(nid, -1) >= end
+                    and not _dequantised(nodes[nid], nodes)]
         slot = {nid: j for j, nid in enumerate(exported)}
         parts.append(_build_part(graph, plan.prelude, plan.shared, exported, outer_in,
                                  lambda nid: f"{prefix}x{slot[nid]}", outer_out, "prelude"))

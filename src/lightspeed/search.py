@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib
 import itertools
 import math
 import os
@@ -34,7 +35,9 @@ from typing import Any
 import numpy as np
 
 from . import cache
+from . import dtypes as dt
 from .egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, SerializedEGraph, encode_graph, rules_producing
+from .egraph.decl import GENERIC_OPS
 from .egraph.llir import LProgram, decode_program
 from .egraph.runner import EGGLOG_VERSION
 from .errors import InputError, LightspeedError
@@ -180,7 +183,9 @@ def _representative(shape: tuple[int, ...], dtype: Any, seed: int) -> np.ndarray
     key = (shape, dtype.name, seed)
     hit = _REPRESENTATIVE.pop(key, None)
     if hit is None:
-        if dtype.is_float:
+        if dtype.block:  # random blocks, finite scales
+            hit = importlib.import_module(dt.BLOCK_CODEC).random_quant(dtype.name, shape, seed)
+        elif dtype.is_float:
             n = math.prod(shape)
             pool = np.random.default_rng([seed, *shape]).standard_normal(min(n, _POOL), np.float32).astype(dtype.np)
             hit = np.empty(n, dtype.np)  # one write pass (np.resize makes a concatenated copy first)
@@ -269,6 +274,9 @@ def saturate(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport)
 
 
 # ---------------------------------------------------------------------- phase 2: candidates
+_GENERIC = {d.name for d in GENERIC_OPS}
+
+
 def _prefer_primitives(cid, nodes):
     prims = [n for n in nodes if n.op in PRIMITIVES]
     return prims[0] if prims else nodes[0]
@@ -282,8 +290,9 @@ def _prefer_backend(cid, nodes):  # every backend op the rules offered, one regi
     if leaf:
         return leaf[0]
     # a library op (Matmul, ...) before a region: a region over a broadcast product (a reduction
-    # region of Mul) is offered for every matmul-shaped SumReduce, and materialises the product
-    ops = sorted((n for n in nodes if n.op not in PRIMITIVES), key=lambda n: n.op == "Fused")
+    # region of Mul) is offered for every matmul-shaped SumReduce, and materialises the product;
+    # a backend's own op (BlockMatmul, LtMatmul) before the generic one it specialises
+    ops = sorted((n for n in nodes if n.op not in PRIMITIVES), key=lambda n: (n.op == "Fused", n.op in _GENERIC))
     return ops[0] if ops else nodes[0]
 
 

@@ -306,36 +306,23 @@ def _reshape_strides(old_shape: Shape, old_strides: Shape, new_shape: Shape) -> 
         po, pn = old[i][0], new_dims[j]
         i += 1
         j += 1
-        guard = 0
-        while po != pn:
-            guard += 1
-            if guard > 64:
-                return None
-            if po.is_const and pn.is_const:
-                if po.value < pn.value:
-                    if i >= len(old):
-                        return None
-                    po = po * old[i][0]
-                    gi.append(i)
-                    i += 1
-                else:
-                    if j >= len(new_dims):
-                        return None
-                    pn = pn * new_dims[j]
-                    gj.append(j)
-                    j += 1
-            else:
-                # symbolic: grow whichever side is provably a divisor of the other, else give up
-                if _divides_expr(po, pn) and i < len(old):
-                    po = po * old[i][0]
-                    gi.append(i)
-                    i += 1
-                elif _divides_expr(pn, po) and j < len(new_dims):
-                    pn = pn * new_dims[j]
-                    gj.append(j)
-                    j += 1
-                else:
+        for _ in range(64):
+            if po == pn:
+                break
+            # constants: grow the smaller side; symbolic: the side provably dividing the other
+            fixed = po.is_const and pn.is_const
+            if (po.value < pn.value) if fixed else _divides_expr(po, pn):
+                if i >= len(old):
                     return None
+                po, i = po * old[i][0], i + 1
+                gi.append(i - 1)
+            elif (fixed or _divides_expr(pn, po)) and j < len(new_dims):
+                pn, j = pn * new_dims[j], j + 1
+                gj.append(j - 1)
+            else:
+                return None
+        else:
+            return None
         # the old group must be mergeable: stride[a] == stride[a+1] * dim[a+1]
         for a, b in zip(gi, gi[1:]):
             if old[a][1] != old[b][1] * old[b][0]:

@@ -110,17 +110,9 @@ class Expr:
         return _OPNAMES[self.op]
 
     def free_vars(self) -> frozenset[str]:
-        if self._vars is None:
-            if self.op == _VAR:
-                self._vars = frozenset((self.args[0],))
-            elif self.op == _CONST:
-                self._vars = frozenset()
-            else:
-                s: set[str] = set()
-                for a in self.args:
-                    if isinstance(a, Expr):
-                        s |= a.free_vars()
-                self._vars = frozenset(s)
+        if self._vars is None:  # a constant's args are ints: no variables
+            self._vars = (frozenset((self.args[0],)) if self.op == _VAR else
+                          frozenset().union(*(a.free_vars() for a in self.args if isinstance(a, Expr))))
         return self._vars
 
     def __int__(self) -> int:

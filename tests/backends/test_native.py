@@ -174,7 +174,7 @@ def test_half_precision_dots_widen_eight_at_a_time(dtype, k):
     g = ls.Graph()
     x, w = g.input("x", ("s", k), d), g.input("w", (24, k), d)
     g.output("y", x @ w.transpose(0, 1))
-    prog = _matmul_program(g, side=1)
+    prog = _matmul_program(g, side=1, block=False)
     assert any(f"ls_ld8_{'bf16' if dtype == 'bfloat16' else 'f16'}(" in s.source for s in prog.kernels)
     rng = np.random.default_rng(k)
     xs, ws = (rng.standard_normal(shape).astype(d.np) for shape in ((3, k), (24, k)))

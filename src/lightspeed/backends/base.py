@@ -13,6 +13,9 @@ A backend declares
 * ``matmul_dtypes``: the dtypes whose generic ``Matmul`` (``rules/linalg.egg``) it computes exactly
   like the reference's Mul + SumReduce, up to summation order (the ``matmul_dtype`` facts; empty =
   no Matmul); a backend that runs ``Matmul`` itself lists it in ``ops``;
+* ``block_dtypes``: the GGML block dtypes (``dtypes.BLOCK_DTYPES``) whose matrices its kernels
+  read as blocks (its rules offer them beside the dequantising Cast; models declare such weights
+  with their block dtype only for these);
 * :meth:`Backend.lower` (an LLIR program -> a callable :class:`~lightspeed.program.Program`),
   :meth:`Backend.to_device` (a host array -> the backend's array type), :meth:`Backend.time`
   (seconds of one call: cpu wall clock, GPU events), :meth:`Backend.compose_rolled` (how a
@@ -59,6 +62,7 @@ class Backend:
     rulesets: tuple[str, ...] = ()
     fuse_dtypes: tuple[DType, ...] = ()
     matmul_dtypes: tuple[DType, ...] = ()
+    block_dtypes: tuple[DType, ...] = ()
     # False for a backend that runs HLIR as it is (the reference): no e-graph search
     searched: bool = True
 

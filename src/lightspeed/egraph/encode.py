@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dtypes import ALL_DTYPES, DType
+from ..dtypes import ALL_DTYPES, BLOCK_DTYPES, DType
 from ..errors import UnsupportedError
 from ..graph import Graph
 from ..primitives import PRIMITIVES, ConstantValue, IotaArg
@@ -48,9 +48,7 @@ GENERIC_RULES = [(RULES_DIR / "simplify.egg", "simplify"), (RULES_DIR / "cleanup
 DTYPE_CTOR: dict[DType, str] = {
     d: {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float8_e4m3": "F8E4M3",
         "float8_e5m2": "F8E5M2", "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
-        "bool": "Bool"}[d.name]
-    for d in ALL_DTYPES
-}
+        "bool": "Bool"}.get(d.name, d.name.upper()) for d in (*ALL_DTYPES, *BLOCK_DTYPES)}
 CTOR_DTYPE: dict[str, DType] = {v: k for k, v in DTYPE_CTOR.items()}
 
 _BINOP = {"add": "MAdd", "mul": "MMul", "floordiv": "MDiv", "mod": "MMod", "min": "MMin", "max": "MMax",

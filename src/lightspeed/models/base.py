@@ -143,7 +143,7 @@ class DecoderLM(Module):
         self.layers = [DecoderBlock(f"model.layers.{i}", cfg, i) for i in range(cfg.num_layers)]
         self.norm = RMSNorm("model.norm", cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_unit_offset)
         self.lm_head = None if cfg.tie_word_embeddings else Linear("lm_head", cfg.hidden_size, cfg.vocab_size)
-        self._graphs: dict[tuple[str, bool], Graph] = {}
+        self._graphs: dict[tuple, Graph] = {}
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -203,15 +203,16 @@ class DecoderLM(Module):
             logits = hl.tanh(logits * (1.0 / c)) * c
         return logits, new
 
-    def build_graph(self, mode: str, all_logits: bool = False) -> Graph:
-        """The ``'prefill'`` or ``'decode'`` graph (cached per model object)."""
+    def build_graph(self, mode: str, all_logits: bool = False, storage: Mapping[str, DType] | None = None) -> Graph:
+        """The ``'prefill'`` or ``'decode'`` graph (cached per model object); ``storage``: weights
+        declared in another dtype than the model's (:func:`block_storage`), cast where used."""
         if mode not in ("prefill", "decode"):
             raise ValueError(f"mode must be 'prefill' or 'decode', got {mode!r}")
-        key = (mode, all_logits)
+        key = (mode, all_logits, tuple(sorted((n, d.name) for n, d in (storage or {}).items())))
         if key in self._graphs:
             return self._graphs[key]
         cfg = self.config
-        b = Builder(dtype=self.dtype)
+        b = Builder(dtype=self.dtype, storage=storage)
         g = b.graph
         ids = g.input("input_ids", ("s",), dt.int64)
         step = Step(b, g.input("positions", ("s",), dt.int64), "p" if mode == "decode" else None)
@@ -233,6 +234,15 @@ class DecoderLM(Module):
     # ------------------------------------------------------------------ weights
     def own_params(self) -> dict[str, tuple[int, ...]]:
         return {}
+
+    def block_storage(self, weights: Mapping[str, Any], backend: str) -> dict[str, DType]:
+        """The weights (as :meth:`check_weights` gave them) to declare with their GGML block dtype:
+        those held as blocks (``weights.quant.QuantTensor``) of a type ``backend`` reads as blocks
+        (``Backend.block_dtypes``), in a float32 model; the others are float values."""
+        from ..backends import get_backend
+
+        readable = {d.name: d for d in get_backend(backend).block_dtypes} if self.dtype == dt.float32 else {}
+        return {n: readable[a.qtype] for n, a in weights.items() if getattr(a, "qtype", None) in readable}
 
     def check_weights(self, tensors: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The weights the graphs take, checked (every name present, every shape right) and made

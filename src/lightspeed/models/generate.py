@@ -125,15 +125,17 @@ def profile_options(mode: str, search: SearchOptions | None = None) -> SearchOpt
 
 
 def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: SearchOptions | None = None,
-                  all_logits: bool = False) -> Program:
+                  all_logits: bool = False, storage: Mapping[str, Any] | None = None) -> Program:
     """The compiled prefill or decode program of ``model``, cached in-process by (model class,
-    config, dtype, mode, backend, search options): programs do not depend on weight values."""
+    config, dtype, mode, backend, search options, weight storage dtypes): programs do not depend
+    on weight values."""
     opts = profile_options(mode, search)
-    key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts))
+    stored = tuple(sorted((n, d.name) for n, d in (storage or {}).items()))
+    key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts), stored)
     prog = _PROGRAMS.get(key)
     if prog is None:
         t0 = time.perf_counter()
-        g = model.build_graph(mode, all_logits)
+        g = model.build_graph(mode, all_logits, storage)
         built = time.perf_counter() - t0
         prog = g.compile(backend=backend, search=opts)
         record_build(prog, built)
@@ -185,8 +187,10 @@ class Generator:
             self.shard = model  # the model whose graphs and KV cache this process runs
             self.weights = model.check_weights(weights)
             # the weights become resident once (checked and placed on the device), not passed per step
-            self.prefill = compile_model(model, "prefill", backend, search).persist(self.weights)
-            self.decode = compile_model(model, "decode", backend, search).persist(self.weights)
+            # GGUF block matrices a backend reads as blocks keep their block dtype in the graphs
+            storage = model.block_storage(self.weights, backend)
+            self.prefill = compile_model(model, "prefill", backend, search, storage=storage).persist(self.weights)
+            self.decode = compile_model(model, "decode", backend, search, storage=storage).persist(self.weights)
         else:
             from ..parallel.launch import start_rank
 

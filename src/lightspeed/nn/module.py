@@ -6,14 +6,15 @@ nodes, and each parameter becomes a graph input named like its Hugging Face ``st
 the weight values; they are passed at call time like any other input.
 
 A :class:`Builder` wraps one :class:`~lightspeed.Graph`: it declares the graph input of a
-parameter on first use (the same module used twice, or a tied weight, gives one input) and
-memoises subgraphs that many layers share (rotary tables, attention masks), so they are computed
-once per program call.
+parameter on first use (the same module used twice, or a tied weight, gives one input; in its
+``storage`` dtype where one is given, e.g. a GGUF file's Q4_1 blocks, then cast to the compute
+dtype: the backend's rules may read the blocks instead) and memoises subgraphs that many layers
+share (rotary tables, attention masks), so they are computed once per program call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from .. import dtypes as dt
@@ -29,9 +30,12 @@ T = TypeVar("T")
 class Builder:
     """Emits one graph: parameters as named inputs (declared once), shared subgraphs memoised."""
 
-    def __init__(self, graph: Graph | None = None, dtype: DType | str = dt.float32) -> None:
+    def __init__(self, graph: Graph | None = None, dtype: DType | str = dt.float32,
+                 storage: Mapping[str, DType] | None = None) -> None:
         self.graph = graph if graph is not None else Graph()
         self.dtype = dt.as_dtype(dtype)
+        # parameters stored in another dtype (a GGUF file's block types): declared so, cast on use
+        self.storage = dict(storage or {})
         self.params: dict[str, GraphTensor] = {}
         self._shared: dict[Hashable, Any] = {}
 
@@ -39,7 +43,10 @@ class Builder:
         """The graph input for parameter ``name``; a second use must agree on the shape."""
         t = self.params.get(name)
         if t is None:
-            t = self.params[name] = self.graph.input(name, shape, dtype or self.dtype)
+            want = dtype or self.dtype
+            stored = self.storage.get(name, want)
+            t = self.graph.input(name, shape, stored)
+            t = self.params[name] = t if stored == want else t.to(want)
         elif tuple(int(d) for d in t.shape) != tuple(shape):
             raise ShapeError(f"parameter {name!r} is used with shape {tuple(shape)} but was declared "
                              f"with shape {tuple(int(d) for d in t.shape)}")

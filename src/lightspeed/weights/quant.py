@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ["Blocks", "BLOCK_BYTES", "QK", "QuantTensor", "attach", "blocks_of"]
+__all__ = ["Blocks", "BLOCK_BYTES", "QK", "QuantTensor", "attach", "blocks_of", "random_quant"]
 
 QK = 32  # weights per block (per sub-block of a K-quant's 256)
 # bytes per block: a float16 scale (+ float16 min), then the integers; K-quants: 256-weight blocks
@@ -112,6 +112,11 @@ class QuantTensor:
     ndim = 2
 
     @property
+    def qtype(self) -> str:
+        """The block type (a ``lightspeed.BLOCK_DTYPES`` name): what a graph input declares."""
+        return self.blocks.qtype
+
+    @property
     def size(self) -> int:
         return self.shape[0] * self.shape[1]
 
@@ -144,6 +149,15 @@ class QuantTensor:
 
     def __repr__(self) -> str:
         return f"QuantTensor({self.blocks.qtype}, shape={self.shape}{', dense' if self.is_dense else ''})"
+
+
+def random_quant(qtype: str, shape: tuple[int, ...], seed: int) -> QuantTensor:
+    """Random ``qtype`` blocks of a [rows, cols] matrix (the search's profiling values): every byte
+    below 0x3C, so each float16 scale, wherever a type keeps it, is finite and below 1."""
+    rows, cols = shape
+    nbytes = cols // BLOCK_WEIGHTS.get(qtype, QK) * BLOCK_BYTES[qtype]
+    data = np.random.default_rng([seed, rows, cols]).integers(0, 0x3C, (rows, nbytes), np.uint8)
+    return QuantTensor(Blocks(qtype, data))
 
 
 _registry: dict[int, tuple[weakref.ref, Blocks]] = {}

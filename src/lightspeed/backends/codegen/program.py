@@ -22,7 +22,6 @@ The executor provides memory, compilation and launching; see :class:`Executor`.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import dtypes as dt
 from ...dtypes import DType
 from ...egraph.llir import LOp, LProgram, liveness
 from ...errors import LightspeedError
@@ -38,6 +38,7 @@ from ...graph import Graph
 from ...program import Program
 from ...symbolic import compile_exprs, prod
 from .. import trace
+from .blocks import GENERIC_OP, BlockValue, block_spec
 from .render import KernelSpec, render_op
 
 __all__ = ["KernelProgram", "Executor", "Launch", "check_in_place"]
@@ -67,7 +68,7 @@ class Executor:
         raise NotImplementedError
 
     # whether the executor's dialect has block kernels for matmuls against GGML-quantised weights
-    # (the c dialect: ``render.render_block_matmul``)
+    # (the c dialect: ``render.render_block_matmul``; blocks.py)
     block_matmuls = False
 
     def library(self, op: LOp, in_dtypes: list[DType]) -> list[KernelSpec] | None:
@@ -159,12 +160,16 @@ class KernelProgram(Program):
         self.value_slot = {i: nd + i for i in range(len(ops))}
         self.output_slot = {name: nd + len(ops) + k for k, name in enumerate(self.output_names)}
         self.slots = nd + len(ops) + len(self.output_names)
+        self.blocks_at: dict[int, str] = {}  # table slot -> the block input whose blocks block kernels read
         self.inputs_at = {self.value_slot[i]: op.args["name"] for i, op in enumerate(ops) if op.op == "Input"}
         self.constants = {i: executor.upload(np.ascontiguousarray(lprog.constants[op.args["index"]].value))
                           for i, op in enumerate(ops) if op.op == "Constant"}
         self.outputs_of: dict[str, LOp] = {op.args["name"]: op for op in ops if op.op == "Output"}
         self._output_shape = {name: compile_exprs(op.shape) for name, op in self.outputs_of.items()}
         self.launches = self._launches()
+        read = {a for launch in self.launches for a in launch.args[len(launch.spec.dims):]}
+        # block inputs' float32 values are made only where a launch reads them (the Cast alternative)
+        self.unread = {slot for slot, name in self.inputs_at.items() if slot not in read}
         self.handles = executor.compile([launch.spec for launch in self.launches], self.launches)
         self.computed = [i for i, op in enumerate(ops) if op.op not in ("Input", "Constant", "Output")
                          and self.buffer_of[i] == i]
@@ -172,8 +177,6 @@ class KernelProgram(Program):
         self._symbolic_values = symbolic
         self._symbolic_bytes = compile_exprs([prod(ops[i].shape) * ops[i].dtype.itemsize for i in symbolic])
         self._reserved: dict[str, int] = {}
-        self.block_buffers: dict[int, Any] = {}  # table slot -> the GGML blocks a block matmul reads
-        self._lazy: dict[str, Any] = {}  # resident weights held as blocks only (weights.quant.QuantTensor)
         self._input_op = {op.args["name"]: i for i, op in enumerate(ops) if op.op == "Input"}
         self._static_inputs = {op.args["name"]: (tuple(int(d.value) for d in op.shape), op.dtype.np)
                                for op in ops if op.op == "Input" and not any(d.free_vars() for d in op.shape)}
@@ -192,7 +195,7 @@ class KernelProgram(Program):
         out: list[Launch] = []
         dialect = self.executor.dialect
         for i in self.order:
-            op = ops[i]
+            op, specs = ops[i], None
             if op.op in ("Input", "Constant"):
                 continue
             if op.op == "Output":
@@ -208,87 +211,35 @@ class KernelProgram(Program):
             else:
                 target = self.value_slot[self.buffer_of[i]]
             in_dtypes = [ops[j].dtype for j in op.inputs]
-            specs = self.executor.library(op, in_dtypes)
+            slot_of = {k: self.value_slot[self.buffer_of[j]] for k, j in enumerate(op.inputs)}
+            if op.op in GENERIC_OP:  # reads a block input: its blocks, or its float32 values
+                op, in_dtypes, spec, side = block_spec(op, in_dtypes)
+                if spec is not None and self.executor.block_matmuls:
+                    slot_of[side] = self._blocks_slot(ops[op.inputs[side]].args["name"])
+                    specs = [spec]
+            else:
+                in_dtypes = [dt.float32 if d.block else d for d in in_dtypes]  # a Cast of a block input
+            if specs is None:
+                specs = self.executor.library(op, in_dtypes)
             for spec in specs if specs is not None else render_op(op, in_dtypes, dialect):
-                bufs = tuple(target if b == "out" else self.value_slot[self.buffer_of[op.inputs[b]]]
-                             for b in spec.buffers)
+                bufs = tuple(target if b == "out" else slot_of[b] for b in spec.buffers)
                 out.append(Launch(spec, tuple(self.dim_slot[d] for d in spec.dims) + bufs, i))
         return out
 
-    def persist(self, inputs: Mapping[str, Any] | None = None, /, **named: Any) -> KernelProgram:
-        given = {**(inputs or {}), **named}
-        # weights held as blocks only (weights.quant.QuantTensor) stay so when block kernels read
-        # every use of them: no float32 copy is made
-        lazy = {k: v for k, v in given.items() if self.executor.block_matmuls and _blocks_only(v)
-                and k in self._static_inputs and self._static_inputs[k][0] == tuple(v.shape)
-                and self._static_inputs[k][1] == v.dtype}
-        bound = super().persist({k: v for k, v in given.items() if k not in lazy})
-        if lazy:
-            bound._lazy = {**self._lazy, **lazy}
-            bound._resident = {**bound._resident, **{k: _NO_VALUES for k in lazy}}
-        if self.executor.block_matmuls:
-            bound._read_blocks()
-        if not bound._lazy:
-            return bound
-        read = {a for launch in bound.launches for a in launch.args[len(launch.spec.dims):]}
-        dense = {k: v for k, v in bound._lazy.items() if self.value_slot[self._input_op[k]] in read}
-        if dense:  # something other than a block matmul reads these weights: their float32 values
-            bound._resident.update({k: self.to_device(np.asarray(v)) for k, v in dense.items()})
-        return bound
+    def _blocks_slot(self, name: str) -> int:
+        """The table slot of block input ``name``'s blocks (added on first use)."""
+        slot = next((k for k, n in self.blocks_at.items() if n == name), None)
+        if slot is None:
+            slot, self.slots = self.slots, self.slots + 1
+            self.blocks_at[slot] = name
+        return slot
 
-    def _read_blocks(self) -> None:
-        """Matmuls (the weights as either operand) and gathers whose weight is a resident float32
-        matrix held as GGML blocks (``weights.quant``: a GGUF file's Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K
-        matrices) read the blocks instead, with block kernels: the same weights, dequantised in
-        registers, a quarter of the bytes."""
-        from ...weights.quant import blocks_of
-        from .render import block_gather_ok, block_matmul_ok, render_block_gather, render_block_matmul
-
-        activations = block_activations()
-
-        ops = self.lprog.ops
-        blocks = {}
-        for i, op in enumerate(ops):
-            name = op.args["name"] if op.op == "Input" else None
-            if name in self._resident and not any(d.free_vars() for d in op.shape):
-                b = blocks_of(self._lazy.get(name, self._resident[name]))
-                if b is not None and b.matches(tuple(int(d.value) for d in op.shape)):
-                    blocks[i] = b.widened()  # Q5_0 read as the Q8_0 blocks of its values
-        if not blocks:
-            return
-        slots, buffers, slot_of = self.slots, dict(self.block_buffers), {}
-        launches = []
-        for launch in self.launches:
-            op = ops[launch.op]
-            in_dtypes = [ops[j].dtype for j in op.inputs]
-            side, b = 1, None
-            if op.op == "Gather":
-                b = blocks.get(self.buffer_of[op.inputs[1]])
-                b = b if b is not None and block_gather_ok(op, in_dtypes) else None
-            elif op.op in ("Matmul", "MatmulAdd"):  # the weights as B (x W^T), or as A (W x^T)
-                for side in (1, 0):
-                    b = blocks.get(self.buffer_of[op.inputs[side]])
-                    if b is not None and block_matmul_ok(op, in_dtypes, side):
-                        break
-                    b = None
-            if b is None:
-                launches.append(launch)
-                continue
-            weight = self.buffer_of[op.inputs[side]]
-            if weight not in slot_of:
-                slot_of[weight], buffers[slots] = slots, b.packed
-                slots += 1
-            old = launch.spec
-            target = launch.args[len(old.dims) + old.buffers.index("out")]
-            spec = (render_block_gather(op, in_dtypes, b.qtype) if op.op == "Gather" else
-                    render_block_matmul(op, in_dtypes, b.qtype, activations, side))
-            bufs = tuple(target if x == "out" else slot_of[weight] if x == side else
-                         self.value_slot[self.buffer_of[op.inputs[x]]] for x in spec.buffers)
-            launches.append(Launch(spec, tuple(self.dim_slot[d] for d in spec.dims) + bufs, launch.op))
-        if not slot_of:
-            return
-        self.slots, self.block_buffers, self.launches = slots, buffers, launches
-        self.handles = self.executor.compile([launch.spec for launch in launches], launches)
+    def to_device(self, array: Any) -> Any:
+        """Weights held as blocks become a :class:`~.blocks.BlockValue` (the executor's kernels
+        read the blocks; float32 values on demand); other arrays are uploaded."""
+        if hasattr(array, "qtype") and self.executor.block_matmuls:
+            return BlockValue(array, self.executor)
+        return super().to_device(array)
 
     # ------------------------------------------------------------------ planning
     def reserve(self, **bounds: int) -> KernelProgram:
@@ -368,8 +319,6 @@ class KernelProgram(Program):
                 st.table[self.value_slot[i]] = base + off
             for i, arr in self.constants.items():
                 st.table[self.value_slot[i]] = self.executor.address(arr)
-            for slot, arr in self.block_buffers.items():
-                st.table[slot] = self.executor.address(arr)
             local.state, local.plan = st, plan
         return st
 
@@ -382,7 +331,12 @@ class KernelProgram(Program):
             table[k] = dims[s]
         ex = self.executor
         for slot, name in self.inputs_at.items():
-            table[slot] = ex.address(arrays[name])
+            a = arrays[name]
+            if isinstance(a, BlockValue):
+                a = _NO_VALUES if slot in self.unread else a.dense()
+            table[slot] = ex.address(a)
+        for slot, name in self.blocks_at.items():
+            table[slot] = ex.address(arrays[name].packed)
         outputs: dict[str, Any] = {}
         for name, slot in self.output_slot.items():
             alias = self.output_aliases.get(name)
@@ -416,26 +370,5 @@ class KernelProgram(Program):
         return self.search_report.format() if self.search_report is not None else "no search was run"
 
 
-# the table entry of a weight only block kernels read (its float32 values are never made)
+# the table entry of a block input's float32 values when no launch reads them (never made)
 _NO_VALUES = np.zeros(1, np.float32)
-
-
-def _blocks_only(value: Any) -> bool:
-    """Whether ``value`` is weights held as GGML blocks whose float32 values are not made yet."""
-    from ...weights.quant import QuantTensor
-
-    return isinstance(value, QuantTensor) and not value.is_dense
-
-
-def block_activations() -> str:
-    """How block matmuls treat a decode step's activation row (``LIGHTSPEED_NATIVE_ACTIVATIONS``):
-    ``q16`` (the default: 16-bit integers per block of 32, dotted in integers), ``q8`` (8-bit ones,
-    as llama.cpp) or ``float`` (exact: the float32 weights' result up to summation order).
-    docs/kernels.md states each one's tolerance."""
-    from .render import BLOCK_ACTIVATIONS
-
-    value = os.environ.get("LIGHTSPEED_NATIVE_ACTIVATIONS", "q16").strip().lower() or "q16"
-    if value not in BLOCK_ACTIVATIONS:
-        raise LightspeedError(f"LIGHTSPEED_NATIVE_ACTIVATIONS must be one of {', '.join(BLOCK_ACTIVATIONS)}, "
-                              f"got {value!r}")
-    return value

@@ -9,8 +9,9 @@ makes it fast (threads, vector code, quantised weights).
 
 from __future__ import annotations
 
+from ... import dtypes as dt
 from .. import register_backend
-from ..codegen import host
+from ..codegen import blocks, host
 from ..codegen.backend import KernelBackend
 
 __all__ = ["NativeBackend"]
@@ -18,6 +19,11 @@ __all__ = ["NativeBackend"]
 
 class NativeBackend(KernelBackend):
     name = "native"
+    # matmuls and gathers read weights stored as GGML blocks (codegen/blocks.py, blocks.egg)
+    ops = blocks.BLOCK_OPS
+    rule_files = (blocks.RULE_FILE,)
+    rulesets = ("simplify", "cleanup", "inplace", "layout", "linalg", "blocks", "fusion")
+    block_dtypes = dt.BLOCK_DTYPES
 
     def __init__(self) -> None:
         self.executor = host.HostExecutor()
