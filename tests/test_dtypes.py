@@ -163,3 +163,50 @@ def test_min_max_values():
     assert ls.float16.min_value() == -np.inf and ls.bfloat16.max_value() == np.inf
     assert ls.int8.min_value() == -128 and ls.uint8.max_value() == 255 and ls.int64.max_value() == 2 ** 63 - 1
     assert ls.bool_.min_value() is False and ls.bool_.max_value() is True
+
+
+# ---------------------------------------------------------------- GGML block storage dtypes
+def test_block_dtypes_are_storage_only_and_cast_from():
+    """The six GGML block types: named like gguf's, (weights, bytes) per block as ggml states
+    them, storage-only (no arithmetic), castable from but never to."""
+    assert [d.name for d in ls.BLOCK_DTYPES] == ["q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"]
+    assert {d.name: d.block for d in ls.BLOCK_DTYPES} == {"q8_0": (32, 34), "q4_0": (32, 18), "q4_1": (32, 20),
+                                                          "q5_0": (32, 22), "q4_k": (256, 144), "q6_k": (256, 210)}
+    assert dt.as_dtype("q4_k") is ls.q4_k and all(d.storage_only for d in ls.BLOCK_DTYPES)
+    assert not any(d.block for d in ls.ALL_DTYPES)
+    g = ls.Graph()
+    w = g.input("w", (4, 64), ls.q4_1)
+    with pytest.raises(DTypeError, match="storage-only"):
+        w + w
+    with pytest.raises(DTypeError, match="cannot cast to the block type q4_0"):
+        w.to(ls.float32).to(ls.q4_0)
+    assert w.to(ls.float32).dtype == ls.float32
+
+
+@pytest.mark.parametrize("shape", [(64,), (4, 48), ("n", 64), (2, 4, 64)])
+def test_a_block_input_is_a_static_matrix_of_whole_blocks(shape):
+    with pytest.raises(ls.ShapeError, match="a q4_1 input is a static \\[rows, cols\\] matrix"):
+        ls.Graph().input("w", shape, ls.q4_1)
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"])
+def test_reference_and_cpu_cast_a_block_input_like_gguf(qtype):
+    """A block input cast to float32 gives gguf's dequantisation of its blocks exactly (reference
+    and cpu backends), read through a view like any value; a float array is refused."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    from lightspeed.weights.quant import random_quant
+
+    q = random_quant(qtype, (6, 256), 1)
+    want = dequantize(q.blocks.data, getattr(GGMLQuantizationType, qtype.upper())).reshape(6, 256)
+    g = ls.Graph()
+    w = g.input("w", (6, 256), qtype).to(ls.float32)
+    g.output("y", w)
+    g.output("t", w.transpose(0, 1) * 2.0)
+    for backend in ("reference", "cpu"):
+        out = g.compile(backend=backend, search=ls.SearchOptions(budget=2, seed=0, progress=False))(w=q)
+        np.testing.assert_array_equal(out["y"], want)
+        np.testing.assert_array_equal(out["t"], want.T * 2)
+    with pytest.raises(ls.InputError, match=f"input 'w': expected {qtype} blocks"):
+        g.compile(backend="reference")(w=want)

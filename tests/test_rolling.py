@@ -327,3 +327,35 @@ def test_benchmark_sized_thirty_layers_match_reference():
             inputs[k] *= 0.1  # keep 30 residual layers of random weights in a sane range
     want = g.compile(backend="reference")(inputs)["y"]
     np.testing.assert_allclose(prog(inputs)["y"], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_a_block_input_read_in_two_parts_is_cast_in_each():
+    """A tied table stored as blocks (the embedding gather in the prelude, the head in the
+    epilogue): each part reads the block input itself and casts it there, so its float32 values
+    never cross a part boundary; the rolled program matches the reference."""
+    from lightspeed.weights.quant import random_quant
+
+    width, vocab, layers = 32, 40, 3
+    g = ls.Graph()
+    ids = g.input("ids", ("s",), ls.int64)
+    table = g.input("emb", (vocab, width), ls.q8_0).to(ls.float32)
+    h = table[ids]
+    for i in range(layers):
+        h = h + (h @ g.input(f"w{i}", (width, width))).tanh()
+    g.output("logits", h @ table.transpose(0, 1))
+    plan = find_repeated_blocks(g)
+    parts = split_graph(g, plan)
+    assert [p.role for p in parts] == ["prelude", "template", "epilogue"]
+    for part in (parts[0], parts[2]):
+        stored = [part.graph.nodes[n].dtype for n in part.graph.inputs.values()]
+        assert ls.q8_0 in stored, part.role
+        assert all(d != ls.float32 or name != "emb" for name, d in zip(part.graph.inputs, stored))
+    # the prelude exports the gathered rows only, not the table's float32 values
+    assert [g.nodes[n].op.name for n in parts[0].exports.values()] != ["Cast"] and len(parts[0].exports) == 1
+    emb = random_quant("q8_0", (vocab, width), 4)
+    rng = np.random.default_rng(0)
+    inputs = {"ids": np.array([0, 5, 39, 5]), "emb": emb,
+              **{f"w{i}": rng.standard_normal((width, width)).astype(np.float32) * 0.2 for i in range(layers)}}
+    want = g.compile(backend="reference")(inputs)["logits"]
+    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=2, seed=0, dims={"s": 4}, repeats=1))
+    np.testing.assert_allclose(prog(inputs)["logits"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
