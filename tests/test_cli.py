@@ -510,3 +510,36 @@ def test_the_family_table_matches_the_model_classes():
         cls = models.get(family)
         assert (cls.family, cls.model_types) == (family, types)
     assert list(models.MODELS) == list(models.FAMILIES) and models.Llama is models.get("llama")
+
+
+def test_compile_generator_compiles_each_program_once_with_the_block_storage(monkeypatch):
+    """Regression: `lightspeed run` compiled prefill and decode with float32 weight inputs, then the
+    Generator compiled both again with the file's block dtypes (twice the cold compile time, and
+    the first compile's float32 profiling copies set the run's peak memory).  With weights held as
+    blocks, the programs compiled for the progress lines are the ones the Generator runs."""
+    from lightspeed.backends import get_backend
+    from lightspeed.cli import TextModel, compile_generator
+    from lightspeed.graph import Graph
+    from lightspeed.models import generate
+    from lightspeed.weights.quant import QuantTensor, random_quant
+
+    if not get_backend("native").available():
+        pytest.skip("no C compiler for the native backend")
+    cfg = dict(RANDOM_CONFIGS["qwen3"])  # tied: the table is gathered and read as the head
+    model = get("qwen3").from_hf_config(cfg)
+    tensors = dict(random_weights(model, 0))
+    for i, name in enumerate(sorted(n for n, s in model.param_shapes().items() if len(s) == 2 and s[1] % 32 == 0)):
+        tensors[name] = random_quant("q8_0" if "embed" in name else "q4_1", model.param_shapes()[name], i)
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]  # a tied file's extra entry: no parameter
+    monkeypatch.setattr(generate, "_PROGRAMS", {})
+    compiled = []
+    real = Graph.compile
+    monkeypatch.setattr(Graph, "compile", lambda self, *a, **k: compiled.append(1) or real(self, *a, **k))
+    tm = TextModel("qwen3", model, tensors, ByteTokenizer(), "random(seed=0)", True, 0.0, cfg)
+    gen = compile_generator(tm, backend="native", search=generate.SearchOptions(budget=2, seed=0), say=None)
+    assert len(compiled) == 2, "prefill and decode each compiled once"
+    storage = model.block_storage(tensors, "native")
+    assert storage and "lm_head.weight" not in storage and storage == model.block_storage(gen.weights, "native")
+    assert all(isinstance(gen.weights[n], QuantTensor) for n in storage)
+    out = gen.generate([1, 2, 3], 3, stop_ids=())
+    assert len(out.new_ids) == 3

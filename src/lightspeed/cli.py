@@ -442,11 +442,14 @@ def compile_generator(tm: TextModel, backend: str = "cpu", search: Any = None,
                     f"{gen.decode.distinct} distinct")
         return gen
 
+    # the weights' storage dtypes as Generator declares them: the programs compiled here are the
+    # ones it finds in the cache (with other storage it would compile both again)
+    storage = tm.model.block_storage(tm.tensors, backend)
     with ls_search.session():  # prefill and decode share profiling inputs (the embedding, the head)
         for mode in ("prefill", "decode"):
             t0 = time.perf_counter()
             with _compiling(f"compiling {mode} for {backend} ...", say, verbose):
-                prog = compile_model(tm.model, mode, backend, search)
+                prog = compile_model(tm.model, mode, backend, search, storage=storage)
             if say is not None:
                 _done(f"compiling {mode} for {backend} ...", time.perf_counter() - t0, say, verbose)
                 if verbose:

@@ -236,13 +236,18 @@ class DecoderLM(Module):
         return {}
 
     def block_storage(self, weights: Mapping[str, Any], backend: str) -> dict[str, DType]:
-        """The weights (as :meth:`check_weights` gave them) to declare with their GGML block dtype:
-        those held as blocks (``weights.quant.QuantTensor``) of a type ``backend`` reads as blocks
-        (``Backend.block_dtypes``), in a float32 model; the others are float values."""
+        """The parameters to declare with their GGML block dtype: those of ``weights`` (as loaded, or
+        as :meth:`check_weights` gave them: the answer is the same) held as blocks
+        (``weights.quant.QuantTensor``) of a type ``backend`` reads as blocks
+        (``Backend.block_dtypes``), in a float32 model; the others are float values.  Entries that
+        are no parameter (a tied ``lm_head.weight``) are left out, so every caller compiles the
+        same graphs."""
         from ..backends import get_backend
 
         readable = {d.name: d for d in get_backend(backend).block_dtypes} if self.dtype == dt.float32 else {}
-        return {n: readable[a.qtype] for n, a in weights.items() if getattr(a, "qtype", None) in readable}
+        params = self.param_shapes()
+        return {n: readable[a.qtype] for n, a in weights.items()
+                if n in params and getattr(a, "qtype", None) in readable}
 
     def check_weights(self, tensors: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The weights the graphs take, checked (every name present, every shape right) and made
