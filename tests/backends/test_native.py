@@ -182,3 +182,65 @@ def test_half_precision_dots_widen_eight_at_a_time(dtype, k):
     want = xs.astype(np.float64) @ ws.astype(np.float64).T
     tol = 8e-3 if dtype == "bfloat16" else 1e-3
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def test_kernels_are_compiled_once_and_found_again_by_name(tmp_path, monkeypatch):
+    """A kernel (named by the hash of its text) is compiled once per machine: a second program
+    compiles only the kernels no library holds yet, and a fresh process (the in-process tables
+    cleared) finds every kernel through the on-disk index and compiles nothing; results match the
+    reference throughout."""
+    from pathlib import Path
+
+    from lightspeed.backends.codegen import host
+
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(host, "_kernels", {})
+    monkeypatch.setattr(host, "_libs", {})
+    compiled: list[str] = []  # every C source the compiler was given
+    real = host.subprocess.run
+
+    def spy(cmd, *args, **kwargs):
+        if str(cmd[-2]).endswith("k.c"):
+            compiled.append(Path(cmd[-2]).read_text())
+        return real(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(host.subprocess, "run", spy)
+
+    def graph(extra: bool) -> ls.Graph:
+        g = ls.Graph()
+        x, w = g.input("x", ("s", 64)), g.input("w", (64, 32))
+        y = (x @ w).relu() * 0.5
+        g.output("y", y)
+        if extra:
+            g.output("z", (y.exp() + 1.0).sum(-1))
+        return g
+
+    rng = np.random.default_rng(3)
+    inputs = {"x": rng.standard_normal((5, 64)).astype(np.float32),
+              "w": rng.standard_normal((64, 32)).astype(np.float32)}
+    opts = ls.SearchOptions(budget=1, seed=0, progress=False)
+
+    def check(g: ls.Graph, prog) -> None:
+        want = g.compile(backend="reference")(inputs)
+        got = prog(inputs)
+        for k, v in want.items():
+            np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-5 * np.abs(v).max())
+
+    first = graph(False).compile(backend="native", search=opts)
+    check(graph(False), first)
+    names = {s.name for s in first.kernels}
+    assert any(n in src for src in compiled for n in names), "the first program compiles its kernels"
+    compiled.clear()
+    second = graph(True).compile(backend="native", search=opts)
+    check(graph(True), second)
+    assert names < {s.name for s in second.kernels}
+    # only the new kernels (and the runner) were compiled: none of the first program's kernels again
+    assert not [n for src in compiled for n in names if f"void {n}(" in src]
+    assert any("#include" in src for src in compiled), "the new kernels were compiled"
+    # a new process: nothing compiled, every kernel found through the index on disk
+    monkeypatch.setattr(host, "_kernels", {})
+    monkeypatch.setattr(host, "_libs", {})
+    compiled.clear()
+    again = graph(True).compile(backend="native", search=opts)
+    check(graph(True), again)
+    assert compiled == []
