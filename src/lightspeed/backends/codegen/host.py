@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -124,29 +125,32 @@ def _folder() -> Path:
 
 
 def _build(source: str) -> tuple[ctypes.CDLL, Path]:
-    """The library of ``source`` (compiled, or loaded from the cache) and its file."""
+    """The library of ``source`` (compiled, or loaded from the cache) and its file.  Threads may
+    build different sources at once (the compiler runs outside the lock); two building the same
+    one both write a valid file, the last replacing the first."""
     cc, cflags, tag = _config()
     key = hashlib.sha256(f"{tag}\n{source}".encode()).hexdigest()[:24]
     with _lock:
         hit = _libs.get(key)
-        if hit is not None:
-            return hit
-        folder = _folder()
-        target = folder / f"k{key}.so"
-        if not target.exists():
-            with tempfile.TemporaryDirectory() as tmp:
-                src = Path(tmp) / "k.c"
-                src.write_text(source)
-                out = Path(tmp) / "k.so"
-                res = subprocess.run([*cc, *cflags, "-o", str(out), str(src), "-lm"], capture_output=True, text=True)
-                if res.returncode != 0:
-                    raise LightspeedError(f"C compiler failed on a generated kernel:\n{res.stderr[-4000:]}")
-                fd, tmpname = tempfile.mkstemp(dir=folder, suffix=".so.tmp")
-                os.close(fd)
-                shutil.copyfile(out, tmpname)
-                os.replace(tmpname, target)
-        hit = _libs[key] = (ctypes.CDLL(str(target)), target)
-    return hit
+    if hit is not None:
+        return hit
+    folder = _folder()
+    target = folder / f"k{key}.so"
+    if not target.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "k.c"
+            src.write_text(source)
+            out = Path(tmp) / "k.so"
+            res = subprocess.run([*cc, *cflags, "-o", str(out), str(src), "-lm"], capture_output=True, text=True)
+            if res.returncode != 0:
+                raise LightspeedError(f"C compiler failed on a generated kernel:\n{res.stderr[-4000:]}")
+            fd, tmpname = tempfile.mkstemp(dir=folder, suffix=".so.tmp")
+            os.close(fd)
+            shutil.copyfile(out, tmpname)
+            os.replace(tmpname, target)
+    lib = ctypes.CDLL(str(target))
+    with _lock:
+        return _libs.setdefault(key, (lib, target))
 
 
 def _indexed(tag: str, name: str) -> Any:
@@ -197,11 +201,31 @@ def kernel_functions(specs: list[KernelSpec]) -> dict[str, Any]:
         else:
             found[s.name] = _kernels[(tag, s.name)] = fn
     if missing:
-        lib, lib_file = _build(module_source(list(missing.values()), "c"))
-        for name in missing:
-            found[name] = _kernels[(tag, name)] = getattr(lib, name)
-        _record(tag, sorted(missing), lib_file)
+        parts = _modules([missing[k] for k in sorted(missing)])
+        with ThreadPoolExecutor(len(parts)) as pool:  # one compiler process per module
+            built = list(pool.map(lambda part: _build(module_source(part, "c")), parts))
+        for part, (lib, lib_file) in zip(parts, built):
+            for spec in part:
+                found[spec.name] = _kernels[(tag, spec.name)] = getattr(lib, spec.name)
+            _record(tag, [spec.name for spec in part], lib_file)
     return found
+
+
+# kernels to compile per module before they are split over several compiler processes
+PARALLEL_KERNELS = 12
+
+
+def _modules(specs: list[KernelSpec]) -> list[list[KernelSpec]]:
+    """``specs`` split into modules compiled side by side, one per core (at most 4), each of at
+    least :data:`PARALLEL_KERNELS` kernels, balanced by source length (deterministically)."""
+    n = max(1, min(os.cpu_count() or 1, 4, len(specs) // PARALLEL_KERNELS))
+    parts: list[list[KernelSpec]] = [[] for _ in range(n)]
+    sizes = [0] * n
+    for spec in sorted(specs, key=lambda s: (-len(s.source), s.name)):
+        k = sizes.index(min(sizes))
+        parts[k].append(spec)
+        sizes[k] += len(spec.source)
+    return [sorted(p, key=lambda s: s.name) for p in parts if p]
 
 
 def _runner(launches: list[Launch]) -> tuple[str, str, list[str]]:
