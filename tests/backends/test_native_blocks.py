@@ -78,7 +78,7 @@ def exact(monkeypatch):
 
 
 @pytest.mark.parametrize("add", [False, True], ids=["matmul", "matmul-add"])
-@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("rows", [1, 5, 8, 19])  # decode; prefill tiles of 8 rows: partial, full, both
 @pytest.mark.parametrize("qtype", TYPES)
 def test_block_matmul_matches_float64(qtype, rows, add, exact):
     n, k = 48, (512 if qtype in PER_BLOCK else 96)

@@ -1512,7 +1512,7 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     m, n, k = a["m"], a["n"], a["k"]
     nbytes = BLOCK_BYTES[qtype]
     w = _Writer("c")
-    w.index_vars |= {"j", "r", "_ls_item"}
+    w.index_vars |= {"j", "r", "r0", "rn", "t", "_ls_item"}
     nn = w.expr(n)
     # j: the item, a weight row; r: a row of the activations x (rows: xn of them)
     if side == 1:
@@ -1554,17 +1554,32 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
             w.line(f"    a{q} = ls_fma8(ls_ldf8(xb + {8 * q}), wv[{q}], a{q});")
         w.line("  }")
         w.line(f"  out[{at}] = ls_hsum8(ls_add8(ls_add8(a0, a1), ls_add8(a2, a3)));")
-    # more rows of x (prefill): each block decoded once into floats, dotted with every row
+    # more rows of x (prefill): tiles of 8 rows, each with its vector accumulator (in registers:
+    # a full tile's loop is unrolled), each block decoded once per tile into floats and dotted
+    # with the tile's rows; one horizontal sum per output
     w.line("} else {")
-    w.line(f"  for (long long r = 0; r < {xx}; r++) out[{at}] = 0.0f;")
-    w.line(f"  for (long long blk = 0; blk < {nb}; blk++) {{")
-    w.line("    ls_f8 wv[4];")
-    w.line(f"    {decode('blk')};")
-    w.line(f"    for (long long r = 0; r < {xx}; r++) {{")
-    w.line(f"      const float* xb = {xrow} + blk * {QK};")
-    w.line("      const ls_f8 s = ls_fma8(ls_ldf8(xb + 24), wv[3], ls_fma8(ls_ldf8(xb + 16), wv[2], "
-           "ls_fma8(ls_ldf8(xb + 8), wv[1], ls_fma8(ls_ldf8(xb), wv[0], ls_zero8()))));")
-    w.line(f"      out[{at}] += ls_hsum8(s);")
+    w.line(f"  for (long long r0 = 0; r0 < {xx}; r0 += 8) {{")
+    w.line(f"    const long long rn = {xx} - r0 < 8 ? {xx} - r0 : 8;")
+    w.line("    ls_f8 acc[8];")
+    w.line("    for (int t = 0; t < 8; t++) acc[t] = ls_zero8();")
+    w.line(f"    for (long long blk = 0; blk < {nb}; blk++) {{")
+    w.line("      ls_f8 wv[4];")
+    w.line(f"      {decode('blk')};")
+    for full in (True, False):
+        w.line("      if (rn == 8) {" if full else "      } else {")
+        if full:
+            w.line("        _Pragma(\"GCC unroll 8\")")
+        w.line(f"        for (int t = 0; t < {'8' if full else 'rn'}; t++) {{")
+        w.line("          const long long r = r0 + t;")
+        w.line(f"          const float* xb = {xrow} + blk * {QK};")
+        w.line("          acc[t] = ls_fma8(ls_ldf8(xb + 24), wv[3], ls_fma8(ls_ldf8(xb + 16), wv[2], "
+               "ls_fma8(ls_ldf8(xb + 8), wv[1], ls_fma8(ls_ldf8(xb), wv[0], acc[t]))));")
+        w.line("        }")
+    w.line("      }")
+    w.line("    }")
+    w.line("    for (int t = 0; t < rn; t++) {")
+    w.line("      const long long r = r0 + t;")
+    w.line(f"      out[{at}] = ls_hsum8(acc[t]);")
     w.line("    }")
     w.line("  }")
     w.line("}")
