@@ -244,3 +244,12 @@ def test_kernels_are_compiled_once_and_found_again_by_name(tmp_path, monkeypatch
     again = graph(True).compile(backend="native", search=opts)
     check(graph(True), again)
     assert compiled == []
+    # an index entry naming anything but a library of the cache folder is ignored: compiled again
+    victim = sorted(names)[0]
+    (entry,) = tmp_path.glob(f"native/index-*/{victim}")
+    entry.write_text("../elsewhere/k0123456789abcdef01234567.so")
+    monkeypatch.setattr(host, "_kernels", {})
+    monkeypatch.setattr(host, "_libs", {})
+    again = graph(True).compile(backend="native", search=opts)
+    check(graph(True), again)
+    assert [src for src in compiled if f"void {victim}(" in src]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -157,10 +158,11 @@ def _indexed(tag: str, name: str) -> Any:
     """Kernel ``name`` from the library the on-disk index names for it, or None."""
     folder = _folder()
     try:
-        lib_file = folder / (folder / f"index-{tag}" / name).read_text().strip()
+        entry = (folder / f"index-{tag}" / name).read_text().strip()
     except OSError:
         return None
-    if lib_file.name.startswith("k") and lib_file.suffix == ".so" and lib_file.exists():
+    lib_file = folder / entry
+    if re.fullmatch(r"k[0-9a-f]{24}\.so", entry) and lib_file.exists():  # a library of this folder only
         key = lib_file.stem[1:]
         with _lock:
             hit = _libs.get(key)
