@@ -316,6 +316,14 @@ class GGUFFile:
         t = self.tensors[name]
         return np.frombuffer(self._mm, dtype=np.uint8, count=t.nbytes, offset=t.offset)
 
+    def release(self, name: str) -> None:
+        """Drop tensor ``name``'s mapped pages from the process's resident set (after it has been
+        copied out; a later read maps them in again from the file)."""
+        t = self.tensors[name]
+        start = t.offset - t.offset % mmap.PAGESIZE
+        if t.nbytes and hasattr(self._mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            self._mm.madvise(mmap.MADV_DONTNEED, start, t.offset + t.nbytes - start)
+
     def read(self, name: str) -> np.ndarray:
         """Tensor `name` as a new float32 array in numpy dim order."""
         t = self.tensors[name]

@@ -13,7 +13,7 @@ import numpy as np
 from .convert import IGNORED_TENSORS, fix_rows, fix_tensor, gguf_config, hf_name
 from .errors import WeightError
 from .gguf_file import GGMLQuantizationType, GGUFFile
-from .quant import BLOCK_BYTES, Blocks, QuantTensor, attach
+from .quant import BLOCK_BYTES, REPACKED, Blocks, QuantTensor, attach
 from .safetensors_dir import hf_dir_files, index_weight_map, read_json, read_safetensors
 from .shapes import check_config, expected_shapes
 
@@ -120,6 +120,7 @@ def _load_gguf(p: Path, progress: bool, want_tokenizer: bool, lazy: bool = False
                     tensors[hname] = fix_tensor(config, hname, g.read(gname))
                     if blocks is not None and tensors[hname].dtype == np.float32 and tensors[hname].flags.c_contiguous:
                         attach(tensors[hname], blocks)
+                g.release(gname)  # its mapped pages leave the resident set: the copies above hold it
                 bar.update(g.tensors[gname].nbytes)
         tok = None
         if want_tokenizer and "tokenizer.ggml.model" in g.metadata:
@@ -142,8 +143,9 @@ def _blocks(g: GGUFFile, config: dict[str, Any], hname: str, gname: str) -> Bloc
     qtype = _BLOCK_TYPES.get(t.qtype)
     if qtype is None or len(t.shape) != 2:
         return None
-    rows = fix_rows(config, hname, np.array(g.raw(gname)).reshape(t.shape[0], -1))
-    return None if rows is None else Blocks(qtype, rows)
+    raw = g.raw(gname).reshape(t.shape[0], -1)  # a view of the mapping: copied below, once
+    rows = fix_rows(config, hname, raw if qtype in REPACKED else np.array(raw))
+    return None if rows is None else Blocks(qtype, rows)  # repacked types: Blocks writes its own copy
 
 
 def _load_hf_dir(d: Path, progress: bool, want_tokenizer: bool) -> LoadedWeights:

@@ -26,7 +26,7 @@ QK = 32  # weights per block (per sub-block of a K-quant's 256)
 # bytes per block: a float16 scale (+ float16 min), then the integers; K-quants: 256-weight blocks
 BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q4_k": 144, "q6_k": 210}
 BLOCK_WEIGHTS = {"q4_k": 256, "q6_k": 256}  # others: QK
-_REPACKED = ("q8_0", "q4_0", "q4_1")  # kept with their scales side by side; the others as GGUF has them
+REPACKED = ("q8_0", "q4_0", "q4_1")  # kept with their scales side by side; the others as GGUF has them
 
 
 class Blocks:
@@ -47,22 +47,25 @@ class Blocks:
         self._wide: Blocks | None = None
         # columns of the float matrix these blocks hold
         self.cols = data.shape[1] // BLOCK_BYTES[qtype] * BLOCK_WEIGHTS.get(qtype, QK)
-        if qtype not in _REPACKED:
+        if qtype not in REPACKED:
             self.packed = data
             return
         rows, nbytes = data.shape[0], BLOCK_BYTES[qtype]
-        blocks = data.reshape(rows, -1, nbytes)
+        nb = data.shape[1] // nbytes
+        blocks = data.reshape(rows, nb, nbytes)
         self._heads = 4 if qtype == "q4_1" else 2
-        parts = [blocks[:, :, h:h + 2].reshape(rows, -1) for h in range(0, self._heads, 2)]
         # the same bytes per row: the row's float16 scales d side by side, then (q4_1) its float16
-        # mins, then each block's integers in order (8 scales convert at once in the kernels)
-        self.packed = np.ascontiguousarray(np.concatenate([*parts, blocks[:, :, self._heads:].reshape(rows, -1)],
-                                                          axis=1))
+        # mins, then each block's integers in order (8 scales convert at once in the kernels);
+        # written in place (no intermediate copies: Gemma's table is 168 MB)
+        self.packed = np.empty(data.shape, np.uint8)
+        for h in range(0, self._heads, 2):
+            self.packed[:, h * nb:(h + 2) * nb].reshape(rows, nb, 2)[...] = blocks[:, :, h:h + 2]
+        self.packed[:, self._heads * nb:].reshape(rows, nb, nbytes - self._heads)[...] = blocks[:, :, self._heads:]
 
     @property
     def data(self) -> np.ndarray:
         """The blocks in GGUF's layout (made from :attr:`packed` on each call)."""
-        if self.qtype not in _REPACKED:
+        if self.qtype not in REPACKED:
             return self.packed
         rows, nbytes = self.shape[0], BLOCK_BYTES[self.qtype]
         nb = self.shape[1] // nbytes
