@@ -20,6 +20,7 @@ Cold compiles are dominated by the C compiler, so this is most of their time.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import re
@@ -149,34 +150,35 @@ def _build(source: str) -> tuple[ctypes.CDLL, Path]:
             os.close(fd)
             shutil.copyfile(out, tmpname)
             os.replace(tmpname, target)
-    lib = ctypes.CDLL(str(target))
+    return _load(target)
+
+
+def _load(lib_file: Path) -> tuple[ctypes.CDLL, Path]:
+    """The library in ``lib_file`` (``k<key>.so``), loaded once per process."""
+    key = lib_file.stem[1:]
     with _lock:
-        return _libs.setdefault(key, (lib, target))
+        hit = _libs.get(key)
+        if hit is None:
+            hit = _libs[key] = (ctypes.CDLL(str(lib_file)), lib_file)
+    return hit
 
 
-def _indexed(tag: str, name: str) -> Any:
+def _indexed(folder: Path, tag: str, name: str) -> Any:
     """Kernel ``name`` from the library the on-disk index names for it, or None."""
-    folder = _folder()
     try:
         entry = (folder / f"index-{tag}" / name).read_text().strip()
     except OSError:
         return None
-    lib_file = folder / entry
-    if re.fullmatch(r"k[0-9a-f]{24}\.so", entry) and lib_file.exists():  # a library of this folder only
-        key = lib_file.stem[1:]
-        with _lock:
-            hit = _libs.get(key)
-            if hit is None:
-                try:
-                    hit = _libs[key] = (ctypes.CDLL(str(lib_file)), lib_file)
-                except OSError:
-                    return None
-        return getattr(hit[0], name, None)
-    return None
+    if not (re.fullmatch(r"k[0-9a-f]{24}\.so", entry) and (folder / entry).exists()):  # a library of this folder
+        return None
+    try:
+        return getattr(_load(folder / entry)[0], name, None)
+    except OSError:
+        return None
 
 
-def _record(tag: str, names: list[str], lib_file: Path) -> None:
-    index = _folder() / f"index-{tag}"
+def _record(folder: Path, tag: str, names: list[str], lib_file: Path) -> None:
+    index = folder / f"index-{tag}"
     try:
         index.mkdir(exist_ok=True, mode=0o700)
         for name in names:
@@ -192,12 +194,13 @@ def kernel_functions(specs: list[KernelSpec]) -> dict[str, Any]:
     """The compiled function of each distinct kernel of ``specs``: found in this process, in a
     library the on-disk index names, or compiled (all the missing ones in one module)."""
     _, _, tag = _config()
+    folder = _folder()
     found: dict[str, Any] = {}
     missing: dict[str, KernelSpec] = {}
     for s in specs:
         if s.name in found or s.name in missing:
             continue
-        fn = _kernels.get((tag, s.name)) or _indexed(tag, s.name)
+        fn = _kernels.get((tag, s.name)) or _indexed(folder, tag, s.name)
         if fn is None:
             missing[s.name] = s
         else:
@@ -209,7 +212,7 @@ def kernel_functions(specs: list[KernelSpec]) -> dict[str, Any]:
         for part, (lib, lib_file) in zip(parts, built):
             for spec in part:
                 found[spec.name] = _kernels[(tag, spec.name)] = getattr(lib, spec.name)
-            _record(tag, [spec.name for spec in part], lib_file)
+            _record(folder, tag, [spec.name for spec in part], lib_file)
     return found
 
 
@@ -241,17 +244,7 @@ def _runner(launches: list[Launch]) -> tuple[str, str, list[str]]:
         body.append(f"  ((void (*)({params}))K[{k}])(T, {', '.join(map(str, launch.args))});\n")
     text = "".join(body)
     name = f"ls_program_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-    return name, f"void {name}(const long long* T, void* const* K) {{\n{text}}}\n", list(slot)
-
-
-class _Runner:
-    """A program's runner with its table of kernel addresses (kept alive with it)."""
-
-    def __init__(self, fn: Any, table: Any) -> None:
-        self.fn, self.table = fn, table
-
-    def __call__(self, table_address: int) -> None:
-        self.fn(table_address, self.table)
+    return name, f"void {name}(void* const* K, const long long* T) {{\n{text}}}\n", list(slot)
 
 
 class _State:
@@ -287,7 +280,7 @@ class HostExecutor(Executor):
             fn = getattr(_build(source)[0], name)
             fn.restype, fn.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p]
             table = (ctypes.c_void_p * len(order))(*(ctypes.cast(functions[k], ctypes.c_void_p).value for k in order))
-            handles[PROGRAM] = _Runner(fn, table)
+            handles[PROGRAM] = functools.partial(fn, table)  # (the partial keeps the table alive)
         return handles
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
