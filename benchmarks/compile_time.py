@@ -91,8 +91,8 @@ def _child(family: str, budget: int) -> dict:
     """One compile of ``family`` in this (fresh) process, as ``lightspeed run`` does it."""
     t0 = time.perf_counter()  # what a `lightspeed run` process imports before it loads anything
     import lightspeed.backends.cpu  # noqa: F401
-    from lightspeed.cli import load_text_model
     from lightspeed.models import generate, whisper  # noqa: F401
+    from lightspeed.models.run import load_text_model
     from lightspeed.search import SearchOptions, session
     from lightspeed.weights import loader  # noqa: F401
     out: dict = {"import": time.perf_counter() - t0, "phases": dict.fromkeys(PHASES, 0.0)}

@@ -8,7 +8,7 @@ Examples and their checks:
 - **llama**: `lightspeed run llama "The capital of France is"` (SmolLM2-135M-Instruct, with the chat
   template and system message the CLI uses). Check: the answer contains "Paris".
 - **gemma**: Gemma 3 270M *base*, raw text, through the CLI's own functions
-  (`lightspeed.cli.load_text_model`, `encode_prompt`, `compile_generator`) because the check needs
+  (`lightspeed.models.run.load_text_model`, `encode_prompt`, `compile_generator`) because the check needs
   the logits. Check: " Paris" is among the top-5 next tokens, or the text contains "Paris". The base
   model greedily continues "the capital of the country of France...", so the text alone is no test;
   its next-token distribution is.
@@ -97,7 +97,7 @@ def ex_llama(out: Outcome, opts: argparse.Namespace) -> None:
 
 def ex_gemma(out: Outcome, opts: argparse.Namespace) -> None:
     import lightspeed as ls
-    from lightspeed.cli import compile_generator, encode_prompt, load_text_model
+    from lightspeed.models.run import compile_generator, encode_prompt, load_text_model
 
     t0 = time.perf_counter()
     tm = load_text_model("gemma3", progress=False)
@@ -144,8 +144,8 @@ def _compare_with_hf(family: str, opts: argparse.Namespace) -> str:
     import torch
 
     import lightspeed as ls
-    from lightspeed.cli import compile_generator, encode_prompt, load_text_model
     from lightspeed.models.generate import compile_model
+    from lightspeed.models.run import compile_generator, encode_prompt, load_text_model
 
     tm = load_text_model(family, random=True, seed=0, progress=False)  # what `lightspeed run --random` builds
     ids = encode_prompt(tm, PROMPT)

@@ -76,8 +76,8 @@ def weights_file(family: str, f32: bool, f16: bool = False) -> Path:
 
 def _lightspeed(family: str, backend: str, steps: int, blocks: bool = True) -> dict:
     import lightspeed as ls
-    from lightspeed.cli import load_text_model
     from lightspeed.models.generate import Generator
+    from lightspeed.models.run import load_text_model
 
     tm = load_text_model(FAMILY[family], weights_file(family, F32, F16), progress=False,
                          lazy=backend == "native" and blocks, dtype="float16" if F16 else "float32")
@@ -91,7 +91,7 @@ def _lightspeed(family: str, backend: str, steps: int, blocks: bool = True) -> d
 
     # what a step reads: the blocks of the weights whose blocks a block kernel reads (Q5_0: the
     # Q8_0 blocks it widens to), else the float arrays
-    read_blocks = set(getattr(gen.decode, "blocks_at", {}).values())
+    read_blocks = {name for name, _ in getattr(gen.decode, "forms_at", {}).values()}
     nbytes, kinds = 0, set()
     for name, v in gen.weights.items():
         if name not in read_blocks:
@@ -142,7 +142,7 @@ def _torch(family: str, steps: int, threads: int) -> dict:
     import torch
     import transformers as tf
 
-    from lightspeed.cli import load_text_model
+    from lightspeed.models.run import load_text_model
 
     torch.set_num_threads(threads)
     tm = load_text_model(FAMILY[family], weights_file(family, F32, F16), progress=False)

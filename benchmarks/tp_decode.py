@@ -1,12 +1,13 @@
 """Tensor-parallel decode on this host: a smoke run, not the issue 13 measurement.
 
-Decodes a Llama-shaped model with random weights at each ``--tp`` value (``Generator(tp=N)``: N
-processes joined by torch.distributed gloo) and prints TTFT, TPOT and whether the greedy tokens
-equal the first value's.  On a CPU host the ranks share the same cores and every layer costs two
-gloo collectives, so this checks the path end to end; it does not show a speed-up.  The issue's
-measurement (Llama-3-8B-shaped bfloat16 decode at TP 1/2/4 on the GPUs of one host, beside
-torch.compile, with % of the per-GPU bandwidth floor) needs a multi-GPU kind (``nvidia-h200-x2``)
-and the NCCL path, which has not run yet (docs/status.md, issue 13).
+Decodes a Llama-shaped model with random weights at each ``--tp`` value
+(``tensor_parallel_generator(model, weights, N)``: N processes joined by torch.distributed gloo) and
+prints TTFT, TPOT and whether the greedy tokens equal the first value's.  On a CPU host the ranks
+share the same cores and every layer costs two gloo collectives, so this checks the path end to
+end; it does not show a speed-up.  The issue's measurement (Llama-3-8B-shaped bfloat16 decode at
+TP 1/2/4 on the GPUs of one host, beside torch.compile, with % of the per-GPU bandwidth floor)
+needs a multi-GPU kind (``nvidia-h200-x2``) and the NCCL path, which has not run yet
+(docs/status.md, issue 13).
 
     python benchmarks/tp_decode.py [--tp 1 2] [--layers 4] [--hidden 512] [--heads 8] [--kv-heads 4]
                                    [--ffn 1408] [--vocab 8192] [--tokens 16] [--backend cpu]
@@ -32,9 +33,9 @@ def main() -> None:
     args = ap.parse_args()
 
     import lightspeed as ls
-    from lightspeed.cli import random_weights
     from lightspeed.models import from_hf_config
-    from lightspeed.models.generate import Generator
+    from lightspeed.models.run import random_weights
+    from lightspeed.parallel import tensor_parallel_generator
 
     cfg = dict(model_type="llama", vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
                num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
@@ -47,7 +48,7 @@ def main() -> None:
     first = None
     for n in args.tp:
         t0 = time.perf_counter()
-        gen = Generator(model, weights, backend=args.backend, search=search, tp=n)
+        gen = tensor_parallel_generator(model, weights, n, backend=args.backend, search=search)
         try:
             setup = time.perf_counter() - t0
             res = gen.generate(prompt, args.tokens, stop_ids=())

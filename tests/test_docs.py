@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -42,3 +43,30 @@ def test_readme_tour_runs(capsys):
     exec(compile(code, "README.md", "exec"), ns)  # noqa: S102 - our own README
     assert ns["out"]["y"].shape == (3, 8)
     assert "search report" in capsys.readouterr().out
+
+
+# a file path in backticks: folders and a name with a known extension (``kernels/writer.py``,
+# ``docs/kernels.md``, ``backends/codegen/blocks.egg``); a trailing ``:name`` is a symbol in it
+_DOC_PATH = re.compile(r"`([\w./-]+\.(?:py|md|egg|sh|h|cuh|toml|json))(?::\w+)?`")
+# paths a doc names that are not files of the repository (made at run time, or of other projects)
+_NOT_OURS = ("model.bin", "tokenizer.json", "config.json", "generation_config.json", "tokenizer_config.json",
+             "model.safetensors.index.json", "gpu_decode.json", "gpu_gemv.json", "ab_trees.json",
+             "ctranslate2/specs/model_spec.py")
+
+
+def test_every_path_a_doc_names_exists():
+    """Each file a markdown page names in backticks is a file of the
+    repository (matched by its trailing path: ``codegen/blocks.py`` is
+    ``src/lightspeed/backends/codegen/blocks.py``), so a moved or deleted file cannot leave a
+    stale reference behind."""
+    files = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*")
+             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
+    bad = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for m in _DOC_PATH.finditer(doc.read_text()):
+            path = m.group(1).lstrip("./")
+            if path in _NOT_OURS or path.split("/")[-1] in _NOT_OURS or path.startswith(("~", "$")):
+                continue
+            if not any(f == path or f.endswith("/" + path) for f in files):
+                bad.append(f"{doc.name}: {path}")
+    assert not bad, "docs name files that do not exist:\n" + "\n".join(sorted(set(bad)))

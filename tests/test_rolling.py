@@ -1,5 +1,5 @@
 """Loop rolling: detection of repeated layers, the rolled programs against the reference runtime,
-and the hook in the cpu backend's compile."""
+and the rolled compile of the pipeline (lightspeed.pipeline.compile_rolled) on the cpu backend."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import lightspeed as ls
 from lightspeed.backends.cpu import CpuProgram
 from lightspeed.backends.rolled import BlockLoopProgram as RolledProgram
+from lightspeed.program import BucketedProgram
 from lightspeed.rolling import find_repeated_blocks, split_graph
-from lightspeed.search import BucketedProgram
 
 _spec = importlib.util.spec_from_file_location(
     "compile_time", Path(__file__).resolve().parent.parent / "benchmarks" / "compile_time.py")

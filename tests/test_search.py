@@ -285,3 +285,26 @@ def test_progress_goes_to_the_session_and_is_silent_off_a_terminal(tmp_path, mon
         g.compile(backend="cpu", search=opts)
     assert said[0].startswith("saturating the e-graph") and "candidate 1/3 (greedy)" in said[1]
     assert any("(default)" in m for m in said) and capsys.readouterr().err == ""
+
+
+def test_the_pipeline_takes_a_backend_or_its_name_and_keeps_the_errors(tmp_path, monkeypatch):
+    """``Graph.compile`` is ``lightspeed.pipeline.compile``: a Backend or its name, the same program
+    and decision (one cache entry) either way, and the option errors of every backend."""
+    from lightspeed import pipeline
+    from lightspeed.backends import get_backend
+
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    opts = ls.SearchOptions(budget=2, seed=0, roll=False, progress=False)
+    by_name = _mlp_graph().compile("cpu", search=opts)
+    by_backend = pipeline.compile(_mlp_graph(), get_backend("cpu"), search=opts)
+    assert by_backend.search_report.decision_cached and by_name.search_report.program_text == \
+        by_backend.search_report.program_text
+    assert type(pipeline.compile(_mlp_graph(), "reference", search=opts)).__name__ == "ReferenceProgram"
+    with pytest.raises(TypeError, match=r"cpu backend: unknown options \['budget'\]"):
+        pipeline.compile(_mlp_graph(), "cpu", budget=3)
+    with pytest.raises(TypeError, match="search must be a SearchOptions, got dict"):
+        _mlp_graph().compile(get_backend("cpu"), search={"budget": 2})
+    with pytest.raises(TypeError, match=r"reference backend takes no options besides search=, got \['seed'\]"):
+        _mlp_graph().compile("reference", seed=0)
+    with pytest.raises(ls.LightspeedError, match="graph has no outputs"):
+        pipeline.compile(ls.Graph(), "cpu")

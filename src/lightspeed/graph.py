@@ -25,6 +25,7 @@ from .shape import ShapeTracker
 from .symbolic import Expr, ExprLike, as_expr, prod
 
 if TYPE_CHECKING:
+    from .backends.base import Backend
     from .program import Program
 
 __all__ = ["Graph", "GraphTensor", "Node"]
@@ -181,14 +182,12 @@ class Graph:
         return counts
 
     # ------------------------------------------------------------------ compile
-    def compile(self, backend: str | None = None, **options: Any) -> Program:
-        """A callable :class:`Program` of the graph's outputs for ``backend``: by default the best
-        this machine has (``cuda`` with a GPU, else ``cpu``); ``"reference"`` is the exact oracle."""
-        from .backends import default_backend, get_backend
+    def compile(self, backend: str | Backend | None = None, **options: Any) -> Program:
+        """A callable :class:`Program` of the graph's outputs for ``backend`` (a name or a Backend): by
+        default the best this machine has (``cuda`` with a GPU, else ``cpu``); ``"reference"`` is the exact oracle."""
+        import lightspeed  # lightspeed.pipeline sits above this module: the lazy root (PEP 562) imports it
 
-        if not self.outputs:
-            raise LightspeedError("graph has no outputs: call g.output(name, tensor) first")
-        return get_backend(backend or default_backend()).compile(self, **options)
+        return lightspeed.pipeline.compile(self, backend, **options)
 
     # ------------------------------------------------------------------ printing
     def __str__(self) -> str:

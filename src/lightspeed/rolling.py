@@ -6,16 +6,14 @@ order; inputs and *shared* nodes, those computed from no input such as masks and
 left out, so that layer 0, where hash-consing puts them, looks like the others) and verifies it
 exactly: nodes agree position by position (op, argument, dtype, shape, views) and each operand is
 the same block-local node, shared node or *boundary* slot (outside values numbered by first use).
-:func:`compile_rolled` cuts the graph into a prelude, one block template and an epilogue (each
-rebuilding the shared nodes it reads), compiles each with the backend, and the backend composes
-them (``Backend.compose_rolled``).  Costs: no fusion across a layer boundary; one template call
-per block.  See docs/architecture.md, "Compile-time rolling".
+:func:`split_graph` cuts the graph into a prelude, one block template and an epilogue (each
+rebuilding the shared nodes it reads); the compile pipeline (``lightspeed.pipeline.compile_rolled``)
+compiles each and the backend composes them (``Backend.compose_rolled``).  Costs: no fusion across
+a layer boundary; one template call per block.  See docs/architecture.md, "Compile-time rolling".
 """
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +21,8 @@ from typing import Any
 import numpy as np
 
 from .graph import Graph, GraphTensor, Node
-from .program import Program
-from .search import SearchOptions, progress, session
 
-__all__ = ["RollPlan", "RollPart", "find_repeated_blocks", "compile_rolled", "split_graph"]
+__all__ = ["RollPlan", "RollPart", "find_repeated_blocks", "split_graph"]
 
 
 @dataclass(frozen=True)
@@ -364,30 +360,3 @@ def split_graph(graph: Graph, plan: RollPlan) -> list[RollPart]:
         parts.append(_build_part(graph, plan.epilogue, plan.shared, [], outer_in,
                                  lambda nid: f"{prefix}x{nid}", outer_out, "epilogue"))
     return parts
-
-
-def compile_rolled(graph: Graph, backend: Any, opts: SearchOptions) -> Program | None:
-    """A :class:`RolledProgram` if the graph has a repeated run worth rolling, else None.
-
-    Parts are compiled with ``backend.compile(part, search=...)`` and the same options (dim
-    buckets restricted to the dims each part uses), so each is searched like any graph; the
-    prelude and epilogue may roll again (a layer that differs splits the stack into two runs),
-    the template does not."""
-    if opts.dim_buckets and set(opts.dim_buckets) - graph.symbols():
-        return None  # the ordinary path reports the bad option
-    t0 = time.perf_counter()
-    plan = find_repeated_blocks(graph)
-    if plan is None:
-        return None
-    split = split_graph(graph, plan)
-    roll_seconds = time.perf_counter() - t0
-    compiled = []
-    with session():  # the parts share representative inputs (prelude and epilogue: the embedding)
-        for j, part in enumerate(split):
-            progress(opts, f"part {j + 1}/{len(split)}: {part.role} of {len(plan.blocks)} blocks"
-                     if part.role == "template" else f"part {j + 1}/{len(split)}: {part.role}")
-            syms = part.graph.symbols()
-            buckets = {k: v for k, v in (opts.dim_buckets or {}).items() if k in syms} or None
-            sub = dataclasses.replace(opts, dim_buckets=buckets, roll=part.role != "template")
-            compiled.append((part, backend.compile(part.graph, search=sub)))
-    return backend.compose_rolled(graph, plan, compiled, roll_seconds)

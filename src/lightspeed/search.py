@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,10 @@ from .egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, SerializedEGra
 from .egraph.decl import GENERIC_OPS
 from .egraph.llir import LProgram, decode_program
 from .egraph.runner import EGGLOG_VERSION
-from .errors import InputError, LightspeedError
+from .errors import LightspeedError
 from .graph import Graph
 from .primitives import PRIMITIVES
-from .program import Program, share_array_hooks
+from .program import BucketedProgram, CandidateResult, Program, SearchReport
 
 __all__ = ["SearchOptions", "SearchReport", "search_program", "compile_searched", "BucketedProgram",
            "session", "progress"]
@@ -76,61 +76,6 @@ class SearchOptions:
     max_memory: int = 1 << 30
     # compile a run of repeated layers once (lightspeed.rolling): saturation stops growing with depth
     roll: bool = True
-
-
-@dataclass
-class CandidateResult:
-    index: int
-    origin: str
-    ops: dict[str, int]
-    seconds: float | None
-    error: str | None = None
-
-
-@dataclass
-class SearchReport:
-    phases: dict[str, float] = field(default_factory=dict)
-    rule_matches: dict[str, int] = field(default_factory=dict)
-    egraph_nodes: int = 0
-    candidates: list[CandidateResult] = field(default_factory=list)
-    winner: int = 0
-    profile_dims: dict[str, int] = field(default_factory=dict)
-    program_text: str = ""
-    egraph_cached: bool = False
-    decision_cached: bool = False
-    produced_by: dict[str, list[str]] = field(default_factory=dict)  # backend op -> rule names
-    rulesets: dict[str, tuple[float, int, str]] = field(default_factory=dict)  # seconds, iterations, stop
-    program: LProgram | None = None
-    lower: float = 0.0  # seconds preparing the kernels (Backend.lower), after the search's phases
-
-    def format(self) -> str:
-        phases = {**self.phases, "lower": self.lower}
-        lines = ["search report", "  phases: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in phases.items()),
-                 f"  e-graph: {self.egraph_nodes} e-nodes; rule matches: "
-                 + (", ".join(f"{k}={v}" for k, v in sorted(self.rule_matches.items())) or "none"),
-                 *(f"  ruleset {rs}: {sec * 1e3:.1f} ms, {its} iteration(s), {why}"
-                   for rs, (sec, its, why) in self.rulesets.items()),
-                 f"  profiled with dims {self.profile_dims}"
-                 + ("; saturated e-graph from the cache" if self.egraph_cached else "")
-                 + ("; decision from the cache (same graph, rules, seed and options)" if self.decision_cached else "")]
-        for c in self.candidates:
-            mark = "*" if c.index == self.winner else " "
-            t = f"{c.seconds * 1e3:8.3f} ms" if c.seconds is not None else f"rejected: {c.error}"
-            backend_ops = {k: v for k, v in c.ops.items() if k not in PRIMITIVES}
-            lines.append(f" {mark} #{c.index:<3d} {c.origin:9s} {t}  backend ops: {backend_ops or '-'}")
-        win = next((c for c in self.candidates if c.index == self.winner), None)
-        if win is not None:
-            lines.append("  winner's backend ops and the rules they came from:")
-            for op, n in sorted(win.ops.items()):
-                if op not in PRIMITIVES:
-                    lines.append(f"    {op} x{n} <- {', '.join(self.produced_by.get(op, ['?']))}")
-        return "\n".join(lines)
-
-    def to_dot(self) -> str:
-        """Graphviz DOT of the chosen program (``dot -Tsvg`` draws it)."""
-        if self.program is None:
-            raise LightspeedError("the report holds no program")
-        return self.program.to_dot(self.produced_by)
 
 
 # bumped when the way decisions are made changes, so cached decisions of an older search are not
@@ -493,38 +438,6 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LPr
     if _log("search"):
         print(rep.format(), file=sys.stderr)
     return best.lprog, rep
-
-
-class BucketedProgram(Program):
-    """One searched program per dim bucket; calls dispatch on the bound dim values."""
-
-    backend_name = "bucketed"
-
-    def __init__(self, graph: Graph, buckets: list[tuple[dict[str, tuple[int, int]], Program]]):
-        super().__init__(graph)
-        self.buckets = buckets
-        self.backend_name = buckets[0][1].backend_name
-        share_array_hooks(self, buckets[0][1])
-
-    def execute(self, arrays: dict[str, Any], dims: dict[str, int], out=None) -> dict[str, Any]:
-        for ranges, prog in self.buckets:
-            if all(lo <= dims[s] <= hi for s, (lo, hi) in ranges.items()):
-                return prog.execute(arrays, dims, out)
-        have = ", ".join(str(r) for r, _ in self.buckets)
-        raise InputError(f"dims {dims} fall outside every dim bucket ({have})")
-
-    def report(self) -> str:
-        return "\n\n".join(f"bucket {r}:\n{p.report()}" for r, p in self.buckets)
-
-    @property
-    def preparations(self) -> int:
-        return sum(p.preparations for _, p in self.buckets)
-
-    def reserve(self, **bounds: int) -> BucketedProgram:
-        super().reserve(**bounds)
-        for ranges, prog in self.buckets:
-            prog.reserve(**{k: min(v, ranges[k][1]) if k in ranges else v for k, v in bounds.items()})
-        return self
 
 
 def _lower(graph: Graph, backend: Any, lprog: LProgram, rep: SearchReport) -> Program:

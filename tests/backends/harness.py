@@ -100,7 +100,7 @@ def op_matches_torch(backend, case, sample, dtype, layout: str, search) -> None:
     """Compile one op-table sample for ``backend`` and compare every output, at every dims binding
     the sample lists, with PyTorch (exact for bool and integer results)."""
     g, feeders, outs = op_graph(case, sample, dtype, layout)
-    prog = backend.compile(g, search=search)
+    prog = g.compile(backend, search=search)
     for dims in sample.dims:
         logical, physical = feed(np.random.default_rng(0), sample, dtype, feeders, dims)
         got = prog(physical, dims=dims or None)

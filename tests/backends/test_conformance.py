@@ -113,7 +113,7 @@ def test_model_blocks_match_reference(backend, block):
     _require(backend)
     make, dims_list = BLOCKS[block]
     g = make()
-    prog = backend.compile(g, search=FAST)
+    prog = g.compile(backend, search=FAST)
     ref = g.compile(backend="reference")
     for dims in dims_list:
         inputs = random_inputs(g, dims, seed=sum(dims.values()))
@@ -167,7 +167,7 @@ def test_decode_writes_its_cache_in_place(backend):
     rng = np.random.default_rng(0)
     weights = {n: rng.standard_normal(s).astype(np.float32) * 0.5 for n, s in model.param_shapes().items()}
     g = model.decode_graph()
-    progs = {"ours": backend.compile(g, search=ls.SearchOptions(budget=3, seed=0, progress=False,
+    progs = {"ours": g.compile(backend, search=ls.SearchOptions(budget=3, seed=0, progress=False,
                                                                  dims={"s": 1, "p": 4, "M": 8})).persist(weights),
              "ref": g.compile(backend="reference").persist(weights)}
     caches = {k: {f"cache.{i}.{c}": rng.standard_normal((6, 1, 8)).astype(np.float32) * 0 for i in range(2)
@@ -189,7 +189,7 @@ def test_inputs_of_any_array_type_persist_out_and_reserve(backend):
     g = ls.Graph()
     x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
     g.output("y", (x @ w).softmax(-1))
-    prog = backend.compile(g, search=FAST)
+    prog = g.compile(backend, search=FAST)
     xa, wa = random_inputs(g, {"s": 3}).values()
     want = g.compile(backend="reference")(x=xa, w=wa)["y"]
     got = prog(x=torch.from_numpy(xa), w=torch.from_numpy(wa))["y"]
@@ -218,7 +218,7 @@ def test_concurrent_calls_give_right_results(backend):
     with different inputs and shapes: every result equals the reference's."""
     _require(backend)
     g = _transformer_block()
-    prog = backend.compile(g, search=FAST)
+    prog = g.compile(backend, search=FAST)
     ref = g.compile(backend="reference")
     cases = [random_inputs(g, {"s": s}, seed=s) for s in (1, 2, 3, 5, 8, 13)]
     wants = [ref(c)["y"] for c in cases]
@@ -259,7 +259,7 @@ def test_aliased_output_is_written_after_every_reader_of_the_old_values(backend)
     rows = -np.ones((2, 2), np.float32)
     want = old.copy()
     want[1:3] = rows
-    prog = backend.compile(g, search=ls.SearchOptions(budget=3, seed=0, progress=False, dims={"s": 2, "p": 1}))
+    prog = g.compile(backend, search=ls.SearchOptions(budget=3, seed=0, progress=False, dims={"s": 2, "p": 1}))
     cache = old.copy()
     out = prog(c=cache, r=rows, dims={"p": 1})
     np.testing.assert_array_equal(out["y"], (old * 2).sum(0))

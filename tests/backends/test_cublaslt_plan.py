@@ -122,7 +122,7 @@ def test_matmul_add_uses_the_addend_as_c():
     p = plan(op)
     assert p.beta == 1.0
     assert library_spec(p, True).buffers == ("out", 0, 1, 2)
-    assert library_spec(p, True).source == "" and library_spec(p, True).mode == "cublaslt"
+    assert library_spec(p, True).source == "" and library_spec(p, True).library == "cublaslt"
 
 
 @pytest.mark.parametrize("dtype", [BF16, F16])

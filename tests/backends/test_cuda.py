@@ -38,7 +38,7 @@ def test_dims_change_replays_the_captured_graph():
     g = ls.Graph()
     x, w = g.input("x", ("s", 32)), g.input("w", (32, 16))
     g.output("y", ls.rms_norm((x @ w).softmax(-1), (16,), None, eps=1e-6))
-    prog = CUDA.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False)).persist(
+    prog = g.compile(CUDA, search=ls.SearchOptions(budget=2, seed=0, progress=False)).persist(
         w=random_inputs(g, {"s": 1})["w"]).reserve(s=64)
     ref = g.compile(backend="reference")
     w = random_inputs(g, {"s": 1})["w"]
@@ -60,7 +60,7 @@ def test_torch_cuda_tensors_in_place_and_out():
     c, r = g.input("c", (6, 4)), g.input("r", (2, 4))
     g.output("c", ls.slice_scatter(c, r, 0, "p"), aliases="c")
     g.output("y", (r * 2.0).sum(0))
-    prog = CUDA.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"p": 1}))
+    prog = g.compile(CUDA, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"p": 1}))
     cache = torch.arange(24, dtype=torch.float32, device="cuda").reshape(6, 4)
     rows = -torch.ones(2, 4, device="cuda")
     ptr = cache.data_ptr()
@@ -81,7 +81,7 @@ def test_a_scalar_input_keeps_rank_zero_on_the_device():
     g = ls.Graph()
     x, c = g.input("x", (4,)), g.input("c", ())
     g.output("y", x * c)
-    prog = CUDA.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    prog = g.compile(CUDA, search=ls.SearchOptions(budget=2, seed=0, progress=False))
     got = prog(x=np.arange(4, dtype=np.float32), c=np.array(2.5, np.float32))["y"]
     np.testing.assert_allclose(got, np.arange(4) * 2.5)
 
@@ -92,7 +92,7 @@ def test_device_arrays_stay_on_the_device():
     g = ls.Graph()
     x = g.input("x", ("s", 8))
     g.output("y", (x * 3.0).exp())
-    prog = CUDA.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    prog = g.compile(CUDA, search=ls.SearchOptions(budget=2, seed=0, progress=False))
     xs = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
     got = prog(x=DeviceArray.from_host(xs))["y"]
     assert isinstance(got, DeviceArray)
@@ -109,7 +109,7 @@ def test_trace_times_every_kernel_with_cuda_events(tmp_path):
         g = ls.Graph()
         x, w = g.input("x", ("s", 64)), g.input("w", (64, 32))
         g.output("y", (x @ w).softmax(-1))
-        prog = CUDA.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+        prog = g.compile(CUDA, search=ls.SearchOptions(budget=2, seed=0, progress=False))
         xs = random_inputs(g, {"s": 9})
         prog(xs)
         evs = json.loads(open(trace.flush()).read())["traceEvents"]

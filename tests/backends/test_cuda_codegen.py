@@ -15,8 +15,8 @@ import pytest
 
 import lightspeed as ls
 from lightspeed.backends import get_backend
+from lightspeed.backends.codegen.kernels import module_source
 from lightspeed.backends.codegen.program import Executor, KernelProgram
-from lightspeed.backends.codegen.render import module_source
 from lightspeed.egraph import Candidate
 from lightspeed.egraph.llir import decode_program
 from lightspeed.models import from_hf_config
@@ -107,7 +107,7 @@ def test_every_generated_cuda_kernel_compiles_for_sm90():
     # ... and one kernel of each mode down to sm_90 machine code (ptxas, the PTX inline assembly)
     modes = {}
     for s in specs:
-        modes.setdefault(s.mode, s)
+        modes.setdefault(s.launch.kind, s)
     vector = [s for s in specs if "ls_dot8_bf16(" in s.source]
     assert vector, "no bfloat16 matmul took the 16-byte dot path"
     modes["vector"] = vector[0]

@@ -42,7 +42,7 @@ def lowered(backend, g):
 
 
 def n_library(prog) -> int:
-    return sum(launch.spec.mode == "cublaslt" for launch in prog.launches)
+    return sum(launch.spec.library == "cublaslt" for launch in prog.launches)
 
 
 def _case(name, dtype):
@@ -86,7 +86,7 @@ def test_products_match_numpy(name, dtype):
     backend = CudaBackend("search")
     g = _case(name, getattr(ls, dtype))
     prog = lowered(backend, g)
-    assert n_library(prog) == 1, [launch.spec.mode for launch in prog.launches]
+    assert n_library(prog) == 1, [launch.spec.launch.kind for launch in prog.launches]
     ins = random_inputs(g, {}, seed=1)
     got = np.asarray(prog(ins)["y"]).astype(np.float64)
     tol = TOL[dtype]
@@ -142,7 +142,7 @@ def test_without_graphs_and_traced(tmp_path):
 def test_always_mode_routes_searched_matmuls_to_cublaslt():
     backend = CudaBackend("always")
     g = _case("transposed-weight", ls.float32)
-    prog = backend.compile(g, search=ls.SearchOptions(budget=3, seed=0, progress=False))
+    prog = g.compile(backend, search=ls.SearchOptions(budget=3, seed=0, progress=False))
     ins = random_inputs(g, {}, seed=5)
     np.testing.assert_allclose(prog(ins)["y"], _reference("transposed-weight", ins), rtol=1e-5, atol=1e-5)
     if any(op.op in ("Matmul", *LT_OPS) for op in prog.lprog.ops):
@@ -204,7 +204,7 @@ def test_epilogues_match_numpy(name, dtype):
     g = _epi_case(name, getattr(ls, dtype))
     prog = lowered(backend, g)
     assert [op.op for op in prog.lprog.ops if op.op.startswith("Lt")] == [EPI_OPS[name]]
-    assert n_library(prog) == 1, [launch.spec.mode for launch in prog.launches]
+    assert n_library(prog) == 1, [launch.spec.launch.kind for launch in prog.launches]
     ins = random_inputs(g, {}, seed=11)
     got = np.asarray(prog(ins)["y"]).astype(np.float64)
     tol = TOL[dtype]

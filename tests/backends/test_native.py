@@ -18,7 +18,7 @@ def test_gather_outside_the_tensor_reads_zero_even_from_an_empty_one():
     g = ls.Graph()
     d, i = g.input("d", ("n", 4)), g.input("i", (3,), ls.int64)
     g.output("y", ls.index_select(d, 0, i))
-    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"n": 5}))
+    prog = g.compile(NATIVE, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"n": 5}))
     data = np.arange(20, dtype=np.float32).reshape(5, 4)
     np.testing.assert_array_equal(prog(d=data, i=np.array([4, 0, 2]))["y"], data[[4, 0, 2]])
     np.testing.assert_array_equal(prog(d=data, i=np.array([4, 7, -1]))["y"][1:], 0)
@@ -27,19 +27,19 @@ def test_gather_outside_the_tensor_reads_zero_even_from_an_empty_one():
     g = ls.Graph()
     d, i = g.input("d", ("n", 3)), g.input("i", (2,), ls.int64)
     g.output("y", ls.index_select(d.transpose(0, 1), 1, i))
-    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"n": 5}))
+    prog = g.compile(NATIVE, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"n": 5}))
     data = np.arange(15, dtype=np.float32).reshape(5, 3)
     np.testing.assert_array_equal(prog(d=data, i=np.array([4, 1]))["y"], data.T[:, [4, 1]])
     np.testing.assert_array_equal(prog(d=np.zeros((0, 3), np.float32), i=np.array([0, 1]))["y"], 0)
 
 
 def test_a_program_runs_as_one_c_call():
-    from lightspeed.backends.codegen.host import PROGRAM
+    from lightspeed.backends.native.executor import PROGRAM
 
     g = ls.Graph()
     x = g.input("x", ("s", 8))
     g.output("y", (x * 2.0).softmax(-1))
-    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    prog = g.compile(NATIVE, search=ls.SearchOptions(budget=2, seed=0, progress=False))
     assert PROGRAM in prog.handles and len(prog.launches) >= 2
     xs = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
     want = g.compile(backend="reference")(x=xs)["y"]
@@ -56,9 +56,9 @@ def test_loop_nests_index_without_division_and_split_rows_across_threads():
     # permuted and broadcast views, a reduction over the middle axis, shapes that do not divide
     # into the two threads' halves evenly
     g.output("z", (x.permute(2, 1, 0) * 2.0 + y).exp().sum(1, keepdim=True) + x.permute(2, 1, 0).amax(1, keepdim=True))
-    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"p": 5000}))
+    prog = g.compile(NATIVE, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"p": 5000}))
     for spec in prog.kernels:
-        if spec.mode == "elementwise":
+        if spec.launch.kind == "elementwise":
             inner = spec.source.split("_ls_j++) {", 1)[1]
             assert "/" not in inner and "%" not in inner and "ls_fdiv" not in inner, spec.source
     rng = np.random.default_rng(0)
@@ -76,7 +76,7 @@ def test_the_zig_compiler_stands_in_when_the_system_has_none(monkeypatch, tmp_pa
     pytest.importorskip("ziglang")
     import shutil
 
-    from lightspeed.backends.codegen import host
+    from lightspeed.backends.native import executor as host
 
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setattr(shutil, "which", lambda name: None)
@@ -86,7 +86,7 @@ def test_the_zig_compiler_stands_in_when_the_system_has_none(monkeypatch, tmp_pa
     g = ls.Graph()
     x, w = g.input("x", ("s", 64)), g.input("w", (64, 32))
     g.output("y", (x @ w).relu().softmax(-1))
-    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=1, seed=0, progress=False))
+    prog = g.compile(NATIVE, search=ls.SearchOptions(budget=1, seed=0, progress=False))
     rng = np.random.default_rng(0)
     xs, ws = rng.standard_normal((3, 64)).astype(np.float32), rng.standard_normal((64, 32)).astype(np.float32)
     z = np.maximum(xs.astype(np.float64) @ ws, 0)
@@ -100,7 +100,7 @@ def test_no_compiler_at_all_means_native_is_unavailable(monkeypatch):
     import importlib.util
     import shutil
 
-    from lightspeed.backends.codegen import host
+    from lightspeed.backends.native import executor as host
 
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setattr(shutil, "which", lambda name: None)
@@ -118,7 +118,7 @@ def test_decode_attention_kernels_stream_the_cache_and_split_long_reductions():
     k, v = g.input("k", ("p", 3, 64)), g.input("v", ("p", 3, 64))
     w = ((q @ k.permute(1, 2, 0)) * 0.125).softmax(-1)
     g.output("y", w @ v.permute(1, 0, 2) + r)
-    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"p": 1025}))
+    prog = g.compile(NATIVE, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"p": 1025}))
     sources = "\n".join(spec.source for spec in prog.kernels)
     assert "_ls_part[" in sources and "ls_exp2f(" in sources
     ref = g.compile(backend="reference")
@@ -137,7 +137,7 @@ def test_exp2_and_reductions_keep_their_special_values():
     g = ls.Graph()
     x = g.input("x", ("n",))
     g.output("e", ls.exp2(x))
-    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=1, seed=0, progress=False))
+    prog = g.compile(NATIVE, search=ls.SearchOptions(budget=1, seed=0, progress=False))
     special = np.array([-np.inf, np.inf, np.nan, 128.0, 127.99, -149.5, -126.3, -150.0, -151.0, 0.0, -0.0, 1e-30],
                        np.float32)
     xs = np.concatenate([special, np.random.default_rng(1).uniform(-140, 127, 4096).astype(np.float32)])
@@ -151,7 +151,7 @@ def test_exp2_and_reductions_keep_their_special_values():
     x = g.input("x", (3, "n"))
     g.output("m", x.amax(-1))
     g.output("s", x.sum(-1))
-    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=1, seed=0, progress=False))
+    prog = g.compile(NATIVE, search=ls.SearchOptions(budget=1, seed=0, progress=False))
     rng = np.random.default_rng(2)
     for n in (1, 7, 8, 9, 17, 100):
         xs = rng.standard_normal((3, n)).astype(np.float32)
@@ -191,7 +191,7 @@ def test_kernels_are_compiled_once_and_found_again_by_name(tmp_path, monkeypatch
     reference throughout."""
     from pathlib import Path
 
-    from lightspeed.backends.codegen import host
+    from lightspeed.backends.native import executor as host
 
     monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(host, "_kernels", {})

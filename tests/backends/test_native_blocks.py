@@ -169,8 +169,9 @@ def test_portable_kernels_without_avx2(tmp_path, build):
     import ctypes
     import subprocess
 
-    from lightspeed.backends.codegen.host import compiler
-    from lightspeed.backends.codegen.render import module_source, render_block_matmul
+    from lightspeed.backends.codegen.kernels import module_source
+    from lightspeed.backends.codegen.kernels.block_matmul import render_block_matmul
+    from lightspeed.backends.native.executor import compiler
 
     if compiler() is None or not __import__("platform").machine().startswith("x86"):
         pytest.skip("needs an x86-64 C compiler")
@@ -445,7 +446,7 @@ def test_the_search_measures_the_block_op_beside_the_cast_path():
     g = ls.Graph()
     x = g.input("x", ("s", k))
     g.output("y", x @ _block_input(g, "q4_1", n, k).transpose(0, 1))
-    prog = NATIVE.compile(g, search=ls.SearchOptions(budget=8, seed=0, progress=False, dims={"s": 1}))
+    prog = g.compile(NATIVE, search=ls.SearchOptions(budget=8, seed=0, progress=False, dims={"s": 1}))
     rep = prog.search_report
     ran = [c for c in rep.candidates if c.seconds is not None]
     assert any("BlockMatmul" in c.ops for c in ran) and any("Cast" in c.ops and "Matmul" in c.ops for c in ran)

@@ -28,7 +28,7 @@ def test_trace_has_the_compile_its_phases_candidates_and_every_kernel_of_a_run(t
     g = ls.Graph()
     x, w = g.input("x", ("s", 8)), g.input("w", (8, 4))
     g.output("y", (x @ w).softmax(-1))
-    prog = b.compile(g, search=ls.SearchOptions(budget=3, seed=0, progress=False, dims={"s": 3}))
+    prog = g.compile(b, search=ls.SearchOptions(budget=3, seed=0, progress=False, dims={"s": 3}))
     rng = np.random.default_rng(0)
     prog(x=rng.standard_normal((3, 8)).astype(np.float32), w=rng.standard_normal((8, 4)).astype(np.float32))
     assert trace.flush() == str(tracing)

@@ -2,8 +2,8 @@
 
 In one process: the graph cut at its collectives (a group of one, and two ranks on threads with
 an exact in-process communicator) gives the unsharded program's logits; plan errors name what
-does not divide.  With two processes on torch.distributed gloo: ``Generator(tp=2)`` gives the
-same logits (1e-5 relative: the row-parallel sums are reordered) and the same greedy tokens as
+does not divide.  With two processes on torch.distributed gloo: ``tensor_parallel_generator(tp=2)``
+gives the same logits (1e-5 relative: the row-parallel sums are reordered) and the same greedy tokens as
 ``tp=1`` for tiny random Llama and Qwen3-MoE models, and ``lightspeed run --tp 2`` prints the same
 text as ``--tp 1``.  Every test that starts processes closes them (``Generator.close``); the
 launcher's timeouts bound every wait.
@@ -20,11 +20,19 @@ import numpy as np
 import pytest
 
 import lightspeed as ls
-from lightspeed.cli import RANDOM_CONFIGS, random_weights
 from lightspeed.errors import LightspeedError, ShapeError, UnsupportedError
 from lightspeed.models import from_hf_config
 from lightspeed.models.generate import Generator, compile_model
-from lightspeed.parallel import Communicator, SingleRank, collectives_of, compile_shard, shard_model, split_stages
+from lightspeed.models.run import random_config, random_weights
+from lightspeed.parallel import (
+    Communicator,
+    SingleRank,
+    collectives_of,
+    compile_shard,
+    shard_model,
+    split_stages,
+    tensor_parallel_generator,
+)
 
 SEARCH = ls.SearchOptions(budget=2, seed=0)
 PROMPT = [1, 17, 33, 100, 3]
@@ -41,7 +49,7 @@ CONFIGS = {
                                  rope_theta=1_000_000.0, tie_word_embeddings=True),
     # the CLI's Gemma 3 (local + global layers, sandwich norms, GeGLU, tied head) with a window of 4
     # that the 5-token prompt crosses
-    "gemma3": dict(RANDOM_CONFIGS["gemma3"], sliding_window=4),
+    "gemma3": dict(random_config("gemma3"), sliding_window=4),
 }
 
 
@@ -201,7 +209,7 @@ def test_plan_errors_name_what_does_not_divide():
     with pytest.raises(ShapeError, match=r"intermediate_size\) = 100") as e:
         shard_model(odd, 8, 0)
     assert "heads" in str(e.value)  # 8 divides neither 4 heads nor 2 KV heads: all are named
-    gemma4 = from_hf_config(RANDOM_CONFIGS["gemma4_moe"])
+    gemma4 = from_hf_config(random_config("gemma4_moe"))
     with pytest.raises(UnsupportedError, match="tensor parallel supports"):
         shard_model(gemma4, 2, 0)
     with pytest.raises(ValueError, match="rank 2 is outside"):
@@ -211,12 +219,12 @@ def test_plan_errors_name_what_does_not_divide():
 # ---------------------------------------------------------------------- two processes (gloo)
 @pytest.mark.parametrize("name", ["llama", "qwen3_moe"])
 def test_gloo_two_processes_match_unsharded(name):
-    """Generator(tp=2): this process is rank 0, one spawned process rank 1, joined by gloo; the
+    """tensor_parallel_generator(tp=2): this process is rank 0, one spawned process rank 1, joined by gloo; the
     logits behind every token (prefill, then 8 decode steps) and the greedy tokens equal tp=1's."""
     gloo_or_skip()
     model, w = model_and_weights(name)
     want = Generator(model, w, search=SEARCH).generate(PROMPT, 8, stop_ids=(), keep_logits=True)
-    gen = Generator(model, w, search=SEARCH, tp=2)
+    gen = tensor_parallel_generator(model, w, 2, search=SEARCH)
     try:
         got = gen.generate(PROMPT, 8, stop_ids=(), keep_logits=True)
         again = gen.generate(PROMPT[:3], 3, stop_ids=())  # the ranks serve a second request
@@ -244,10 +252,10 @@ def test_a_failing_start_raises_and_leaves_no_process():
 
     model, w = model_and_weights("llama")
     with pytest.raises(UnsupportedError, match="runs on the cpu and reference backends, not native"):
-        Generator(model, w, backend="native", tp=2)  # refused before any process starts
+        tensor_parallel_generator(model, w, 2, backend="native")  # refused before any process starts
     bad = ls.SearchOptions(budget=1, dim_buckets={"no_such_dim": [(1, 8)]})
     with pytest.raises(LightspeedError, match="no_such_dim"):
-        Generator(model, w, search=bad, tp=2)
+        tensor_parallel_generator(model, w, 2, search=bad)
     assert not [p for p in multiprocessing.active_children() if p.name.startswith("lightspeed-tp")]
 
 
@@ -295,7 +303,7 @@ def test_smollm2_three_processes_same_greedy_tokens():
     ids = w.tokenizer.encode("The capital of France is")
     search = ls.SearchOptions(budget=3, seed=0)
     want = Generator(model, w.tensors, search=search).generate(ids, 16, stop_ids=(), keep_logits=True)
-    gen = Generator(model, w.tensors, search=search, tp=3)
+    gen = tensor_parallel_generator(model, w.tensors, 3, search=search)
     try:
         got = gen.generate(ids, 16, stop_ids=(), keep_logits=True)
     finally:

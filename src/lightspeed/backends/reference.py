@@ -8,14 +8,11 @@ Values are freed after their last use.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..egraph.llir import liveness
 from ..graph import Graph
 from ..program import Program
-from . import register_backend
 from .base import Backend
 from .numpy_views import read_view
 from .rolled import fill_out
@@ -55,16 +52,11 @@ class ReferenceProgram(Program):
 
 
 class ReferenceBackend(Backend):
-    """Runs HLIR as it is: no e-graph, no search (``search=`` is accepted, so callers never branch
-    on the backend's name, and ignored)."""
+    """Runs HLIR as it is: no e-graph, no search (the compile pipeline accepts ``search=``, so
+    callers never branch on the backend's name, and ignores it)."""
 
     name = "reference"
     searched = False
 
-    def compile(self, graph: Graph, search: Any = None, **options: Any) -> ReferenceProgram:
-        if options:
-            raise TypeError(f"reference backend takes no options besides search=, got {sorted(options)}")
+    def lower_graph(self, graph: Graph) -> ReferenceProgram:
         return ReferenceProgram(graph)
-
-
-register_backend(ReferenceBackend())

@@ -1,4 +1,5 @@
-"""The default way a backend runs a rolled program (``lightspeed.rolling``): a host loop.
+"""The default way a backend runs a rolled program (``lightspeed.rolling``, composed by the
+compile pipeline through ``Backend.compose_rolled``): a host loop.
 
 The prelude runs once, the block template once per block (bound to that block's boundary values
 and weights), the epilogue once.  Values crossing parts are the producers' full tensors, kept
@@ -16,8 +17,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..graph import Graph
-from ..program import Program, share_array_hooks
-from ..search import BucketedProgram, SearchReport
+from ..program import BucketedProgram, Program, SearchReport, share_array_hooks
 
 __all__ = ["BlockLoopProgram", "fill_out"]
 

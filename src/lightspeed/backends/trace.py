@@ -1,7 +1,7 @@
 """``LIGHTSPEED_TRACE=path.json``: a Chrome / Perfetto trace (the Trace Event Format) of what a
 process compiled and ran.
 
-* **Compiles** (every backend, from ``Backend.compile``): one span per program, with the search's
+* **Compiles** (every backend, from ``lightspeed.pipeline.compile``): one span per program, with the search's
   phases (build, encode, saturate or cache load, extract, profile, lower), each ruleset's
   saturation and each measured candidate (its origin, time and backend ops) laid out inside it.
 * **Runs**: one span per call of a program; inside it one event per kernel or host op, timed on

@@ -3,18 +3,20 @@
     model = lightspeed.models.from_hf_config(json.load(open("config.json")))
     model = lightspeed.models.get("llama").from_hf_config(cfg)
 
-The model classes are imported on first use (PEP 562): :data:`FAMILIES` names every family and the
-HF ``model_type`` values it reads without importing the graph library (``lightspeed models``,
-``lightspeed fetch`` and the CLI's option checks use it; a test keeps it equal to the classes).
+The families are declared in the registry (:mod:`lightspeed.models.family`: one module per family
+under ``models/families/``), which imports no graph code; the model classes are imported on first
+use (PEP 562), so ``lightspeed models``, ``lightspeed fetch`` and the CLI's option checks read the
+families without numpy.  :func:`get` and :data:`MODELS` cover the text decoders (``task ==
+"generate"``); Whisper is a family too, with its own entry points (``lightspeed.models.whisper``).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsupportedError
+from . import family as registry
 
 if TYPE_CHECKING:
     from ..dtypes import DType
@@ -25,47 +27,45 @@ if TYPE_CHECKING:
     from .qwen3 import Qwen3
     from .qwen3_moe import Qwen3Moe
 
-__all__ = ["MODELS", "FAMILIES", "get", "family_of", "from_hf_config", "DecoderLM", "DecoderConfig", "Llama",
+__all__ = ["MODELS", "get", "family_of", "from_hf_config", "text_families", "DecoderLM", "DecoderConfig", "Llama",
            "Qwen3", "Gemma3", "Qwen3Moe", "Gemma4"]
 
-# family -> (module, class, HF model_type values), in the order `lightspeed models` lists them
-FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "llama": ("llama", "Llama", ("llama",)),
-    "qwen3": ("qwen3", "Qwen3", ("qwen3",)),
-    "gemma3": ("gemma3", "Gemma3", ("gemma3_text", "gemma3")),
-    "qwen3_moe": ("qwen3_moe", "Qwen3Moe", ("qwen3_moe",)),
-    "gemma4_moe": ("gemma4", "Gemma4", ("gemma4_text", "gemma4")),
-}
-_CLASSES = {cls: mod for mod, cls, _ in FAMILIES.values()} | {"DecoderLM": "base", "DecoderConfig": "base"}
+_BASE = {"DecoderLM", "DecoderConfig"}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "MODELS":
-        value: Any = {f: get(f) for f in FAMILIES}
-    elif name in _CLASSES:
-        value = getattr(importlib.import_module(f".{_CLASSES[name]}", __name__), name)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+    if name == "MODELS":  # recomputed on each use: a family registered later appears too
+        return {f: get(f) for f in text_families()}
+    if name in _BASE:
+        from . import base
+
+        return getattr(base, name)
+    for fam in text_families().values():  # Llama, Qwen3, ...: the classes the registry names
+        if fam.model.rpartition(":")[2] == name:
+            return fam.model_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def text_families() -> dict[str, registry.Family]:
+    """The registered decoder LM families (``task == "generate"``) by name, in registry order."""
+    return {n: f for n, f in registry.families().items() if f.task == "generate"}
 
 
 def get(family: str) -> type[DecoderLM]:
-    """The model class of ``family`` ('llama', 'qwen3', 'gemma3', 'qwen3_moe', 'gemma4_moe')."""
-    try:
-        mod, cls, _ = FAMILIES[family]
-    except KeyError:
-        raise UnsupportedError(f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}") from None
-    return getattr(importlib.import_module(f".{mod}", __name__), cls)
+    """The model class of decoder family ``family`` ('llama', 'qwen3', 'gemma3', 'qwen3_moe', 'gemma4_moe')."""
+    fam = text_families().get(family)
+    if fam is None:
+        raise UnsupportedError(f"unknown model family {family!r}; known: {', '.join(sorted(text_families()))}")
+    return fam.model_class()
 
 
 def family_of(config: Mapping[str, Any]) -> str:
-    """The family whose class reads this HF config's ``model_type``."""
+    """The decoder family whose class reads this HF config's ``model_type``."""
     mt = config.get("model_type")
-    for name, (_, _, types) in FAMILIES.items():
-        if mt in types:
+    for name, fam in text_families().items():
+        if mt in fam.model_types:
             return name
-    raise UnsupportedError(f"HF model_type {mt!r} is not supported; families: {', '.join(sorted(FAMILIES))}")
+    raise UnsupportedError(f"HF model_type {mt!r} is not supported; families: {', '.join(sorted(text_families()))}")
 
 
 def from_hf_config(config: Mapping[str, Any], family: str | None = None, dtype: DType | str = "float32"

@@ -129,11 +129,11 @@ class DecoderBlock(Module):
 
 
 class DecoderLM(Module):
-    """A decoder-only language model (see the module docstring).  Subclasses set ``family`` and
-    implement ``config_from_hf``; the structure is configured by :class:`DecoderConfig`."""
+    """A decoder-only language model (see the module docstring).  Subclasses set ``family`` (the
+    name their ``lightspeed.models.family.Family`` declares, with the HF ``model_type`` values they
+    read) and implement ``config_from_hf``; the structure is configured by :class:`DecoderConfig`."""
 
     family: ClassVar[str] = "decoder"
-    model_types: ClassVar[tuple[str, ...]] = ()  # HF ``model_type`` values this class reads
 
     def __init__(self, config: DecoderConfig, dtype: DType | str = dt.float32) -> None:
         super().__init__("")

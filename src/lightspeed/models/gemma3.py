@@ -1,7 +1,10 @@
 """Gemma 3 (text): interleaved sliding-window (local) and global layers with different RoPE bases
 (global layers may have rope scaling), RMSNorm with ``1 + w``, norms before *and* after attention
 and MLP, q/k norms, GeGLU with tanh-GELU, embeddings scaled by sqrt(hidden), attention scale
-``query_pre_attn_scalar ** -0.5``, tied head."""
+``query_pre_attn_scalar ** -0.5``, tied head.
+
+The graph; the family's names, weight files (the GGUF norms' ``1 + w``) and defaults are declared
+in ``families/gemma3.py``."""
 
 from __future__ import annotations
 
@@ -16,7 +19,6 @@ __all__ = ["Gemma3"]
 
 class Gemma3(DecoderLM):
     family = "gemma3"
-    model_types = ("gemma3_text", "gemma3")
 
     @classmethod
     def config_from_hf(cls, config: Mapping[str, Any]) -> DecoderConfig:

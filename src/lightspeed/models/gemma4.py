@@ -24,6 +24,8 @@ scaled by sqrt(hidden), tied head, final logit soft-capping.  What differs (HF
 Not supported (raise ``UnsupportedError``): per-layer input embeddings
 (``hidden_size_per_layer_input``, the E2B/E4B models), KV sharing across layers
 (``num_kv_shared_layers``) and bidirectional attention.
+
+The family (``gemma4_moe``: names, ``--random`` config) is declared in ``families/gemma4.py``.
 """
 
 from __future__ import annotations
@@ -213,7 +215,6 @@ class Gemma4(DecoderLM):
     per-layer embeddings or KV sharing)."""
 
     family = "gemma4_moe"
-    model_types = ("gemma4_text", "gemma4")
 
     def __init__(self, config: Gemma4Config, dtype: DType | str = dt.float32) -> None:
         # not DecoderLM.__init__: its DecoderBlock assumes one head_dim for every layer

@@ -30,8 +30,9 @@ from ..program import Program
 from ..search import SearchOptions
 from .base import DecoderLM
 
-__all__ = ["Generator", "GenerationResult", "generate", "apply_repetition_penalty", "top_k_mask", "top_p_mask",
-           "process_logits", "sample_token", "compile_model", "record_build", "profile_options"]
+__all__ = ["Generator", "RankPrograms", "one_process", "GenerationResult", "generate", "apply_repetition_penalty",
+           "top_k_mask", "top_p_mask", "process_logits", "sample_token", "compile_model", "record_build",
+           "profile_options"]
 
 
 # ---------------------------------------------------------------------- samplers (pure numpy)
@@ -171,35 +172,56 @@ class GenerationResult:
         return self.ttft_s + sum(self.step_s)
 
 
+@dataclass
+class RankPrograms:
+    """What this process runs of a model: ``model``, whose graphs and KV cache it holds (the model
+    itself, or this rank's shard under tensor parallel), its checked ``weights``, the compiled
+    ``prefill`` and ``decode`` programs with those weights resident, and ``group``: the other ranks
+    this process leads, which run every request in step (``follow(**request)``, ``finish()``,
+    ``close()``: ``lightspeed.parallel.TensorParallelGroup``), or None."""
+
+    model: DecoderLM
+    weights: dict[str, Any]
+    prefill: Program
+    decode: Program
+    group: Any = None
+
+
+def one_process(model: DecoderLM, weights: Mapping[str, Any], backend: str, search: SearchOptions | None
+                ) -> RankPrograms:
+    """The programs of ``model`` compiled in this process alone (the default of :class:`Generator`)."""
+    checked = model.check_weights(weights)
+    # the weights become resident once (checked and placed on the device), not passed per step;
+    # GGUF block matrices a backend reads as blocks keep their block dtype in the graphs
+    storage = model.block_storage(checked, backend)
+    prefill = compile_model(model, "prefill", backend, search, storage=storage).persist(checked)
+    decode = compile_model(model, "decode", backend, search, storage=storage).persist(checked)
+    return RankPrograms(model, checked, prefill, decode)
+
+
 class Generator:
     """Compiled prefill + decode programs of ``model`` with its ``weights`` (HF state_dict names;
     checked once).  ``backend`` 'cpu' (default) or 'reference'; ``search`` the cpu search options.
-    ``tp``: tensor-parallel ranks; N > 1 starts N - 1 more processes, this one being rank 0 (or a
-    :class:`lightspeed.parallel.Rank` of a group started elsewhere); ``close()`` stops them."""
+    ``programs(model, weights, backend, search)`` makes this process's :class:`RankPrograms`: by
+    default :func:`one_process`; ``lightspeed.parallel.tensor_parallel_generator`` passes a tensor-
+    parallel rank's (this module knows nothing of tensor parallel).  ``close()`` stops the ranks this
+    generator leads, if any."""
 
     def __init__(self, model: DecoderLM, weights: Mapping[str, Any], *, backend: str = "cpu",
-                 search: SearchOptions | None = None, tp: Any = 1) -> None:
+                 search: SearchOptions | None = None,
+                 programs: Callable[[DecoderLM, Mapping[str, Any], str, SearchOptions | None], RankPrograms]
+                 = one_process) -> None:
         self.model = model
         self.backend = backend
-        self.group = None  # the tensor-parallel ranks this process leads
         t0 = time.perf_counter()
-        if tp == 1:
-            self.shard = model  # the model whose graphs and KV cache this process runs
-            self.weights = model.check_weights(weights)
-            # the weights become resident once (checked and placed on the device), not passed per step
-            # GGUF block matrices a backend reads as blocks keep their block dtype in the graphs
-            storage = model.block_storage(self.weights, backend)
-            self.prefill = compile_model(model, "prefill", backend, search, storage=storage).persist(self.weights)
-            self.decode = compile_model(model, "decode", backend, search, storage=storage).persist(self.weights)
-        else:
-            from ..parallel.launch import start_rank
-
-            self.group, self.shard, self.weights, self.prefill, self.decode = start_rank(
-                model, weights, tp, backend, search)
+        mine = programs(model, weights, backend, search)
+        self.shard = mine.model  # the model whose graphs and KV cache this process runs
+        self.weights, self.prefill, self.decode = mine.weights, mine.prefill, mine.decode
+        self.group = mine.group  # the tensor-parallel ranks this process leads
         self.compile_s = time.perf_counter() - t0
 
     def close(self) -> None:
-        """Stop the tensor-parallel ranks this generator started (nothing for ``tp=1``)."""
+        """Stop the tensor-parallel ranks this generator leads (nothing on one process)."""
         if self.group is not None:
             self.group.close()
 

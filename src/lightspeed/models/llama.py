@@ -1,4 +1,6 @@
-"""Llama family (Llama 2/3.x, SmolLM2, TinyLlama, ...): pre-norm RMSNorm, SwiGLU, RoPE, GQA."""
+"""Llama family (Llama 2/3.x, SmolLM2, TinyLlama, ...): pre-norm RMSNorm, SwiGLU, RoPE, GQA.
+
+The graph; the family's names, weight files and defaults are declared in ``families/llama.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ __all__ = ["Llama"]
 
 class Llama(DecoderLM):
     family = "llama"
-    model_types = ("llama",)
 
     @classmethod
     def config_from_hf(cls, config: Mapping[str, Any]) -> DecoderConfig:

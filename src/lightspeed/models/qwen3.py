@@ -1,5 +1,7 @@
 """Qwen3 family (dense): Llama's structure plus RMSNorm on each head's queries and keys
-(``q_norm`` / ``k_norm`` over head_dim, before RoPE) and an explicit head_dim."""
+(``q_norm`` / ``k_norm`` over head_dim, before RoPE) and an explicit head_dim.
+
+The graph; the family's names, weight files and defaults are declared in ``families/qwen3.py``."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ __all__ = ["Qwen3"]
 
 class Qwen3(DecoderLM):
     family = "qwen3"
-    model_types = ("qwen3",)
 
     @classmethod
     def config_from_hf(cls, config: Mapping[str, Any]) -> DecoderConfig:

@@ -13,6 +13,8 @@ KV cache).  Expert weights are the stacked transformers-5 tensors
 checkpoints' per-expert tensors are stacked once by :meth:`Qwen3Moe.check_weights`.  The
 prefill graph runs the experts densely, the decode graph gathers the chosen ones
 (``moe_prefill`` / ``moe_decode`` in the config).
+
+The family's names, tensor parallel and ``--random`` config are declared in ``families/qwen3_moe.py``.
 """
 
 from __future__ import annotations
@@ -94,7 +96,6 @@ class Qwen3MoeBlock(DecoderBlock):
 
 class Qwen3Moe(DecoderLM):
     family = "qwen3_moe"
-    model_types = ("qwen3_moe",)
 
     def __init__(self, config: Qwen3MoeConfig, dtype: DType | str = dt.float32) -> None:
         super().__init__(config, dtype)

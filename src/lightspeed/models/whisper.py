@@ -20,6 +20,8 @@ and passes the prefix ``buf[:p]`` (a view) to the next step.  Inside the decode 
 scores against the past keys and against the new key are computed separately and only the small
 ``(heads, s, p + s)`` score tensors are concatenated; the probabilities are split again for the
 two value products, so the past K/V are read where they lie.
+
+The family (``lightspeed run whisper``, its default weights) is declared in ``families/whisper.py``.
 """
 
 from __future__ import annotations

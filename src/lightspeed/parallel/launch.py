@@ -1,12 +1,14 @@
 """Tensor-parallel generation: one process per rank on this host, torchrun-style.
 
-``Generator(model, weights, tp=N)`` (and ``lightspeed run MODEL --tp N``) makes the calling
-process rank 0 and starts ranks 1..N-1 as spawned processes (``multiprocessing`` spawn context:
+``tensor_parallel_generator(model, weights, N)`` (and ``lightspeed run MODEL --tp N``) makes the
+calling process rank 0 and starts ranks 1..N-1 as spawned processes (``multiprocessing`` spawn context:
 a fresh interpreter, no forked threads) that rendezvous on a free localhost port.  Rank 0 cuts
 every rank's weights (:meth:`ShardedModel.shard_weights`) and hands them over when it starts
 them; each rank compiles its own stages.  Every rank then runs the same generation loop: the
 logits are all-gathered and the all-reduce gives every rank the same bits, so every rank samples
-the same tokens from the same seed and no token is sent.  Only rank 0 reports tokens.
+the same tokens from the same seed and no token is sent.  Only rank 0 reports tokens.  The loop
+is :class:`~lightspeed.models.generate.Generator`'s, given a rank's programs (:func:`start_rank`):
+parallel builds on generation, never the other way round.
 
 Processes always end: a worker exits when rank 0 says so, when its pipe to rank 0 closes (rank 0
 died) or when a collective times out; :meth:`TensorParallelGroup.close` (also run when the group
@@ -15,6 +17,7 @@ is garbage collected and at exit) joins them and terminates any that do not stop
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -22,16 +25,17 @@ import time
 import traceback
 import weakref
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..errors import LightspeedError, UnsupportedError
-from ..program import Program
+from ..models.generate import Generator, RankPrograms, profile_options, record_build
 from ..search import SearchOptions
 from .collective import Communicator, TorchCommunicator, free_port
 from .plan import ShardedModel, backend_refusal, check_tp, shard_model
 from .stages import StagedProgram, compile_staged
 
-__all__ = ["Rank", "TensorParallelGroup", "compile_shard", "start_rank", "TIMEOUT_S"]
+__all__ = ["Rank", "TensorParallelGroup", "compile_shard", "start_rank", "tensor_parallel_generator", "TIMEOUT_S"]
 
 TIMEOUT_S = 120.0  # a collective or a worker reply slower than this means a rank is gone
 
@@ -51,8 +55,6 @@ def compile_shard(shard: ShardedModel, mode: str, backend: str, search: SearchOp
                   comm: Communicator) -> StagedProgram:
     """The rank's compiled ``mode`` program (stages + collectives), cached in-process by the
     rank's model, rank and options (the stages do not depend on weights or the communicator)."""
-    from ..models.generate import profile_options, record_build
-
     opts = profile_options(mode, search)
     m = shard.model
     key = (type(m), repr(m.config), m.dtype, mode, shard.world, shard.rank, backend, repr(opts))
@@ -67,31 +69,41 @@ def compile_shard(shard: ShardedModel, mode: str, backend: str, search: SearchOp
 
 
 def _local(model: Any, weights: Any, world: int, rank: int, comm: Communicator, backend: str,
-           search: SearchOptions | None, shards: bool) -> tuple[Any, dict, Program, Program]:
+           search: SearchOptions | None, shards: bool) -> RankPrograms:
     shard = shard_model(model, world, rank)
     w = shard.model.check_weights(weights) if shards else shard.shard_weights(weights)
     prefill = compile_shard(shard, "prefill", backend, search, comm).persist(w)
     decode = compile_shard(shard, "decode", backend, search, comm).persist(w)
-    return shard.model, w, prefill, decode
+    return RankPrograms(shard.model, w, prefill, decode)
 
 
-def start_rank(model: Any, weights: Any, tp: int | Rank, backend: str, search: SearchOptions | None
-               ) -> tuple[TensorParallelGroup | None, Any, dict, Program, Program]:
-    """(the group this process leads or None, the rank's model, its weights, prefill, decode)."""
+def start_rank(model: Any, weights: Any, backend: str, search: SearchOptions | None, *, tp: int | Rank
+               ) -> RankPrograms:
+    """This process's programs as a rank: rank 0 of ``tp`` ranks (it starts and leads the others:
+    ``group``), or the ``Rank`` of a group started elsewhere.  A ``Generator``'s ``programs``."""
     why = backend_refusal(backend)
     if why:
         raise UnsupportedError(why)
     if isinstance(tp, Rank):
-        return (None, *_local(model, weights, tp.comm.world, tp.comm.rank, tp.comm, backend, search,
-                              tp.weights_are_shards))
+        return _local(model, weights, tp.comm.world, tp.comm.rank, tp.comm, backend, search, tp.weights_are_shards)
     group = TensorParallelGroup(model, weights, tp, backend, search)
-    return (group, *group.local)
+    return dataclasses.replace(group.local, group=group)
+
+
+def tensor_parallel_generator(model: Any, weights: Any, tp: int, *, backend: str = "cpu",
+                              search: SearchOptions | None = None) -> Generator:
+    """A :class:`~lightspeed.models.generate.Generator` of ``model`` split over ``tp`` ranks: this
+    process is rank 0 and starts ranks 1..tp-1 (``Generator.close`` stops them); ``tp=1`` is the
+    one-process Generator.  Refused (naming why) before any process starts when the backend or the
+    model's dims do not allow it."""
+    if tp == 1:
+        return Generator(model, weights, backend=backend, search=search)
+    return Generator(model, weights, backend=backend, search=search, programs=partial(start_rank, tp=tp))
 
 
 def _worker(rank: int, world: int, port: int, cls: type, config: Any, dtype: str, weights: dict, backend: str,
             search: SearchOptions | None, conn: Any, timeout_s: float) -> None:
     """A rank > 0: build, compile, say ready, then run each ``generate`` rank 0 asks for."""
-    from ..models.generate import Generator
     from ..search import session
 
     # Ctrl-C on a terminal reaches every process of the group: rank 0 handles it and stops the others
@@ -104,7 +116,8 @@ def _worker(rank: int, world: int, port: int, cls: type, config: Any, dtype: str
         conn.send(("started", None))
         comm = TorchCommunicator(rank, world, port, timeout_s=timeout_s)
         with session(say=lambda msg: None):  # rank 0 alone reports compile progress
-            gen = Generator(cls(config, dtype), weights, backend=backend, search=search, tp=Rank(comm, True))
+            gen = Generator(cls(config, dtype), weights, backend=backend, search=search,
+                            programs=partial(start_rank, tp=Rank(comm, True)))
         del weights
         conn.send(("ready", None))
     except BaseException:  # noqa: BLE001 - reported to rank 0, which raises it
@@ -142,7 +155,7 @@ def _shutdown(procs: list[Any], conns: list[Any], comm: Communicator) -> None:
 
 class TensorParallelGroup:
     """Rank 0 of ``world`` ranks of ``model``: starts the other ranks and leads them (module
-    docstring).  ``local``: (rank 0's model, weights, prefill, decode)."""
+    docstring).  ``local``: rank 0's programs (``RankPrograms``, without the group)."""
 
     def __init__(self, model: Any, weights: Any, world: int, backend: str = "cpu",
                  search: SearchOptions | None = None, timeout_s: float = TIMEOUT_S) -> None:

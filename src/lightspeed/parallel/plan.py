@@ -41,11 +41,12 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..graph import GraphTensor
+from ..models import family as registry
 from ..nn import Builder, Embedding, Linear, Module
 from ..nn.moe import Experts
 from .collective import all_gather, all_reduce
 
-__all__ = ["DECODER_PLAN", "TP_FAMILIES", "TP_BACKENDS", "backend_refusal", "ShardedModel", "shard_model",
+__all__ = ["DECODER_PLAN", "tp_families", "TP_BACKENDS", "backend_refusal", "ShardedModel", "shard_model",
            "check_tp", "vocab_sizes", "RowParallelLinear", "VocabParallelHead", "VocabParallelEmbedding",
            "ReducedExperts"]
 
@@ -61,12 +62,15 @@ DECODER_PLAN: dict[str, str] = {
     "model.embed_tokens": "vocab",
     "lm_head": "vocab",
 }
-# families whose structure the plan covers (Gemma 4's per-layer inputs, k = v attention and
-# mixed head dims are not planned)
-TP_FAMILIES = ("llama", "qwen3", "gemma3", "qwen3_moe")
 # backends whose stages have run sharded (host arrays, fresh outputs); cuda's NCCL path is written
 # (collective.TorchCommunicator) but has not run on a multi-GPU host, so it is not offered yet
 TP_BACKENDS = ("cpu", "reference")
+
+
+def tp_families() -> tuple[str, ...]:
+    """The families whose structure the plan covers (``Family.tensor_parallel``; Gemma 4's per-layer
+    inputs, k = v attention and mixed head dims are not planned), in registry order."""
+    return tuple(name for name, fam in registry.families().items() if fam.tensor_parallel)
 
 
 def backend_refusal(backend: str) -> str | None:
@@ -132,8 +136,8 @@ def check_tp(model: Any, world: int) -> None:
     if not isinstance(world, int) or world < 1:
         raise ValueError(f"tensor parallel: the number of ranks must be an int >= 1, got {world!r}")
     family = getattr(model, "family", type(model).__name__)
-    if not isinstance(model, DecoderLM) or family not in TP_FAMILIES:
-        raise UnsupportedError(f"tensor parallel supports the {', '.join(TP_FAMILIES)} families, not {family}")
+    if not isinstance(model, DecoderLM) or family not in tp_families():
+        raise UnsupportedError(f"tensor parallel supports the {', '.join(tp_families())} families, not {family}")
     if world == 1:
         return
     if model.dtype.np.kind == "V":  # gloo sums numpy dtypes; bfloat16 would need its own path

@@ -254,6 +254,6 @@ def compile_staged(graph: Graph, backend: str, search: Any, comm: Communicator) 
                 if isinstance(opts, SearchOptions):  # one stage holds no repeated layers to roll
                     sub = dataclasses.replace(opts, roll=False, dims={k: v for k, v in (opts.dims or {}).items()
                                                                       if k in syms} or None)
-                prog = compiled[key] = be.compile(st.graph, search=sub)
+                prog = compiled[key] = st.graph.compile(be, search=sub)
             out.append((st, prog))
     return StagedProgram(graph, out, comm, be, time.perf_counter() - t0)

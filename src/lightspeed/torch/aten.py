@@ -9,9 +9,10 @@ shape propagation recorded for the node, so a row only has to get the values rig
 
 ``DECOMPOSITIONS`` is the table AOTAutograd (and ``torch.export``) lowers with before translation:
 PyTorch's core-ATen decompositions plus a few more, minus scaled_dot_product_attention, which stays
-one op so that attention rules can match it.
+one op and is translated to ``ls.scaled_dot_product_attention`` (its primitives; no rule matches
+attention as a whole yet: the fused attention kernels of the decode and prefill issues will).
 
-The op-suite tests (``tests/torch/test_aten_ops.py``) iterate over this table and fail for a row
+The op-suite tests (``tests/torch_backend/test_aten_ops.py``) iterate over this table and fail for a row
 without samples.
 """
 

@@ -1,36 +1,35 @@
 """GGUF -> Hugging Face conventions: the config, the tensor names, and llama.cpp's layout changes undone.
 
-llama.cpp's `convert_hf_to_gguf.py` changes two things besides names that we reverse here:
-
-* Llama-architecture Q and K projections have their rows permuted so that the two rotated halves of
-  each head interleave (GGML's RoPE rotates adjacent pairs, HF's rotates the two halves): see
-  `permute_qk` / `unpermute_qk`.
-* Gemma's RMSNorm computes `x * (1 + w)`; the GGUF stores `1 + w` for every norm weight. We subtract 1
-  from all of them (HF's Gemma3RMSNorm is used for the four layer norms, q_norm, k_norm and the final
-  norm).
+What every decoder file shares is read here: the common config entries, the global and per-layer
+tensor names (:data:`GLOBAL_NAMES`, :data:`BLOCK_NAMES`).  What differs by architecture is
+declared by its family (``lightspeed.models.family.Checkpoint``): the architecture's own config
+entries, its tensor names, and the layout changes llama.cpp's ``convert_hf_to_gguf.py`` made
+(Llama's interleaved Q/K rows, Gemma's ``1 + w`` norms: see ``models/families/llama.py`` and
+``models/families/gemma3.py``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from ..models import family as registry
 from .errors import WeightError
 from .gguf_file import GGUFFile
 from .shapes import check_config
 
-__all__ = ["SUPPORTED_ARCHITECTURES", "gguf_config", "hf_name", "permute_qk", "unpermute_qk", "fix_tensor"]
+__all__ = ["supported_architectures", "gguf_config", "hf_name", "fix_tensor", "fix_rows", "GGUFMetadata",
+           "GLOBAL_NAMES", "BLOCK_NAMES", "IGNORED_TENSORS"]
 
-SUPPORTED_ARCHITECTURES = ("llama", "gemma3", "qwen2", "qwen3")
-
-_GLOBAL_NAMES = {
+GLOBAL_NAMES = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",
     "output": "lm_head",
 }
-_BLOCK_NAMES = {
+BLOCK_NAMES = {
     "attn_norm": "input_layernorm",
     "attn_q": "self_attn.q_proj",
     "attn_k": "self_attn.k_proj",
@@ -43,14 +42,14 @@ _BLOCK_NAMES = {
     "ffn_down": "mlp.down_proj",
     "ffn_norm": "post_attention_layernorm",
 }
-# Gemma 3 has four norms per layer; llama.cpp names the one before the MLP ffn_norm.
-_BLOCK_NAMES_GEMMA3 = _BLOCK_NAMES | {
-    "ffn_norm": "pre_feedforward_layernorm",
-    "post_attention_norm": "post_attention_layernorm",
-    "post_ffw_norm": "post_feedforward_layernorm",
-}
 # Tensors llama.cpp stores that have no counterpart in the HF state_dict (they become config entries).
 IGNORED_TENSORS = frozenset({"rope_freqs.weight"})
+
+
+def supported_architectures() -> tuple[str, ...]:
+    """The GGUF architectures some family declares, in registry order."""
+    return tuple(c.gguf_architecture for f in registry.families().values() for c in f.checkpoints
+                 if c.gguf_architecture is not None)
 
 
 def hf_name(arch: str, name: str) -> str | None:
@@ -58,52 +57,29 @@ def hf_name(arch: str, name: str) -> str | None:
     stem, _, kind = name.rpartition(".")
     if kind not in ("weight", "bias"):
         return None
-    if stem in _GLOBAL_NAMES:
-        return f"{_GLOBAL_NAMES[stem]}.{kind}"
+    if stem in GLOBAL_NAMES:
+        return f"{GLOBAL_NAMES[stem]}.{kind}"
     parts = stem.split(".")
     if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit():
-        table = _BLOCK_NAMES_GEMMA3 if arch == "gemma3" else _BLOCK_NAMES
+        declared = registry.gguf_checkpoint(arch)
+        table = {**BLOCK_NAMES, **declared.gguf_block_names} if declared is not None else BLOCK_NAMES
         if parts[2] in table:
             return f"model.layers.{parts[1]}.{table[parts[2]]}.{kind}"
     return None
 
 
-def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp's permutation of Q/K projection rows (HF layout -> GGUF layout)."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
-    """Inverse of `permute_qk` (GGUF layout -> HF layout)."""
-    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def fix_tensor(config: dict[str, Any], name: str, w: np.ndarray) -> np.ndarray:
+def fix_tensor(config: Mapping[str, Any], name: str, w: np.ndarray) -> np.ndarray:
     """Undo llama.cpp's layout changes on tensor `name` (HF name) of a model with HF `config`."""
-    model_type = config["model_type"]
-    if model_type == "llama":
-        if name.endswith("self_attn.q_proj.weight") or name.endswith("self_attn.q_proj.bias"):
-            return np.ascontiguousarray(unpermute_qk(w, config["num_attention_heads"]))
-        if name.endswith("self_attn.k_proj.weight") or name.endswith("self_attn.k_proj.bias"):
-            return np.ascontiguousarray(unpermute_qk(w, config["num_key_value_heads"]))
-    elif model_type == "gemma3_text" and name.endswith("norm.weight"):
-        w -= 1.0
-    return w
+    declared = registry.checkpoint(config["model_type"])
+    return w if declared is None or declared.fix_tensor is None else declared.fix_tensor(config, name, w)
 
 
-def fix_rows(config: dict[str, Any], name: str, rows: np.ndarray) -> np.ndarray | None:
+def fix_rows(config: Mapping[str, Any], name: str, rows: np.ndarray) -> np.ndarray | None:
     """`fix_tensor`'s change of tensor `name` applied to per-row data of it (its quantised blocks,
     one row of bytes per matrix row): the same row permutation, or None when the change is not a
     permutation of whole rows (the blocks then no longer hold the fixed tensor)."""
-    model_type = config["model_type"]
-    if model_type == "llama":
-        if name.endswith("self_attn.q_proj.weight"):
-            return np.ascontiguousarray(unpermute_qk(rows, config["num_attention_heads"]))
-        if name.endswith("self_attn.k_proj.weight"):
-            return np.ascontiguousarray(unpermute_qk(rows, config["num_key_value_heads"]))
-    elif model_type == "gemma3_text" and name.endswith("norm.weight"):
-        return None
-    return rows
+    declared = registry.checkpoint(config["model_type"])
+    return rows if declared is None or declared.fix_rows is None else declared.fix_rows(config, name, rows)
 
 
 # -- config ------------------------------------------------------------------------------------------------
@@ -111,13 +87,26 @@ def fix_rows(config: dict[str, Any], name: str, rows: np.ndarray) -> np.ndarray 
 _MISSING = object()
 
 
-class _Meta:
-    """Typed access to `<arch>.*` and `tokenizer.ggml.*` metadata with file-naming errors."""
+class GGUFMetadata:
+    """Typed access to `<arch>.*` and `tokenizer.ggml.*` metadata with file-naming errors (what a
+    family's `Checkpoint.gguf_config` reads its entries through)."""
 
     def __init__(self, g: GGUFFile):
         self.g = g
         self.md = g.metadata
         self.arch = g.architecture
+
+    @property
+    def path(self) -> Any:
+        return self.g.path
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """Every metadata key/value of the file, unchecked."""
+        return self.md
+
+    def has_tensor(self, name: str) -> bool:
+        return name in self.g.tensors
 
     def get(self, key: str, default: Any = _MISSING, *, kind: type = int) -> Any:
         full = key if key.startswith(("tokenizer.", "general.")) else f"{self.arch}.{key}"
@@ -152,7 +141,7 @@ class _Meta:
         return key if key.startswith(("tokenizer.", "general.")) else f"{self.arch}.{key}"
 
 
-def _vocab_size(m: _Meta) -> int:
+def _vocab_size(m: GGUFMetadata) -> int:
     if f"{m.arch}.vocab_size" in m.md:
         return m.positive("vocab_size")
     if "tokenizer.ggml.tokens" in m.md:
@@ -166,7 +155,7 @@ def _vocab_size(m: _Meta) -> int:
     raise WeightError(f"{m.g.path}: cannot tell the vocabulary size (no vocab_size, tokens or token_embd.weight)")
 
 
-def _rope_scaling(m: _Meta, head_dim: int, rope_theta: float) -> dict[str, Any] | None:
+def _rope_scaling(m: GGUFMetadata, head_dim: int, rope_theta: float) -> dict[str, Any] | None:
     """HF rope_scaling from llama.cpp's `rope.scaling.*` keys or its `rope_freqs` tensor (Llama 3.1+)."""
     kind = m.get("rope.scaling.type", None, kind=str)
     if kind == "linear":
@@ -193,11 +182,12 @@ def _rope_scaling(m: _Meta, head_dim: int, rope_theta: float) -> dict[str, Any] 
 
 def gguf_config(g: GGUFFile) -> dict[str, Any]:
     """A Hugging Face config.json-style dict for the model in GGUF file `g`."""
-    m = _Meta(g)
+    m = GGUFMetadata(g)
     arch = m.arch
-    if arch not in SUPPORTED_ARCHITECTURES:
+    declared = registry.gguf_checkpoint(arch)
+    if declared is None or declared.gguf_config is None:
         raise WeightError(f"{g.path}: GGUF architecture {arch!r} is not supported "
-                          f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
+                          f"(supported: {', '.join(supported_architectures())})")
     # counts are range-checked before anything divides by them or loops over them
     layers = m.positive("block_count", limit=len(g.tensors) or 1)
     hidden = m.positive("embedding_length")
@@ -232,52 +222,6 @@ def gguf_config(g: GGUFFile) -> dict[str, Any]:
             raise WeightError(f"{g.path}: GGUF metadata 'tokenizer.ggml.{gguf_key}' is {tid}, outside the "
                               f"vocabulary of {cfg['vocab_size']}")
         cfg[hf_key] = tid
-    if arch == "llama":
-        cfg |= {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
-                "attention_bias": "blk.0.attn_q.bias" in g.tensors, "mlp_bias": "blk.0.ffn_up.bias" in g.tensors}
-    elif arch == "qwen2":
-        cfg |= {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu",
-                "use_sliding_window": False}
-    elif arch == "qwen3":
-        cfg |= {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_act": "silu",
-                "attention_bias": "blk.0.attn_q.bias" in g.tensors}
-    elif arch == "gemma3":
-        layers = cfg["num_hidden_layers"]
-        # llama.cpp hard-codes these for Gemma 3 when the file does not carry them (llama-model.cpp):
-        # every 6th layer is global, local layers use RoPE base 10000, and the 27B model scales queries by
-        # hidden/heads instead of head_dim (it is the one with 62 layers). Newer files may store the
-        # pattern as one bool per layer (true = sliding window).
-        pattern_raw = g.metadata.get(f"{arch}.attention.sliding_window_pattern", 6)
-        if isinstance(pattern_raw, int) and not isinstance(pattern_raw, bool):
-            if pattern_raw <= 0:
-                raise WeightError(f"{g.path}: {arch}.attention.sliding_window_pattern is {pattern_raw}, expected > 0")
-            pattern: int | None = pattern_raw
-            layer_types = ["full_attention" if (i + 1) % pattern_raw == 0 else "sliding_attention"
-                           for i in range(layers)]
-        elif isinstance(pattern_raw, np.ndarray) and pattern_raw.ndim == 1 and pattern_raw.dtype.kind in "biu":
-            pattern = None
-            layer_types = ["sliding_attention" if bool(b) else "full_attention" for b in pattern_raw]
-            if len(layer_types) != layers:
-                raise WeightError(f"{g.path}: {arch}.attention.sliding_window_pattern has {len(layer_types)} "
-                                  f"entries for {layers} layers")
-        else:
-            raise WeightError(f"{g.path}: {arch}.attention.sliding_window_pattern is {pattern_raw!r}, expected an "
-                              f"integer or an array of booleans")
-        cfg |= {
-            "model_type": "gemma3_text",
-            "architectures": ["Gemma3ForCausalLM"],
-            "hidden_activation": "gelu_pytorch_tanh",
-            "attention_bias": False,
-            "sliding_window": m.positive("attention.sliding_window"),
-            "sliding_window_pattern": pattern,
-            "layer_types": layer_types,
-            "rope_local_base_freq": m.get("rope.freq_base_swa", 10000.0, kind=float),
-            "query_pre_attn_scalar": hidden // heads if layers == 62 else head_dim,
-            "final_logit_softcapping": m.get("final_logit_softcapping", None, kind=float),
-            "attn_logit_softcapping": m.get("attn_logit_softcapping", None, kind=float),
-            "use_bidirectional_attention": False,
-        }
-        if pattern is None:
-            del cfg["sliding_window_pattern"]
+    cfg |= declared.gguf_config(m, cfg)  # the architecture's own entries (its family declares them)
     check_config(g.path, cfg, len(g.tensors))
     return cfg

@@ -1,19 +1,27 @@
 """The tensors a Hugging Face causal LM of a known config has, and their shapes.
 
 Used to check loaded weights against their config (a wrong shape or a missing tensor raises
-WeightError naming it) for the model types the zoo supports; other model types are not checked.
+WeightError naming it) for the model types a family declares shapes for
+(``lightspeed.models.family.Checkpoint.shapes``; most use :func:`decoder_shapes`); other model
+types are not checked.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
+from ..models import family as registry
 from .errors import WeightError
 
-__all__ = ["expected_shapes", "check_config", "CHECKED_MODEL_TYPES"]
+__all__ = ["expected_shapes", "check_config", "checked_model_types", "decoder_shapes"]
 
-CHECKED_MODEL_TYPES = frozenset({"llama", "gemma3_text", "qwen2", "qwen3"})
+
+def checked_model_types() -> frozenset[str]:
+    """The model types whose configs and shapes are checked: those a family declares shapes for."""
+    return frozenset(c.model_type for f in registry.families().values() for c in f.checkpoints
+                     if c.shapes is not None)
 
 
 # No dimension of a real model comes near this; a bigger value is corruption, refused before any
@@ -40,7 +48,7 @@ def check_config(where: object, config: Any, n_tensors: int | None = None) -> No
     """Range-check the config values lightspeed builds from (layers, heads, dims, vocabulary, RoPE,
     epsilon), raising WeightError naming `where` and the field.
 
-    Present fields are checked for every model type; the zoo's types (`CHECKED_MODEL_TYPES`) must have
+    Present fields are checked for every model type; the checked types (`checked_model_types()`) must have
     the required ones. With `n_tensors` (the file's tensor count), a layer count no file of that many
     tensors could hold is refused at once, before anything loops over the layers."""
     if not isinstance(config, dict):
@@ -48,7 +56,7 @@ def check_config(where: object, config: Any, n_tensors: int | None = None) -> No
     model_type = config.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise WeightError(f"{where}: config field 'model_type' is {model_type!r}, not a string")
-    checked = model_type in CHECKED_MODEL_TYPES
+    checked = model_type in checked_model_types()
     for key in _POSITIVE_INTS:
         v = config.get(key)
         if v is None:
@@ -99,21 +107,30 @@ def check_config(where: object, config: Any, n_tensors: int | None = None) -> No
 
 
 def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
-    """HF state_dict name -> shape for `config`, or None when the model type is not one we check.
+    """HF state_dict name -> shape for `config`, or None when no family declares shapes for its model type.
 
     `lm_head.weight` is included only when the embeddings are not tied (tied checkpoints omit it)."""
-    model_type = config.get("model_type")
-    if model_type not in CHECKED_MODEL_TYPES:
-        return None
+    declared = registry.checkpoint(config.get("model_type"))
+    return None if declared is None or declared.shapes is None else declared.shapes(config)
+
+
+def decoder_shapes(config: Mapping[str, Any], *, attention_bias: bool = False, o_proj_bias: bool = True,
+                   tied: bool = False, qk_norm: bool = False, sandwich_norm: bool = False
+                   ) -> dict[str, tuple[int, ...]]:
+    """The tensors of a Llama-shaped decoder (``lightspeed.models.base``): pre-norm layers, GQA
+    attention, a gated MLP.  ``attention_bias`` / ``tied``: the defaults of those config fields;
+    ``o_proj_bias``: whether ``attention_bias`` covers o_proj too (Llama) or only q/k/v (Qwen2);
+    ``qk_norm``: per-head q/k norms (Qwen3, Gemma 3); ``sandwich_norm``: norms before and after the
+    MLP too (Gemma 3)."""
     hidden = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
     kv_heads = int(config.get("num_key_value_heads") or heads)
     head_dim = int(config.get("head_dim") or hidden // heads)
     inter = int(config["intermediate_size"])
     vocab = int(config["vocab_size"])
-    attention_bias = bool(config.get("attention_bias", model_type == "qwen2"))
+    with_bias = bool(config.get("attention_bias", attention_bias))
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden), "model.norm.weight": (hidden,)}
-    if not config.get("tie_word_embeddings", model_type == "gemma3_text"):
+    if not config.get("tie_word_embeddings", tied):
         shapes["lm_head.weight"] = (vocab, hidden)
     for i in range(int(config["num_hidden_layers"])):
         p = f"model.layers.{i}."
@@ -128,18 +145,18 @@ def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]] | None
             p + "mlp.up_proj.weight": (inter, hidden),
             p + "mlp.down_proj.weight": (hidden, inter),
         }
-        if attention_bias:
+        if with_bias:
             shapes |= {p + "self_attn.q_proj.bias": (heads * head_dim,),
                        p + "self_attn.k_proj.bias": (kv_heads * head_dim,),
                        p + "self_attn.v_proj.bias": (kv_heads * head_dim,)}
-            if model_type != "qwen2":  # Qwen2 has biases on q/k/v only; Llama's attention_bias covers o_proj too
+            if o_proj_bias:
                 shapes[p + "self_attn.o_proj.bias"] = (hidden,)
         if config.get("mlp_bias"):
             shapes |= {p + "mlp.gate_proj.bias": (inter,), p + "mlp.up_proj.bias": (inter,),
                        p + "mlp.down_proj.bias": (hidden,)}
-        if model_type in ("gemma3_text", "qwen3"):
+        if qk_norm:
             shapes |= {p + "self_attn.q_norm.weight": (head_dim,), p + "self_attn.k_norm.weight": (head_dim,)}
-        if model_type == "gemma3_text":
+        if sandwich_norm:
             shapes |= {p + "pre_feedforward_layernorm.weight": (hidden,),
                        p + "post_feedforward_layernorm.weight": (hidden,)}
     return shapes

@@ -4,7 +4,8 @@ A graph declares a GGUF file's quantised matrix as an input of a block dtype
 (``lightspeed.BLOCK_DTYPES``) and casts it to float32 where it is used (``nn.Builder`` does this
 for a model's weights).  ``blocks.egg`` (ruleset ``blocks``) offers, beside the Cast and the float
 kernel, ops that read the blocks themselves (:data:`BLOCK_OPS`); the search measures both.  A
-backend whose executor has block kernels (the c dialect: ``native``) declares these ops and rules.
+backend whose kernels read blocks (the c dialect: ``native``) declares these ops and rules, and
+adds :data:`BLOCK_LOWERINGS` and :func:`place_blocks` to its op table (``lowering.py``).
 
 At run time a block input's value is its blocks (:class:`BlockValue`: the packed layout the
 kernels read, Q5_0 widened to the Q8_0 blocks of its values) and, only when a launch reads the
@@ -25,17 +26,17 @@ from ...dtypes import DType
 from ...egraph.decl import MATMUL, MATMUL_ADD, PRIMITIVE_OPS, OpDecl
 from ...egraph.llir import LOp
 from ...errors import LightspeedError
-from .render import (
+from .kernels.block_matmul import (
     BLOCK_ACTIVATIONS,
-    KernelSpec,
     block_gather_ok,
     block_matmul_ok,
     render_block_gather,
     render_block_matmul,
 )
+from .lowering import VALUES, FormedValue, Lowered, generated
 
-__all__ = ["BLOCK_MATMUL", "BLOCK_MATMUL_ADD", "BLOCK_GATHER", "BLOCK_OPS", "RULE_FILE", "BlockValue",
-           "block_activations", "block_spec"]
+__all__ = ["BLOCK_MATMUL", "BLOCK_MATMUL_ADD", "BLOCK_GATHER", "BLOCK_OPS", "BLOCK_LOWERINGS", "RULE_FILE",
+           "BlockValue", "PACKED", "block_activations", "place_blocks"]
 
 # the generic op's fields; the block-dtype operand (a, b or data) is an Input of a block dtype
 BLOCK_MATMUL = OpDecl("BlockMatmul", MATMUL.fields, "Matmul with A or B a block-dtype Input, dequantised in registers")
@@ -60,25 +61,46 @@ def block_activations() -> str:
     return value
 
 
-def block_spec(op: LOp, in_dtypes: list[DType]) -> tuple[LOp, list[DType], KernelSpec | None, int]:
-    """``op`` (a :data:`BLOCK_OPS` one) as its generic op over float32 operands, the block kernel
-    computing it (None where the kernel cannot: then the generic kernel reads the float32 values)
-    and the position of its block operand."""
+PACKED = "packed"  # the form of a block input its block kernels read (BlockValue)
+
+
+def _block_op(op: LOp, in_dtypes: list[DType], dialect: str) -> Lowered:
+    """A :data:`BLOCK_OPS` op: its block kernel reading the packed blocks of its block operand
+    (the c dialect), else its generic op over the operand's float32 values."""
     side = next(i for i, d in enumerate(in_dtypes) if d.block)
     generic = dataclasses.replace(op, op=GENERIC_OP[op.op])
     floats = [dt.float32 if d.block else d for d in in_dtypes]
     qtype = KERNEL_QTYPE.get(in_dtypes[side].name, in_dtypes[side].name)
-    if op.op == "BlockGather":
+    spec = None
+    if dialect == "c" and op.op == "BlockGather":
         spec = render_block_gather(generic, floats, qtype) if block_gather_ok(generic, floats) else None
-    else:
+    elif dialect == "c":
         spec = (render_block_matmul(generic, floats, qtype, block_activations(), side)
                 if block_matmul_ok(generic, floats, side) else None)
-    return generic, floats, spec, side
+    if spec is None:
+        return generated(generic, floats, dialect)
+    return Lowered([spec], {side: PACKED})
 
 
-class BlockValue:
+def _cast_of_blocks(op: LOp, in_dtypes: list[DType], dialect: str) -> Lowered:
+    """A Cast reads a block input's float32 values (block dtypes are cast from only)."""
+    return generated(op, [dt.float32 if d.block else d for d in in_dtypes], dialect)
+
+
+def place_blocks(value: Any, executor: Any) -> BlockValue | None:
+    """A weight held as blocks (a ``QuantTensor``) as a :class:`BlockValue` on ``executor``."""
+    return BlockValue(value, executor) if hasattr(value, "qtype") else None
+
+
+# the op-table entries of a backend whose kernels read blocks (codegen/lowering.py)
+BLOCK_LOWERINGS = {"BlockMatmul": _block_op, "BlockMatmulAdd": _block_op, "BlockGather": _block_op,
+                   "Cast": _cast_of_blocks}
+
+
+class BlockValue(FormedValue):
     """A block input's value on an executor: ``packed`` (the blocks the kernels read, uploaded
-    once) and :meth:`dense` (its float32 values, uploaded on first use)."""
+    once: the form :data:`PACKED`) and :meth:`dense` (its float32 values, uploaded on first use:
+    the form ``values``)."""
 
     def __init__(self, value: Any, executor: Any) -> None:
         self.value, self.executor = value, executor
@@ -90,3 +112,10 @@ class BlockValue:
         if self._dense is None:
             self._dense = self.executor.upload(np.ascontiguousarray(np.asarray(self.value), np.float32))
         return self._dense
+
+    def form(self, name: str) -> Any:
+        if name == PACKED:
+            return self.packed
+        if name == VALUES:
+            return self.dense()
+        raise LightspeedError(f"a block input has no form {name!r} (it has {PACKED!r} and {VALUES!r})")

@@ -2,7 +2,7 @@
 host C compiler).
 
 *One table.*  Every kernel reads its dims and buffer addresses from the program's table (see
-:mod:`.render`): slot k < number of dims holds a dim value, then one slot per LLIR value (its
+:mod:`.kernels.writer`): slot k < number of dims holds a dim value, then one slot per LLIR value (its
 buffer's address) and one per output (where it is written).  A call fills the table (dims, the
 inputs' and outputs' addresses) and runs the launch list; the launch list itself, and a CUDA
 graph captured from it, never change when dims or buffers do.
@@ -17,6 +17,10 @@ input that nothing else reads).  The copy of an aliased output into its input ru
 other kernel (a later op might read the input's old values), and not at all when the value
 already is that buffer.
 
+*Lowering.*  Each op's launches come from the backend's op table (:mod:`.lowering`): generated
+kernels by family, or library calls; an operand may read another form of an input (a block
+weight's packed blocks), which gets a table slot of its own.
+
 The executor provides memory, compilation and launching; see :class:`Executor`.
 """
 
@@ -30,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from ... import dtypes as dt
 from ...dtypes import DType
 from ...egraph.llir import LOp, LProgram, liveness
 from ...errors import LightspeedError
@@ -38,8 +41,8 @@ from ...graph import Graph
 from ...program import Program
 from ...symbolic import compile_exprs, prod
 from .. import trace
-from .blocks import GENERIC_OP, BlockValue, block_spec
-from .render import KernelSpec, render_op
+from .kernels import KernelSpec
+from .lowering import VALUES, FormedValue, OpTable
 
 __all__ = ["KernelProgram", "Executor", "Launch", "check_in_place"]
 
@@ -66,16 +69,6 @@ class Executor:
         """Kernel handles by name, compiled (and cached) from their sources (``launches``: the
         program's launch list, for an executor that compiles the sequence itself)."""
         raise NotImplementedError
-
-    # whether the executor's dialect has block kernels for matmuls against GGML-quantised weights
-    # (the c dialect: ``render.render_block_matmul``; blocks.py)
-    block_matmuls = False
-
-    def library(self, op: LOp, in_dtypes: list[DType]) -> list[KernelSpec] | None:
-        """The launches of ``op`` when the executor runs it with a library call rather than
-        generated kernels (the GPU: cuBLASLt matmuls), else None.  A library spec has no source;
-        only the executor that made it runs it."""
-        return None
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         """A new array of the executor's kind."""
@@ -133,12 +126,14 @@ def _numel_bytes(shape, dtype: DType, env: Mapping[str, int]) -> int:
 
 
 class KernelProgram(Program):
-    """An LLIR program run as generated kernels by an :class:`Executor`; see the module docstring."""
+    """An LLIR program run as generated kernels by an :class:`Executor`, each op lowered by the
+    backend's op table (default: the generated kernels); see the module docstring."""
 
     def __init__(self, graph: Graph, lprog: LProgram, executor: Executor, report: Any = None,
-                 backend_name: str = "cuda"):
+                 backend_name: str = "cuda", table: OpTable | None = None):
         super().__init__(graph)
         self.backend_name = backend_name
+        self.table = table if table is not None else OpTable()
         self.lprog = lprog
         self.search_report = report
         self.executor = executor
@@ -160,7 +155,7 @@ class KernelProgram(Program):
         self.value_slot = {i: nd + i for i in range(len(ops))}
         self.output_slot = {name: nd + len(ops) + k for k, name in enumerate(self.output_names)}
         self.slots = nd + len(ops) + len(self.output_names)
-        self.blocks_at: dict[int, str] = {}  # table slot -> the block input whose blocks block kernels read
+        self.forms_at: dict[int, tuple[str, str]] = {}  # table slot -> (input, the form of it launches read)
         self.inputs_at = {self.value_slot[i]: op.args["name"] for i, op in enumerate(ops) if op.op == "Input"}
         self.constants = {i: executor.upload(np.ascontiguousarray(lprog.constants[op.args["index"]].value))
                           for i, op in enumerate(ops) if op.op == "Constant"}
@@ -168,7 +163,7 @@ class KernelProgram(Program):
         self._output_shape = {name: compile_exprs(op.shape) for name, op in self.outputs_of.items()}
         self.launches = self._launches()
         read = {a for launch in self.launches for a in launch.args[len(launch.spec.dims):]}
-        # block inputs' float32 values are made only where a launch reads them (the Cast alternative)
+        # a formed input's values are made only where a launch reads them (a block weight's Cast)
         self.unread = {slot for slot, name in self.inputs_at.items() if slot not in read}
         self.handles = executor.compile([launch.spec for launch in self.launches], self.launches)
         self.computed = [i for i, op in enumerate(ops) if op.op not in ("Input", "Constant", "Output")
@@ -195,7 +190,7 @@ class KernelProgram(Program):
         out: list[Launch] = []
         dialect = self.executor.dialect
         for i in self.order:
-            op, specs = ops[i], None
+            op = ops[i]
             if op.op in ("Input", "Constant"):
                 continue
             if op.op == "Output":
@@ -212,34 +207,28 @@ class KernelProgram(Program):
                 target = self.value_slot[self.buffer_of[i]]
             in_dtypes = [ops[j].dtype for j in op.inputs]
             slot_of = {k: self.value_slot[self.buffer_of[j]] for k, j in enumerate(op.inputs)}
-            if op.op in GENERIC_OP:  # reads a block input: its blocks, or its float32 values
-                op, in_dtypes, spec, side = block_spec(op, in_dtypes)
-                if spec is not None and self.executor.block_matmuls:
-                    slot_of[side] = self._blocks_slot(ops[op.inputs[side]].args["name"])
-                    specs = [spec]
-            else:
-                in_dtypes = [dt.float32 if d.block else d for d in in_dtypes]  # a Cast of a block input
-            if specs is None:
-                specs = self.executor.library(op, in_dtypes)
-            for spec in specs if specs is not None else render_op(op, in_dtypes, dialect):
+            lowered = self.table.lower(op, in_dtypes, dialect)
+            for k, form in lowered.forms.items():  # an input read in another form (its blocks)
+                slot_of[k] = self._form_slot(ops[op.inputs[k]].args["name"], form)
+            for spec in lowered.specs:
                 bufs = tuple(target if b == "out" else slot_of[b] for b in spec.buffers)
                 out.append(Launch(spec, tuple(self.dim_slot[d] for d in spec.dims) + bufs, i))
         return out
 
-    def _blocks_slot(self, name: str) -> int:
-        """The table slot of block input ``name``'s blocks (added on first use)."""
-        slot = next((k for k, n in self.blocks_at.items() if n == name), None)
+    def _form_slot(self, name: str, form: str) -> int:
+        """The table slot of input ``name``'s form ``form`` (added on first use)."""
+        slot = next((k for k, v in self.forms_at.items() if v == (name, form)), None)
         if slot is None:
             slot, self.slots = self.slots, self.slots + 1
-            self.blocks_at[slot] = name
+            self.forms_at[slot] = (name, form)
         return slot
 
     def to_device(self, array: Any) -> Any:
-        """Weights held as blocks become a :class:`~.blocks.BlockValue` (the executor's kernels
-        read the blocks; float32 values on demand); other arrays are uploaded."""
-        if hasattr(array, "qtype") and self.executor.block_matmuls:
-            return BlockValue(array, self.executor)
-        return super().to_device(array)
+        """A value the op table places in several forms (weights held as blocks, for kernels that
+        read the blocks: float32 values on demand) becomes a :class:`~.lowering.FormedValue`;
+        other arrays are uploaded."""
+        placed = self.table.place(array, self.executor)
+        return placed if placed is not None else super().to_device(array)
 
     # ------------------------------------------------------------------ planning
     def reserve(self, **bounds: int) -> KernelProgram:
@@ -332,11 +321,11 @@ class KernelProgram(Program):
         ex = self.executor
         for slot, name in self.inputs_at.items():
             a = arrays[name]
-            if isinstance(a, BlockValue):
-                a = _NO_VALUES if slot in self.unread else a.dense()
+            if isinstance(a, FormedValue):
+                a = _NO_VALUES if slot in self.unread else a.form(VALUES)
             table[slot] = ex.address(a)
-        for slot, name in self.blocks_at.items():
-            table[slot] = ex.address(arrays[name].packed)
+        for slot, (name, form) in self.forms_at.items():
+            table[slot] = ex.address(arrays[name].form(form))
         outputs: dict[str, Any] = {}
         for name, slot in self.output_slot.items():
             alias = self.output_aliases.get(name)
@@ -353,7 +342,7 @@ class KernelProgram(Program):
             t0 = time.perf_counter()
             for launch, start, seconds in ex.run_traced(st, self.launches, self.handles, plan.bounds):
                 op = self.lprog.ops[launch.op]
-                trace.event(op.op, "run.kernel", start, seconds, kernel=launch.spec.name, mode=launch.spec.mode)
+                trace.event(op.op, "run.kernel", start, seconds, kernel=launch.spec.name, kind=launch.spec.launch.kind)
             trace.event(f"run ({self.backend_name})", "run", t0, time.perf_counter() - t0, dims=str(dims))
         else:
             ex.run(st, self.launches, self.handles, plan.bounds)
@@ -370,5 +359,5 @@ class KernelProgram(Program):
         return self.search_report.format() if self.search_report is not None else "no search was run"
 
 
-# the table entry of a block input's float32 values when no launch reads them (never made)
+# the table entry of a formed input's values when no launch reads them (never made)
 _NO_VALUES = np.zeros(1, np.float32)

@@ -37,26 +37,11 @@ from ...symbolic import INDEX_VAR, compile_exprs
 from .. import trace
 from ..codegen.program import check_in_place
 from ..numpy_views import make_reader
+from .kernels import KERNELS, Kernel, Prepare
 
 __all__ = ["CpuProgram", "Kernel", "Prepare"]
 
 Dims = Mapping[str, int]
-
-
-@dataclass
-class Kernel:
-    """A prepared op: ``run(ins, out, scratch, dims)`` where ``ins`` are the op's input buffers
-    (raw, not read through views: the kernel reads them itself, with the dims of this call),
-    ``out`` its result array and ``scratch`` arrays of the result's shape, one per dtype listed."""
-
-    run: Callable[[list[np.ndarray], np.ndarray, list[np.ndarray], Dims], None]
-    scratch: tuple[np.dtype, ...] = ()
-    # the op writes into its first operand's buffer (``out`` is that buffer): no arena slot
-    in_place: bool = False
-
-
-# a kernel's preparation: (op, input dtypes) -> Kernel; done once per program
-Prepare = Callable[[LOp, list[np.dtype]], Kernel]
 
 
 class _Grow(Exception):
@@ -92,8 +77,6 @@ class CpuProgram(Program):
 
     def __init__(self, graph: Graph, lprog: LProgram, report: Any = None, kernels: dict[str, Prepare] | None = None):
         super().__init__(graph)
-        from . import KERNELS
-
         self.lprog = lprog
         self.search_report = report
         table = kernels if kernels is not None else KERNELS

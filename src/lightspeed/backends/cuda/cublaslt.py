@@ -7,7 +7,7 @@ float16 (and, for ``MatmulAdd``, whose addend is read row-major with the result'
 ``LtMatmul`` / ``LtMatmulAdd`` of the same fields: the search measures it against the generated
 kernel and keeps the faster.  The rule is a prefilter; :func:`plan_matmul` decides.  An ``LtMatmul``
 without a plan (a dynamic stride, batch dims that do not collapse, ...) runs the generated matmul
-kernel (``render_op`` treats it as ``Matmul``), so the alternative is never wrong, at worst the same.
+kernel (the op table's fallback lowers it as ``Matmul``), so the alternative is never wrong, at worst the same.
 Epilogues (``LtMatmulBias``: a row bias, optionally ReLU; ``LtMatmulEpi``: ReLU) and fp8
 (``LtMatmulFp8``, no rule yet) have no generated kernel: their rules admit only what is planned.
 
@@ -43,7 +43,7 @@ from ...egraph.decl import MATMUL, MATMUL_ADD, OpDecl
 from ...egraph.llir import LOp
 from ...errors import LightspeedError
 from ...symbolic import const
-from ..codegen.render import KernelSpec
+from ..codegen.kernels import KernelSpec, LaunchShape
 
 __all__ = ["LT_MATMUL", "LT_MATMUL_ADD", "LT_MATMUL_EPI", "LT_MATMUL_BIAS", "LT_MATMUL_FP8", "LT_OPS", "EPILOGUES",
            "RULE_FILE", "LtLayout", "LtPlan", "plan_matmul", "library_spec", "Library", "WORKSPACE_BYTES"]
@@ -77,7 +77,7 @@ _EPI_OPS = ("LtMatmulEpi", "LtMatmulBias")
 _FP8_OUT = ("bfloat16", "float32")
 RULE_FILE = Path(__file__).with_name("cublaslt.egg")
 WORKSPACE_BYTES = 32 << 20
-MODE = "cublaslt"  # KernelSpec.mode of a library launch (no source: nothing to compile)
+LIBRARY = "cublaslt"  # KernelSpec.library of a cuBLASLt launch (no source: nothing to compile)
 
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -258,7 +258,9 @@ def library_spec(plan: LtPlan, add: bool) -> KernelSpec:
     """The launch-list entry of a cuBLASLt call: no source (nothing to compile), no dims; buffers
     in the order :meth:`Library.run` reads them: result, the op's a, b (and the addend or bias)."""
     bufs = ("out", 0, 1, 2, 3) if plan.fp8 else ("out", 0, 1, 2) if add or plan.bias else ("out", 0, 1)
-    return KernelSpec(f"cublaslt_{plan.key}", "", (), bufs, MODE, const(0))
+    one = const(1)  # the library chooses its own grids: the launch shape is only a name
+    return KernelSpec(f"cublaslt_{plan.key}", "", (), bufs, LaunchShape(LIBRARY, (one, one, one)), const(0),
+                      library=LIBRARY)
 
 
 # ---------------------------------------------------------------------------- the GPU side

@@ -179,10 +179,33 @@ class Device:
         return check(bindings().cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
 
     def launch(self, fn: Any, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[int, ...],
-               stream: Any) -> None:
-        """Launch ``fn(T, ints...)``: the first argument is a device pointer, the rest ints."""
+               stream: Any, shared_bytes: int = 0, cluster: tuple[int, int, int] = (1, 1, 1)) -> None:
+        """Launch ``fn(T, ints...)``: the first argument is a device pointer, the rest ints; with
+        ``shared_bytes`` of dynamic shared memory per block and, when ``cluster`` is not (1, 1, 1),
+        in thread-block clusters of that shape (sm_90: ``cuLaunchKernelEx``)."""
+        drv = bindings()
         types = (ctypes.c_void_p, *([ctypes.c_int] * (len(args) - 1)))
-        check(bindings().cuLaunchKernel(fn, *grid, *block, 0, stream, (args, types), 0), "cuLaunchKernel")
+        if tuple(cluster) == (1, 1, 1):
+            check(drv.cuLaunchKernel(fn, *grid, *block, shared_bytes, stream, (args, types), 0), "cuLaunchKernel")
+            return
+        config = drv.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = block
+        config.sharedMemBytes = shared_bytes
+        config.hStream = stream
+        attr = drv.CUlaunchAttribute()
+        attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+        config.attrs = [attr]
+        config.numAttrs = 1
+        check(drv.cuLaunchKernelEx(config, fn, (args, types), 0), "cuLaunchKernelEx")
+
+    def allow_shared(self, fn: Any, shared_bytes: int) -> None:
+        """Let ``fn`` take ``shared_bytes`` of dynamic shared memory per block (past 48 KiB a
+        kernel must opt in)."""
+        drv = bindings()
+        attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        check(drv.cuFuncSetAttribute(fn, attr, shared_bytes), "cuFuncSetAttribute")
 
 
 def _c_order(a: Any) -> np.ndarray:

@@ -2,17 +2,20 @@
 shared renderer (:mod:`lightspeed.backends.codegen`), compiled by the host C compiler.
 
 It is the cuda backend's twin on the host: the same kernels (one dialect apart), the same table,
-arena plan and launch list, the same rules and numerics contract.  Today it exists so that the
-generated-kernel path is tested on every machine (CI has no GPU); the native CPU kernels issue
-makes it fast (threads, vector code, quantised weights).
+arena plan and launch list, the same rules and numerics contract, so the generated-kernel path is
+tested on every machine (CI has no GPU).  It is also the fast CPU path (`lightspeed run`'s default
+without a GPU): OpenMP threads, vector code, matmuls reading GGUF's quantised blocks as they are
+(``codegen/blocks.py``).  :mod:`.executor` compiles kernels with the host C compiler and caches
+them per machine.
 """
 
 from __future__ import annotations
 
 from ... import dtypes as dt
-from .. import register_backend
-from ..codegen import blocks, host
+from ..codegen import blocks
 from ..codegen.backend import KernelBackend
+from ..codegen.lowering import OpTable
+from . import executor
 
 __all__ = ["NativeBackend"]
 
@@ -24,12 +27,12 @@ class NativeBackend(KernelBackend):
     rule_files = (blocks.RULE_FILE,)
     rulesets = ("simplify", "cleanup", "inplace", "layout", "linalg", "blocks", "fusion")
     block_dtypes = dt.BLOCK_DTYPES
+    # the generated kernels, and the block ops' kernels reading weights' packed blocks
+    op_table = OpTable(blocks.BLOCK_LOWERINGS, placers=(blocks.place_blocks,))
 
     def __init__(self) -> None:
-        self.executor = host.HostExecutor()
+        self.executor = executor.HostExecutor()
 
     def available(self) -> bool:
-        return host.available()
+        return executor.available()
 
-
-register_backend(NativeBackend())

@@ -39,8 +39,8 @@ import numpy as np
 
 from ... import cache
 from ...errors import LightspeedError
-from .program import Executor, Launch
-from .render import KernelSpec, module_source
+from ..codegen.kernels import KernelSpec, module_source
+from ..codegen.program import Executor, Launch
 
 __all__ = ["HostExecutor", "compiler", "available"]
 
@@ -260,7 +260,6 @@ class HostExecutor(Executor):
 
     name = "host"
     dialect = "c"
-    block_matmuls = True
 
     def compile(self, specs: list[KernelSpec], launches: list[Launch] | None = None) -> dict[str, Any]:
         """The kernels and, when the launch list is given, one C function running them all in

@@ -1,0 +1,178 @@
+"""The block-matmul family (c dialect): matmuls and gathers whose weight operand is a matrix kept
+as GGML blocks in the packed layout (``weights.quant.Blocks.packed``), dequantised in registers by
+the decoders of ``prelude/ggml_blocks.h``.  The backends' op tables call these for the block ops
+of ``codegen/blocks.egg`` (``codegen/blocks.py``)."""
+
+from __future__ import annotations
+
+from ....dtypes import DType
+from ....egraph.llir import LOp
+from ....errors import LightspeedError
+from ....symbolic import sym
+from .region import Region, region_kernel
+from .spec import KernelSpec
+from .types import storage_type
+from .writer import Point, Writer, finish
+
+__all__ = ["block_matmul_ok", "render_block_matmul", "block_gather_ok", "render_block_gather", "BLOCK_ACTIVATIONS",
+           "BLOCK_CODE", "BLOCK_TYPES"]
+
+
+def block_matmul_ok(op: LOp, in_dtypes: list[DType], side: int = 1) -> bool:
+    """Whether the c dialect's block kernel (:func:`render_block_matmul`) computes ``op`` when its
+    operand ``side`` (1: B, 0: A) is a float32 matrix [rows, k] kept as GGML blocks: read with its
+    rows contiguous along k from its start (B as that matrix transposed), the other operand
+    contiguous along k, static k a multiple of 32, no batch, float32 throughout."""
+    a = op.args
+    k = a["k"]
+    if side == 1:
+        weights = a["b_stride_k"] == 1 and a["b_stride_n"] == k and a["b_offset"] == 0 and a["a_stride_k"] == 1
+    else:
+        weights = a["a_stride_k"] == 1 and a["a_stride_m"] == k and a["a_offset"] == 0 and a["b_stride_k"] == 1
+    return (op.op in ("Matmul", "MatmulAdd") and not a["batch"] and op.dtype.name == "float32"
+            and all(d.name == "float32" for d in in_dtypes[:3]) and not k.free_vars() and k.value % 32 == 0
+            and weights)
+
+
+# the block types the prelude decodes, by the code its functions take
+BLOCK_CODE = {"q4_0": 0, "q4_1": 1, "q8_0": 2, "q5_0": 3, "q4_k": 4, "q6_k": 5}
+BLOCK_TYPES = tuple(BLOCK_CODE)
+
+
+BLOCK_ACTIVATIONS = ("q16", "q8", "float")
+
+
+def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations: str = "float",
+                        side: int = 1) -> KernelSpec:
+    """The c dialect's ``Matmul``/``MatmulAdd`` whose B operand (buffer ``in1``) is a weight matrix
+    kept as GGML ``qtype`` blocks in the packed layout (``weights.quant.Blocks.packed``: a row's
+    scales, then its integers), dequantised in registers: an item is one weight row j; each of its
+    blocks is read once from memory (a quarter of its float32 bytes), decoded once into 32 floats
+    and dotted with every row of A.  ``side`` 0: the weights are A instead (C = W x^T, the product
+    the other way round), an item one row of C.  Requires :func:`block_matmul_ok`.
+
+    ``activations`` (decode, a single row of A; more rows keep floats): ``"float"`` is exact (the
+    float32 weights' result up to summation order); ``"q8"`` quantises the row to 8-bit integers
+    per block of 32, as llama.cpp does, ``"q16"`` to 16-bit ones (each thread once per call:
+    ``ls_quant_x``), and each weight block is dotted with them in integers (``maddubs`` /
+    ``madd``).  x moves by at most amax / 254 (q8) or amax / 65534 (q16), amax its block's largest
+    magnitude; docs/kernels.md states the contract."""
+    from ....weights.quant import BLOCK_BYTES, BLOCK_WEIGHTS, QK  # the format's facts (weights/ owns GGUF)
+
+    if not block_matmul_ok(op, in_dtypes, side) or qtype not in BLOCK_TYPES:
+        raise LightspeedError(f"kernel renderer: no {qtype} block kernel for this {op.op}")
+    if activations not in BLOCK_ACTIVATIONS:
+        raise LightspeedError(f"kernel renderer: block activations must be one of {BLOCK_ACTIVATIONS}, "
+                              f"got {activations!r}")
+    a = op.args
+    m, n, k = a["m"], a["n"], a["k"]
+    nbytes = BLOCK_BYTES[qtype]
+    w = Writer("c")
+    w.index_vars |= {"j", "r", "r0", "rn", "t", "_ls_item"}
+    nn = w.expr(n)
+    # j: the item, a weight row; r: a row of the activations x (rows: xn of them)
+    if side == 1:
+        xn, wn = m, n
+        xrow = f"in0 + {w.expr(a['a_offset'])} + r * {w.expr(a['a_stride_m'])}"
+        at, coords = f"r * {nn} + j", (sym("r"), sym("j"))
+    else:
+        xn, wn = n, m
+        xrow = f"in1 + {w.expr(a['b_offset'])} + r * {w.expr(a['b_stride_n'])}"
+        at, coords = f"j * {nn} + r", (sym("j"), sym("r"))
+    xx = w.expr(xn)
+    nb = int(k.value) // QK  # groups of 32 weights
+    code = BLOCK_CODE[qtype]
+    row_bytes = int(k.value) // BLOCK_WEIGHTS.get(qtype, QK) * nbytes
+
+    def decode(g: str) -> str:  # a group of 32 weights decoded into 4 vectors of 8 floats
+        return f"ls_blk_{qtype}(rb, {nb}, {g}, wv)" if code < 3 else f"ls_blk_k(rb, {code}, {g}, wv)"
+
+    w.push()
+    w.line(f"const unsigned char* rb = (const unsigned char*)in{side} + j * {row_bytes}LL;")
+    setup = []
+    w.line(f"if ({xx} == 1) {{")
+    w.line("  const long long r = 0;")
+    if activations != "float":
+        # the one row of x quantised once per thread, before its items
+        bits = 16 if activations == "q16" else 8
+        setup = [f"  {'short' if bits == 16 else 'signed char'} _ls_xq[{nb * QK}]; float _ls_xd[{nb}], _ls_xs[{nb}];",
+                 f"  if ({xx} == 1) {{ const long long r = 0; "
+                 f"ls_quant_x({xrow}, {nb}, {bits}, _ls_xq, _ls_xd, _ls_xs); }}"]
+        dot = "ls_qdot" if code < 3 else "ls_kdot"
+        w.line(f"  out[{at}] = {dot}(rb, {nb}, {code}, {bits}, _ls_xq, _ls_xd, _ls_xs);")
+    else:  # one row of x keeps 4 accumulators across the blocks
+        w.line(f"  const float* xa = {xrow};")
+        w.line("  ls_f8 a0 = ls_zero8(), a1 = a0, a2 = a0, a3 = a0, wv[4];")
+        w.line(f"  for (long long blk = 0; blk < {nb}; blk++) {{")
+        w.line(f"    {decode('blk')};")
+        w.line(f"    const float* xb = xa + blk * {QK};")
+        for q in range(4):
+            w.line(f"    a{q} = ls_fma8(ls_ldf8(xb + {8 * q}), wv[{q}], a{q});")
+        w.line("  }")
+        w.line(f"  out[{at}] = ls_hsum8(ls_add8(ls_add8(a0, a1), ls_add8(a2, a3)));")
+    # more rows of x (prefill): tiles of 8 rows, each with its vector accumulator (in registers:
+    # a full tile's loop is unrolled), each block decoded once per tile into floats and dotted
+    # with the tile's rows; one horizontal sum per output
+    w.line("} else {")
+    w.line(f"  for (long long r0 = 0; r0 < {xx}; r0 += 8) {{")
+    w.line(f"    const long long rn = {xx} - r0 < 8 ? {xx} - r0 : 8;")
+    w.line("    ls_f8 acc[8];")
+    w.line("    for (int t = 0; t < 8; t++) acc[t] = ls_zero8();")
+    w.line(f"    for (long long blk = 0; blk < {nb}; blk++) {{")
+    w.line("      ls_f8 wv[4];")
+    w.line(f"      {decode('blk')};")
+    for full in (True, False):
+        w.line("      if (rn == 8) {" if full else "      } else {")
+        if full:
+            w.line("        _Pragma(\"GCC unroll 8\")")
+        w.line(f"        for (int t = 0; t < {'8' if full else 'rn'}; t++) {{")
+        w.line("          const long long r = r0 + t;")
+        w.line(f"          const float* xb = {xrow} + blk * {QK};")
+        w.line("          acc[t] = ls_fma8(ls_ldf8(xb + 24), wv[3], ls_fma8(ls_ldf8(xb + 16), wv[2], "
+               "ls_fma8(ls_ldf8(xb + 8), wv[1], ls_fma8(ls_ldf8(xb), wv[0], acc[t]))));")
+        w.line("        }")
+    w.line("      }")
+    w.line("    }")
+    w.line("    for (int t = 0; t < rn; t++) {")
+    w.line("      const long long r = r0 + t;")
+    w.line(f"      out[{at}] = ls_hsum8(acc[t]);")
+    w.line("    }")
+    w.line("  }")
+    w.line("}")
+    bufs = [("out", "float", True, "out"), ("in0", "float", False, 0), ("in1", "float", False, 1)]
+    if op.op == "MatmulAdd":
+        region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
+        w.index_vars.add("_ls_oz")
+        w.line(f"for (long long r = 0; r < {xx}; r++) {{")
+        w.line(f"  const long long _ls_oz = {at};")
+        w.push()
+        rv = region.leaf(0, Point("_ls_oz", sym("_ls_oz"), (m, n), coords))
+        inner = w.pop()
+        w.scope.lines.extend("  " + ln for ln in inner)
+        w.line(f"  out[_ls_oz] = out[_ls_oz] + {rv};")
+        w.line("}")
+        bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
+    body = w.pop()
+    label = f"{qtype}matmul" + ("" if activations == "float" else f"_{activations}")
+    return finish(w, "c", "matmul_dot", bufs, wn, body, label, [("j", wn)], xn * k, setup,
+                  preludes=("ggml_blocks",))
+
+
+def block_gather_ok(op: LOp, in_dtypes: list[DType]) -> bool:
+    """Whether :func:`render_block_gather` computes ``op``: a ``Gather`` of float32 values from a
+    static [rows, cols] matrix read through its plain row-major view, cols a multiple of 32."""
+    st = op.args["data_view"] if op.op == "Gather" else None
+    return (st is not None and op.dtype.name == "float32" and in_dtypes[1].name == "float32" and st.is_contiguous
+            and len(st.shape) == 2 and not any(d.free_vars() for d in st.shape) and st.shape[1].value % 32 == 0)
+
+
+def render_block_gather(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSpec:
+    """The c dialect's ``Gather`` whose data (buffer ``in1``) is a matrix kept as packed GGML
+    ``qtype`` blocks (an embedding table): each gathered element decoded from its block, the
+    float32 weight exactly.  Requires :func:`block_gather_ok`."""
+    if not block_gather_ok(op, in_dtypes) or qtype not in BLOCK_TYPES:
+        raise LightspeedError(f"kernel renderer: no {qtype} block gather for this {op.op}")
+    cols = int(op.args["data_view"].shape[1].value)
+    code = BLOCK_CODE[qtype]
+    return region_kernel("c", ("gather", ("leaf", 0), 1), [op.args["indexes_view"], op.args["data_view"]],
+                          in_dtypes, op.dtype, op.shape, f"{qtype}gather", block_data={1: (code, cols)})

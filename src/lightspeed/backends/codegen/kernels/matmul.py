@@ -1,0 +1,190 @@
+"""The matmul family: the generic ``Matmul``/``MatmulAdd`` (any batch rank, operands by strides)
+in both dialects.  C[*batch, i, j] = sum_l A[..] * B[..] (+ R), accumulated in the compute type.
+
+cuda: one warp per output when both operands are contiguous along k (kind ``matmul_dot``, 16-byte
+vector loads where k and the rows' addresses allow), else a block of 32 outputs of one row with k
+split over 8 thread rows (``matmul_tile``).  c: a dot product per item in a loop nest walking B in
+memory order (``matmul_dot``), or, when B's rows are contiguous along n, the row kernel of
+:mod:`.matmul_rows`.
+"""
+
+from __future__ import annotations
+
+from ....dtypes import DType
+from ....egraph.llir import LOp
+from ....symbolic import Expr, prod, sym
+from .matmul_rows import LOAD8, batch_offset, matmul_rows_kernel
+from .region import Region
+from .spec import KernelSpec
+from .types import load, storage_type, store
+from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes
+
+__all__ = ["matmul_kernel", "stream_order", "RENDERERS", "VECTOR_DOT"]
+
+
+def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """``Matmul``/``MatmulAdd``: C[*batch, i, j] = sum_l A[..] * B[..] (+ R), accumulated in the
+    compute type (float for float32/bfloat16/float16)."""
+    a = op.args
+    w = Writer(dialect)
+    da, db = in_dtypes[0], in_dtypes[1]
+    ct = "double" if op.dtype.name == "float64" else "float"
+    batch = list(a["batch"])
+    m, n, k = a["m"], a["n"], a["k"]
+    dot = (a["a_stride_k"] == 1 and a["b_stride_k"] == 1)
+    if dialect == "c" and not dot and a["b_stride_n"] == 1:
+        return matmul_rows_kernel(op, in_dtypes)  # the c dialect's row items (matmul_rows.py)
+    mode = "matmul_dot" if dot else "matmul_tile"
+    if dialect == "c":
+        mode = "matmul_dot"
+    w.index_vars |= {"_ls_item"}
+    nn, mm, kk = w.expr(n), w.expr(m), w.expr(k)
+    w.push()
+    axes: list[tuple[str, Expr]] | None = None
+    if mode == "matmul_tile":  # _ls_item = (batch, row, column tile)
+        tiles = w.expr((n + (TILE_N - 1)) // TILE_N)
+        w.line(f"const long long j = (_ls_item % {tiles}) * {TILE_N} + lane;")
+        w.line(f"const long long i = (_ls_item / {tiles}) % {mm};")
+        w.line(f"const long long bi = _ls_item / ({tiles} * {mm});")
+        count = prod(batch) * m * ((n + (TILE_N - 1)) // TILE_N)
+    elif dialect == "c":
+        # a loop nest over (batch, j, i): coordinates without divisions, and the rows of A (few in
+        # decode, cache-resident in prefill) met again for each row of B (the weights, or the
+        # cached keys), which is read once from memory
+        count = prod(batch) * m * n
+        axes, bcoords = loop_axes(batch, "_ls_b")
+        axes = stream_order(axes + [("j", n)], [*a["b_batch_strides"], a["b_stride_n"]]) + [("i", m)]
+        w.index_vars |= {name for name, _ in axes}
+    else:
+        w.line(f"const long long j = _ls_item % {nn};")
+        w.line(f"const long long i = (_ls_item / {nn}) % {mm};")
+        w.line(f"const long long bi = _ls_item / ({nn} * {mm});")
+        count = prod(batch) * m * n
+    off_a, off_b = w.expr(a["a_offset"]), w.expr(a["b_offset"])
+    if axes is not None:
+        w.line(f"const long long oa = {w.expr(batch_offset(a['a_offset'], bcoords, a['a_batch_strides']))}, "
+               f"ob = {w.expr(batch_offset(a['b_offset'], bcoords, a['b_batch_strides']))};")
+    else:  # batch offsets: unflatten bi over the batch dims
+        w.line(f"long long oa = {off_a}, ob = {off_b}, rest = bi;")
+        for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
+            s = w.expr(size)
+            w.line(f"{{ const long long q = rest % {s}; rest /= {s}; "
+                   f"oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+    sam, sak, sbk, sbn = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k", "b_stride_n"))
+    w.line(f"{ct} acc = 0;")
+    valid_j = "j < " + nn if mode == "matmul_tile" else "1"
+    if mode == "matmul_tile":
+        first, step = "slice", str(TILE_K)
+    elif dialect == "cuda":
+        first, step = "lane", str(WARP)
+    else:
+        first, step = "0", "1"
+    scalar = (f"for (long long l = {first}; l < {kk}; l += {step})\n"
+              f"    acc += ({ct}){load(da, f'in0[oa + i * {sam} + l * {sak}]')} * "
+              f"({ct}){load(db, f'in1[ob + l * {sbk} + j * {sbn}]')};")
+    vec = VECTOR_DOT.get(da.name) if da == db and ct == "float" else None
+    if dialect == "c" and dot and ct == "float":
+        # 32 partial sums: the compiler keeps them in 4 SIMD registers, 4 independent chains of
+        # fused multiply-adds (a float sum cannot be vectorised otherwise without reassociating
+        # it; one chain waits on the multiply-add's latency), then 8 for the rest
+        ra, rb = f"in0 + oa + i * {sam}", f"in1 + ob + j * {sbn}"
+        w.line(f"const {storage_type(da)}* ra = {ra}; const {storage_type(db)}* rb = {rb};")
+        if da.name in LOAD8 and db.name in LOAD8:
+            # the same sums as the array form below, in vector-typed variables: the compiler keeps
+            # them in registers (a float array of partial sums was spilled, ~3x slower on short k);
+            # 16-bit floats widen 8 at a time, exactly
+            la, lb = LOAD8[da.name], LOAD8[db.name]
+            w.line("ls_v8 p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0}; long long l = 0;")
+            w.line(f"for (; l + 32 <= {kk}; l += 32) {{")
+            for q in range(4):
+                w.line(f"  p{q} += {la}(ra + l + {8 * q}) * {lb}(rb + l + {8 * q});")
+            w.line("}")
+            w.line(f"for (; l + 8 <= {kk}; l += 8) p0 += {la}(ra + l) * {lb}(rb + l);")
+            w.line(f"for (; l < {kk}; l++) acc += {load(da, 'ra[l]')} * {load(db, 'rb[l]')};")
+            w.line("p0 = (p0 + p1) + (p2 + p3);")
+            w.line("acc += ((p0[0] + p0[1]) + (p0[2] + p0[3])) + ((p0[4] + p0[5]) + (p0[6] + p0[7]));")
+        else:
+            w.line("float part[32] = {0}; long long l = 0;")
+            w.line(f"for (; l + 32 <= {kk}; l += 32)")
+            w.line(f"  for (int q = 0; q < 32; q++) part[q] += {load(da, 'ra[l + q]')} * {load(db, 'rb[l + q]')};")
+            w.line(f"for (; l + 8 <= {kk}; l += 8)")
+            w.line(f"  for (int q = 0; q < 8; q++) part[q] += {load(da, 'ra[l + q]')} * {load(db, 'rb[l + q]')};")
+            w.line(f"for (; l < {kk}; l++) acc += {load(da, 'ra[l]')} * {load(db, 'rb[l]')};")
+            w.line("for (int q = 0; q < 8; q++) part[q] = (part[q] + part[q + 8]) + (part[q + 16] + part[q + 24]);")
+            w.line("acc += ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));")
+    elif dialect == "cuda" and mode == "matmul_dot" and vec is not None:
+        # both rows contiguous along k: 16-byte loads when k and both rows' addresses allow them
+        width, dot = vec
+        w.line(f"const {storage_type(da)}* ra = in0 + oa + i * {sam};")
+        w.line(f"const {storage_type(db)}* rb = in1 + ob + j * {sbn};")
+        w.line(f"if ({kk} % {width} == 0 && (((unsigned long long)ra | (unsigned long long)rb) & 15) == 0) {{")
+        w.line("  #pragma unroll 4")  # several 16-byte loads in flight per lane
+        w.line(f"  for (long long l = lane * {width}; l < {kk}; l += {WARP * width})")
+        w.line(f"    acc += {dot}(*(const uint4*)(ra + l), *(const uint4*)(rb + l));")
+        w.line("} else {")
+        w.line("  " + scalar.replace("\n", "\n  "))
+        w.line("}")
+    else:
+        w.line(f"if ({valid_j}) " + scalar)
+    if dialect == "cuda" and mode == "matmul_dot":
+        w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
+        writer = "lane == 0"
+    elif mode == "matmul_tile":
+        w.line(f"__shared__ {ct} part[{TILE_K}][{TILE_N}];")
+        w.line("part[slice][lane] = acc;")
+        w.line("__syncthreads();")
+        w.line(f"if (slice == 0) for (int s = 1; s < {TILE_K}; s++) acc += part[s][lane];")
+        w.line("__syncthreads();")
+        writer = f"slice == 0 && j < {nn}"
+    else:
+        writer = "1"
+    if axes is not None:
+        out_index = w.expr(flat_of([*bcoords, sym("i"), sym("j")], (*batch, m, n)))
+    else:
+        out_index = "(bi * " + mm + " + i) * " + nn + " + j"
+    value = "acc"
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
+            ("in1", storage_type(db), False, 1)]
+    if "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
+        region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
+        w.index_vars.add("_ls_oz")
+        w.line(f"if ({writer}) {{")
+        w.line(f"  const long long _ls_oz = {out_index};")
+        w.push()
+        at: Point | str = "_ls_oz"
+        if axes is not None:
+            at = Point("_ls_oz", sym("_ls_oz"), (*batch, m, n), (*bcoords, sym("i"), sym("j")))
+        r = region.leaf(0, at)
+        inner = w.pop()
+        w.scope.lines.extend("  " + ln for ln in inner)
+        w.line(f"  out[_ls_oz] = {store(op.dtype, f'({ct})(acc + ({ct}){r})')};")
+        w.line("}")
+        body = w.pop()
+        bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
+    else:
+        w.line(f"if ({writer}) out[{out_index}] = {store(op.dtype, value)};")
+        body = w.pop()
+    return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k)
+
+
+def stream_order(axes: list[tuple[str, Expr]], strides: list) -> list[tuple[str, Expr]]:
+    """The loop axes over B's (batch..., j) coordinates ordered by B's strides, largest first, so
+    the items walk B (the weights, or the cached keys of every head) in memory order: each thread
+    streams one contiguous range instead of revisiting B once per head.  Kept as given when a
+    stride is symbolic.  ``strides`` are B's, one per batch dim and then j's."""
+    names = [f"_ls_b{k}" for k in range(len(strides) - 1)] + ["j"]
+    stride_of = dict(zip(names, strides))
+    if any(stride_of[name].free_vars() for name, _ in axes):
+        return axes
+    return sorted(axes, key=lambda ax: -stride_of[ax[0]].value)  # stable: ties keep their order
+
+
+# 16-byte dot products of two rows (cuda dialect): elements per uint4, the prelude's function
+VECTOR_DOT = {"bfloat16": (8, "ls_dot8_bf16"), "float16": (8, "ls_dot8_f16"), "float32": (4, "ls_dot4_f32")}
+
+
+def _matmul(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [matmul_kernel(dialect, op, in_dtypes)]
+
+
+RENDERERS = {"Matmul": _matmul, "MatmulAdd": _matmul}

@@ -1,0 +1,33 @@
+
+#define LS_INLINE __device__ __forceinline__
+static LS_INLINE float ls_bits_f(unsigned int u) { return __uint_as_float(u); }
+static LS_INLINE unsigned int ls_f_bits(float f) { return __float_as_uint(f); }
+static LS_INLINE float ls_h2f(unsigned short h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+static LS_INLINE unsigned short ls_f2h(float f) {
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+static LS_INLINE float ls_dot8_bf16(uint4 a, uint4 b) {
+  const unsigned int x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+  float s = 0.0f;
+  #pragma unroll
+  for (int q = 0; q < 4; q++)
+    s += __uint_as_float(x[q] << 16) * __uint_as_float(y[q] << 16)
+       + __uint_as_float(x[q] & 0xffff0000u) * __uint_as_float(y[q] & 0xffff0000u);
+  return s;
+}
+static LS_INLINE float ls_dot8_f16(uint4 a, uint4 b) {
+  const unsigned int x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+  float s = 0.0f;
+  #pragma unroll
+  for (int q = 0; q < 4; q++)
+    s += ls_h2f((unsigned short)(x[q] & 0xffffu)) * ls_h2f((unsigned short)(y[q] & 0xffffu))
+       + ls_h2f((unsigned short)(x[q] >> 16)) * ls_h2f((unsigned short)(y[q] >> 16));
+  return s;
+}
+static LS_INLINE float ls_exp2f(float x) { return exp2f(x); }
+static LS_INLINE float ls_dot4_f32(uint4 a, uint4 b) {
+  return __uint_as_float(a.x) * __uint_as_float(b.x) + __uint_as_float(a.y) * __uint_as_float(b.y)
+       + __uint_as_float(a.z) * __uint_as_float(b.z) + __uint_as_float(a.w) * __uint_as_float(b.w);
+}

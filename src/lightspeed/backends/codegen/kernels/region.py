@@ -1,0 +1,356 @@
+"""The region family: fused element-wise trees with reductions (``Fused``), and the single
+primitives that are one-op regions (element-wise ops, Cast, SumReduce/MaxReduce, Iota, the
+Output copy, Gather).
+
+A region computes bfloat16/float16 in float and rounds once when it stores (the reference
+rounds after every primitive: a fused low-precision region is at least as accurate, within the
+dtype's tolerance); a single primitive rounds exactly like the reference.  Reductions accumulate
+float16/bfloat16 in float, like the reference; their summation order differs from numpy's
+pairwise sums (float32 results agree to ~1e-6 relative): the c dialect keeps 8 interleaved
+partial sums, the cuda dialect splits a top-level reduction over a warp's lanes (kind ``warp``).
+An index outside a gathered tensor reads 0 (the reference raises).  Every load goes through its
+view's index expression and is guarded by the view's validity expression.
+"""
+
+from __future__ import annotations
+
+from .... import dtypes as dt
+from ....dtypes import DType
+from ....egraph.llir import LOp, RegionSpace
+from ....errors import LightspeedError
+from ....primitives import PRIMITIVES
+from ....shape import ShapeTracker
+from ....symbolic import Expr, const, prod, sym
+from .spec import KernelSpec
+from .types import cast, compute_type, literal, load, min_value, storage_type, store
+from .writer import WARP, Point, Writer, finish, flat_of, index_at, index_in, loop_axes
+
+__all__ = ["Region", "region_kernel", "RENDERERS", "node_dtype", "pairwise", "combine"]
+
+
+def node_dtype(node: tuple, leaf_dtypes: list[DType]) -> DType:
+    tag = node[0]
+    if tag == "leaf":
+        return leaf_dtypes[node[1]]
+    if tag in ("const", "iota"):
+        return node[2]
+    if tag == "Cast":
+        return node[1]
+    if tag == "LessThan":
+        return dt.bool_
+    if tag == "gather":
+        return leaf_dtypes[node[2]]
+    if tag in ("SumReduce", "MaxReduce"):
+        return node_dtype(node[3], leaf_dtypes)
+    return node_dtype(node[1], leaf_dtypes)
+
+
+FLOAT_FN = {"Log2": "log2", "Exp2": "exp2", "Sin": "sin", "Sqrt": "sqrt"}
+
+
+def apply(tag: str, args: list[str], d: DType) -> str:
+    """An element-wise primitive on compute values of dtype ``d`` (operand dtype)."""
+    ct = compute_type(d)
+    single = ct == "float"
+    if tag == "Exp2" and single:
+        return f"ls_exp2f({args[0]})"  # the prelude's: libm's in cuda, a vectorisable one in c
+    if tag in FLOAT_FN:
+        return f"{FLOAT_FN[tag]}{'f' if single else ''}({args[0]})"
+    if tag == "Recip":
+        return f"({'1.0f' if single else '1.0'} / {args[0]})"
+    a, b = args if len(args) == 2 else (args[0], None)
+    if tag == "LessThan":
+        return f"(int)({a} < {b})"
+    if d.is_bool:
+        return f"(int)({a} {'||' if tag == 'Add' else '&&'} {b})" if tag in ("Add", "Mul") else bad(tag, d)
+    if tag in ("Add", "Mul"):
+        sym_ = "+" if tag == "Add" else "*"
+        if d.is_float:
+            return f"({a} {sym_} {b})"
+        unsigned = {"int": "unsigned int", "long long": "unsigned long long"}.get(ct, ct)
+        return f"(({ct})(({unsigned}){a} {sym_} ({unsigned}){b}))"
+    if tag == "Mod":
+        if d.is_float:
+            return f"fmod{'f' if single else ''}({a}, {b})"
+        if d.is_signed:
+            return f"(({b}) == 0 || ({b}) == -1 ? ({ct})0 : ({ct})(({a}) % ({b})))"
+        return f"(({b}) == 0 ? ({ct})0 : ({ct})(({a}) % ({b})))"
+    return bad(tag, d)
+
+
+def bad(tag: str, d: DType) -> str:
+    raise LightspeedError(f"kernel renderer: {tag} is not defined for {d.name}")
+
+
+class Region:
+    """Renders a region tree (the fusion language of ``egraph.llir``) into statements."""
+
+    def __init__(self, w: Writer, views: list[ShapeTracker], leaf_dtypes: list[DType], cooperative: bool,
+                 names: list[str] | None = None):
+        self.w = w
+        self.names = names or [f"in{k}" for k in range(len(views))]  # each leaf's buffer parameter
+        self.views = views
+        self.leaf_dtypes = leaf_dtypes
+        self.cooperative = cooperative  # top-level reductions split across a warp's lanes
+        self.depth = 0  # reductions entered
+        # gathered leaves held as packed GGML blocks (c dialect): leaf -> (block type code, columns)
+        self.block_data: dict[int, tuple[int, int]] = {}
+
+    def leaf(self, k: int, at: Point | str) -> str:
+        pt = Point.flat_var(at) if isinstance(at, str) else at
+        key = ("leaf", k, pt.key)
+        hit = self.w.scope.find(key)
+        if hit is not None:
+            return hit
+        st = self.views[k]
+        if st.is_contiguous:  # a row-major prefix: element z is at z (no unflatten and re-flatten)
+            idx, valid = self.w.expr(pt.flat), const(1)
+        elif pt.coords is not None and tuple(st.shape) == pt.shape:
+            index, valid = index_at(st, pt.coords)
+            idx = self.w.expr(index)
+        else:
+            idx = self.w.expr(index_in(st.index_expr(), pt.flat))
+            valid = index_in(st.valid_expr(), pt.flat)
+        d = self.leaf_dtypes[k]
+        ref = f"{self.names[k]}[{idx}]"
+        v = self.w.tmp("v")
+        if valid == 1:
+            text = load(d, ref)
+        elif valid == 0:
+            text = f"(({compute_type(d)})0)"
+        else:
+            text = f"({self.w.expr(valid)} ? {load(d, ref)} : ({compute_type(d)})0)"
+        self.w.line(f"const {compute_type(d)} {v} = {text};")
+        self.w.scope.memo[key] = v
+        return v
+
+    def value(self, node: tuple, at: Point | str) -> str:
+        pt = Point.flat_var(at) if isinstance(at, str) else at
+        tag = node[0]
+        if tag == "leaf":
+            return self.leaf(node[1], pt)
+        if tag == "const":
+            return literal(node[1], node[2])
+        if tag == "iota":
+            v = self.w.expr(index_in(node[1], pt.flat))
+            return cast(v, dt.int64, node[2])
+        if tag == "gather":  # out[z] = data[data_view(idx[z])]; an index outside data reads 0
+            idx = self.value(node[1], pt)
+            k = node[2]
+            st = self.views[k]
+            iv = self.w.tmp("_ls_g")
+            self.w.line(f"const long long {iv} = (long long){idx};")
+            self.w.index_vars.add(iv)
+            self.w.data_vars.add(iv)
+            n = self.w.expr(prod(st.shape))
+            at = self.w.expr(index_in(st.index_expr(), iv))
+            valid = index_in(st.valid_expr(), iv)
+            ok = f"{iv} >= 0 && {iv} < {n}" + ("" if valid == 1 else f" && {self.w.expr(valid)}")
+            d = self.leaf_dtypes[k]
+            v = self.w.tmp("v")
+            self.w.line(f"{compute_type(d)} {v} = ({compute_type(d)})0;")
+            if k in self.block_data:  # element at of a [rows, cols] matrix held as blocks
+                code, cols = self.block_data[k]
+                load_text = (f"ls_blk_at((const unsigned char*){self.names[k]}, {cols // 32}, {code}, "
+                             f"({at}) / {cols}, ({at}) % {cols})")
+            else:
+                load_text = load(d, f"{self.names[k]}[{at}]")
+            self.w.line(f"if ({ok}) {v} = {load_text};")
+            return v
+        if tag == "Cast":
+            src = self.value(node[2], pt)
+            return self._bind(cast(src, node_dtype(node[2], self.leaf_dtypes), node[1]), node[1])
+        if tag in ("SumReduce", "MaxReduce"):
+            return self.reduce(node, pt)
+        d = node_dtype(node[1], self.leaf_dtypes)
+        args = [self.value(c, pt) for c in node[1:]]
+        out = dt.bool_ if tag == "LessThan" else d
+        return self._bind(apply(tag, args, d), out)
+
+    def _bind(self, text: str, d: DType) -> str:
+        v = self.w.tmp("v")
+        self.w.line(f"const {compute_type(d)} {v} = {text};")
+        return v
+
+    def reduce(self, node: tuple, pt: Point) -> str:
+        tag, axis, space, child = node
+        assert isinstance(space, RegionSpace)
+        shape = space.shape
+        d = node_dtype(child, self.leaf_dtypes)
+        ct = compute_type(d)
+        w = self.w
+        size = w.expr(shape[axis])
+        post = w.expr(prod(shape[axis + 1:]))
+        acc = w.tmp("acc")
+        init = "(" + ct + ")0" if tag == "SumReduce" else min_value(d)
+        w.line(f"{ct} {acc} = {init};")
+        lanes = self.cooperative and self.depth == 0 and w.dialect == "cuda"
+        r = w.tmp("r")
+        start, step = ("lane", WARP) if lanes else ("0", 1)
+        if w.dialect == "c" and d.is_float:
+            # 8 interleaved partial results (the compiler keeps them in one vector register; one
+            # chain of dependent adds waits on each add's latency), then the rest, then the 8
+            part, q = w.tmp("part"), w.tmp("_ls_q")
+            w.line(f"{ct} {part}[8]; for (int {q} = 0; {q} < 8; {q}++) {part}[{q}] = {init};")
+            w.line(f"long long {r} = 0;")
+            w.line(f"for (; {r} + 8 <= {size}; {r} += 8) {{")
+            w.line(f"  for (int {q} = 0; {q} < 8; {q}++) {{")
+            rx = w.tmp("r")
+            w.index_vars.add(rx)
+            self._reduce_step(tag, d, axis, shape, size, post, child, pt, f"{part}[{q}]",
+                              f"const long long {rx} = {r} + {q};", rx, "    ")
+            w.line("  }")
+            w.line("}")
+            w.line(f"for (; {r} < {size}; {r}++) {{")
+            self._reduce_step(tag, d, axis, shape, size, post, child, pt, acc, None, r, "  ")
+            w.line("}")
+            tree = pairwise([f"{part}[{k}]" for k in range(8)], lambda x, y: combine(tag, d, x, y))
+            w.line(f"{acc} = {combine(tag, d, acc, tree)};")
+            return acc
+        w.line(f"for (long long {r} = {start}; {r} < {size}; {r} += {step}) {{")
+        self._reduce_step(tag, d, axis, shape, size, post, child, pt, acc, None, r, "  ")
+        w.line("}")
+        if lanes:
+            w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ {ct} other = __shfl_xor_sync(0xffffffffu, {acc}, o);"
+                   f" {acc} = {combine(tag, d, acc, 'other')}; }}")
+        return acc
+
+    def _reduce_step(self, tag: str, d: DType, axis: int, shape, size: str, post: str, child: tuple, pt: Point,
+                     acc: str, head: str | None, r: str, indent: str) -> None:
+        """One element of a reduction (the body of its loop, at reduced coordinate ``r``):
+        the child's value combined into ``acc``."""
+        w = self.w
+        w.push()
+        if head:
+            w.line(head)
+        zc = w.tmp("_ls_zc")
+        coords = reduced_coords(pt, shape, axis, r)
+        if coords is not None:  # the child's coordinates: the parent's with the reduced axis running
+            w.index_vars.add(r)
+            at = Point(zc, flat_of(coords, shape), tuple(shape), tuple(coords))
+        else:
+            w.index_vars.add(zc)
+            zvar = w.expr(pt.flat)
+            w.line(f"const long long {zc} = ({zvar} / {post}) * {size} * {post} + {r} * {post} + {zvar} % {post};")
+            at = Point.flat_var(zc)
+        self.depth += 1
+        v = self.value(child, at)
+        self.depth -= 1
+        w.line(f"{acc} = {combine(tag, d, acc, v)};")
+        body = w.pop()
+        w.scope.lines.extend(indent + ln for ln in body)
+
+
+def reduced_coords(pt: Point, shape: tuple[Expr, ...], axis: int, r: str) -> list[Expr] | None:
+    """The coordinates in a reduction's space ``shape`` of element ``r`` along ``axis`` of the
+    parent point, when the parent has coordinates in that space reduced (axis kept as 1 or dropped)."""
+    if pt.coords is None:
+        return None
+    shape = tuple(shape)
+    if pt.shape == shape[:axis] + (const(1),) + shape[axis + 1:]:
+        return [*pt.coords[:axis], sym(r), *pt.coords[axis + 1:]]
+    if pt.shape == shape[:axis] + shape[axis + 1:]:
+        return [*pt.coords[:axis], sym(r), *pt.coords[axis:]]
+    return None
+
+
+def combine(tag: str, d: DType, acc: str, v: str) -> str:
+    ct = compute_type(d)
+    if tag == "SumReduce":
+        if d.is_float:
+            return f"{acc} + {v}"
+        unsigned = {"int": "unsigned int", "long long": "unsigned long long"}.get(ct, ct)
+        return f"({ct})(({unsigned}){acc} + ({unsigned}){v})"
+    if d.is_float:
+        return f"{'ls_dmaxn' if ct == 'double' else 'ls_fmaxn'}({acc}, {v})"
+    return f"({acc} > {v} ? {acc} : {v})"
+
+
+def pairwise(terms: list[str], combine) -> str:
+    """``terms`` (a power of two of them) combined as a balanced tree, neighbours first."""
+    while len(terms) > 1:
+        terms = [combine(terms[k], terms[k + 1]) for k in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def has_top_reduction(node: tuple) -> bool:
+    if not isinstance(node, tuple) or not node:
+        return False
+    if node[0] in ("SumReduce", "MaxReduce"):
+        return True
+    if node[0] in ("leaf", "const", "iota"):
+        return False
+    return any(has_top_reduction(c) for c in node[1:] if isinstance(c, tuple))
+
+
+def region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dtypes: list[DType],
+                  out_dtype: DType, shape, label: str, operands: list[int] | None = None,
+                  block_data: dict[int, tuple[int, int]] | None = None) -> KernelSpec:
+    """A kernel computing ``tree`` at every element of ``shape`` into a row-major ``out``; leaf k
+    reads the op's operand ``operands[k]`` (default k); ``block_data``: gathered leaves held as
+    packed blocks (see :func:`.block_matmul.render_block_gather`)."""
+    w = Writer(dialect)
+    cooperative = has_top_reduction(tree)
+    mode = "warp" if cooperative and dialect == "cuda" else "elementwise"
+    w.index_vars.add("_ls_item")
+    w.push()
+    region = Region(w, views, leaf_dtypes, cooperative)
+    region.block_data = dict(block_data or {})
+    shape = tuple(shape)
+    axes = None
+    at = Point.flat_var("_ls_item")
+    if dialect == "c":
+        axes, coords = loop_axes(shape, "_ls_c")
+        w.index_vars |= {name for name, _ in axes}
+        if axes:
+            at = Point("_ls_item", sym("_ls_item"), shape, tuple(coords))
+    v = region.value(tree, at)
+    store_line = f"out[_ls_item] = {store(out_dtype, v)};"
+    w.line(f"if (lane == 0) {store_line}" if mode == "warp" else store_line)
+    body = w.pop()
+    operands = operands if operands is not None else list(range(len(leaf_dtypes)))
+    bufs = [("out", storage_type(out_dtype), True, "out")] + [(f"in{k}", storage_type(d), False, operands[k])
+                                                               for k, d in enumerate(leaf_dtypes)]
+    return finish(w, dialect, mode, bufs, prod(shape), body, label, axes,
+                  preludes=("ggml_blocks",) if block_data else ())
+
+
+# ---------------------------------------------------------------------------- per op
+def _fused(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [region_kernel(dialect, op.args["body"], op.operand_views(), in_dtypes, op.dtype, op.shape, "fused")]
+
+
+def _elementwise(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    tree = (op.op, *(("leaf", k) for k in range(len(op.inputs))))
+    return [region_kernel(dialect, tree, op.operand_views(), in_dtypes, op.dtype, op.shape, op.op.lower())]
+
+
+def _cast_op(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [region_kernel(dialect, ("Cast", op.args["to"], ("leaf", 0)), op.operand_views(), in_dtypes,
+                          op.dtype, op.shape, "cast")]
+
+
+def _reduce_op(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    view = op.args["x_view"]
+    tree = (op.op, op.args["axis"], RegionSpace(tuple(view.shape)), ("leaf", 0))
+    return [region_kernel(dialect, tree, [view], in_dtypes, op.dtype, op.shape, op.op.lower())]
+
+
+def _iota(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [region_kernel(dialect, ("iota", op.args["expr"], op.args["dtype"]), [], [], op.dtype,
+                          op.args["shape"], "iota")]
+
+
+def _output(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [region_kernel(dialect, ("leaf", 0), [op.args["x_view"]], in_dtypes, op.dtype, op.shape, "output")]
+
+
+def _gather(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    tree = ("gather", ("leaf", 0), 1)
+    return [region_kernel(dialect, tree, [op.args["indexes_view"], op.args["data_view"]], in_dtypes,
+                          op.dtype, op.shape, "gather")]
+
+
+_ELEMENTWISE = tuple(n for n, p in PRIMITIVES.items() if p.category in ("unary", "binary"))
+RENDERERS = {"Fused": _fused, **{name: _elementwise for name in _ELEMENTWISE}, "Cast": _cast_op,
+             "SumReduce": _reduce_op, "MaxReduce": _reduce_op, "Iota": _iota, "Output": _output, "Gather": _gather}

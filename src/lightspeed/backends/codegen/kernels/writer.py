@@ -1,0 +1,322 @@
+"""The statements of one kernel and its function: the writer every kernel family renders with.
+
+*The calling convention.*  A kernel takes the program's **table** ``T`` (an array of 64-bit
+words: dim values and buffer addresses, filled by the runtime before each run) and one ``int``
+per dim it reads and per buffer it touches, giving that item's slot in ``T``::
+
+    k_<hash>(const long long* T, int dim_0, ..., int buf_out, int buf_in_0, ...)
+
+so a captured CUDA graph stays valid when dims change or a call passes other input buffers: only
+the table's contents change.
+
+*Work.*  A kernel's work items (an expression of the dims) are distributed by its kind
+(:data:`KINDS`): the ``cuda`` dialect runs them in a grid-stride loop (so the grid may be sized
+once, at the dims' upper bounds) with one thread, one warp or one block per item, the ``c``
+dialect in a plain loop or a division-free loop nest split over OpenMP threads.  The kind fixes
+the kernel's :class:`~.spec.LaunchShape` (:func:`launch_shape`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ....errors import LightspeedError
+from ....shape import ShapeTracker, contiguous_strides, unflatten_index
+from ....symbolic import INDEX_VAR, Expr, const, sym
+from .spec import KernelSpec, LaunchShape, grid_stride
+from .types import int_literal
+
+__all__ = ["Writer", "Point", "finish", "launch_shape", "loop_axes", "index_at", "flat_of", "index_in", "KINDS",
+           "WARP", "THREADS", "TILE_N", "TILE_K"]
+
+WARP = 32
+THREADS = 256  # threads per block of the grid-stride kinds
+TILE_N, TILE_K = 32, 8  # matmul_tile: outputs per block row, k slices per block
+
+
+def _thread_loop(n: str) -> list[str]:
+    return ["const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;",
+            "const long long stride = (long long)gridDim.x * blockDim.x;",
+            f"for (long long _ls_item = first; _ls_item < {n}; _ls_item += stride) {{"]
+
+
+def _warp_loop(n: str) -> list[str]:
+    return [f"const int lane = threadIdx.x & {WARP - 1};",
+            f"const long long first = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / {WARP};",
+            f"const long long stride = ((long long)gridDim.x * blockDim.x) / {WARP};",
+            f"for (long long _ls_item = first; _ls_item < {n}; _ls_item += stride) {{"]
+
+
+def _block_loop(n: str) -> list[str]:
+    return ["const int lane = threadIdx.x, slice = threadIdx.y;",
+            f"for (long long _ls_item = blockIdx.x; _ls_item < {n}; _ls_item += gridDim.x) {{"]
+
+
+_CUDA_LOOPS: dict[str, Callable[[str], list[str]]] = {"thread": _thread_loop, "warp": _warp_loop,
+                                                      "block": _block_loop}
+# kind -> (the cuda loop: one thread, warp or block per item; items per block; the block)
+_CUDA_WORK: dict[str, tuple[str, int, tuple[int, int, int]]] = {
+    "elementwise": ("thread", THREADS, (THREADS, 1, 1)),
+    "scatter": ("thread", THREADS, (THREADS, 1, 1)),
+    "warp": ("warp", THREADS // WARP, (THREADS, 1, 1)),  # region reductions split over a warp's lanes
+    "matmul_dot": ("warp", THREADS // WARP, (THREADS, 1, 1)),  # a dot product's k over a warp's lanes
+    "matmul_tile": ("block", 1, (TILE_N, TILE_K, 1)),  # 32 outputs of a row, k over 8 thread rows
+}
+KINDS = (*_CUDA_WORK, "matmul_rows")  # matmul_rows: the c dialect's row items (kernels/matmul_rows.py)
+
+
+def launch_shape(kind: str, items: Expr) -> LaunchShape:
+    """The launch shape of a grid-stride kernel of ``kind`` over ``items`` work items (a c-dialect
+    only kind gets one block: the host executor runs the items itself)."""
+    work = _CUDA_WORK.get(kind)
+    if work is None:
+        return LaunchShape(kind, (const(1), const(1), const(1)))
+    _, per_block, block = work
+    return grid_stride(kind, items, per_block, block)
+
+
+class Scope:
+    def __init__(self, parent: Scope | None):
+        self.parent = parent
+        self.lines: list[str] = []
+        self.memo: dict = {}
+
+    def find(self, key):
+        s = self
+        while s is not None:
+            if key in s.memo:
+                return s.memo[key]
+            s = s.parent
+        return None
+
+
+class Writer:
+    """Statements of one kernel: dims read from the table, integer expressions with shared
+    temporaries (dims-only ones hoisted into the prologue), and the region's value tree."""
+
+    def __init__(self, dialect: str):
+        self.dialect = dialect
+        self.dims: list[str] = []
+        self.prologue = Scope(None)
+        self.scope = self.prologue
+        self.index_vars: set[str] = set()
+        # index variables holding data (a gather's index): any value, so no plain division by
+        # the gathered tensor's dims (which may be zero while there is work)
+        self.data_vars: set[str] = set()
+        self.n = 0
+
+    def tmp(self, prefix: str = "t") -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def push(self) -> Scope:
+        self.scope = Scope(self.scope)
+        return self.scope
+
+    def pop(self) -> list[str]:
+        s = self.scope
+        self.scope = s.parent
+        return s.lines
+
+    def line(self, text: str) -> None:
+        self.scope.lines.append(text)
+
+    def dim(self, name: str) -> str:
+        if name not in self.dims:
+            self.dims.append(name)
+        return f"D{self.dims.index(name)}"
+
+    # integer expressions ------------------------------------------------
+    def expr(self, e: Expr) -> str:
+        kind = e.kind
+        if kind == "const":
+            return int_literal(e.value)
+        if kind == "var":
+            return e.name if e.name in self.index_vars else self.dim(e.name)
+        hit = self.scope.find(e)
+        if hit is not None:
+            return hit
+        target = self.scope
+        if not (e.free_vars() & self.index_vars):  # depends on dims only: compute once, up front
+            target = self.prologue
+        saved, self.scope = self.scope, target
+        a = [self.expr(x) for x in e.args]
+        self.scope = saved
+        if kind in ("floordiv", "mod"):
+            (alo, _), (blo, _) = e.args[0].bounds(), e.args[1].bounds()
+            # inside the work loop a divisor built from dims is >= 1 (a zero dim means no work at
+            # all); a dims-only expression runs up front, maybe with a zero dim: the safe helper
+            if target is not self.prologue and not (e.free_vars() & self.data_vars):
+                plain = nonneg(e.args[0]) and nonneg(e.args[1])
+            else:
+                plain = alo is not None and alo >= 0 and blo is not None and blo >= 1
+            if plain:
+                text = f"{a[0]} {'/' if kind == 'floordiv' else '%'} {a[1]}"
+            else:
+                text = f"{'ls_fdiv' if kind == 'floordiv' else 'ls_fmod'}({a[0]}, {a[1]})"
+        elif kind in ("min", "max"):
+            fn = "ls_" + kind
+            text = a[0]
+            for x in a[1:]:
+                text = f"{fn}({text}, {x})"
+        elif kind == "lt":
+            text = f"(long long)({a[0]} < {a[1]})"
+        elif kind in ("add", "mul"):
+            text = (" + " if kind == "add" else " * ").join(a)
+        else:
+            raise LightspeedError(f"kernel renderer: unknown expression kind {kind!r}")
+        name = self.tmp("i")
+        target.lines.append(f"const long long {name} = {text};")
+        target.memo[e] = name
+        return name
+
+
+@dataclass(frozen=True)
+class Point:
+    """Where a region value is computed: the flat row-major index ``flat`` into ``shape`` and, when
+    the kernel's loops provide them (the c dialect's loop nests), the per-axis indexes ``coords``.
+    A view whose shape is ``shape`` is then indexed from the coordinates directly: no division or
+    modulo of the flat index per element (64-bit divisions cost tens of cycles on a CPU)."""
+
+    key: str  # names the point in the writer's memo
+    flat: Expr
+    shape: tuple[Expr, ...] = ()
+    coords: tuple[Expr, ...] | None = None
+
+    @staticmethod
+    def flat_var(name: str) -> Point:
+        return Point(name, sym(name))
+
+
+def index_at(st: ShapeTracker, coords: tuple[Expr, ...]) -> tuple[Expr, Expr]:
+    """(physical index, validity) of the element at per-axis ``coords`` of ``st``'s last view."""
+    idx, valid = st.views[-1].index_and_valid(coords)
+    for v in reversed(st.views[:-1]):
+        idx, vv = v.index_and_valid(unflatten_index(idx, v.shape))
+        valid = valid * vv
+    return idx, valid
+
+
+def flat_of(coords: list[Expr], shape: tuple[Expr, ...]) -> Expr:
+    out: Expr = const(0)
+    for c, s in zip(coords, contiguous_strides(tuple(shape))):
+        out = out + c * s
+    return out
+
+
+def nonneg(e: Expr) -> bool:
+    """Whether ``e`` is >= 0 for any non-negative values of its variables (dims and indexes)."""
+    kind = e.kind
+    if kind == "const":
+        return e.value >= 0
+    if kind in ("var", "lt"):
+        return True
+    return all(nonneg(a) for a in e.args)
+
+
+def index_in(e: Expr, at: str | Expr) -> Expr:
+    return e.substitute({INDEX_VAR: sym(at) if isinstance(at, str) else at}) if INDEX_VAR in e.free_vars() else e
+
+
+
+def c_nest(n: str, work: str, axes: list[tuple[str, str]], threshold: int, extra: list[str]
+           ) -> tuple[list[str], list[str], str]:
+    """The c dialect's work loop over ``axes`` ((coordinate name, extent), outermost first; their
+    product is ``n``): each thread takes a contiguous range of items, unflattens its first item
+    once, then walks rows of the innermost axis with an odometer, so coordinates cost no division
+    per item.  The body sees ``_ls_item`` (the flat index) and every coordinate.  Returns (opening
+    lines, closing lines, indent of the body)."""
+    names = [a for a, _ in axes]
+    ext = [e for _, e in axes]
+    last, elast = names[-1], ext[-1]
+    open_ = [f"#pragma omp parallel if ({work} >= {threshold})", "{", *extra,
+             f"  long long _ls_lo = 0, _ls_hi = {n};",
+             "  #ifdef _OPENMP",
+             "  { const long long nt = omp_get_num_threads(), t = omp_get_thread_num();",
+             f"    const long long per = {n} / nt, more = {n} % nt;",
+             "    _ls_lo = per * t + (t < more ? t : more); _ls_hi = _ls_lo + per + (t < more); }",
+             "  #endif",
+             "  if (_ls_lo < _ls_hi) {",
+             "  long long _ls_rest = _ls_lo;",
+             f"  long long _ls_cl = _ls_rest % {elast}; _ls_rest /= {elast};"]
+    for name, e in zip(reversed(names[:-1]), reversed(ext[:-1])):
+        open_.append(f"  long long {name} = _ls_rest % {e}; _ls_rest /= {e};")
+    open_ += ["  for (long long _ls_base = _ls_lo; _ls_base < _ls_hi; ) {",
+              f"    const long long _ls_run = ls_min(_ls_hi - _ls_base, {elast} - _ls_cl);",
+              "    for (long long _ls_j = 0; _ls_j < _ls_run; _ls_j++) {",
+              "      const long long _ls_item = _ls_base + _ls_j;",
+              f"      const long long {last} = _ls_cl + _ls_j;"]
+    close = ["    }", "    _ls_base += _ls_run; _ls_cl = 0;"]
+    if len(names) > 1:  # the odometer's carry, built outermost first (the outermost never wraps)
+        carry = ""
+        for name, e in zip(names[:-1], ext[:-1]):
+            carry = f"if (++{name} == {e}) {{ {name} = 0; {carry} }}" if carry else f"++{name};"
+        close.append("    " + carry)
+    close += ["  }", "  }", "}"]
+    return open_, close, "      "
+
+
+def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, bool, str | int]], count: Expr,
+           body: list[str], label: str, axes: list[tuple[str, Expr]] | None = None,
+           item_cost: Expr | int = 1, setup: list[str] | None = None,
+           early: list[str] | None = None, preludes: tuple[str, ...] = ()) -> KernelSpec:
+    """Wrap a work-item body into a kernel function of the dialect.  ``buffers``: (param name,
+    storage type, written, what it is: "out" or the op's operand index).  ``axes``: the c dialect
+    walks the items as this loop nest ((coordinate name, extent), product ``count``); it splits
+    the items over the cores when ``count * item_cost`` (multiply-adds, say) is worth a fork.
+    ``setup``: c dialect lines each thread runs once before its items (with ``axes``).  ``early``:
+    lines run before the items (a run-time alternative that returns when it applies).  ``mode``:
+    the work distribution (:data:`KINDS`), which fixes the cuda loop and the launch shape.
+    ``preludes``: the prelude parts the body calls beyond the dialect's own."""
+    n = w.expr(count)  # into the prologue
+    work = w.expr(count * item_cost) if dialect == "c" else n
+    nest = [(name, w.expr(e)) for name, e in axes] if axes and dialect == "c" else None
+    dims = list(w.dims)
+    head = [f"const long long D{i} = T[dim_{i}];" for i in range(len(dims))]
+    for name, ctype, written, _ in buffers:
+        const_ = "" if written else "const "
+        head.append(f"{const_}{ctype}* LS_RESTRICT {name} = ({const_}{ctype}*)T[buf_{name}];")
+    params = ["const long long* LS_RESTRICT T", *(f"int dim_{i}" for i in range(len(dims))),
+              *(f"int buf_{name}" for name, _, _, _ in buffers)]
+    ind = "    "
+    close, inner = [ind + "}"], ind + "  "
+    if dialect == "cuda":
+        loop = _CUDA_LOOPS[_CUDA_WORK[mode][0]](n)
+        sig = f'extern "C" __global__ void __launch_bounds__(256) KNAME({", ".join(params)})'
+    else:
+        # items split over the cores (OpenMP) when there is enough work: a matmul item is a whole
+        # dot product, an element-wise one a few operations
+        threshold = 32768
+        lanes = ["const int lane = 0, slice = 0; (void)lane; (void)slice;"] if mode.startswith("matmul") else []
+        if setup and not nest:
+            raise LightspeedError("kernel renderer: per-thread setup needs a loop nest")
+        if nest:
+            opening, closing, body_ind = c_nest(n, work, nest, threshold, ["  " + x for x in lanes] + (setup or []))
+            loop, close, inner = opening, [ind + x for x in closing], ind + body_ind
+        else:
+            loop = lanes + [f"#pragma omp parallel for schedule(static) if ({work} >= {threshold})",
+                            f"for (long long _ls_item = 0; _ls_item < {n}; _ls_item++) {{"]
+        sig = f"void KNAME({', '.join(params)})"
+    lines = [sig + " {", *(ind + ln for ln in head), *(ind + ln for ln in w.prologue.lines),
+             *(ind + ln for ln in early or []), *(ind + ln for ln in loop), *(inner + ln for ln in body), *close, "}"]
+    text = "\n".join(lines) + "\n"
+    digest = hashlib.sha256(f"{dialect}\n{mode}\n{text}".encode()).hexdigest()[:16]
+    name = f"ls_{label}_{digest}"
+    return KernelSpec(name, text.replace("KNAME", name), tuple(dims), tuple(b[3] for b in buffers),
+                      launch_shape(mode, count), count, tuple(preludes))
+
+
+def loop_axes(shape, prefix: str) -> tuple[list[tuple[str, Expr]], list[Expr]]:
+    """A c-dialect loop nest over ``shape``: (the loop axes, named ``prefix`` + axis number, and
+    each axis's coordinate); size-1 axes are no loop (coordinate 0).  An empty shape is one item."""
+    axes, coords = [], []
+    for k, d in enumerate(shape):
+        if d == 1:
+            coords.append(const(0))
+        else:
+            axes.append((f"{prefix}{k}", d))
+            coords.append(sym(f"{prefix}{k}"))
+    return axes, coords
+

@@ -1,0 +1,112 @@
+"""``CudaBackend``: the cuda backend's declaration (rules, ops, op table) and its device-side
+helpers (device identity, uploads, event timing)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...dtypes import DType
+from ...egraph.llir import LOp
+from ...errors import InputError, LightspeedError
+from ...program import Program
+from ..codegen.backend import KernelBackend
+from ..codegen.lowering import Lowered, OpTable, generated
+from . import cublaslt as lt
+from . import driver
+from .driver import DeviceArray
+from .executor import GpuExecutor, thread_stream
+from .program import CudaProgram
+
+__all__ = ["CudaBackend", "CUBLASLT_MODES"]
+
+
+CUBLASLT_MODES = ("search", "always", "off")
+_LIBRARY_ONLY = ("LtMatmulEpi", "LtMatmulBias", "LtMatmulFp8")  # no generated kernel computes these
+
+
+class CudaBackend(KernelBackend):
+    """``cublaslt``: ``search`` (cuBLASLt matmuls offered to the search as ``LtMatmul``),
+    ``always`` (also every generic matmul it can compute lowered to it) or ``off``; default
+    ``$LIGHTSPEED_CUBLASLT``, else ``search`` where nvmath-python is installed."""
+
+    name = "cuda"
+    program_class = CudaProgram
+
+    def __init__(self, cublaslt: str | None = None) -> None:
+        mode = cublaslt or os.environ.get("LIGHTSPEED_CUBLASLT", "search")
+        mode = {"1": "always", "0": "off"}.get(mode, mode)
+        if mode not in CUBLASLT_MODES:
+            raise ValueError(f"cublaslt must be one of {CUBLASLT_MODES}, got {mode!r}")
+        if cublaslt is None and mode == "search" and importlib.util.find_spec("nvmath") is None:
+            mode = "off"  # by default offered only where nvmath-python is installed
+        self.cublaslt = mode
+        if mode != "off":
+            self.ops = lt.LT_OPS
+            self.rule_files = (lt.RULE_FILE,)
+            rs = KernelBackend.rulesets
+            self.rulesets = (*rs[:rs.index("linalg") + 1], "cublaslt", *rs[rs.index("linalg") + 1:])
+        self.executor = GpuExecutor()
+        if mode != "off":  # cuBLASLt's ops (and, always, the generic matmuls) as library calls
+            library_ops = [d.name for d in lt.LT_OPS] + (["Matmul", "MatmulAdd"] if mode == "always" else [])
+            self.op_table = OpTable({name: self._cublaslt for name in library_ops})
+
+    def _cublaslt(self, op: LOp, in_dtypes: list[DType], dialect: str) -> Lowered:
+        """A matmul cuBLASLt can compute as one library launch inside the graph; else the generated
+        matmul kernel (the cuBLASLt ops have Matmul's fields), except for the ops only cuBLASLt
+        computes (epilogues, fp8), which the rules offer only where a plan exists."""
+        plan = lt.plan_matmul(op, in_dtypes)
+        if plan is None:
+            if op.op in _LIBRARY_ONLY:
+                raise LightspeedError(f"{op.op} ({op.args.get('epilogue')}): no cuBLASLt plan for this matmul "
+                                      "(the rules offer it only where one exists)")
+            return generated(dataclasses.replace(op, op="MatmulAdd" if "r_view" in op.args else "Matmul"),
+                             in_dtypes, dialect)
+        spec = lt.library_spec(plan, "r_view" in op.args)
+        self.executor.add_library_call(spec, plan)
+        return Lowered([spec])
+
+    def available(self) -> bool:
+        return driver.available()
+
+    def device(self) -> str:
+        try:
+            dev = driver.device()
+            return f"cuda:{dev.name}:{dev.arch}"
+        except driver.CudaError:
+            return "cuda:none"
+
+    def to_device(self, array: np.ndarray) -> DeviceArray:
+        return DeviceArray.from_host(array, thread_stream())
+
+    def write_rows(self, dest: Any, start: int, rows: np.ndarray) -> None:
+        if not isinstance(dest, DeviceArray):
+            return super().write_rows(dest, start, rows)
+        rows = np.ascontiguousarray(np.asarray(rows), dtype=dest.dtype)
+        row_bytes = dest.nbytes // max(1, dest.shape[0])
+        if start < 0 or start + len(rows) > dest.shape[0] or rows.nbytes != len(rows) * row_bytes:
+            raise InputError(f"write_rows: {rows.shape} rows at {start} do not fit {dest.shape}")
+        dev = driver.device()
+        dev.upload(dest.ptr + start * row_bytes, rows, thread_stream())
+        dev.sync(thread_stream())
+
+    def time(self, prog: Program, inputs: Mapping[str, Any], dims: Mapping[str, int], repeats: int) -> float:
+        """The median of ``repeats`` calls timed with CUDA events on the thread's stream (after
+        one warm-up call, which also captures the graph)."""
+        dev = driver.device()
+        stream = thread_stream()
+        prog(inputs, dims=dims)
+        dev.sync(stream)
+        start, end = dev.event(), dev.event()
+        times = []
+        for _ in range(max(1, repeats)):
+            dev.record(start, stream)
+            prog(inputs, dims=dims)
+            dev.record(end, stream)
+            times.append(dev.elapsed(start, end))
+        return float(np.median(times))

@@ -1,0 +1,189 @@
+"""The GPU executor: kernels compiled by NVRTC for the device, launched by their launch shapes
+(grid at the plan's bounds, block, dynamic shared memory, cluster) on the thread's stream, captured
+once per plan as a CUDA graph and replayed; cuBLASLt calls inside the same graph.
+
+``LIGHTSPEED_CUDA_GRAPHS=0`` launches kernels one by one instead of replaying a graph (for
+debuggers and ``compute-sanitizer``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..codegen.kernels import KernelSpec, module_source
+from ..codegen.program import Executor, Launch
+from . import cublaslt as lt
+from . import driver
+from .driver import DeviceArray
+
+__all__ = ["GpuExecutor", "thread_stream"]
+
+STATIC_SHARED_LIMIT = 48 << 10  # bytes of dynamic shared memory a kernel may take without opting in
+
+
+_local = threading.local()
+
+
+def thread_stream() -> Any:
+    """This thread's stream (created on first use; non-blocking, so it never waits on others')."""
+    s = getattr(_local, "stream", None)
+    if s is None:
+        s = _local.stream = driver.device().stream()
+    return s
+
+
+class _State:
+    def __init__(self, nbytes: int, slots: int):
+        dev = driver.device()
+        self.arena = dev.alloc(nbytes)
+        self.arena_address = self.arena.ptr
+        self.table = np.zeros(slots, np.int64)
+        self.table_dev = dev.alloc(slots * 8)
+        self.graph = None
+        self.grids: list | None = None
+        self.library_ptrs: tuple | None = None  # the library launches' pointers the graph was captured with
+
+
+class GpuExecutor(Executor):
+    """Kernels compiled by NVRTC for the device, run on the thread's stream as a CUDA graph."""
+
+    name = "gpu"
+    dialect = "cuda"
+
+    def __init__(self) -> None:
+        self.captures = 0  # CUDA graphs captured (tests check that dims changes capture none)
+        self.use_graphs = os.environ.get("LIGHTSPEED_CUDA_GRAPHS", "1") != "0"
+        self._functions: dict[str, Any] = {}
+        self._plans: dict[str, lt.LtPlan] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()  # per thread (one stream each): the cuBLASLt workspace
+
+    def add_library_call(self, spec: KernelSpec, plan: lt.LtPlan) -> None:
+        """Register the cuBLASLt plan a library launch ``spec`` runs (its handle)."""
+        with self._lock:
+            self._plans[spec.name] = plan
+
+    def compile(self, specs: list[KernelSpec], launches: list[Launch] | None = None) -> dict[str, Any]:
+        """One module per kernel (compiled once per process and cached on disk): the candidates of
+        a search share most kernels, so each distinct one is compiled once."""
+        from .nvrtc import compile_many
+
+        dev = driver.device()
+        with self._lock:
+            todo = [s for s in {s.name: s for s in specs}.values()
+                    if s.name not in self._functions and s.library is None]
+            if todo:
+                images = compile_many([module_source([s], "cuda") for s in todo], dev.arch)
+                for s, image in zip(todo, images):
+                    fn = dev.function(dev.module(image, s.name), s.name)
+                    if s.launch.shared_bytes > STATIC_SHARED_LIMIT:
+                        dev.allow_shared(fn, s.launch.shared_bytes)
+                    self._functions[s.name] = fn
+            # a library launch's handle is its plan
+            return {s.name: self._plans[s.name] if s.library is not None else self._functions[s.name]
+                    for s in specs}
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
+        return DeviceArray.empty(tuple(shape), dtype)
+
+    def upload(self, host: np.ndarray) -> DeviceArray:
+        return DeviceArray.from_host(host, thread_stream())
+
+    def address(self, array: Any) -> int:
+        return array.ptr
+
+    def owns(self, array: Any) -> bool:
+        return isinstance(array, DeviceArray)
+
+    def new_state(self, nbytes: int, slots: int) -> _State:
+        return _State(nbytes, slots)
+
+    @staticmethod
+    def _prepare(state: _State, launches: list[Launch], bounds: Mapping[str, int]) -> tuple[Any, Any]:
+        """The device and stream, with this call's table uploaded and the grids sized (once per state)."""
+        dev = driver.device()
+        stream = thread_stream()
+        dev.upload(state.table_dev.ptr, state.table, stream)
+        if state.grids is None:  # each kernel's launch shape at the plan's bounds
+            state.grids = [launch.spec.launch.grid_at(bounds, dev.sm_count) for launch in launches]
+        return dev, stream
+
+    def _workspace(self) -> int:
+        """This thread's cuBLASLt workspace (its stream's: calls on one stream never overlap)."""
+        ws = getattr(self._local, "workspace", None)
+        if ws is None:
+            ws = self._local.workspace = driver.device().alloc(lt.WORKSPACE_BYTES)
+        return ws.ptr
+
+    def _launch(self, dev: Any, state: _State, launch: Launch, handle: Any, grid: tuple, stream: Any) -> None:
+        """One launch: a kernel by its launch shape, or a cuBLASLt call with the pointers the host
+        table holds now."""
+        spec = launch.spec
+        if spec.library is not None:
+            ptrs = tuple(int(state.table[s]) for s in launch.args)
+            lt.library().run(handle, ptrs, self._workspace(), int(stream))
+        else:
+            shape = spec.launch
+            dev.launch(handle, grid, shape.block, (state.table_dev.ptr, *launch.args), stream,
+                       shape.shared_bytes, shape.cluster)
+
+    def run(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]) -> None:
+        dev, stream = self._prepare(state, launches, bounds)
+        if not self.use_graphs:
+            for launch, grid in zip(launches, state.grids):
+                self._launch(dev, state, launch, handles[launch.spec.name], grid, stream)
+            return
+        # kernels read their addresses from the device table, but a captured cuBLASLt call keeps the
+        # pointers it was given: capture again when one of them changed
+        ptrs = tuple(int(state.table[s]) for launch in launches if launch.spec.library is not None
+                     for s in launch.args)
+        if state.graph is not None and ptrs != state.library_ptrs:
+            dev.sync(stream)  # the old graph may still run
+            driver.check(driver.bindings().cuGraphExecDestroy(state.graph), "cuGraphExecDestroy")
+            state.graph = None
+        if state.graph is None:
+            if ptrs:  # the heuristic and the descriptors outside the capture
+                lib = lt.library()
+                for launch in launches:
+                    if launch.spec.library is not None:
+                        plan, at = handles[launch.spec.name], [int(state.table[s]) for s in launch.args]
+                        lib.prepare_call(plan, tuple(at))
+                self._workspace()
+            dev.begin_capture(stream)
+            try:
+                for launch, grid in zip(launches, state.grids):
+                    self._launch(dev, state, launch, handles[launch.spec.name], grid, stream)
+            finally:
+                graph = dev.end_capture(stream)
+            state.graph = graph
+            state.library_ptrs = ptrs
+            self.captures += 1
+        dev.launch_graph(state.graph, stream)
+
+    def run_traced(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]
+                   ) -> list[tuple[Launch, float, float]]:
+        """Kernels launched one by one between CUDA events; their times come from the events and
+        are placed on the host clock from the moment the first one was recorded."""
+        dev, stream = self._prepare(state, launches, bounds)
+        marks = [dev.event() for _ in range(len(launches) + 1)]
+        dev.sync(stream)
+        host0 = time.perf_counter()
+        dev.record(marks[0], stream)
+        for launch, grid, mark in zip(launches, state.grids, marks[1:]):
+            self._launch(dev, state, launch, handles[launch.spec.name], grid, stream)
+            dev.record(mark, stream)
+        dev.sync(stream)
+        out, at = [], host0
+        for launch, a, b in zip(launches, marks, marks[1:]):
+            sec = dev.elapsed(a, b)
+            out.append((launch, at, sec))
+            at += sec
+        for m in marks:
+            driver.bindings().cuEventDestroy(m)
+        return out

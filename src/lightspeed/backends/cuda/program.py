@@ -1,0 +1,90 @@
+"""``CudaProgram``: a kernel program on the GPU, taking and giving numpy arrays, torch CUDA tensors
+or :class:`~.driver.DeviceArray` s: numpy inputs are copied to the device and results copied back;
+torch CUDA tensors are used where they lie (outputs come back as torch CUDA tensors, work ordered
+on torch's current stream); DeviceArrays stay on the device (what the search times)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ...errors import InputError
+from ...program import to_numpy
+from ..codegen.program import KernelProgram
+from . import driver
+from .driver import DeviceArray
+from .executor import thread_stream
+from .interop import from_torch, is_torch_cuda, to_torch, torch_dtype, torch_stream, wait_on
+
+__all__ = ["CudaProgram"]
+
+
+class CudaProgram(KernelProgram):
+    """A kernel program on the GPU, taking and giving numpy arrays, torch CUDA tensors or
+    DeviceArrays (see the module docstring)."""
+
+    def as_array(self, value: Any, what: str) -> Any:
+        if isinstance(value, DeviceArray):
+            return value
+        if is_torch_cuda(value):
+            return from_torch(value)
+        return to_numpy(value, what)
+
+    def to_device(self, array: Any) -> DeviceArray:
+        if isinstance(array, DeviceArray):
+            return array
+        return DeviceArray.from_host(np.asarray(array), thread_stream())
+
+    def store_back(self, user: Any, array: Any) -> None:
+        if isinstance(user, DeviceArray) or is_torch_cuda(user):
+            dest = self.as_array(user, "aliased input")
+            if dest.ptr != array.ptr:
+                driver.device().copy(dest.ptr, array.ptr, array.nbytes, thread_stream())
+            return
+        host = to_numpy(user, "aliased input")
+        if not (host.flags.c_contiguous and host.flags.writeable):
+            raise InputError("an aliased host input must be writable and C-contiguous")
+        src = array if isinstance(array, DeviceArray) else self.to_device(array)
+        driver.device().download(host, src.ptr, thread_stream())
+        driver.device().sync(thread_stream())
+
+    def execute(self, arrays: dict[str, Any], dims: dict[str, int], out=None) -> dict[str, Any]:
+        torch_s = torch_stream(arrays)
+        if torch_s is None:
+            return super().execute(arrays, dims, out)
+        # torch's tensors in: outputs are written straight into new torch CUDA tensors, and the work
+        # is ordered after torch's current stream and before its next use of any of them
+        import torch
+
+        out = dict(out or {})
+        for name in self.output_names:
+            if name not in out and name not in self.output_aliases:
+                op = self.outputs_of[name]
+                t = torch.empty(self._output_shape[name](dims), dtype=torch_dtype(op.dtype.np), device="cuda")
+                out[name] = DeviceArray(t.data_ptr(), tuple(t.shape), op.dtype.np, t)
+        wait_on(thread_stream(), torch_s)
+        res = super().execute(arrays, dims, out)
+        wait_on(torch_s, thread_stream())
+        return res
+
+    def deliver(self, res: dict[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
+        values = list(inputs.values())
+        if any(is_torch_cuda(v) for v in values):
+            return {k: to_torch(v) if isinstance(v, DeviceArray) else v for k, v in res.items()}
+        if values and all(isinstance(v, DeviceArray) for v in values):
+            return res
+        stream = thread_stream()
+        dev = driver.device()
+        host = {}
+        given = {id(v) for v in values}
+        for k, v in res.items():
+            if isinstance(v, DeviceArray) and id(v) not in given:  # not the caller's own device array
+                h = np.empty(v.shape, v.dtype)
+                dev.download(h, v.ptr, stream)
+                host[k] = h
+            else:
+                host[k] = v
+        dev.sync(stream)
+        return super().deliver(host, inputs)
