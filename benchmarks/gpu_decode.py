@@ -51,8 +51,23 @@ def ours(name: str, steps: int, prompt: int) -> dict:
     gen.generate(ids, max_new_tokens=4, stop_ids=[])  # warm-up: plans, captures
     res = gen.generate(ids, max_new_tokens=steps, stop_ids=[])
     tpot = float(np.median(res.step_s)) * 1e3
+    kernels = kernels_per_step(gen.decode)
     return dict(tpot_ms=round(tpot, 4), tok_s=round(1000 / tpot, 1), ttft_ms=round(res.ttft_s * 1e3, 2),
-                compile_s=round(compile_s, 1), weight_bytes=wbytes)
+                compile_s=round(compile_s, 1), weight_bytes=wbytes, kernels=kernels,
+                kernels_per_layer=round(kernels / cfg["num_hidden_layers"], 1) if kernels else None)
+
+
+def kernels_per_step(prog) -> int | None:
+    """Launches (kernels and library calls) one call of a decode program makes: its launch list,
+    or for a program that runs parts (dim buckets, a host block loop) theirs summed."""
+    launches = getattr(prog, "launches", None)
+    if launches is not None:
+        return len(launches)
+    steps = getattr(prog, "steps", None) or getattr(getattr(prog, "rolled_from", None), "steps", None)
+    if steps:
+        counts = [kernels_per_step(s.prog) for s in steps]
+        return sum(counts) if all(c is not None for c in counts) else None
+    return None
 
 
 def main() -> None:
@@ -78,11 +93,13 @@ def main() -> None:
         base = res.get("torch.compile (reduce-overhead)", {}).get("tpot_ms")
         for system, r in res.items():
             rows.append((name, system, r["tpot_ms"], r["tok_s"], 100 * floor / r["tpot_ms"],
-                         (r["tpot_ms"] / base) if base else float("nan")))
+                         (r["tpot_ms"] / base) if base else float("nan"), r.get("kernels_per_layer")))
         out[name] = dict(weight_GB=round(wb / 1e9, 3), floor_ms=round(floor, 4), **res)
-    print(f"\n{'shape':<14} {'system':<34} {'TPOT ms':>9} {'tok/s':>8} {'% HBM floor':>12} {'x torch.compile':>16}")
-    for name, system, tpot, toks, pct, ratio in rows:
-        print(f"{name:<14} {system:<34} {tpot:>9.3f} {toks:>8.1f} {pct:>11.1f}% {ratio:>15.2f}x")
+    print(f"\n{'shape':<14} {'system':<34} {'TPOT ms':>9} {'tok/s':>8} {'% HBM floor':>12} {'x torch.compile':>16}"
+          f" {'kernels/layer':>14}")
+    for name, system, tpot, toks, pct, ratio, per_layer in rows:
+        print(f"{name:<14} {system:<34} {tpot:>9.3f} {toks:>8.1f} {pct:>11.1f}% {ratio:>15.2f}x"
+              f" {per_layer if per_layer is not None else '':>14}")
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "gpu_decode.json"), "w") as f:
             json.dump(out, f, indent=1)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cache_dir", "root", "load", "store", "digest", "FORMAT", "CacheEntryError",
+__all__ = ["cache_dir", "root", "load", "store", "digest", "unsafe_dir", "report", "FORMAT", "CacheEntryError",
            "check_egraph", "decision_validator"]
 
 # bumped when the file layout changes; entries of another format are discarded
@@ -74,7 +74,7 @@ def _logging() -> bool:
     return "cache" in os.environ.get("LIGHTSPEED_LOG", "").split(",")
 
 
-def _report(name: str, why: str) -> None:
+def report(name: str, why: str) -> None:
     """Tell (``LIGHTSPEED_LOG=cache``) that entry `name` was discarded, once per process per entry."""
     if not _logging():
         return
@@ -142,7 +142,7 @@ def _read_entry(path: Path) -> bytes | None:
         os.close(fd)
 
 
-def _unsafe_dir(d: Path, create: bool) -> str | None:
+def unsafe_dir(d: Path, create: bool) -> str | None:
     """Why `d` must not be used (None when it is a directory we own that nobody else can write into);
     with `create`, a missing `d` is made, mode 0700."""
     try:
@@ -173,10 +173,10 @@ def load(name: str, validate: Callable[[Any], None] | None = None) -> Any | None
     d = cache_dir()
     if d is None:
         return None
-    why = _unsafe_dir(d, create=False)
+    why = unsafe_dir(d, create=False)
     if why is not None:
         if why != "missing":
-            _report(str(d), f"cache directory {why}; not used")
+            report(str(d), f"cache directory {why}; not used")
         return None
     try:
         raw = _read_entry(d / f"{name}.json")
@@ -187,7 +187,7 @@ def load(name: str, validate: Callable[[Any], None] | None = None) -> Any | None
             validate(data)
         return data
     except Exception as e:  # noqa: BLE001  (an unusable entry is recomputed, whatever went wrong)
-        _report(name, f"discarded ({e or type(e).__name__}); recomputing")
+        report(name, f"discarded ({e or type(e).__name__}); recomputing")
         return None
 
 
@@ -197,9 +197,9 @@ def store(name: str, data: Any) -> None:
     d = cache_dir()
     if d is None:
         return
-    why = _unsafe_dir(d, create=True)
+    why = unsafe_dir(d, create=True)
     if why is not None:
-        _report(str(d), f"cache directory {why}; not used")
+        report(str(d), f"cache directory {why}; not used")
         return
     blob = _encode(data)
     try:

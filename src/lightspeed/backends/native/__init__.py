@@ -11,6 +11,8 @@ them per machine.
 
 from __future__ import annotations
 
+import hashlib
+
 from ... import dtypes as dt
 from ..codegen import blocks
 from ..codegen.backend import KernelBackend
@@ -35,4 +37,11 @@ class NativeBackend(KernelBackend):
 
     def available(self) -> bool:
         return executor.available()
+
+    def code_hash(self) -> str:
+        """The kernel code's hash and the block kernels' activation mode
+        (``LIGHTSPEED_NATIVE_ACTIVATIONS``): a decision measured with the q16 kernels is never
+        reused for the float ones."""
+        mode = blocks.block_activations()
+        return hashlib.sha256(f"{super().code_hash()}\nactivations={mode}".encode()).hexdigest()[:16]
 

@@ -15,6 +15,12 @@ search's candidates share most of theirs, prefill and decode many, a rolled mode
 program all of them) into one module, and its launch list into a small runner that calls the
 kernels through a table of function addresses (no prelude to parse: it compiles in ~0.1 s).
 Cold compiles are dominated by the C compiler, so this is most of their time.
+
+*Trust.*  A library is code this process runs, so the folder is held to the main cache's rule (a
+directory of this user nobody else can write into; else a fresh private one is used), and a
+library is loaded only if it is a regular file of this user whose bytes hash to the value
+recorded beside it (``k<key>.sha256``) when this user compiled it; anything else (a planted or
+damaged file with the predictable name) is compiled again and replaced.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -115,15 +122,68 @@ def _config() -> tuple[list[str], list[str], str]:
     return cc, cflags, hashlib.sha256("\n".join([*cc, *cflags, _cpu_id()]).encode()).hexdigest()[:16]
 
 
+_stand_ins: dict[str, Path] = {}  # a folder refused this process -> the private one used instead
+
+
 def _folder() -> Path:
-    """Where compiled libraries (and the kernel index) are kept."""
+    """Where compiled libraries (and the kernel index) are kept: the cache's ``native`` folder, or
+    ``$TMPDIR/lightspeed-<uid>`` with the cache off, held to the main cache's rule (a directory
+    this user owns that nobody else can write into); one that breaks it (planted in a shared
+    /tmp, say) is never read: this process uses a fresh private folder instead."""
     root = cache.cache_dir()
     folder = Path(root) / "native" if root is not None else Path(tempfile.gettempdir()) / f"lightspeed-{os.getuid()}"
+    why = cache.unsafe_dir(folder, create=True)
+    if why is None:
+        return folder
+    with _lock:
+        stand_in = _stand_ins.get(str(folder))
+        if stand_in is None:
+            cache.report(str(folder), f"native kernel folder {why}; using a private temporary one")
+            stand_in = _stand_ins[str(folder)] = Path(tempfile.mkdtemp(prefix="lightspeed-native-"))
+    return stand_in
+
+
+def _own_file(path: Path) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file (not a link) of this user that nobody else
+    can write, else None."""
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError:
-        folder = Path(tempfile.mkdtemp(prefix="lightspeed-native-"))
-    return folder
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _hash_file(lib_file: Path) -> Path:
+    return lib_file.with_suffix(".sha256")
+
+
+def _trusted(lib_file: Path) -> bool:
+    """Whether ``lib_file`` is a library this process's user compiled: its bytes hash to what was
+    recorded beside it when it was written (:func:`_write_library`), both files ours and private."""
+    data, recorded = _own_file(lib_file), _own_file(_hash_file(lib_file))
+    return data is not None and recorded is not None and hashlib.sha256(data).hexdigest() == recorded.decode().strip()
+
+
+def _write_atomically(folder: Path, target: Path, data: bytes) -> None:
+    fd, tmpname = tempfile.mkstemp(dir=folder, suffix=".tmp")  # mode 0600, a fresh name
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmpname, target)
+
+
+def _write_library(folder: Path, target: Path, data: bytes) -> None:
+    """``data`` as library ``target`` and its hash beside it (what :func:`_trusted` checks)."""
+    _write_atomically(folder, target, data)
+    _write_atomically(folder, _hash_file(target), hashlib.sha256(data).hexdigest().encode())
 
 
 def _build(source: str) -> tuple[ctypes.CDLL, Path]:
@@ -138,27 +198,32 @@ def _build(source: str) -> tuple[ctypes.CDLL, Path]:
         return hit
     folder = _folder()
     target = folder / f"k{key}.so"
-    if not target.exists():
-        with tempfile.TemporaryDirectory() as tmp:
-            src = Path(tmp) / "k.c"
-            src.write_text(source)
-            out = Path(tmp) / "k.so"
-            res = subprocess.run([*cc, *cflags, "-o", str(out), str(src), "-lm"], capture_output=True, text=True)
-            if res.returncode != 0:
-                raise LightspeedError(f"C compiler failed on a generated kernel:\n{res.stderr[-4000:]}")
-            fd, tmpname = tempfile.mkstemp(dir=folder, suffix=".so.tmp")
-            os.close(fd)
-            shutil.copyfile(out, tmpname)
-            os.replace(tmpname, target)
-    return _load(target)
+    hit = _load_trusted(target)
+    if hit is not None:
+        return hit
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.c"
+        src.write_text(source)
+        out = Path(tmp) / "k.so"
+        res = subprocess.run([*cc, *cflags, "-o", str(out), str(src), "-lm"], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise LightspeedError(f"C compiler failed on a generated kernel:\n{res.stderr[-4000:]}")
+        _write_library(folder, target, out.read_bytes())
+    hit = _load_trusted(target)
+    if hit is None:  # replaced between the write and the load: nothing but this user can do that
+        raise LightspeedError(f"the native kernel library {target} changed while it was being loaded")
+    return hit
 
 
-def _load(lib_file: Path) -> tuple[ctypes.CDLL, Path]:
-    """The library in ``lib_file`` (``k<key>.so``), loaded once per process."""
+def _load_trusted(lib_file: Path) -> tuple[ctypes.CDLL, Path] | None:
+    """The library in ``lib_file`` (``k<key>.so``), loaded once per process, and only if it is
+    :func:`_trusted`; None otherwise (the caller compiles it again)."""
     key = lib_file.stem[1:]
     with _lock:
         hit = _libs.get(key)
         if hit is None:
+            if not _trusted(lib_file):
+                return None
             hit = _libs[key] = (ctypes.CDLL(str(lib_file)), lib_file)
     return hit
 
@@ -169,12 +234,13 @@ def _indexed(folder: Path, tag: str, name: str) -> Any:
         entry = (folder / f"index-{tag}" / name).read_text().strip()
     except OSError:
         return None
-    if not (re.fullmatch(r"k[0-9a-f]{24}\.so", entry) and (folder / entry).exists()):  # a library of this folder
+    if not re.fullmatch(r"k[0-9a-f]{24}\.so", entry):  # a library of this folder
         return None
     try:
-        return getattr(_load(folder / entry)[0], name, None)
+        hit = _load_trusted(folder / entry)
     except OSError:
         return None
+    return getattr(hit[0], name, None) if hit is not None else None
 
 
 def _record(folder: Path, tag: str, names: list[str], lib_file: Path) -> None:
