@@ -263,3 +263,69 @@ def test_call_derived_dim_needs_its_symbol():
     _raises(InputError, lambda: p(x=np.zeros(3, np.float32)), "'x'", "n + 1", "['n']", "dims=")
     assert p(x=np.zeros(3, np.float32), dims={"n": 2})["o"].shape == (3,)
     _raises(InputError, lambda: p(x=np.zeros(3, np.float32), dims={"n": 5}), "'x'", "n + 1", "6", "3")
+
+
+def _expand_program():
+    g = ls.Graph()
+    x = g.input("x", ("n", 1))
+    g.output("y", x.expand("n", "m") * 2)
+    return g.compile("cpu", search=ls.SearchOptions(budget=1, seed=0, progress=False))
+
+
+def _graph_with_input():
+    g = ls.Graph()
+    g.input("x", (2,))
+    return g
+
+
+COLUMN = np.ones((2, 1), np.float32)
+# (what a careless caller does, the words the error must contain): every one a LightspeedError
+# naming what was wrong, never numpy's, Python's or the allocator's own exception
+BAD_CALLS = [
+    ("an array instead of a mapping", lambda p: p(COLUMN), ["mapping", "ndarray"]),
+    ("a non-string input name", lambda p: p({1: COLUMN}), ["strings", "1"]),
+    ("dims not a mapping", lambda p: p(x=COLUMN, dims=[("m", 3)]), ["dims", "mapping"]),
+    ("an unknown dim", lambda p: p(x=COLUMN, dims={"m": 3, "zzz": 5}), ["zzz", "unknown"]),
+    ("a float dim value", lambda p: p(x=COLUMN, dims={"m": 2.5}), ["'m'", "2.5"]),
+    ("a dim of 10^13", lambda p: p(x=COLUMN, dims={"m": 10 ** 13}), ["'m'", "largest"]),
+    ("an output of 8 TB", lambda p: p(x=COLUMN, dims={"m": 10 ** 12}), ["'y'", "bytes"]),
+    ("a missing input", lambda p: p(dims={"m": 3}), ["missing", "'x'"]),
+    ("an extra input", lambda p: p(x=COLUMN, z=COLUMN, dims={"m": 3}), ["unexpected", "'z'"]),
+    ("out not a mapping", lambda p: p(x=COLUMN, dims={"m": 3}, out=COLUMN), ["out", "mapping"]),
+]
+
+
+@pytest.mark.parametrize("case", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_bad_program_calls_raise_lightspeed_errors(case):
+    _, call, needles = case
+    _raises(LightspeedError, functools.partial(call, _expand_program()), *needles)
+
+
+BAD_GRAPHS = [
+    ("a duplicate input name", lambda: _graph_with_input().input("x", (3,)), ["already", "'x'"]),
+    ("an empty input name", lambda: ls.Graph().input("", (3,)), ["non-empty"]),
+    ("a float dim", lambda: ls.Graph().input("x", (2.5,)), ["2.5", "dimension"]),
+    ("a dim name with a space", lambda: ls.Graph().input("x", ("batch size",)), ["batch size"]),
+    ("a duplicate output name", lambda: _two_outputs(), ["already", "'y'"]),
+    ("a non-tensor output", lambda: ls.Graph().output("y", 3), ["GraphTensor"]),
+    ("an alias of no input", lambda: _alias_nothing(), ["aliases", "'nope'"]),
+    ("a lazy tensor's truth value", lambda: bool(ls.Graph().input("x", (2,))), ["truth value"]),
+]
+
+
+def _two_outputs():
+    g = ls.Graph()
+    x = g.input("x", (2,))
+    g.output("y", x)
+    g.output("y", x * 2)
+
+
+def _alias_nothing():
+    g = ls.Graph()
+    g.output("y", g.input("x", (2,)), aliases="nope")
+
+
+@pytest.mark.parametrize("case", BAD_GRAPHS, ids=[c[0] for c in BAD_GRAPHS])
+def test_bad_graph_building_raises_lightspeed_errors(case):
+    _, build, needles = case
+    _raises(LightspeedError, build, *needles)

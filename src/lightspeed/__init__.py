@@ -14,7 +14,8 @@ __version__ = "0.1.0"
 _FROM = {**dict.fromkeys("DType ALL_DTYPES float64 float32 float16 bfloat16 float8_e4m3 float8_e5m2 int64 int32 int16 "
                          "int8 uint8 bool_ promote_types result_type BLOCK_DTYPES q8_0 q4_0 q4_1 q5_0 q4_k q6_k"
                          .split(), "dtypes"),
-         **dict.fromkeys("LightspeedError ShapeError DTypeError InputError UnsupportedError".split(), "errors"),
+         **dict.fromkeys("LightspeedError ShapeError DTypeError InputError GraphError OperandError UnsupportedError"
+                         .split(), "errors"),
          "Graph": "graph", "GraphTensor": "graph", "Program": "program", "SearchOptions": "search",
          "Expr": "symbolic", "sym": "symbolic", "const": "symbolic"}  # the op functions (ls.softmax) come from hl
 

@@ -3,7 +3,8 @@ or the program input."""
 
 from __future__ import annotations
 
-__all__ = ["LightspeedError", "ShapeError", "DTypeError", "InputError", "UnsupportedError"]
+__all__ = ["LightspeedError", "ShapeError", "DTypeError", "InputError", "GraphError", "OperandError",
+           "UnsupportedError"]
 
 
 class LightspeedError(Exception):
@@ -20,6 +21,16 @@ class DTypeError(LightspeedError, TypeError):
 
 class InputError(LightspeedError, ValueError):
     """A program was called with a missing, extra, mis-shaped or mis-typed input, or unbound dims."""
+
+
+class GraphError(LightspeedError, ValueError):
+    """A graph built wrongly: a duplicate or empty input/output name, a bad alias, a dim that is
+    neither an int nor a valid dim name (raised while the graph is built)."""
+
+
+class OperandError(LightspeedError, TypeError):
+    """A value of the wrong kind where a tensor, an axis or a dim was expected (a Python object
+    as an op's operand, a float dim, the truth value of a lazy tensor)."""
 
 
 class UnsupportedError(LightspeedError, NotImplementedError):

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import dtypes as dt
 from .dtypes import DType
-from .errors import DTypeError, LightspeedError, ShapeError, describe_operands
+from .errors import DTypeError, GraphError, LightspeedError, OperandError, ShapeError, describe_operands
 from .primitives import PRIMITIVES, ConstantValue, InputArg, IotaArg, PrimitiveOp, by_name
 from .shape import ShapeTracker
 from .symbolic import Expr, ExprLike, as_expr, prod
@@ -66,7 +66,7 @@ class Graph:
                                   + (f" ({describe_operands(inputs)})" if inputs else ""))
         for t in inputs:
             if not isinstance(t, GraphTensor):
-                raise TypeError(f"{op.name}: operand {t!r} is not a GraphTensor")
+                raise OperandError(f"{op.name}: operand {t!r} is not a GraphTensor")
             if t.graph is not self:
                 raise LightspeedError(f"{op.name}: operand {t!r} belongs to a different Graph "
                                       f"(operands: {describe_operands(inputs)}); build all operands in one Graph")
@@ -86,9 +86,9 @@ class Graph:
     def input(self, name: str, shape: Sequence[ExprLike], dtype: DType | str = dt.float32) -> GraphTensor:
         """A named input.  Dims are ints, symbol names (``"batch"``) or expressions (``"s+1"``)."""
         if not isinstance(name, str) or not name:
-            raise ValueError(f"input name must be a non-empty string, got {name!r}")
+            raise GraphError(f"input name must be a non-empty string, got {name!r}")
         if name in self.inputs:
-            raise ValueError(f"graph already has an input named {name!r}")
+            raise GraphError(f"graph already has an input named {name!r}")
         if isinstance(shape, (int, str, Expr)):
             shape = (shape,)
         shp = tuple(as_expr(d) for d in shape)
@@ -129,18 +129,18 @@ class Graph:
         into (Luminal's ``output_aliases_input``): after a call the caller's array holds the
         output, and a backend may compute it in place (a KV cache updated by its new rows)."""
         if not isinstance(tensor, GraphTensor) or tensor.graph is not self:
-            raise TypeError(f"output {name!r}: expected a GraphTensor of this graph, got {tensor!r}")
+            raise OperandError(f"output {name!r}: expected a GraphTensor of this graph, got {tensor!r}")
         if name in self.outputs:
-            raise ValueError(f"graph already has an output named {name!r}")
+            raise GraphError(f"graph already has an output named {name!r}")
         if aliases is not None:
             if aliases not in self.inputs:
-                raise ValueError(f"output {name!r} aliases {aliases!r}, which is not an input of this graph")
+                raise GraphError(f"output {name!r} aliases {aliases!r}, which is not an input of this graph")
             arg = self.nodes[self.inputs[aliases]].arg
             if tuple(tensor.shape) != tuple(arg.shape) or tensor.dtype != arg.dtype:
                 raise ShapeError(f"output {name!r} aliases input {aliases!r}: it must have the input's shape and "
                                  f"dtype {arg.dtype.name}[{', '.join(map(str, arg.shape))}], got {tensor!r}")
             if aliases in self.output_aliases.values():
-                raise ValueError(f"input {aliases!r} is already aliased by another output")
+                raise GraphError(f"input {aliases!r} is already aliased by another output")
         t = self.add_node(PRIMITIVES["Output"], [tensor], name)
         self.outputs[name] = t.node
         if aliases is not None:
@@ -272,22 +272,22 @@ class GraphTensor:
         return f"GraphTensor(%{self.node}, {self.dtype.name}[{shape}])"
 
     def __bool__(self) -> bool:
-        raise TypeError("a lazy GraphTensor has no truth value (it is not computed yet)")
+        raise OperandError("a lazy GraphTensor has no truth value (it is not computed yet)")
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise OperandError("len() of a 0-d tensor")
         return int(self.shape[0])
 
     def __iter__(self):
-        raise TypeError("a lazy GraphTensor cannot be iterated; index it or use unbind()")
+        raise OperandError("a lazy GraphTensor cannot be iterated; index it or use unbind()")
 
     __hash__ = object.__hash__
 
 
 def normalize_axis(axis: int, ndim: int, op: str) -> int:
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
-        raise TypeError(f"{op}: dim must be an int, got {axis!r}")
+        raise OperandError(f"{op}: dim must be an int, got {axis!r}")
     a = int(axis)
     lo = -max(ndim, 1)
     if not lo <= a < max(ndim, 1):

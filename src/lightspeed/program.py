@@ -21,6 +21,11 @@ from .symbolic import Expr
 if TYPE_CHECKING:
     from .egraph.llir import LProgram
 
+# the largest dim value and output a call takes: past them a size is a mistake, not a workload (and
+# would otherwise surface as the allocator's MemoryError or an overflow deep in a kernel)
+MAX_DIM = 1 << 40
+MAX_BYTES = 1 << 40
+
 __all__ = ["Program", "to_numpy", "same_memory", "share_array_hooks", "SearchReport", "CandidateResult",
            "BucketedProgram"]
 
@@ -144,9 +149,17 @@ class Program:
              ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         """Check inputs and bind dims. Returns (arrays by input name, dim values)."""
         env: dict[str, int] = dict(self._resident_dims)
+        bad_names = [k for k in (*inputs, *(dims or {})) if not isinstance(k, str)]
+        if bad_names:
+            raise InputError(f"input and dim names must be strings, got {bad_names[0]!r}")
+        unknown = set(dims or {}) - self.symbols
+        if unknown:
+            raise InputError(f"unknown dim(s) {sorted(unknown)}: the program's dims are {sorted(self.symbols)}")
         for k, v in (dims or {}).items():
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise InputError(f"dim {k!r}: expected a non-negative int, got {v!r}")
+            if v > MAX_DIM:
+                raise InputError(f"dim {k!r} = {v} is beyond the largest size a program takes ({MAX_DIM})")
             if k in self._resident_dims and self._resident_dims[k] != v:
                 raise InputError(f"dim {k!r} = {v}, but the persisted inputs bind it to {self._resident_dims[k]}")
             env[k] = int(v)
@@ -166,7 +179,20 @@ class Program:
         if unbound:
             raise InputError(f"dims {sorted(unbound)} are not determined by the input shapes; "
                              "pass them explicitly with dims={...}")
+        for name, nbytes in self._output_bytes(env):
+            if nbytes > MAX_BYTES:
+                raise InputError(f"dims {env} make output {name!r} {nbytes:.3g} bytes, beyond the "
+                                 f"{MAX_BYTES >> 40} TiB any device holds")
         return arrays, env
+
+    def _output_bytes(self, env: Mapping[str, int]):
+        """(output name, bytes) of every output at dims ``env`` (checked before anything is allocated)."""
+        for name, nid in self.graph.outputs.items():
+            node = self.graph.nodes[nid]
+            n = 1
+            for d in node.shape:
+                n *= max(0, int(d.evaluate(env)))
+            yield name, n * node.dtype.itemsize
 
     def _check(self, inputs: Mapping[str, Any], env: dict[str, int], partial: bool
                ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
@@ -219,6 +245,10 @@ class Program:
     def __call__(self, inputs: Mapping[str, Any] | None = None, /, *, dims: Mapping[str, int] | None = None,
                  out: Mapping[str, Any] | None = None, **named: Any) -> dict[str, Any]:
         """Run the program; ``out``: arrays to write outputs into (returned as given)."""
+        for what, value in (("inputs", inputs), ("dims", dims), ("out", out)):
+            if value is not None and not isinstance(value, Mapping):
+                raise InputError(f"{what} must be a mapping of names (e.g. prog(x=a) or prog({{'x': a}})), "
+                                 f"got {type(value).__name__}")
         all_inputs = dict(inputs or {})
         dup = all_inputs.keys() & named.keys()
         if dup:

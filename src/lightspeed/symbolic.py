@@ -22,6 +22,8 @@ from typing import Union
 
 import numpy as np
 
+from .errors import GraphError, OperandError
+
 __all__ = ["Expr", "ExprLike", "sym", "const", "as_expr", "smin", "smax", "INDEX_VAR", "compile_exprs"]
 
 ExprLike = Union["Expr", int, str]
@@ -122,8 +124,8 @@ class Expr:
         return self.value
 
     def __bool__(self) -> bool:
-        raise TypeError(f"the truth value of symbolic expression {self} is ambiguous; "
-                        "compare with == or use .is_const/.value")
+        raise OperandError(f"the truth value of symbolic expression {self} is ambiguous; "
+                           "compare with == or use .is_const/.value")
 
     # ------------------------------------------------------------------ range analysis
     def bounds(self) -> tuple[int | None, int | None]:
@@ -241,14 +243,14 @@ def _rebuild(op: int, args: tuple) -> Expr:
 # ====================================================================== smart constructors
 def const(v: int) -> Expr:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"symbolic constant must be an int, got {v!r}")
+        raise OperandError(f"symbolic constant must be an int, got {v!r}")
     return Expr._make(_CONST, (int(v),))
 
 
 def sym(name: str) -> Expr:
     """A dim symbol (or the index variable ``z``)."""
     if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"invalid symbol name {name!r}: must be a Python identifier")
+        raise GraphError(f"invalid symbol name {name!r}: must be a Python identifier")
     return Expr._make(_VAR, (name,))
 
 
@@ -262,7 +264,7 @@ def as_expr(v: ExprLike) -> Expr:
         if v.isidentifier():
             return sym(v)
         return parse(v)
-    raise TypeError(f"cannot use {v!r} ({type(v).__name__}) as a dimension/expression")
+    raise OperandError(f"cannot use {v!r} ({type(v).__name__}) as a dimension/expression")
 
 
 def parse(text: str) -> Expr:
@@ -270,7 +272,7 @@ def parse(text: str) -> Expr:
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError as e:
-        raise ValueError(f"cannot parse dimension expression {text!r}: {e.msg}") from None
+        raise GraphError(f"cannot parse dimension expression {text!r}: {e.msg}") from None
 
     def go(n: ast.AST) -> Expr:
         if isinstance(n, ast.Constant) and isinstance(n.value, int) and not isinstance(n.value, bool):
@@ -288,7 +290,7 @@ def parse(text: str) -> Expr:
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("min", "max"):
             args = [go(a) for a in n.args]
             return smin(*args) if n.func.id == "min" else smax(*args)
-        raise ValueError(f"unsupported syntax in dimension expression {text!r}")
+        raise GraphError(f"unsupported syntax in dimension expression {text!r}")
 
     return go(tree)
 

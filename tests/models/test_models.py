@@ -130,3 +130,14 @@ def test_cache_inputs_and_aliases():
     assert [model.cache_rows(i) for i in range(4)] == [3, None, 3, None]
     assert set(g.outputs) == {"logits"} | {f"cache.{i}.{c}" for i in range(4) for c in "kv"}
     assert g.output_aliases == {f"cache.{i}.{c}": f"cache.{i}.{c}" for i in range(4) for c in "kv"}
+
+
+def test_a_tied_model_refuses_a_different_lm_head_beside_its_embeddings():
+    cfg = dict(model_type="llama", vocab_size=16, hidden_size=8, intermediate_size=12, num_hidden_layers=1,
+               num_attention_heads=2, num_key_value_heads=1, head_dim=4, tie_word_embeddings=True)
+    model = from_hf_config(cfg)
+    rng = np.random.default_rng(0)
+    w = {n: rng.standard_normal(s).astype(np.float32) for n, s in model.param_shapes().items()}
+    assert "lm_head.weight" not in model.check_weights({**w, "lm_head.weight": w["model.embed_tokens.weight"]})
+    with pytest.raises(ls.InputError, match="tie_word_embeddings.*lm_head.weight"):
+        model.check_weights({**w, "lm_head.weight": w["model.embed_tokens.weight"] + 1})

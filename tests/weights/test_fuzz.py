@@ -552,3 +552,15 @@ def test_random_mutants(tmp_path, fmt):
 def test_random_mutants_many(tmp_path, fmt, seed):
     counts = FUZZERS[fmt](tmp_path, 1500, seed=seed)
     assert counts["error"] > 500, counts
+
+
+def test_a_layer_count_below_the_file_layers_is_refused(tmp_path):
+    """A GGUF whose block_count, or an HF config whose num_hidden_layers, counts fewer layers than
+    the file holds must not load with the extra layers silently dropped."""
+    path, _ = make_gguf(tmp_path / "gguf", {"llama.block_count": 1})
+    with pytest.raises(WeightError, match=r"blk\.1\..*layer 1.*1 layers"):
+        load(path, progress=False)
+    d, _ = make_safetensors(tmp_path / "hf")
+    (d / "config.json").write_text(json.dumps({**LLAMA, "num_hidden_layers": 1}))
+    with pytest.raises(WeightError, match=r"model\.layers\.1\..*layer 1.*1 layers"):
+        load(d, progress=False)

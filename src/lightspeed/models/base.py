@@ -273,7 +273,22 @@ class DecoderLM(Module):
                 raise InputError(f"{self.family}: weight {name!r} has shape {tuple(a.shape)}, "
                                  f"the model expects {tuple(shape)}")
             out[name] = np.ascontiguousarray(a, dtype=self.dtype.np)
+        self._check_tied_head(tensors)
         return out
+
+    def _check_tied_head(self, tensors: Mapping[str, Any]) -> None:
+        """A tied model computes logits with its embeddings: an ``lm_head.weight`` beside them that
+        differs would be dropped without a word, so it is an error (an equal copy, as some
+        checkpoints carry, is fine)."""
+        head, embed = tensors.get("lm_head.weight"), tensors.get("model.embed_tokens.weight")
+        if self.lm_head is not None or head is None or embed is None:
+            return
+        if not (isinstance(head, np.ndarray) and isinstance(embed, np.ndarray)):
+            return  # blocks or device arrays: a file's own layout, not compared here
+        if head.shape != embed.shape or not np.array_equal(head, embed):
+            raise InputError(f"{self.family}: the config ties the output head to the embeddings "
+                             "(tie_word_embeddings), but the weights hold a different 'lm_head.weight'; "
+                             "set tie_word_embeddings to false to use it, or drop it")
 
     def __repr__(self) -> str:
         c = self.config

@@ -28,7 +28,7 @@ def lightspeed_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                        options: dict[str, Any] | None = None, **kwargs: Any) -> Callable:
     """Dynamo compiler function (``torch.compile(..., backend="lightspeed")``).
 
-    ``options``: ``target`` (``cpu``, ``cuda``, ``reference``; default by the inputs' device),
+    ``options``: ``target`` (``cpu``, ``native``, ``cuda``, ``reference``; default by the inputs' device),
     ``budget`` and ``seed`` (the e-graph search), ``fallback`` (``"eager"`` runs unsupported ops in
     eager PyTorch instead of raising).  ``mode`` is accepted and ignored."""
     from functorch.compile import make_boxed_func

@@ -37,7 +37,7 @@ from .convert import ls_dtype, shape_of, sym_expr, to_torch
 
 __all__ = ["Options", "CompiledGraph", "compile_fx", "stats", "reset_stats", "FallbackWarning"]
 
-_VALID_TARGETS = ("cpu", "cuda", "reference")
+_VALID_TARGETS = ("cpu", "native", "cuda", "reference")
 
 
 class FallbackWarning(UserWarning):
@@ -48,7 +48,7 @@ class FallbackWarning(UserWarning):
 class Options:
     """What ``torch.compile(..., backend="lightspeed", options={...})`` accepts.
 
-    ``target``: the lightspeed backend (``cpu``, ``cuda``, ``reference``; default: by the inputs'
+    ``target``: the lightspeed backend (``cpu``, ``native``, ``cuda``, ``reference``; default: by the inputs'
     device); ``budget`` and ``seed``: the e-graph search's (:class:`lightspeed.SearchOptions`);
     ``fallback``: ``"eager"`` runs unsupported ops in eager PyTorch instead of raising."""
 

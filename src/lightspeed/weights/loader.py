@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,18 @@ def _check(path: Path, config: dict[str, Any], shapes: dict[str, tuple[int, ...]
     missing = [n for n in expected if n not in shapes]
     if missing:
         raise WeightError(f"{path}: missing tensor {missing[0]!r} ({len(missing)} missing in all)")
+    # a layer the config does not count (a wrong num_hidden_layers / block_count) would be dropped
+    # silently: the model would run with fewer layers than the file holds
+    layers = config.get("num_hidden_layers")
+    beyond = sorted((n for n in shapes if n not in expected and (m := _LAYER.search(n)) and int(m.group(1)) >= layers),
+                    key=lambda n: (int(_LAYER.search(n).group(1)), n)) if isinstance(layers, int) else []
+    if beyond:
+        raise WeightError(f"{path}: tensor {names.get(beyond[0], beyond[0])!r} belongs to layer "
+                          f"{_LAYER.search(beyond[0]).group(1)}, but the config has {layers} layers "
+                          f"({len(beyond)} tensors beyond them); the config's layer count is wrong")
+
+
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 def _load_gguf(p: Path, progress: bool, want_tokenizer: bool, lazy: bool = False) -> LoadedWeights:
