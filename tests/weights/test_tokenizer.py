@@ -256,3 +256,54 @@ def test_derived_merges_are_cached_by_vocabulary(tmp_path, monkeypatch):
     for f in tmp_path.glob("merges-*.json"):
         f.write_bytes(f.read_bytes()[:-3])
     assert T._derived_merges(tokens, range(len(tokens))) == want
+
+
+# templates a weight file may carry that must end in a WeightError naming the file, within 2 s
+# (the limit) plus the work of one check, never hang or raise jinja's own exceptions
+BAD_TEMPLATES = {
+    "a loop that writes nothing": "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
+    "a huge string": "{{ 'x' * 10**9 }}",
+    "a huge padding": "{{ 'x'.center(1000000000) }}",
+    "too much output": "{% for i in range(99999) %}{{ 'y' * 99 }}{% endfor %}",
+    "a syntax error": "{% for m in messages %",
+    "a sandbox escape": "{{ ''.__class__.__mro__ }}",
+}
+
+
+def _plain(v):
+    """A GGUF metadata value as the plain Python value write_gguf takes."""
+    if hasattr(v, "tolist"):  # numpy scalars and arrays
+        return v.tolist()
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+@pytest.mark.parametrize("source", list(BAD_TEMPLATES.values()), ids=list(BAD_TEMPLATES))
+def test_a_bad_chat_template_is_a_weight_error_naming_the_file(tmp_path, gpt2_gguf, source):
+    import time
+
+    kv_path = tmp_path / "bad.gguf"
+    from lightspeed.weights.gguf_file import GGUFFile
+
+    with GGUFFile(gpt2_gguf) as g:
+        kv = {k: _plain(v) for k, v in g.metadata.items() if k.startswith(("tokenizer.", "general."))}
+    kv["tokenizer.chat_template"] = source
+    write_gguf(kv_path, "llama", kv, {})
+    t0 = time.monotonic()
+    tok = Tokenizer.from_gguf(kv_path)  # loads: the template is known broken, reported when used
+    assert tok.encode("hello") == Tokenizer.from_gguf(gpt2_gguf).encode("hello")
+    with pytest.raises(WeightError, match=r"bad\.gguf.*chat template.*--no-chat"):
+        tok.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert time.monotonic() - t0 < 2 * 2.0 + 2.0  # the check's limit, once per load, plus the fixtures
+
+
+def test_a_template_that_refuses_a_conversation_says_so_as_a_weight_error():
+    from lightspeed.weights.chat_template import ChatTemplate
+
+    t = ChatTemplate("{% if messages[0].role == 'system' %}{{ raise_exception('no system role') }}{% endif %}ok",
+                     "m.gguf")
+    t.check()  # the sample conversation has no system message: not broken
+    assert t.render(messages=[{"role": "user", "content": "x"}]) == "ok"
+    with pytest.raises(WeightError, match="m.gguf.*no system role"):
+        t.render(messages=[{"role": "system", "content": "x"}])

@@ -20,11 +20,11 @@ import json
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..errors import UnsupportedError
+from .chat_template import ChatTemplate
 from .errors import WeightError
 
 __all__ = ["Tokenizer", "StreamDecoder"]
@@ -249,8 +249,9 @@ class Tokenizer:
 
     def __init__(self, backend: Any, *, bos_id: int | None = None, eos_id: int | None = None,
                  eos_ids: Iterable[int] = (), add_bos: bool = False, chat_template: str | None = None,
-                 name: str = "tokenizer"):
+                 name: str = "tokenizer", source: str | None = None):
         self.backend = backend
+        self.source = source or name  # the file the tokenizer (and its chat template) came from
         self.bos_id = bos_id
         self.eos_id = eos_id
         self.add_bos = add_bos
@@ -263,7 +264,13 @@ class Tokenizer:
             if i is not None and i in specials:
                 ends.add(i)
         self.eos_ids: set[int] = ends
-        self._template = None
+        self._template: ChatTemplate | None = None
+        self._template_error: WeightError | None = None
+        if chat_template:  # compiled and dry-run at load; an error is reported when the template is used
+            try:
+                self._chat()
+            except WeightError:
+                pass
 
     # -- construction --------------------------------------------------------------------------------
 
@@ -286,7 +293,7 @@ class Tokenizer:
         add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", kind == "llama")) and bos is not None
         return cls(backend, bos_id=None if bos is None else int(bos), eos_id=None if eos is None else int(eos),
                    add_bos=add_bos, chat_template=metadata.get("tokenizer.chat_template"),
-                   name=str(metadata.get("general.name", source)))
+                   name=str(metadata.get("general.name", source)), source=source)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Tokenizer:
@@ -333,12 +340,14 @@ class Tokenizer:
         if template is not None and not isinstance(template, str):
             raise WeightError(f"{directory / 'tokenizer_config.json'}: chat_template is {str(template)[:80]}, "
                               f"expected a string or a list of named templates")
+        template_file = directory / "tokenizer_config.json"
         if (directory / "chat_template.jinja").exists():
-            template = (directory / "chat_template.jinja").read_text(encoding="utf-8")
+            template_file = directory / "chat_template.jinja"
+            template = template_file.read_text(encoding="utf-8")
         eos_ids = (_ids(gen.get("eos_token_id"), f"{directory / 'generation_config.json'}: eos_token_id")
                    + _ids(model_cfg.get("eos_token_id"), f"{directory / 'config.json'}: eos_token_id"))
         return cls(backend, bos_id=bos, eos_id=eos, eos_ids=eos_ids, add_bos=add_bos, chat_template=template,
-                   name=directory.name)
+                   name=directory.name, source=str(template_file))
 
     @classmethod
     def from_dir(cls, directory: str | os.PathLike) -> Tokenizer:
@@ -387,39 +396,28 @@ class Tokenizer:
         if not self.chat_template:
             raise UnsupportedError(f"{self.name}: this model has no chat template (a base model?); "
                                    f"format the prompt yourself")
-        if self._template is None:
-            self._template = _compile_template(self.chat_template)
+        template = self._chat()
         bos = self.id_to_token(self.bos_id) if self.bos_id is not None else ""
         eos = self.id_to_token(self.eos_id) if self.eos_id is not None else ""
-        return self._template.render(messages=list(messages), add_generation_prompt=add_generation_prompt,
-                                     bos_token=bos, eos_token=eos, **kwargs)
+        return template.render(messages=list(messages), add_generation_prompt=add_generation_prompt,
+                               bos_token=bos, eos_token=eos, **kwargs)
+
+    def _chat(self) -> ChatTemplate:
+        """The compiled chat template, dry-run once (see :mod:`.chat_template`); a broken one raises
+        its WeightError every time it is asked for."""
+        if self._template is None and self._template_error is None:
+            try:
+                self._template = ChatTemplate(self.chat_template, self.source)
+                self._template.check()
+            except WeightError as e:
+                self._template, self._template_error = None, e
+        if self._template_error is not None:
+            raise WeightError(f"{self._template_error} (use the prompt as raw text: lightspeed run --no-chat)")
+        return self._template
 
     def __repr__(self) -> str:
         return (f"Tokenizer({self.name!r}, vocab={self.vocab_size}, bos={self.bos_id}, "
                 f"eos={sorted(self.eos_ids)}, add_bos={self.add_bos})")
-
-
-def _compile_template(source: str) -> Any:
-    """A jinja template in the environment transformers renders chat templates in."""
-    try:
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError as e:
-        raise UnsupportedError("chat templates need jinja2: pip install 'lightspeed[models]'") from e
-    from jinja2.exceptions import TemplateError
-
-    def raise_exception(message: str) -> None:
-        raise TemplateError(message)
-
-    def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
-               sort_keys: bool = False) -> str:
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env.from_string(source)
 
 
 class StreamDecoder:
