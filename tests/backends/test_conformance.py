@@ -267,3 +267,20 @@ def test_aliased_output_is_written_after_every_reader_of_the_old_values(backend)
     np.testing.assert_array_equal(cache, want)
     if backend.searched:
         random_candidates_agree(backend, g, {"c": old, "r": rows}, {"p": 1})
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=_ids(BACKENDS))
+def test_non_contiguous_inputs_are_accepted(backend):
+    """Edge inputs, one semantics on every backend: a transposed, a strided and a negative-stride
+    numpy view as inputs give the values of their contiguous copies (native once refused them
+    with a misleading message; a kernel indexes its buffers flat, so it gets a row-major copy)."""
+    _require(backend)
+    g = ls.Graph()
+    a, b, c = g.input("a", (4, 3)), g.input("b", (4, 3)), g.input("c", (4, 3))
+    g.output("y", (a * 2.0 + b) @ c.transpose(0, 1))
+    base = np.arange(48, dtype=np.float32).reshape(4, 12) / 7
+    views = {"a": np.arange(12, dtype=np.float32).reshape(3, 4).T, "b": base[:, ::4], "c": base[::-1, :3]}
+    assert not any(v.flags.c_contiguous for v in views.values())
+    want = (views["a"].astype(np.float64) * 2 + views["b"]) @ views["c"].astype(np.float64).T
+    prog = g.compile(backend, search=FAST) if backend.searched else g.compile(backend)
+    np.testing.assert_allclose(prog(**views)["y"], want, rtol=1e-5, atol=1e-5)

@@ -228,7 +228,11 @@ class KernelProgram(Program):
         read the blocks: float32 values on demand) becomes a :class:`~.lowering.FormedValue`;
         other arrays are uploaded."""
         placed = self.table.place(array, self.executor)
-        return placed if placed is not None else super().to_device(array)
+        if placed is not None:
+            return placed
+        if self.executor.owns(array) or not isinstance(array, np.ndarray):
+            return super().to_device(array)
+        return self.executor.upload(array)  # a strided view copied row-major: kernels index buffers flat
 
     # ------------------------------------------------------------------ planning
     def reserve(self, **bounds: int) -> KernelProgram:

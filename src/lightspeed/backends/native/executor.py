@@ -356,7 +356,8 @@ class HostExecutor(Executor):
 
     def address(self, array: Any) -> int:
         if not (isinstance(array, np.ndarray) and array.flags.c_contiguous):
-            raise LightspeedError(f"host kernels need C-contiguous numpy arrays, got {type(array).__name__}")
+            what = "a non-contiguous view" if isinstance(array, np.ndarray) else type(array).__name__
+            raise LightspeedError(f"host kernels need C-contiguous numpy arrays, got {what}")
         return array.ctypes.data
 
     def owns(self, array: Any) -> bool:
