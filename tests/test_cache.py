@@ -78,14 +78,14 @@ def test_wrong_shape_entries_are_recompiled(cdir, capsys):
     good_eg, good_dec = _payload(eg), _payload(dec)
     # checksums are right, structures are not: the validators must catch them
     bad_eg = dict(good_eg, nodes=list(good_eg["nodes"]))
-    eg.write_bytes(cache._encode(bad_eg))
+    eg.write_bytes(cache._encode(eg.stem, bad_eg))
     prog = _compile_and_check(g)
     assert not prog.search_report.egraph_cached
     assert _payload(eg) == good_eg  # rewritten
 
     cid, nid = next(iter(good_dec["choice"].items()))
     bad_dec = dict(good_dec, choice=dict(good_dec["choice"], **{cid: "function-9999-NoSuchNode"}))
-    dec.write_bytes(cache._encode(bad_dec))
+    dec.write_bytes(cache._encode(dec.stem, bad_dec))
     prog = _compile_and_check(g)
     assert prog.search_report.egraph_cached and not prog.search_report.decision_cached
     err = capsys.readouterr().err
@@ -259,3 +259,79 @@ def test_roots(monkeypatch, tmp_path):
     assert cache.cache_dir() is None and cache.load("search-00") is None
     cache.store("search-00", {"a": 1})
     assert not (tmp_path / "mine").exists()
+
+
+def _other_graph() -> ls.Graph:
+    g = ls.Graph()
+    x, w1, w2 = g.input("x", ("s", 16)), g.input("w1", (16, 24)), g.input("w2", (24, 8))
+    g.output("y", ((x @ w1).relu() @ w2).exp2().sum(-1, keepdim=True) * 0 + ((x @ w1) @ w2))
+    return g
+
+
+def _copy_as(src: Path, dest: Path) -> None:
+    """``src``'s bytes under ``dest``'s name: an intact entry of another key (checksum right)."""
+    dest.write_bytes(src.read_bytes())
+
+
+@pytest.mark.parametrize("which", ["egraph", "decision", "both"])
+def test_an_intact_entry_of_another_graph_under_this_key_is_recomputed(cdir, tmp_path, which):
+    """Fault injection: the entries of another graph (intact, checksums right) copied over this
+    graph's; the compile must discard them (each entry names its own key) and give the right
+    program, never a crash or a wrong result."""
+    other = tmp_path / "other"
+    os.environ["LIGHTSPEED_CACHE_DIR"] = str(other)
+    ls.Graph.compile(_other_graph(), backend="cpu", search=OPTS)
+    os.environ["LIGHTSPEED_CACHE_DIR"] = str(cdir)
+    g = _graph()
+    _compile_and_check(g)
+    eg, dec = _entries(cdir)
+    oeg, odec = _entries(other)
+    if which in ("egraph", "both"):
+        _copy_as(oeg, eg)
+    if which in ("decision", "both"):
+        _copy_as(odec, dec)
+    prog = _compile_and_check(g)
+    rep = prog.search_report
+    assert rep.egraph_cached == (which == "decision") and not (which != "egraph" and rep.decision_cached)
+
+
+def test_a_decision_that_cannot_be_decoded_is_recomputed(cdir, monkeypatch):
+    """Fault injection past the validators: a cached decision whose program fails to decode (here
+    the decoder raises, as a node of the wrong kind did with an IndexError) is discarded and the
+    search runs again; the program is right and the next compile uses the fresh entry."""
+    g = _graph()
+    _compile_and_check(g)
+    from lightspeed import search
+
+    real, calls = search.decode_program, []
+
+    def broken_once(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            raise IndexError("list index out of range")
+        return real(*a, **k)
+
+    monkeypatch.setattr(search, "decode_program", broken_once)
+    prog = _compile_and_check(g)
+    assert not prog.search_report.decision_cached and len(calls) > 1
+    monkeypatch.setattr(search, "decode_program", real)
+    assert _compile_and_check(g).search_report.decision_cached
+
+
+def test_a_cached_program_that_does_not_lower_is_recomputed(cdir, monkeypatch):
+    g = _graph()
+    _compile_and_check(g)
+    from lightspeed.backends import get_backend
+
+    cpu = get_backend("cpu")
+    real, calls = type(cpu).lower, []
+
+    def lower_fails_once(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("an op the cached program names")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(type(cpu), "lower", lower_fails_once)
+    prog = _compile_and_check(g)
+    assert len(calls) >= 2 and not prog.search_report.decision_cached  # (the search lowers its candidates)

@@ -30,7 +30,7 @@ __all__ = ["cache_dir", "root", "load", "store", "digest", "unsafe_dir", "report
            "check_egraph", "decision_validator"]
 
 # bumped when the file layout changes; entries of another format are discarded
-FORMAT = 1
+FORMAT = 2  # 2: the header names the entry's own key (an entry copied under another key is refused)
 
 # an entry bigger than this is not a cache entry of ours (the largest e-graphs are a few MB)
 _MAX_BYTES = 1 << 30
@@ -91,13 +91,13 @@ def _check_name(name: str) -> None:
         raise ValueError(f"invalid cache entry name {name!r}")
 
 
-def _encode(data: Any) -> bytes:
+def _encode(name: str, data: Any) -> bytes:
     payload = json.dumps(data, separators=(",", ":")).encode()
-    header = json.dumps({"format": FORMAT, "sha256": hashlib.sha256(payload).hexdigest()}).encode()
+    header = json.dumps({"format": FORMAT, "entry": name, "sha256": hashlib.sha256(payload).hexdigest()}).encode()
     return header + b"\n" + payload
 
 
-def _decode(raw: bytes) -> Any:
+def _decode(raw: bytes, name: str) -> Any:
     header_line, sep, payload = raw.partition(b"\n")
     if not sep:
         raise CacheEntryError("no header line (truncated or from an older version)")
@@ -108,6 +108,8 @@ def _decode(raw: bytes) -> Any:
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         got = header.get("format") if isinstance(header, dict) else None
         raise CacheEntryError(f"format {got!r}, expected {FORMAT}")
+    if header.get("entry") != name:  # an intact entry of another key (another graph, rules or device)
+        raise CacheEntryError(f"the entry of {str(header.get('entry'))[:80]!r}, not of this key")
     want = header.get("sha256")
     if not isinstance(want, str) or hashlib.sha256(payload).hexdigest() != want:
         raise CacheEntryError("checksum mismatch (truncated or modified)")
@@ -182,7 +184,7 @@ def load(name: str, validate: Callable[[Any], None] | None = None) -> Any | None
         raw = _read_entry(d / f"{name}.json")
         if raw is None:
             return None
-        data = _decode(raw)
+        data = _decode(raw, name)
         if validate is not None:
             validate(data)
         return data
@@ -201,7 +203,7 @@ def store(name: str, data: Any) -> None:
     if why is not None:
         report(str(d), f"cache directory {why}; not used")
         return
-    blob = _encode(data)
+    blob = _encode(name, data)
     try:
         # mkstemp: a fresh name opened O_CREAT|O_EXCL with mode 0600, so a link planted at any
         # predictable name is never written through

@@ -170,7 +170,7 @@ class Saturated:
     key: str  # cache key of the e-graph (graph text, rules, schedule, egglog)
 
 
-def saturate(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport) -> Saturated:
+def saturate(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, use_cache: bool = True) -> Saturated:
     """Encode ``graph``, run the backend's rulesets (capped by ``opts``) or load the saturated
     e-graph from the cache, and index it."""
     t0 = time.perf_counter()
@@ -182,7 +182,7 @@ def saturate(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport)
     t0 = time.perf_counter()
     schedule = f"{backend.rulesets} iterations={opts.iterations} max_enodes={opts.max_enodes}"
     key = cache.digest(SCHEMA, rules, schedule, enc.program, EGGLOG_VERSION)
-    cached = cache.load(f"egraph-{key}", validate=cache.check_egraph)
+    cached = cache.load(f"egraph-{key}", validate=cache.check_egraph) if use_cache else None
     if cached is not None:
         ser = SerializedEGraph(cached["nodes"], cached["class_data"], cached["root_eclasses"])
         rep.rule_matches = cached["rule_matches"]
@@ -328,19 +328,50 @@ def measure(graph: Graph, backend: Any, lprog: LProgram, inputs: Mapping[str, An
 
 
 
-def search_program(graph: Graph, backend: Any, opts: SearchOptions) -> tuple[LProgram, SearchReport]:
-    """Saturate, then take the cached decision or measure the candidates and keep the fastest."""
+def search_program(graph: Graph, backend: Any, opts: SearchOptions, use_cache: bool = True
+                   ) -> tuple[LProgram, SearchReport]:
+    """Saturate, then take the cached decision or measure the candidates and keep the fastest.
+    A cached entry that passes its checks but still cannot be used (it fails to index, extract or
+    decode) is discarded and everything is recomputed: a bad entry is never fatal."""
+    if use_cache:
+        try:
+            return _search_program(graph, backend, opts, True)
+        except (LightspeedError, KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
+            if not _used_cache(e):
+                raise
+            cache.report("search", f"a cached entry could not be used ({type(e).__name__}: {e}); recomputing")
+    return _search_program(graph, backend, opts, False)
+
+
+def _used_cache(e: BaseException) -> bool:
+    return getattr(e, "_lightspeed_cached", False)
+
+
+def _search_program(graph: Graph, backend: Any, opts: SearchOptions, use_cache: bool
+                    ) -> tuple[LProgram, SearchReport]:
     rep = SearchReport()
-    sat = saturate(graph, backend, opts, rep)
+    try:
+        return _search(graph, backend, opts, rep, use_cache)
+    except Exception as e:
+        if rep.egraph_cached or rep.decision_cached:
+            e._lightspeed_cached = True  # the failure may be the entry's: the caller recomputes
+        raise
+
+
+def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, use_cache: bool
+            ) -> tuple[LProgram, SearchReport]:
+    sat = saturate(graph, backend, opts, rep, use_cache)
     dims = {s: int(opts.dims[s]) if opts.dims and s in opts.dims else opts.default_dim for s in graph.symbols()}
     rep.profile_dims = dims
     # a decision is the device's and the backend code's: a changed kernel or rule never reuses it
     decision_key = cache.digest(SEARCH_VERSION, _SEARCH_SOURCE, sat.key, backend.device(), backend.code_hash(),
                                 repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate,
                                 opts.time_budget, opts.max_memory)
-    decided = cache.load(f"search-{decision_key}", validate=cache.decision_validator(sat.ser.nodes))
+    decided = cache.load(f"search-{decision_key}", validate=cache.decision_validator(sat.ser.nodes)) \
+        if use_cache else None
     by_id = {n.id: n for nodes in sat.index.classes.values() for n in nodes} if decided else {}
     if decided and all(nid in by_id for nid in decided["choice"].values()):  # only the choice is decoded
+        rep.decision_cached = True
         t0 = time.perf_counter()
         cand = Candidate(sat.index, {c: by_id[nid] for c, nid in decided["choice"].items()})
         rep.program = decode_program(cand, sat.ser, sat.enc.constants, sat.decls)
@@ -452,7 +483,15 @@ def compile_searched(graph: Graph, backend: Any, opts: SearchOptions) -> Program
     """Search once, or once per dim bucket (profiling each bucket at a value inside it)."""
     if not opts.dim_buckets:
         lprog, rep = search_program(graph, backend, opts)
-        return _lower(graph, backend, lprog, rep)
+        try:
+            return _lower(graph, backend, lprog, rep)
+        except Exception as e:
+            if not (rep.egraph_cached or rep.decision_cached):
+                raise
+            # a program from cached entries that does not lower: the entries were bad, recompute
+            cache.report("search", f"a cached program could not be lowered ({type(e).__name__}: {e}); recomputing")
+            lprog, rep = search_program(graph, backend, opts, use_cache=False)
+            return _lower(graph, backend, lprog, rep)
     unknown = set(opts.dim_buckets) - graph.symbols()
     if unknown:
         raise LightspeedError(f"dim_buckets name dims {sorted(unknown)} that the graph does not use")
