@@ -1,0 +1,71 @@
+"""The launches of a decode step, op by op, without a GPU: a small Llama decode graph saturated
+with a kernel backend's rules, the search's fixed candidates (default, greedy, fused) lowered
+through the backend's op table with a recording executor.
+
+    python scripts/decode_launches.py [--backend cuda|native] [--layers 1] [--dtype bfloat16] [--show fused]
+
+Prints each candidate's launch count by (op, kind) and, for ``--show``'s candidate, every launch
+with its shape and region body: where a decode layer's kernels go (the decode-speed work's map).
+The search on a GPU measures these and random candidates; its pick is usually the fused one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--backend", default="cuda", choices=["cuda", "native"])
+    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--show", default="fused", help="the candidate whose launches are listed (or 'none')")
+    args = ap.parse_args()
+    sys.setrecursionlimit(10000)
+    from tests.backends.harness import saturate
+
+    import lightspeed as ls
+    from lightspeed.backends import get_backend
+    from lightspeed.backends.codegen.program import Executor, KernelProgram
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.models import from_hf_config
+    from lightspeed.search import candidates
+
+    cfg = dict(model_type="llama", vocab_size=256, hidden_size=64, intermediate_size=128,
+               num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+               rms_norm_eps=1e-5, tie_word_embeddings=True)
+    graph = from_hf_config(cfg, dtype=args.dtype).decode_graph()
+    backend = get_backend(args.backend)
+
+    class Recorder(Executor):
+        dialect = backend.executor.dialect
+
+        def compile(self, specs, launches=None):
+            return {}
+
+        def upload(self, host):
+            return host
+
+    _, enc, index, ser = saturate(backend, graph)
+    for origin, cand in candidates(index, ls.SearchOptions(budget=3, seed=0)):
+        lprog = decode_program(cand, ser, enc.constants, backend.declarations())
+        prog = KernelProgram(graph, lprog, Recorder(), table=backend.op_table)
+        counts = collections.Counter(f"{lprog.ops[x.op].op}:{x.spec.launch.kind}" for x in prog.launches)
+        print(f"{origin}: {len(prog.launches)} launches ({len(prog.launches) / args.layers:.1f} per layer "
+              f"incl. prelude/epilogue): {dict(counts)}")
+        if origin == args.show:
+            for x in prog.launches:
+                op = lprog.ops[x.op]
+                body = op.args.get("body")
+                print(f"   {op.op:14s} {x.spec.launch.kind:12s} {tuple(str(d) for d in op.shape)} "
+                      f"{str(body)[:140] if body else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
