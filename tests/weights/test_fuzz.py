@@ -564,3 +564,17 @@ def test_a_layer_count_below_the_file_layers_is_refused(tmp_path):
     (d / "config.json").write_text(json.dumps({**LLAMA, "num_hidden_layers": 1}))
     with pytest.raises(WeightError, match=r"model\.layers\.1\..*layer 1.*1 layers"):
         load(d, progress=False)
+
+
+def test_a_tensor_the_config_does_not_use_is_refused(tmp_path):
+    """An HF directory with a tensor no weight of its config is (a stray head of another model,
+    say) does not load with it silently dropped; a rotary buffer some checkpoints carry is fine."""
+    d, _ = make_safetensors(tmp_path / "hf")
+    stored = _llama_tensors(np.random.default_rng(10))
+    extra = {**stored, "model.layers.0.self_attn.rotary_emb.inv_freq": np.ones(2, np.float32)}
+    (d / "model.safetensors").write_bytes(safetensors_bytes(extra))
+    assert "model.layers.0.self_attn.rotary_emb.inv_freq" in load(d, progress=False).tensors
+    stray = {**stored, "model.vision_tower.proj.weight": np.ones((4, 4), np.float32)}
+    (d / "model.safetensors").write_bytes(safetensors_bytes(stray))
+    with pytest.raises(WeightError, match=r"model\.vision_tower\.proj\.weight.*not a weight of llama"):
+        load(d, progress=False)

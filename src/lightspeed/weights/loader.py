@@ -84,7 +84,7 @@ def _check(path: Path, config: dict[str, Any], shapes: dict[str, tuple[int, ...]
     for name, shape in shapes.items():
         want = expected.get(name)
         if want is None:
-            continue  # an extra tensor (e.g. a buffer some checkpoints carry); not ours to judge
+            continue  # an extra tensor: judged below, once the layer count is known good
         if tuple(shape) != want:
             raise WeightError(f"{path}: tensor {names.get(name, name)!r} has shape {list(shape)}, but the config "
                               f"({config['model_type']}) implies {list(want)} for {name}")
@@ -104,8 +104,16 @@ def _check(path: Path, config: dict[str, Any], shapes: dict[str, tuple[int, ...]
         raise WeightError(f"{path}: tensor {names.get(beyond[0], beyond[0])!r} belongs to layer "
                           f"{_LAYER.search(beyond[0]).group(1)}, but the config has {layers} layers "
                           f"({len(beyond)} tensors beyond them); the config's layer count is wrong")
+    # any other tensor the config does not use would be dropped just as silently (a head beside
+    # tied embeddings is the model's to judge: it checks the two are the same)
+    unused = sorted(n for n in shapes if n not in expected and n != "lm_head.weight" and not n.endswith(_BUFFERS))
+    if unused:
+        raise WeightError(f"{path}: tensor {names.get(unused[0], unused[0])!r} is not a weight of "
+                          f"{config['model_type']} with this config ({len(unused)} unused in all)")
 
 
+# buffers some checkpoints carry beside the weights (recomputed by every implementation)
+_BUFFERS = (".rotary_emb.inv_freq",)
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
