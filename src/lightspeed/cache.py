@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cache_dir", "root", "load", "store", "digest", "unsafe_dir", "report", "FORMAT", "CacheEntryError",
-           "check_egraph", "decision_validator"]
+__all__ = ["cache_dir", "root", "load", "store", "digest", "unsafe_dir", "report", "read_file", "FORMAT",
+           "CacheEntryError", "check_egraph", "decision_validator"]
 
 # bumped when the file layout changes; entries of another format are discarded
 FORMAT = 2  # 2: the header names the entry's own key (an entry copied under another key is refused)
@@ -119,8 +119,10 @@ def _decode(raw: bytes, name: str) -> Any:
         raise CacheEntryError(f"unreadable payload: {e}") from None
 
 
-def _read_entry(path: Path) -> bytes | None:
-    """The bytes of the regular file `path`, not through a symlink; None when it does not exist."""
+def read_file(path: Path, own: bool = False) -> bytes | None:
+    """The bytes of the regular file `path`, not through a symlink; None when it does not exist.
+    With `own`, the file must also be this user's and writable by nobody else (a library that
+    will run, say).  Anything else raises CacheEntryError."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -134,6 +136,8 @@ def _read_entry(path: Path) -> bytes | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise CacheEntryError("not a regular file")
+        if own and ((hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+            raise CacheEntryError("not this user's own file")
         if st.st_size > _MAX_BYTES:
             raise CacheEntryError(f"{st.st_size} bytes, more than any entry")
         chunks = []
@@ -181,7 +185,7 @@ def load(name: str, validate: Callable[[Any], None] | None = None) -> Any | None
             report(str(d), f"cache directory {why}; not used")
         return None
     try:
-        raw = _read_entry(d / f"{name}.json")
+        raw = read_file(d / f"{name}.json")
         if raw is None:
             return None
         data = _decode(raw, name)

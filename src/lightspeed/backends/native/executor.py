@@ -31,7 +31,6 @@ import hashlib
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -147,19 +146,9 @@ def _own_file(path: Path) -> bytes | None:
     """The bytes of ``path`` if it is a regular file (not a link) of this user that nobody else
     can write, else None."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        return cache.read_file(path, own=True)
+    except (cache.CacheEntryError, OSError):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def _hash_file(lib_file: Path) -> Path:
