@@ -12,6 +12,9 @@ Reference semantics, stated precisely (they define every backend's correctness):
   SumReduce accumulates float16/bfloat16 in float32 and rounds the result.
 * Integer Add/Mul wrap around (two's complement).  Mod is the truncated remainder (``fmod``:
   the sign follows the dividend); an integer Mod by zero yields 0.
+* Cast float -> int truncates; NaN and +-inf give 0, finite values out of range saturate.  So an
+  integer division by zero (``div(..., rounding_mode=...)``, ``floor_divide``: computed through a
+  float division) gives 0 on every backend (PyTorch's CPU raises instead).
 * Gather reads ``data_flat[idx]`` (``data_flat`` is the data operand's view in row-major order);
   an index outside ``[0, numel)`` is an error in the reference runtime.
 * Scatter copies ``dest`` and writes ``out_flat[idx[i]] = src[i]``; indexes outside
@@ -242,13 +245,17 @@ def _cast_ref(xs, to: DType, env):
         if to.is_bool:
             return _compute(x) != 0
         if (x.dtype.kind == "f" or _low_precision(x.dtype)) and to.is_int:
-            # float -> int truncates toward zero; NaN/inf/out-of-range values are unspecified
-            # (the reference gives 0 for NaN/inf and saturates out-of-range values)
-            xc = _compute(x)
-            xf = np.where(np.isfinite(xc), xc, 0)
+            # float -> int truncates toward zero; NaN/inf give 0 and out-of-range values saturate
+            # (every backend does the same: the module docstring)
+            # in float64, and saturated by comparison: a clip to the int type's max in floating point
+            # rounds up past it (float32 and int32, float64 and int64) and the cast wraps
+            xc = _compute(x).astype(np.float64)
+            t = np.trunc(np.where(np.isfinite(xc), xc, 0))
             info = np.iinfo(to.np)
-            xf = np.clip(np.trunc(xf), info.min, info.max)
-            return xf.astype(to.np)
+            big, small = t >= float(info.max) + 1, t < float(info.min)
+            out = np.where(big | small, 0, t).astype(to.np)
+            out[big], out[small] = info.max, info.min
+            return out
         if to.storage_only and x.dtype.kind != "b":
             # float8: e4m3 has no inf, so (like PyTorch) out-of-range values saturate to +-max
             # rather than becoming NaN; e5m2 overflows to +-inf as usual

@@ -284,3 +284,26 @@ def test_non_contiguous_inputs_are_accepted(backend):
     want = (views["a"].astype(np.float64) * 2 + views["b"]) @ views["c"].astype(np.float64).T
     prog = g.compile(backend, search=FAST) if backend.searched else g.compile(backend)
     np.testing.assert_allclose(prog(**views)["y"], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=_ids(BACKENDS))
+def test_integer_division_by_zero_and_casts_of_inf_give_zero(backend):
+    """Edge inputs, one semantics (primitives.py): a float -> int Cast of NaN or +-inf is 0 and
+    out-of-range finite values saturate, so an integer division by zero is 0 on every backend
+    (native saturated inf to INT_MAX once, where cpu and the reference gave 0)."""
+    _require(backend)
+    g = ls.Graph()
+    a, b, f = g.input("a", (4,), ls.int32), g.input("b", (4,), ls.int32), g.input("f", (5,))
+    g.output("trunc", ls.div(a, b, rounding_mode="trunc"))
+    g.output("floor", ls.floor_divide(a, b))
+    g.output("cast", f.to(ls.int32))
+    d = g.input("d", (3,), ls.float64)
+    g.output("cast64", d.to(ls.int64))
+    A, B = np.array([7, -7, 0, 9], np.int32), np.array([0, 0, 0, 2], np.int32)
+    F = np.array([np.inf, -np.inf, np.nan, 3e10, -2.7], np.float32)
+    prog = g.compile(backend, search=FAST) if backend.searched else g.compile(backend)
+    out = prog(a=A, b=B, f=F, d=np.array([9.3e18, -1e300, 2.0 ** 62]))
+    np.testing.assert_array_equal(out["trunc"], [0, 0, 0, 4])
+    np.testing.assert_array_equal(out["floor"], [0, 0, 0, 4])
+    np.testing.assert_array_equal(out["cast"], [0, 0, 0, 2 ** 31 - 1, -2])  # (the reference once wrapped 3e10)
+    np.testing.assert_array_equal(out["cast64"], np.array([2 ** 63 - 1, -2 ** 63, 2 ** 62], np.int64))

@@ -41,7 +41,7 @@ static LS_INLINE float ls_e5m2_to_f(unsigned char b) { return ls_f8_decode(b, 2,
 static LS_INLINE unsigned char ls_f_to_e4m3(float f) { return ls_f8_encode(f, 3, 7, 0, 448.0f); }
 static LS_INLINE unsigned char ls_f_to_e5m2(float f) { return ls_f8_encode(f, 2, 15, 1, 57344.0f); }
 static LS_INLINE long long ls_ftoi(double v, long long lo, long long hi) {
-  if (v != v) return 0;
+  if (v - v != v - v) return 0;  /* NaN and +-inf give 0, as the reference (inf - inf is NaN) */
   v = trunc(v);
   if (v <= (double)lo) return lo;
   if (v >= (double)hi) return hi;
