@@ -40,7 +40,7 @@ from .dtypes import DType
 from .errors import DTypeError, ShapeError
 from .symbolic import INDEX_VAR, Expr, prod
 
-__all__ = ["PrimitiveOp", "PRIMITIVES", "IotaArg", "ConstantValue", "InputArg", "by_name"]
+__all__ = ["PrimitiveOp", "PRIMITIVES", "IotaArg", "ConstantValue", "InputArg", "by_name", "float_to_int"]
 
 Shape = tuple[Expr, ...]
 
@@ -239,6 +239,20 @@ def _scatter_ref(xs, arg, env):
     return out.reshape(dest.shape)
 
 
+def float_to_int(x: np.ndarray, to: np.dtype) -> np.ndarray:
+    """Floats as integers of type ``to``: truncated, NaN and +-inf 0, out-of-range values saturated
+    (in float64, by comparison: a clip to the int type's max in floating point rounds up past it,
+    float32 and int32 or float64 and int64, and the cast wraps)."""
+    with np.errstate(all="ignore"):
+        xc = np.asarray(x, dtype=np.float64)
+        t = np.trunc(np.where(np.isfinite(xc), xc, 0))
+        info = np.iinfo(to)
+        big, small = t >= float(info.max) + 1, t < float(info.min)
+        out = np.where(big | small, 0, t).astype(to)
+        out[big], out[small] = info.max, info.min
+    return out
+
+
 def _cast_ref(xs, to: DType, env):
     (x,) = xs
     with np.errstate(all="ignore"):
@@ -247,15 +261,7 @@ def _cast_ref(xs, to: DType, env):
         if (x.dtype.kind == "f" or _low_precision(x.dtype)) and to.is_int:
             # float -> int truncates toward zero; NaN/inf give 0 and out-of-range values saturate
             # (every backend does the same: the module docstring)
-            # in float64, and saturated by comparison: a clip to the int type's max in floating point
-            # rounds up past it (float32 and int32, float64 and int64) and the cast wraps
-            xc = _compute(x).astype(np.float64)
-            t = np.trunc(np.where(np.isfinite(xc), xc, 0))
-            info = np.iinfo(to.np)
-            big, small = t >= float(info.max) + 1, t < float(info.min)
-            out = np.where(big | small, 0, t).astype(to.np)
-            out[big], out[small] = info.max, info.min
-            return out
+            return float_to_int(_compute(x), to.np)
         if to.storage_only and x.dtype.kind != "b":
             # float8: e4m3 has no inf, so (like PyTorch) out-of-range values saturate to +-max
             # rather than becoming NaN; e5m2 overflows to +-inf as usual

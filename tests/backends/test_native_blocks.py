@@ -439,8 +439,9 @@ def test_q5_0_widens_to_the_q8_0_blocks_of_the_same_values(cols):
 def test_the_search_measures_the_block_op_beside_the_cast_path():
     """Both ways of a product against block weights are in the e-graph and measured: the block
     kernel (BlockMatmul reads a 1024 x 1024 Q4_1 matrix's 0.6 MB) and the Cast + float kernel
-    (a 4 MB float32 copy, then the product); the search keeps the block kernel, and both give
-    the float64 product of the dequantised weights."""
+    (a 4 MB float32 copy, then the product), and the program the search keeps (the block kernel
+    on an idle machine: which one wins is timing, so not asserted here; benchmarks/ measure it)
+    gives the float64 product of the dequantised weights."""
     n = k = 1024
     q = random_quant("q4_1", (n, k), 3)
     g = ls.Graph()
@@ -450,9 +451,9 @@ def test_the_search_measures_the_block_op_beside_the_cast_path():
     rep = prog.search_report
     ran = [c for c in rep.candidates if c.seconds is not None]
     assert any("BlockMatmul" in c.ops for c in ran) and any("Cast" in c.ops and "Matmul" in c.ops for c in ran)
-    assert "BlockMatmul" in next(c for c in rep.candidates if c.index == rep.winner).ops
     xs = np.random.default_rng(2).standard_normal((1, k)).astype(np.float32)
     got = prog.persist(w=q)(x=xs)["y"]
-    assert not q.is_dense
+    if "BlockMatmul" in next(c for c in rep.candidates if c.index == rep.winner).ops:
+        assert not q.is_dense  # the blocks are read as they are: no float32 copy was made
     want = xs.astype(np.float64) @ np.asarray(q).T.astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())  # q16 activations

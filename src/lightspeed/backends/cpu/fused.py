@@ -28,6 +28,7 @@ import numpy as np
 
 from ...dtypes import DType
 from ...errors import LightspeedError
+from ...primitives import float_to_int
 from ...symbolic import INDEX_VAR, compile_exprs
 
 __all__ = ["Region", "compile_region", "region_kernel", "iota_values"]
@@ -80,7 +81,7 @@ def _generate(tree: tuple, leaf_dtypes: list[np.dtype], out_dtype: np.dtype) -> 
     free: list[int] = []  # scratch buffers not holding a live value
     out_free = [True]
     spaces: list[tuple] = []
-    env: dict = {"np": np, "_iota": iota_values}
+    env: dict = {"np": np, "_iota": iota_values, "_ftoi": float_to_int}
     shaped: dict[tuple[int, int], str] = {}  # (leaf, space) -> the leaf's array in that space
 
     def dtype_of(node: tuple) -> np.dtype:
@@ -140,7 +141,9 @@ def _generate(tree: tuple, leaf_dtypes: list[np.dtype], out_dtype: np.dtype) -> 
             src = emit(node[2], space, False)
             release(src)
             d = dest(dtype_of(node), space, is_root)
-            if d != src:
+            if dtype_of(node).kind in "iu" and dtype_of(node[2]).kind not in "iub":  # the primitive's rule
+                lines.append(f"np.copyto({d}, _ftoi({src}, {d}.dtype))")
+            elif d != src:
                 lines.append(f"np.copyto({d}, {src}, casting='unsafe')")
             return d
         if tag in _REDUCE:
