@@ -28,10 +28,11 @@ def main() -> int:
     args = ap.parse_args()
     sys.setrecursionlimit(10000)
     from tests.backends.harness import saturate
+    from tests.backends.test_cuda_codegen import _Recorder
 
     import lightspeed as ls
     from lightspeed.backends import get_backend
-    from lightspeed.backends.codegen.program import Executor, KernelProgram
+    from lightspeed.backends.codegen.program import KernelProgram
     from lightspeed.egraph.llir import decode_program
     from lightspeed.models import from_hf_config
     from lightspeed.search import candidates
@@ -42,19 +43,12 @@ def main() -> int:
     graph = from_hf_config(cfg, dtype=args.dtype).decode_graph()
     backend = get_backend(args.backend)
 
-    class Recorder(Executor):
-        dialect = backend.executor.dialect
-
-        def compile(self, specs, launches=None):
-            return {}
-
-        def upload(self, host):
-            return host
-
     _, enc, index, ser = saturate(backend, graph)
     for origin, cand in candidates(index, ls.SearchOptions(budget=3, seed=0)):
         lprog = decode_program(cand, ser, enc.constants, backend.declarations())
-        prog = KernelProgram(graph, lprog, Recorder(), table=backend.op_table)
+        rec = _Recorder()  # the NVRTC test's recorder, in this backend's dialect
+        rec.dialect = backend.executor.dialect
+        prog = KernelProgram(graph, lprog, rec, table=backend.op_table)
         counts = collections.Counter(f"{lprog.ops[x.op].op}:{x.spec.launch.kind}" for x in prog.launches)
         print(f"{origin}: {len(prog.launches)} launches ({len(prog.launches) / args.layers:.1f} per layer "
               f"incl. prelude/epilogue): {dict(counts)}")

@@ -35,30 +35,20 @@ def _block_graphs():
 
 def dump(candidates: int = 4) -> dict:
     from tests.backends.harness import saturate
-    from tests.backends.test_cuda_codegen import _bf16_blocks, _graphs
+    from tests.backends.test_cuda_codegen import _bf16_blocks, _graphs, _Recorder
 
     import lightspeed as ls
     from lightspeed.backends import get_backend
     from lightspeed.backends.codegen.kernels import module_source
-    from lightspeed.backends.codegen.program import Executor, KernelProgram
+    from lightspeed.backends.codegen.program import KernelProgram
     from lightspeed.egraph import Candidate
     from lightspeed.egraph.llir import decode_program
-
-    class Recorder(Executor):
-        def __init__(self, dialect):
-            self.dialect, self.specs = dialect, {}
-
-        def compile(self, specs, launches=None):
-            self.specs.update((s.name, s) for s in specs)
-            return {}
-
-        def upload(self, host):
-            return host
 
     res = {}
     for name in ("cuda", "native"):
         backend = get_backend(name)
-        rec = Recorder(backend.executor.dialect)
+        rec = _Recorder()  # the NVRTC test's recorder, in this backend's dialect
+        rec.dialect = backend.executor.dialect
         graphs = {**_graphs(), **_bf16_blocks(), **(_block_graphs() if name == "native" else {})}
         for gname, g in graphs.items():
             _, enc, index, ser = saturate(backend, g)

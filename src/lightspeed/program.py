@@ -16,7 +16,7 @@ from . import dtypes as dt
 from .errors import InputError, LightspeedError
 from .graph import Graph
 from .primitives import PRIMITIVES, InputArg
-from .symbolic import Expr
+from .symbolic import Expr, compile_exprs, prod
 
 if TYPE_CHECKING:
     from .egraph.llir import LProgram
@@ -169,30 +169,31 @@ class Program:
         missing = [n for n in self.input_args if n not in inputs and n not in self._resident]
         if missing:
             raise InputError(f"missing input(s) {missing}; the program takes {sorted(self.input_args)}")
-        if self._resident:
-            given, env = self._check(inputs, env, partial=True)
-            arrays = {**self._resident, **{k: self.to_device(v) for k, v in given.items()}}
-        else:
-            arrays, env = self._check(inputs, env, partial=False)
-            arrays = {k: self.to_device(v) for k, v in arrays.items()}
+        given, env = self._check(inputs, env, partial=bool(self._resident))
         unbound = self.symbols - env.keys()
         if unbound:
             raise InputError(f"dims {sorted(unbound)} are not determined by the input shapes; "
                              "pass them explicitly with dims={...}")
-        for name, nbytes in self._output_bytes(env):
-            if nbytes > MAX_BYTES:
-                raise InputError(f"dims {env} make output {name!r} {nbytes:.3g} bytes, beyond the "
-                                 f"{MAX_BYTES >> 40} TiB any device holds")
+        self._check_output_sizes(env)  # before anything is moved or allocated
+        arrays = {**self._resident, **{k: self.to_device(v) for k, v in given.items()}}
         return arrays, env
 
-    def _output_bytes(self, env: Mapping[str, int]):
-        """(output name, bytes) of every output at dims ``env`` (checked before anything is allocated)."""
-        for name, nid in self.graph.outputs.items():
-            node = self.graph.nodes[nid]
-            n = 1
-            for d in node.shape:
-                n *= max(0, int(d.evaluate(env)))
-            yield name, n * node.dtype.itemsize
+    def _check_output_sizes(self, env: Mapping[str, int]) -> None:
+        """Outputs whose shape depends on the dims may not exceed :data:`MAX_BYTES` (their sizes
+        compiled once; a program without symbolic outputs checks nothing)."""
+        sizes = self.__dict__.get("_output_sizes")
+        if sizes is None:
+            nodes = {name: self.graph.nodes[nid] for name, nid in self.graph.outputs.items()}
+            symbolic = [n for n, node in nodes.items() if any(d.free_vars() for d in node.shape)]
+            sizes = self._output_sizes = (symbolic, compile_exprs(
+                [prod(nodes[n].shape) * nodes[n].dtype.itemsize for n in symbolic]))
+        names, evaluate = sizes
+        if not names:
+            return
+        for name, nbytes in zip(names, evaluate(env)):
+            if nbytes > MAX_BYTES:
+                raise InputError(f"dims {dict(env)} make output {name!r} {nbytes:.3g} bytes, beyond the "
+                                 f"{MAX_BYTES >> 40} TiB any device holds")
 
     def _check(self, inputs: Mapping[str, Any], env: dict[str, int], partial: bool
                ) -> tuple[dict[str, np.ndarray], dict[str, int]]:

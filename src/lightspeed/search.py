@@ -333,29 +333,14 @@ def search_program(graph: Graph, backend: Any, opts: SearchOptions, use_cache: b
     """Saturate, then take the cached decision or measure the candidates and keep the fastest.
     A cached entry that passes its checks but still cannot be used (it fails to index, extract or
     decode) is discarded and everything is recomputed: a bad entry is never fatal."""
-    if use_cache:
-        try:
-            return _search_program(graph, backend, opts, True)
-        except (LightspeedError, KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
-            if not _used_cache(e):
-                raise
-            cache.report("search", f"a cached entry could not be used ({type(e).__name__}: {e}); recomputing")
-    return _search_program(graph, backend, opts, False)
-
-
-def _used_cache(e: BaseException) -> bool:
-    return getattr(e, "_lightspeed_cached", False)
-
-
-def _search_program(graph: Graph, backend: Any, opts: SearchOptions, use_cache: bool
-                    ) -> tuple[LProgram, SearchReport]:
     rep = SearchReport()
     try:
         return _search(graph, backend, opts, rep, use_cache)
-    except Exception as e:
-        if rep.egraph_cached or rep.decision_cached:
-            e._lightspeed_cached = True  # the failure may be the entry's: the caller recomputes
-        raise
+    except (LightspeedError, KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
+        if not (rep.egraph_cached or rep.decision_cached):
+            raise
+        cache.report("search", f"a cached entry could not be used ({type(e).__name__}: {e}); recomputing")
+    return search_program(graph, backend, opts, use_cache=False)
 
 
 def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, use_cache: bool

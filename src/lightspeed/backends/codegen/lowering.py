@@ -2,7 +2,7 @@
 op's launches (generated kernels of a family, or library calls) and which form of an input each
 operand reads.
 
-The default table (:func:`generated_table`) maps every op a kernel family renders
+The default table (``OpTable()``) maps every op a kernel family renders
 (:data:`.kernels.KERNELS`) to its generated kernels.  A backend adds entries: the cuda backend
 its cuBLASLt ops (a library launch, or the generated matmul where no plan exists), the native
 backend the block ops, whose operand reads an input's packed blocks (:mod:`.blocks`).  The kernel
@@ -23,9 +23,9 @@ from typing import Any
 from ...dtypes import DType
 from ...egraph.llir import LOp
 from ...errors import LightspeedError
-from .kernels import KERNELS, KernelSpec
+from .kernels import KERNELS, KernelSpec, render
 
-__all__ = ["Lowered", "Lowering", "OpTable", "FormedValue", "VALUES", "generated", "generated_table"]
+__all__ = ["Lowered", "Lowering", "OpTable", "FormedValue", "VALUES", "generated"]
 
 VALUES = "values"  # an input's plain form: its array
 
@@ -45,10 +45,7 @@ Lowering = Callable[[LOp, list[DType], str], Lowered]
 
 def generated(op: LOp, in_dtypes: list[DType], dialect: str) -> Lowered:
     """``op`` as the generated kernels of its family."""
-    renderer = KERNELS.get(op.op)
-    if renderer is None:
-        raise LightspeedError(f"kernel renderer: no kernel for {op.op}")
-    return Lowered(renderer(op, in_dtypes, dialect))
+    return Lowered(render(op, in_dtypes, dialect))
 
 
 class FormedValue:
@@ -90,6 +87,3 @@ class OpTable:
         table.entries = {**self.entries, **dict(entries)}
         return table
 
-
-def generated_table() -> OpTable:
-    return OpTable()

@@ -230,9 +230,8 @@ class KernelProgram(Program):
         placed = self.table.place(array, self.executor)
         if placed is not None:
             return placed
-        if self.executor.owns(array) or not isinstance(array, np.ndarray):
-            return super().to_device(array)
-        return self.executor.upload(array)  # a strided view copied row-major: kernels index buffers flat
+        # row-major (kernels index buffers flat): a strided view is copied, anything else kept
+        return self.executor.upload(np.asarray(array))
 
     # ------------------------------------------------------------------ planning
     def reserve(self, **bounds: int) -> KernelProgram:

@@ -237,10 +237,7 @@ def _record(folder: Path, tag: str, names: list[str], lib_file: Path) -> None:
     try:
         index.mkdir(exist_ok=True, mode=0o700)
         for name in names:
-            fd, tmpname = tempfile.mkstemp(dir=index, suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(lib_file.name)
-            os.replace(tmpname, index / name)
+            _write_atomically(index, index / name, lib_file.name.encode())
     except OSError:  # a read-only cache: the kernels are compiled again next time
         pass
 

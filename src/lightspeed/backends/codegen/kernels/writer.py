@@ -70,6 +70,8 @@ KINDS = (*_CUDA_WORK, "matmul_rows")  # matmul_rows: the c dialect's row items (
 def launch_shape(kind: str, items: Expr) -> LaunchShape:
     """The launch shape of a grid-stride kernel of ``kind`` over ``items`` work items (a c-dialect
     only kind gets one block: the host executor runs the items itself)."""
+    if kind not in KINDS:
+        raise LightspeedError(f"kernel renderer: unknown work kind {kind!r} (known: {', '.join(KINDS)})")
     work = _CUDA_WORK.get(kind)
     if work is None:
         return LaunchShape(kind, (const(1), const(1), const(1)))
