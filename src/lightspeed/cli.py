@@ -11,6 +11,8 @@
                          generate text (streamed), then print TTFT, TPOT and tok/s
     lightspeed run whisper AUDIO.wav
                          transcribe a WAV file, then print encode time, TTFT, TPOT and tok/s
+    lightspeed serve MODEL [--port 8000] [--max-batch N] [--random] [--weights PATH] ...
+                         an OpenAI-compatible HTTP server (docs/serve.md; the `serve` extra)
     lightspeed version   (or lightspeed --version)
 
 Every option is checked (type and range) before anything is loaded; Ctrl-C ends with status 130.
@@ -280,6 +282,46 @@ def _run(args: argparse.Namespace) -> int:
         return 1
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import lightspeed.models.run as library
+    from lightspeed.errors import LightspeedError
+
+    fam = _resolve(args.model)
+    if fam is None:
+        library.say_error(f"lightspeed serve: unknown model {args.model!r}; known: {_known_names()}")
+        return 2
+    if fam.task != "generate":
+        library.say_error(f"lightspeed serve: {fam.name} transcribes audio; serve runs the text models")
+        return 2
+    if args.weights is not None and not Path(args.weights).exists():
+        library.say_error(f"lightspeed serve {args.model}: --weights {args.weights}: no such file or directory")
+        return 2
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        library.say_error("lightspeed serve needs the serve extra: pip install 'lightspeed[serve]' "
+                          "(starlette and uvicorn)")
+        return 2
+    if args.backend == "auto":
+        args.backend = library.auto_backend(fam.name, 1)
+    from lightspeed.serve import ServeOptions, serve
+
+    fields = {f.name for f in dataclasses.fields(ServeOptions)}
+    opts = ServeOptions(**{k: v for k, v in vars(args).items() if k in fields and v is not None})
+    try:
+        return serve(opts, fam.name)
+    except library.RunError as e:
+        library.say_error(f"lightspeed serve {args.model}: {e}")
+        return e.code
+    except LightspeedError as e:
+        library.say_error(f"lightspeed serve {args.model}: {e}")
+        return 1
+    except OSError as e:  # the port is taken, the host is not ours
+        library.say_error(f"lightspeed serve {args.model}: {e}")
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     import lightspeed.models.run as library  # light: what it needs of the families is the registry
     from lightspeed import __version__
@@ -342,6 +384,29 @@ def main(argv: list[str] | None = None) -> int:
                       help="wrap the prompt in the chat template (default when the model has one)")
     chat.add_argument("--no-chat", dest="chat", action="store_false", help="use the prompt as raw text")
     r.set_defaults(fn=_run)
+    v = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat and completions, streamed or not)")
+    v.add_argument("model", help=f"model family: {names['run']} (text models)")
+    vsrc = v.add_mutually_exclusive_group()
+    vsrc.add_argument("--weights", help="a .gguf file or a Hugging Face directory (default: the family's own)")
+    vsrc.add_argument("--random", action="store_true", help="random weights, a small config, a byte tokenizer")
+    v.add_argument("--backend", default="auto", type=_backend, help="auto (default), cpu, native, cuda or reference")
+    v.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    v.add_argument("--port", type=_number(int, 0, 65535), default=8000, help="port (default 8000; 0 = any free one)")
+    v.add_argument("--max-batch", type=_number(int, 1), default=8, help="requests generated at once, >= 1 (default 8)")
+    v.add_argument("--max-queue", type=_number(int, 0), default=64,
+                   help="requests waiting beyond those; more get HTTP 429 (default 64)")
+    v.add_argument("--max-context", type=_number(int, 2), default=2048,
+                   help="tokens per request, prompt and completion (default 2048)")
+    v.add_argument("--max-tokens", type=_number(int, 1), default=256,
+                   help="completion tokens when a request names none (default 256)")
+    v.add_argument("--search-budget", type=_number(int, 1), default=3, help="candidates the search measures")
+    v.add_argument("--seed", type=_number(int, 0), default=0, help="search and --random weights seed")
+    v.add_argument("--system", default=None, help="system message added to chats that have none")
+    v.add_argument("--grace", dest="grace_s", type=_number(float, 0), default=5.0,
+                   help="seconds in-flight requests get to finish on SIGTERM (default 5)")
+    v.add_argument("--name", default=None, help="the model id clients see (default: the family name)")
+    v.set_defaults(fn=_serve)
     sub.add_parser("version", help="print the version").set_defaults(
         fn=lambda a: print(__import__("lightspeed").__version__) or 0)
     try:

@@ -30,9 +30,9 @@ from ..program import Program
 from ..search import SearchOptions
 from .base import DecoderLM
 
-__all__ = ["Generator", "RankPrograms", "one_process", "GenerationResult", "generate", "apply_repetition_penalty",
-           "top_k_mask", "top_p_mask", "process_logits", "sample_token", "compile_model", "record_build",
-           "profile_options"]
+__all__ = ["Generator", "GenerationState", "RankPrograms", "one_process", "GenerationResult", "generate",
+           "apply_repetition_penalty", "top_k_mask", "top_p_mask", "process_logits", "sample_token", "compile_model",
+           "record_build", "profile_options"]
 
 
 # ---------------------------------------------------------------------- samplers (pure numpy)
@@ -159,7 +159,7 @@ class GenerationResult:
 
     ids: list[int]
     new_ids: list[int]
-    stop_reason: str  # "stop_token" | "max_tokens"
+    stop_reason: str  # "stop_token" | "max_tokens" | "cancelled"
     ttft_s: float
     tpot_s: float
     tokens_per_s: float
@@ -225,14 +225,15 @@ class Generator:
         if self.group is not None:
             self.group.close()
 
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, *, temperature: float = 0.0,
-                 top_k: int | None = None, top_p: float | None = None, repetition_penalty: float = 1.0,
-                 seed: int | None = 0, stop_ids: Iterable[int] | None = None,
-                 on_token: Callable[[int], Any] | None = None, keep_logits: bool = False) -> GenerationResult:
-        """Prefill ``prompt_ids``, then decode one token per step until a stop token (default:
-        the model's EOS ids; it is included in the result) or ``max_new_tokens``.  ``on_token``
-        is called with each new token as soon as it is chosen; ``keep_logits`` keeps the raw
-        logits [vocab] each token was chosen from."""
+    def start(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, *, temperature: float = 0.0,
+              top_k: int | None = None, top_p: float | None = None, repetition_penalty: float = 1.0,
+              seed: int | None = 0, stop_ids: Iterable[int] | None = None, keep_logits: bool = False,
+              reserve: bool = True) -> GenerationState:
+        """A generation of ``prompt_ids`` ready to run one token at a time (:class:`GenerationState`:
+        ``advance()`` prefills, then decodes): its own KV cache of ``len(prompt) + max_new_tokens``
+        rows, its own seeded sampler.  Several may be in flight on one generator, interleaved at
+        token boundaries (``lightspeed serve``); each one's tokens do not depend on the others.
+        ``reserve=False``: the caller has planned the programs for the longest sequence already."""
         cfg = self.model.config
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
@@ -242,66 +243,39 @@ class Generator:
             raise InputError(f"generate: token id {bad[0]} is outside the vocabulary (size {cfg.vocab_size})")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
         stops = set(cfg.eos_token_ids if stop_ids is None else (int(t) for t in stop_ids))
-        rng = np.random.default_rng(seed)
         params = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
         if self.group is not None:  # the other ranks run the same loop in step (same logits, same tokens)
             self.group.follow(prompt_ids=prompt, max_new_tokens=max_new_tokens, seed=seed, stop_ids=sorted(stops),
                               **params)
-        n = len(prompt)
-        max_len = n + max_new_tokens
-        shapes = [(max_len, *self.shard.kv_shape(i)) for i in range(cfg.num_layers)]  # per layer (Gemma 4)
-        # on the decode program's device (a GPU backend keeps the cache there)
-        kbuf = [self.decode.to_device(np.zeros(shape, self.model.dtype.np)) for shape in shapes]
-        vbuf = [self.decode.to_device(np.zeros(shape, self.model.dtype.np)) for shape in shapes]
-        ids = list(prompt)
+        max_len = len(prompt) + max_new_tokens
+        if reserve:  # plan once for the longest prompt and cache this call can reach: no step prepares anything
+            self.prefill.reserve(s=len(prompt))
+            self.decode.reserve(**{k: v for k, v in {"p": max_len, "M": max_len}.items()
+                                   if k in self.decode.symbols})
+        return GenerationState(self, prompt, max_new_tokens, stops, np.random.default_rng(seed), params,
+                               [] if keep_logits else None)
 
-        # plan once for the longest prompt and cache this call can reach: no step prepares anything
-        self.prefill.reserve(s=n)
-        self.decode.reserve(**{k: v for k, v in {"p": max_len, "M": max_len}.items() if k in self.decode.symbols})
-        t0 = time.perf_counter()
-        first = {"input_ids": np.asarray(prompt, dtype=np.int64)}
-        if "positions" in self.prefill.input_args:  # models may derive positions from the dims instead
-            first["positions"] = np.arange(n, dtype=np.int64)
-        out = self.prefill(first)
-        self._store(out, kbuf, vbuf, 0, n)
-        t_prefill = time.perf_counter() - t0
-        kept = [out["logits"][-1].copy()] if keep_logits else None
-        tok = sample_token(out["logits"][-1], rng, ids, **params)
-        ttft = time.perf_counter() - t0
-        ids.append(tok)
-        if on_token is not None:
-            on_token(tok)
-        p = n
-        steps: list[float] = []
-        reason = "stop_token" if tok in stops else "max_tokens"
-        inputs: dict[str, Any] = {}
-        with_positions = "positions" in self.decode.input_args
-        for i in range(cfg.num_layers):  # the whole buffers: each step writes its row into them
-            inputs[f"cache.{i}.k"] = kbuf[i]
-            inputs[f"cache.{i}.v"] = vbuf[i]
-        while reason == "max_tokens" and len(ids) - n < max_new_tokens:
-            t1 = time.perf_counter()
-            inputs["input_ids"] = np.asarray([tok], dtype=np.int64)
-            if with_positions:
-                inputs["positions"] = np.asarray([p], dtype=np.int64)
-            out = self.decode(inputs, dims={"p": p})
-            p += 1
-            if kept is not None:
-                kept.append(out["logits"][-1].copy())
-            tok = sample_token(out["logits"][-1], rng, ids, **params)
-            ids.append(tok)
-            steps.append(time.perf_counter() - t1)
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, *, temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float | None = None, repetition_penalty: float = 1.0,
+                 seed: int | None = 0, stop_ids: Iterable[int] | None = None,
+                 on_token: Callable[[int], Any] | None = None, keep_logits: bool = False) -> GenerationResult:
+        """Prefill ``prompt_ids``, then decode one token per step until a stop token (default:
+        the model's EOS ids; it is included in the result) or ``max_new_tokens``.  ``on_token``
+        is called with each new token as soon as it is chosen; ``keep_logits`` keeps the raw
+        logits [vocab] each token was chosen from."""
+        state = self.start(prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                           repetition_penalty=repetition_penalty, seed=seed, stop_ids=stop_ids,
+                           keep_logits=keep_logits)
+        while not state.done:
+            tok = state.advance()
             if on_token is not None:
                 on_token(tok)
-            if tok in stops:
-                reason = "stop_token"
-        tpot = float(np.mean(steps)) if steps else 0.0
         if self.group is not None:
             self.group.finish()
-        return GenerationResult(ids=ids, new_ids=ids[n:], stop_reason=reason, ttft_s=ttft, tpot_s=tpot,
-                                tokens_per_s=1.0 / tpot if tpot > 0 else 0.0, prefill_s=t_prefill, step_s=steps,
-                                logits=kept)
+        return state.result()
 
     def _store(self, out: Mapping[str, np.ndarray], kbuf: list[Any], vbuf: list[Any], p: int, s: int) -> None:
         from ..backends import get_backend
@@ -310,6 +284,93 @@ class Generator:
         for i in range(len(kbuf)):
             write(kbuf[i], p, out[f"new.{i}.k"])
             write(vbuf[i], p, out[f"new.{i}.v"])
+
+
+class GenerationState:
+    """One generation in flight (made by :meth:`Generator.start`): ``advance()`` runs the prefill
+    (first call) or one decode step and returns the token it chose; ``done`` once a stop token or
+    the token budget ends it (``stop_reason``); ``close()`` frees its KV cache early (a cancelled
+    request).  Its KV cache is one buffer per layer and per K/V on the decode program's device."""
+
+    def __init__(self, gen: Generator, prompt: list[int], max_new_tokens: int, stops: set[int],
+                 rng: np.random.Generator, params: dict[str, Any], kept: list[np.ndarray] | None) -> None:
+        self.gen, self.prompt, self.max_new_tokens, self.stops = gen, prompt, max_new_tokens, stops
+        self.rng, self.params, self.kept = rng, params, kept
+        self.ids: list[int] = list(prompt)
+        self.stop_reason: str | None = None
+        self.ttft_s = self.prefill_s = 0.0
+        self.step_s: list[float] = []
+        self._inputs: dict[str, Any] | None = None  # the decode inputs; None until the prefill ran
+        self.last_logits: np.ndarray | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def new_ids(self) -> list[int]:
+        return self.ids[len(self.prompt):]
+
+    def advance(self) -> int:
+        """Prefill (first call) or one decode step; returns the new token."""
+        if self.done:
+            raise InputError(f"generation already ended ({self.stop_reason})")
+        gen = self.gen
+        t0 = time.perf_counter()
+        if self._inputs is None:
+            n, max_len = len(self.prompt), len(self.prompt) + self.max_new_tokens
+            shapes = [(max_len, *gen.shard.kv_shape(i)) for i in range(gen.model.config.num_layers)]
+            # on the decode program's device (a GPU backend keeps the cache there)
+            kbuf = [gen.decode.to_device(np.zeros(shape, gen.model.dtype.np)) for shape in shapes]
+            vbuf = [gen.decode.to_device(np.zeros(shape, gen.model.dtype.np)) for shape in shapes]
+            first = {"input_ids": np.asarray(self.prompt, dtype=np.int64)}
+            if "positions" in gen.prefill.input_args:  # models may derive positions from the dims instead
+                first["positions"] = np.arange(n, dtype=np.int64)
+            out = gen.prefill(first)
+            gen._store(out, kbuf, vbuf, 0, n)
+            self.prefill_s = time.perf_counter() - t0
+            inputs: dict[str, Any] = {}
+            for i in range(len(kbuf)):  # the whole buffers: each step writes its row into them
+                inputs[f"cache.{i}.k"], inputs[f"cache.{i}.v"] = kbuf[i], vbuf[i]
+            self._inputs = inputs
+        else:
+            p = len(self.ids) - 1  # rows in the cache: every id but the last, which this step feeds
+            self._inputs["input_ids"] = np.asarray([self.ids[-1]], dtype=np.int64)
+            if "positions" in gen.decode.input_args:
+                self._inputs["positions"] = np.asarray([p], dtype=np.int64)
+            out = gen.decode(self._inputs, dims={"p": p})
+        logits = out["logits"][-1]
+        self.last_logits = logits  # what this token was chosen from (lightspeed serve's logprobs)
+        if self.kept is not None:
+            self.kept.append(logits.copy())
+        tok = sample_token(logits, self.rng, self.ids, **self.params)
+        self.ids.append(tok)
+        if len(self.ids) == len(self.prompt) + 1:
+            self.ttft_s = time.perf_counter() - t0
+        else:
+            self.step_s.append(time.perf_counter() - t0)
+        if tok in self.stops:
+            self.stop_reason = "stop_token"
+        elif len(self.ids) - len(self.prompt) >= self.max_new_tokens:
+            self.stop_reason = "max_tokens"
+        if self.done:
+            self.close()
+        return tok
+
+    def cancel(self) -> None:
+        """End this generation now (its KV cache freed); ``stop_reason`` becomes "cancelled"."""
+        if not self.done:
+            self.stop_reason = "cancelled"
+        self.close()
+
+    def close(self) -> None:
+        self._inputs = {} if self._inputs is not None else None  # drop the cache buffers
+
+    def result(self) -> GenerationResult:
+        tpot = float(np.mean(self.step_s)) if self.step_s else 0.0
+        return GenerationResult(ids=list(self.ids), new_ids=self.new_ids, stop_reason=self.stop_reason or "running",
+                                ttft_s=self.ttft_s, tpot_s=tpot, tokens_per_s=1.0 / tpot if tpot > 0 else 0.0,
+                                prefill_s=self.prefill_s, step_s=list(self.step_s), logits=self.kept)
 
 
 def generate(model: DecoderLM, tokenizer: Any, prompt_ids: Sequence[int], *, weights: Mapping[str, Any],
