@@ -243,8 +243,6 @@ class Generator:
             raise InputError(f"generate: token id {bad[0]} is outside the vocabulary (size {cfg.vocab_size})")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
         stops = set(cfg.eos_token_ids if stop_ids is None else (int(t) for t in stop_ids))
         params = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
         if self.group is not None:  # the other ranks run the same loop in step (same logits, same tokens)

@@ -1,0 +1,146 @@
+"""Concurrent streaming clients against ``lightspeed serve`` and, when installed, llama.cpp's own
+server (``llama_cpp.server`` from the llama-cpp-python wheel in ../shared/wheels, plus its server
+extras), same GGUF file, same machine, one after the other in one run.
+
+    python benchmarks/serve.py [--clients 1,4,16] [--tokens 32] [--backend native] [--no-peer]
+
+Each client streams one chat completion (greedy, ``--tokens`` tokens, a different short prompt per
+client) and records its time to first token and its end; the table gives, per server and client
+count: requests, wall time, generated tokens per second over all clients, mean and worst TTFT,
+and mean time per output token as each client saw it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WHEELS = ROOT.parent / "shared" / "wheels"
+
+
+def wait_url(proc: subprocess.Popen, pattern: str, timeout: float = 600) -> str:
+    deadline, seen = time.time() + timeout, []
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        m = re.search(pattern, line)
+        if m:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
+            return m.group(1)
+    proc.kill()
+    raise SystemExit("server did not start:\n" + "".join(seen[-20:]))
+
+
+def start_lightspeed(weights: str, backend: str, clients: int) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "lightspeed", "serve", "llama", "--weights", weights,
+                             "--backend", backend, "--port", "0", "--max-batch", str(clients),
+                             "--max-queue", str(clients)],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return proc, wait_url(proc, r"at (http://127\.0\.0\.1:\d+)/v1")
+
+
+def start_llama_cpp(weights: str, threads: int, port: int = 18099) -> tuple[subprocess.Popen, str]:
+    code = (f"import sys; sys.path.insert(0, {str(WHEELS)!r}); import llama_portable; "
+            "from llama_cpp.server.__main__ import main; "
+            f"sys.argv = ['llama_cpp.server', '--model', {weights!r}, '--n_threads', '{threads}', "
+            f"'--port', '{port}', '--n_ctx', '2048']; main()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return proc, wait_url(proc, r"Uvicorn running on (http://[\d.]+:\d+)")
+
+
+def one_client(url: str, i: int, tokens: int, out: list) -> None:
+    import httpx
+
+    body = {"model": "llama", "messages": [{"role": "user", "content": f"Tell me fact number {i} about the sea."}],
+            "max_tokens": tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    first, n = None, 0
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                n = chunk["usage"]["completion_tokens"]
+            if first is None and any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+                first = time.perf_counter()
+    end = time.perf_counter()
+    out.append((first - t0 if first else end - t0, end - t0, n))
+
+
+def run_clients(url: str, clients: int, tokens: int) -> dict:
+    results: list = []
+    threads = [threading.Thread(target=one_client, args=(url, i, tokens, results)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    total = sum(n for _, _, n in results)
+    ttfts = [f for f, _, _ in results]
+    tpots = [(e - f) / (n - 1) for f, e, n in results if n > 1]
+    return dict(clients=clients, wall=wall, tokens=total, tps=total / wall, ttft=sum(ttfts) / len(ttfts),
+                ttft_max=max(ttfts), tpot=sum(tpots) / len(tpots) if tpots else float("nan"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--weights", default=None, help="a GGUF file (default: SmolLM2's, fetched)")
+    ap.add_argument("--backend", default="native")
+    ap.add_argument("--clients", default="1,4,16")
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--no-peer", action="store_true")
+    args = ap.parse_args()
+    counts = [int(c) for c in args.clients.split(",")]
+    weights = args.weights
+    if weights is None:
+        sys.path.insert(0, str(ROOT / "src"))
+        from lightspeed.weights import default_weights
+
+        weights = str(default_weights("smollm2", progress=True))
+    servers = [("lightspeed " + args.backend, lambda: start_lightspeed(weights, args.backend, max(counts)))]
+    if not args.no_peer:
+        try:
+            import llama_cpp.server  # noqa: F401
+            servers.append(("llama.cpp server", lambda: start_llama_cpp(weights, os.cpu_count() or 2)))
+        except ImportError as e:
+            print(f"(llama.cpp's server is not installed: {e}; pip install {WHEELS}/llama_cpp_python-*.whl "
+                  "'fastapi' 'sse-starlette' 'starlette-context' 'pydantic-settings')", file=sys.stderr)
+    rows = []
+    for name, start in servers:
+        proc, url = start()
+        try:
+            run_clients(url, 1, 4)  # warm up
+            for c in counts:
+                rows.append((name, run_clients(url, c, args.tokens)))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    print(f"\n{Path(weights).name}, {args.tokens} tokens per client, greedy, streamed, {os.cpu_count()} cores\n")
+    print("| server | clients | wall s | tokens | tok/s (all clients) | TTFT mean ms | TTFT max ms | TPOT ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, r in rows:
+        print(f"| {name} | {r['clients']} | {r['wall']:.2f} | {r['tokens']} | {r['tps']:.1f} | {r['ttft'] * 1e3:.0f} | "
+              f"{r['ttft_max'] * 1e3:.0f} | {r['tpot'] * 1e3:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
