@@ -58,14 +58,14 @@ def start_llama_cpp(weights: str, threads: int, port: int = 18099) -> tuple[subp
             f"'--port', '{port}', '--n_ctx', '2048']; main()")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    return proc, wait_url(proc, r"Uvicorn running on (http://[\d.]+:\d+)")
+    return proc, wait_url(proc, r"Uvicorn running on (http://[\w.]+:\d+)")
 
 
 def one_client(url: str, i: int, tokens: int, out: list) -> None:
     import httpx
 
     body = {"model": "llama", "messages": [{"role": "user", "content": f"Tell me fact number {i} about the sea."}],
-            "max_tokens": tokens, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+            "max_tokens": tokens, "temperature": 0, "stream": True}
     t0 = time.perf_counter()
     first, n = None, 0
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
@@ -73,12 +73,14 @@ def one_client(url: str, i: int, tokens: int, out: list) -> None:
             if not line.startswith("data: {"):
                 continue
             chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                n = chunk["usage"]["completion_tokens"]
-            if first is None and any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
-                first = time.perf_counter()
+            if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+                n += 1  # a chunk per token (llama.cpp's server sends no usage in streams)
+                if first is None:
+                    first = time.perf_counter()
     end = time.perf_counter()
-    out.append((first - t0 if first else end - t0, end - t0, n))
+    if n == 0:
+        raise RuntimeError(f"client {i}: the stream carried no text")
+    out.append((first - t0, end - t0, n))
 
 
 def run_clients(url: str, clients: int, tokens: int) -> dict:
@@ -111,7 +113,7 @@ def main() -> int:
         sys.path.insert(0, str(ROOT / "src"))
         from lightspeed.weights import default_weights
 
-        weights = str(default_weights("smollm2", progress=True))
+        weights = str(default_weights("llama", progress=True))
     servers = [("lightspeed " + args.backend, lambda: start_lightspeed(weights, args.backend, max(counts)))]
     if not args.no_peer:
         try:
@@ -127,6 +129,8 @@ def main() -> int:
             run_clients(url, 1, 4)  # warm up
             for c in counts:
                 rows.append((name, run_clients(url, c, args.tokens)))
+        except Exception as e:  # a peer that fails is reported, the others' rows stay
+            print(f"{name}: failed: {type(e).__name__}: {e}", file=sys.stderr)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
