@@ -262,43 +262,58 @@ def build_app(served: ServedModel, *, retry_after_s: int = 1) -> Any:
     def finish_reason(reason: str) -> str:
         return reason if reason in ("stop", "length") else "stop"  # cancelled streams end as stopped
 
-    async def chat(request: HttpRequest) -> Response:
-        try:
-            fields = parse_chat(await body_of(request))
-            prompt = served.render_chat(fields["messages"])
-            req = make_request(tok.encode(prompt), fields)
-        except ApiError as e:
-            return error(e)
-        cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
-        head = {"id": cid, "created": created, "model": served.id, "system_fingerprint": "lightspeed"}
-        want_probs = fields["logprobs"] is not None
+    async def respond(request: HttpRequest, req: Request, fields: dict[str, Any], chat_api: bool) -> Response:
+        """The answer to ``req``: one JSON body, or an SSE stream of chunks (the chat API's chunks
+        carry deltas and open with the assistant role; the completion API's carry text)."""
+        prefix, whole, part = (("chatcmpl", "chat.completion", "chat.completion.chunk") if chat_api
+                               else ("cmpl", "text_completion", "text_completion"))
+        head = {"id": f"{prefix}-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": served.id,
+                "system_fingerprint": "lightspeed"}
+        fmt = chat_logprobs if chat_api else completion_logprobs
+
+        def choice(text: str, probs: list[dict[str, Any]], reason: str | None, streamed: bool) -> dict[str, Any]:
+            if not chat_api:
+                body: dict[str, Any] = {"text": text}
+            elif streamed:
+                body = {"delta": {"content": text} if text else {}}
+            else:
+                body = {"message": {"role": "assistant", "content": text}}
+            return {"index": 0, **body, "logprobs": fmt(probs) if fields["logprobs"] is not None else None,
+                    "finish_reason": finish_reason(reason) if reason else None}
+
         if not fields["stream"]:
             try:
                 text, reason, probs = await collect(request, req)
             except ApiError as e:
                 return error(e)
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": chat_logprobs(probs) if want_probs else None, "finish_reason": finish_reason(reason)}
-            return JSONResponse({**head, "object": "chat.completion", "choices": [choice], "usage": usage(req)})
+            return JSONResponse({**head, "object": whole, "choices": [choice(text, probs, reason, False)],
+                                 "usage": usage(req)})
 
         async def stream() -> AsyncIterator[str]:
-            chunk = {**head, "object": "chat.completion.chunk"}
-            first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-            yield _sse({**chunk, "choices": [first]})
+            chunk = {**head, "object": part}
+            if chat_api:
+                first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                         "finish_reason": None}
+                yield _sse({**chunk, "choices": [first]})
             async for ev in events(req):
                 if ev.error is not None:
                     yield _sse({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
                     break
                 if ev.text or ev.logprobs or ev.finish is not None:
-                    delta = {"content": ev.text} if ev.text else {}
-                    yield _sse({**chunk, "choices": [{
-                        "index": 0, "delta": delta, "logprobs": chat_logprobs(ev.logprobs) if want_probs else None,
-                        "finish_reason": finish_reason(ev.finish) if ev.finish else None}]})
+                    yield _sse({**chunk, "choices": [choice(ev.text, ev.logprobs, ev.finish, True)]})
             if fields["include_usage"]:
                 yield _sse({**chunk, "choices": [], "usage": usage(req)})
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    async def chat(request: HttpRequest) -> Response:
+        try:
+            fields = parse_chat(await body_of(request))
+            req = make_request(tok.encode(served.render_chat(fields["messages"])), fields)
+        except ApiError as e:
+            return error(e)
+        return await respond(request, req, fields, chat_api=True)
 
     async def completions(request: HttpRequest) -> Response:
         try:
@@ -306,34 +321,7 @@ def build_app(served: ServedModel, *, retry_after_s: int = 1) -> Any:
             req = make_request(tok.encode(fields["prompt"]), fields)
         except ApiError as e:
             return error(e)
-        cid, created = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time())
-        head = {"id": cid, "created": created, "model": served.id, "system_fingerprint": "lightspeed"}
-        want_probs = fields["logprobs"] is not None
-        if not fields["stream"]:
-            try:
-                text, reason, probs = await collect(request, req)
-            except ApiError as e:
-                return error(e)
-            choice = {"index": 0, "text": text, "logprobs": completion_logprobs(probs) if want_probs else None,
-                      "finish_reason": finish_reason(reason)}
-            return JSONResponse({**head, "object": "text_completion", "choices": [choice], "usage": usage(req)})
-
-        async def stream() -> AsyncIterator[str]:
-            chunk = {**head, "object": "text_completion"}
-            async for ev in events(req):
-                if ev.error is not None:
-                    yield _sse({"error": {"message": f"generation failed: {ev.error}", "type": "server_error"}})
-                    break
-                if ev.text or ev.logprobs or ev.finish is not None:
-                    yield _sse({**chunk, "choices": [{
-                        "index": 0, "text": ev.text,
-                        "logprobs": completion_logprobs(ev.logprobs) if want_probs else None,
-                        "finish_reason": finish_reason(ev.finish) if ev.finish else None}]})
-            if fields["include_usage"]:
-                yield _sse({**chunk, "choices": [], "usage": usage(req)})
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return await respond(request, req, fields, chat_api=False)
 
     async def models(request: HttpRequest) -> Response:
         return JSONResponse({"object": "list", "data": [
