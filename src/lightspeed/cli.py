@@ -393,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     v.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     v.add_argument("--port", type=_number(int, 0, 65535), default=8000, help="port (default 8000; 0 = any free one)")
-    v.add_argument("--max-batch", type=_number(int, 1), default=8, help="requests generated at once, >= 1 (default 8)")
+    v.add_argument("--max-batch", type=_number(int, 1, 63), default=8,
+                   help="requests generated at once, 1 to 63 (default 8)")
     v.add_argument("--max-queue", type=_number(int, 0), default=64,
                    help="requests waiting beyond those; more get HTTP 429 (default 64)")
     v.add_argument("--max-context", type=_number(int, 2), default=2048,

@@ -78,7 +78,7 @@ def exact(monkeypatch):
 
 
 @pytest.mark.parametrize("add", [False, True], ids=["matmul", "matmul-add"])
-@pytest.mark.parametrize("rows", [1, 5, 8, 19])  # decode; prefill tiles of 8 rows: partial, full, both
+@pytest.mark.parametrize("rows", [1, 5, 8, 19, 70])  # decode; prefill tiles of 8 rows: partial, full, both
 @pytest.mark.parametrize("qtype", TYPES)
 def test_block_matmul_matches_float64(qtype, rows, add, exact):
     n, k = 48, (512 if qtype in PER_BLOCK else 96)
@@ -150,11 +150,21 @@ def test_quantised_activations(activations, qtype, k, monkeypatch):
     limit = np.abs(w64) @ (amax[0] / (2 * top)) * (1 + 1e-4) + 1e-5 * np.abs(want).max()
     exact = w64 @ xs[0].astype(np.float64) + r[0]
     assert np.all(np.abs(got - exact) <= limit), np.abs(got - exact) / limit
-    # more rows (prefill) keep float activations: the exact product
-    xs2 = np.concatenate([xs, rng.standard_normal((2, k)).astype(np.float32)])
-    r2 = rng.standard_normal((3, n)).astype(np.float32)
-    want2 = xs2.astype(np.float64) @ w64.T + r2
-    np.testing.assert_allclose(bound(x=xs2, r=r2)["y"], want2, rtol=1e-5, atol=1e-5 * np.abs(want2).max())
+    # up to 64 rows (a batch of decode rows, a short prompt) are each quantised and dotted as a
+    # decode row: bit for bit each row's own result, whatever rows share the call (batch
+    # invariance); the 4-row groups and the rest both checked
+    for rows in (2, 5, 64):
+        xs2 = np.concatenate([xs, rng.standard_normal((rows - 1, k)).astype(np.float32)])
+        r2 = rng.standard_normal((rows, n)).astype(np.float32)
+        got2 = bound(x=xs2, r=r2)["y"]
+        assert np.array_equal(got2[0], bound(x=xs, r=r2[:1])["y"][0])
+        for i in range(1, rows, 7):
+            assert np.array_equal(got2[i], bound(x=xs2[i:i + 1], r=r2[i:i + 1])["y"][0]), i
+    # more rows (a long prompt) keep float activations: the exact product
+    xs3 = rng.standard_normal((65, k)).astype(np.float32)
+    r3 = rng.standard_normal((65, n)).astype(np.float32)
+    want3 = xs3.astype(np.float64) @ w64.T + r3
+    np.testing.assert_allclose(bound(x=xs3, r=r3)["y"], want3, rtol=1e-5, atol=1e-5 * np.abs(want3).max())
 
 
 @pytest.mark.parametrize("build", ["portable", "narrow"])
@@ -194,14 +204,14 @@ def test_portable_kernels_without_avx2(tmp_path, build):
             subprocess.run([*compiler(), "-O2", "-march=native", *extra, "-fPIC", "-shared",
                             "-std=gnu11", "-o", str(lib), str(src), "-lm"], check=True, capture_output=True)
             fn = getattr(ctypes.CDLL(str(lib)), spec.name)
-            for rows in (1, 3):
+            for rows in (1, 3, 6):  # a decode row; rows quantised each (up to 64), 4 at a time and alone
                 xs = rng.standard_normal((rows, k)).astype(np.float32)
                 out = np.zeros((rows, n), np.float32)
                 arrays = {"out": out, 0: xs, 1: packed}
                 table = np.array([rows] * len(spec.dims) + [arrays[b].ctypes.data for b in spec.buffers], np.int64)
                 fn(ctypes.c_void_p(table.ctypes.data), *range(len(table)))
                 xq = xs.astype(np.float64)
-                if rows == 1 and activations != "float":
+                if activations != "float":
                     xq = _quantised_rows(xs, 8 if activations == "q8" else 16)[0]
                 want = xq @ w.astype(np.float64).T
                 np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
@@ -232,7 +242,7 @@ def test_packed_layout_holds_the_same_bytes():
         np.testing.assert_array_equal(b.data, raw)
 
 
-def test_lazy_weights_make_no_float32_copy(tmp_path):
+def test_lazy_weights_make_no_float32_copy(tmp_path, exact):
     """QuantTensor: the float32 values appear only when asked (and equal the blocks' dequantisation);
     a native program whose block matmuls read all of a weight's uses never asks."""
     raw = make_blocks("Q4_1", 32 * 64 // 32, np.random.default_rng(4)).reshape(32, -1)
@@ -293,7 +303,7 @@ def test_bad_activations_setting_is_refused(monkeypatch):
 @pytest.mark.parametrize("qtype", ["q4_1", "q8_0", "q4_k"])
 def test_weights_as_either_operand(qtype, activations, monkeypatch):
     """The product the other way round (W x^T, the weights as A) reads the blocks too, with the
-    same results as the float64 product (of the quantised x for one row of x)."""
+    same results as the float64 product (of the quantised rows of x, up to 64 of them)."""
     monkeypatch.setenv("LIGHTSPEED_NATIVE_ACTIVATIONS", activations)
     n, k = 24, 256
     q, w = _weights(qtype, n, k, seed=9)
@@ -303,10 +313,10 @@ def test_weights_as_either_operand(qtype, activations, monkeypatch):
     bound = _matmul_program(g, side=0).persist(w=q)
     assert _block_launches(bound)
     rng = np.random.default_rng(0)
-    for rows in (1, 3):
+    for rows in (1, 6, 65):  # a decode row; rows quantised each (up to 64); more keep floats
         xs = rng.standard_normal((rows, k)).astype(np.float32)
         r = rng.standard_normal((n, rows)).astype(np.float32)
-        xq = _quantised_rows(xs, 16 if activations == "q16" else 8)[0] if rows == 1 and activations != "float" \
+        xq = _quantised_rows(xs, 16 if activations == "q16" else 8)[0] if rows <= 64 and activations != "float" \
             else xs.astype(np.float64)
         want = w.astype(np.float64) @ xq.T + r
         np.testing.assert_allclose(bound(x=xs, r=r)["y"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),

@@ -159,6 +159,43 @@ def test_batch_invariance(server):
     assert together == alone
 
 
+@pytest.mark.skipif(not __import__("lightspeed.backends", fromlist=["get_backend"]).get_backend("native").available(),
+                    reason="no C compiler")
+def test_sixteen_concurrent_requests_get_their_solo_tokens():
+    """On native (one batched step for all requests, batch-invariant kernels): 16 concurrent
+    greedy requests each get exactly the tokens they get alone, and the text of the batch-1
+    prefill + decode programs (``lightspeed run``'s path) for the same prompt."""
+    from lightspeed.models.generate import Generator
+    from lightspeed.models.run import load_text_model
+
+    proc, url = start_server("--backend", "native", "--max-batch", "16", "--max-queue", "16", "--max-context", "256")
+    try:
+        c = client(url)
+        prompts = [f"request {i}: " + "abcdefghij"[: i % 10] * (1 + i % 4) for i in range(16)]
+        alone = [c.completions.create(model="llama", prompt=p, max_tokens=20, temperature=0) for p in prompts]
+        together: list = [None] * len(prompts)
+
+        def run(i: int) -> None:
+            together[i] = client(url).completions.create(model="llama", prompt=prompts[i], max_tokens=20,
+                                                         temperature=0, logprobs=0)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert [t.choices[0].text for t in together] == [a.choices[0].text for a in alone]
+        assert all(t.usage.completion_tokens == 20 for t in together)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    tm = load_text_model("llama", random=True, seed=0, progress=False)
+    gen = Generator(tm.model, tm.tensors, backend="native")
+    for p, a in zip(prompts, alone):
+        ids = gen.generate(tm.tokenizer.encode(p), 20, stop_ids=()).new_ids
+        assert a.choices[0].text == tm.tokenizer.decode(ids, skip_special=True), p
+
+
 def post(url: str, body, **kw):
     data = body if isinstance(body, (bytes, str)) else json.dumps(body)
     return httpx.post(url, content=data, headers={"Content-Type": "application/json"}, timeout=30, **kw)

@@ -174,8 +174,8 @@ class DecoderLM(Module):
         return (self.config.num_kv_heads, self.config.head_dim)
 
     # ------------------------------------------------------------------ graphs
-    def forward(self, b: Builder, step: Step, ids: GraphTensor, caches: list | None, all_logits: bool
-                ) -> tuple[GraphTensor, list[tuple[GraphTensor, GraphTensor]]]:
+    def forward(self, b: Builder, step: Step, ids: GraphTensor, caches: list | None, all_logits: bool,
+                out_prefix: str = "cache") -> tuple[GraphTensor, list[tuple[GraphTensor, GraphTensor]]]:
         for layer in self.layers:  # tables and masks first: computed once, before the layers
             layer.self_attn.prepare(b, step)
         x = self.embed_tokens.forward(b, ids)
@@ -186,8 +186,8 @@ class DecoderLM(Module):
             # each layer's cache outputs are declared with the layer, so they sit inside the
             # repeated block: a rolled template then writes its own cache input in place
             if caches is not None:
-                b.graph.output(f"cache.{i}.k", k, aliases=f"cache.{i}.k")
-                b.graph.output(f"cache.{i}.v", v, aliases=f"cache.{i}.v")
+                b.graph.output(f"{out_prefix}.{i}.k", k, aliases=f"{out_prefix}.{i}.k")
+                b.graph.output(f"{out_prefix}.{i}.v", v, aliases=f"{out_prefix}.{i}.v")
             else:
                 b.graph.output(f"new.{i}.k", k)
                 b.graph.output(f"new.{i}.v", v)
@@ -204,10 +204,13 @@ class DecoderLM(Module):
         return logits, new
 
     def build_graph(self, mode: str, all_logits: bool = False, storage: Mapping[str, DType] | None = None) -> Graph:
-        """The ``'prefill'`` or ``'decode'`` graph (cached per model object); ``storage``: weights
-        declared in another dtype than the model's (:func:`block_storage`), cast where used."""
+        """The ``'prefill'``, ``'decode'`` or ``'paged'`` graph (cached per model object);
+        ``storage``: weights declared in another dtype than the model's (:func:`block_storage`),
+        cast where used."""
+        if mode == "paged":
+            return self.paged_graph(storage)
         if mode not in ("prefill", "decode"):
-            raise ValueError(f"mode must be 'prefill' or 'decode', got {mode!r}")
+            raise ValueError(f"mode must be 'prefill', 'decode' or 'paged', got {mode!r}")
         key = (mode, all_logits, tuple(sorted((n, d.name) for n, d in (storage or {}).items())))
         if key in self._graphs:
             return self._graphs[key]
@@ -221,6 +224,35 @@ class DecoderLM(Module):
             caches = [tuple(g.input(f"cache.{i}.{c}", ("M", *self.kv_shape(i)), self.dtype) for c in "kv")
                       for i in range(cfg.num_layers)]
         logits, _ = self.forward(b, step, ids, caches, all_logits)  # declares the cache outputs
+        g.output("logits", logits)
+        self._graphs[key] = g
+        return g
+
+    PAGE_SIZE: ClassVar[int] = 32  # rows of a KV page (a multiple of the kernels' 32 reduction lanes)
+    supports_paged: ClassVar[bool] = True  # whether paged_graph builds (lightspeed serve batches it)
+
+    def paged_graph(self, storage: Mapping[str, DType] | None = None) -> Graph:
+        """The batched step over a paged KV cache (``lightspeed serve``): ``s`` rows, each one
+        token of some sequence: ``input_ids``, ``positions`` and ``slots`` int64 [s] (the pool row
+        its key/value goes to: page * PAGE_SIZE + position % PAGE_SIZE), ``pages`` int64 [s, NP]
+        (its sequence's page table, padded with any valid page), ``pool.{i}.k`` / ``pool.{i}.v``
+        [N, PAGE_SIZE, n_kv, head_dim] per layer, updated in place (outputs aliasing them), and
+        ``logits`` [s, vocab] for every row.  Rows of one sequence at consecutive positions are a
+        prompt chunk (each sees the rows before it).  A row's logits do not depend on the other
+        rows (see :func:`lightspeed.nn.paged_attention`)."""
+        if not self.supports_paged:
+            raise UnsupportedError(f"{self.family}: no paged (batched) step yet")
+        key = ("paged", tuple(sorted((n, d.name) for n, d in (storage or {}).items())))
+        if key in self._graphs:
+            return self._graphs[key]
+        b = Builder(dtype=self.dtype, storage=storage)
+        g = b.graph
+        ids = g.input("input_ids", ("s",), dt.int64)
+        step = Step(b, g.input("positions", ("s",), dt.int64), pages=g.input("pages", ("s", "NP"), dt.int64),
+                    slots=g.input("slots", ("s",), dt.int64), page_size=self.PAGE_SIZE)
+        pools = [tuple(g.input(f"pool.{i}.{c}", ("N", self.PAGE_SIZE, *self.kv_shape(i)), self.dtype) for c in "kv")
+                 for i in range(self.config.num_layers)]
+        logits, _ = self.forward(b, step, ids, pools, True, out_prefix="pool")
         g.output("logits", logits)
         self._graphs[key] = g
         return g

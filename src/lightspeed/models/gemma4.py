@@ -214,6 +214,8 @@ class Gemma4(DecoderLM):
     """Gemma 4 text model (family ``gemma4_moe``; also reads dense Gemma 4 configs without
     per-layer embeddings or KV sharing)."""
 
+    supports_paged = False  # keys double as values on its global layers: not in the paged step yet
+
     family = "gemma4_moe"
 
     def __init__(self, config: Gemma4Config, dtype: DType | str = dt.float32) -> None:

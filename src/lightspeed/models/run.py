@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # numpy is imported where it is used
 
 __all__ = ["RunOptions", "RunError", "generate_text", "transcribe_audio", "auto_backend", "tp_refusal",
            "ByteTokenizer", "random_config", "random_weights", "TextModel", "load_text_model", "encode_prompt",
+           "compile_batcher",
            "compile_generator", "phase_line", "timing_line", "say", "say_error", "DEFAULT_SYSTEM",
            "DEFAULT_MAX_TOKENS"]
 
@@ -325,6 +326,25 @@ def compile_generator(tm: TextModel, backend: str = "cpu", search: Any = None,
     if say is not None and verbose:
         say(f"  weights checked and made resident in {time.perf_counter() - t0:.2f} s")
     return gen
+
+
+def compile_batcher(tm: TextModel, backend: str = "cpu", search: Any = None, *, max_batch: int = 8,
+                    max_context: int = 2048, say: Callable[..., None] | None = say, verbose: bool = False) -> Any:
+    """A :class:`lightspeed.models.batch.PagedBatcher` for ``tm`` (``lightspeed serve``): up to
+    ``max_batch`` decoding sequences per step plus a prompt chunk of the rows left."""
+    from .batch import ROWS_LIMIT, PagedBatcher
+
+    if not 1 <= max_batch < ROWS_LIMIT:
+        raise RunError(f"the batch must be 1 to {ROWS_LIMIT - 1} sequences, got {max_batch}")
+    chunk = max(1, min(16, ROWS_LIMIT - max_batch))
+    what = f"compiling the batched step for {backend} ..."
+    t0 = time.perf_counter()
+    with _compiling(what, say, verbose):
+        batcher = PagedBatcher(tm.model, tm.tensors, backend=backend, search=search, max_rows=max_batch + chunk,
+                               chunk=chunk, max_context=max_context)
+    if say is not None:
+        _done(what, time.perf_counter() - t0, say, verbose)
+    return batcher
 
 
 def _compiling(what: str, say: Callable[..., None] | None, verbose: bool) -> Any:

@@ -37,7 +37,7 @@ from .layers import Linear
 from .module import Builder, Module
 from .rope import RotaryEmbedding
 
-__all__ = ["Attention", "Step", "gqa_attention"]
+__all__ = ["Attention", "Step", "gqa_attention", "paged_attention"]
 
 LOG2E = 1.4426950408889634
 
@@ -52,9 +52,16 @@ class Step:
     (:meth:`Attention.prepare`) -- also when repeated layers are compiled once and run as a loop
     (``lightspeed.rolling`` rebuilds input-free subgraphs, such as iota-made tables, in every block)."""
 
-    def __init__(self, b: Builder, positions: GraphTensor | ExprLike, past: ExprLike | None = None) -> None:
+    def __init__(self, b: Builder, positions: GraphTensor | ExprLike, past: ExprLike | None = None,
+                 pages: GraphTensor | None = None, slots: GraphTensor | None = None, page_size: int = 0) -> None:
         self.b = b
         self.past = None if past is None else as_expr(past)
+        # a paged step (lightspeed serve's batches): row i is one token of some sequence, at
+        # positions[i]; its sequence's page table is pages[i] and its keys/values go to the pool
+        # row slots[i] (see paged_attention)
+        self.pages, self.slots, self.page_size = pages, slots, page_size
+        if (pages is None) != (slots is None) or (pages is not None and page_size < 1):
+            raise ShapeError("a paged step needs pages, slots and a page size")
         if not isinstance(positions, GraphTensor):
             s, start = as_expr(positions), self.past if self.past is not None else as_expr(0)
             positions = b.shared(("positions", start, s),
@@ -86,6 +93,27 @@ class Step:
             return self._additive(blocked)
 
         return self.b.shared(("mask-new", window, self.positions.node, self.positions.st), make)
+
+    @property
+    def paged(self) -> bool:
+        return self.pages is not None
+
+    def mask_paged(self, window: int | None) -> GraphTensor:
+        """[s, L] mask of each row against the L = NP * page_size keys its page table spans (key j
+        is the sequence's position j): blocked past the row's own position, and (sliding) for
+        ``pos - j >= window``; the padding of a short page table is blocked with it."""
+        assert self.pages is not None
+        L = self.pages.shape[1] * self.page_size
+
+        def make() -> GraphTensor:
+            pos = self.positions.reshape(-1, 1)
+            j = self.b.graph.iota(sym(INDEX_VAR), (L,), self.positions.dtype).reshape(1, -1)
+            blocked = hl.lt(pos, j)
+            if window is not None:
+                blocked = hl.logical_or(blocked, hl.lt(window - 1, pos - j))
+            return self._additive(blocked)
+
+        return self.b.shared(("mask-paged", window, L, self.positions.node, self.positions.st), make)
 
     def mask_past(self, window: int, past_len: Expr) -> GraphTensor:
         """[s, L] mask of new queries against the last ``L`` cached keys (positions
@@ -143,6 +171,39 @@ def gqa_attention(q: GraphTensor, k_new: GraphTensor, v_new: GraphTensor,
     return out.reshape(s, n_kv * g * d)
 
 
+def paged_attention(q: GraphTensor, k_pool: GraphTensor, v_pool: GraphTensor, pages: GraphTensor,
+                    mask: GraphTensor, softcap: float | None = None) -> GraphTensor:
+    """Attention of ``s`` rows, each a token of its own sequence: queries ``q`` [s, n_kv, g, d]
+    (scaled as for :func:`gqa_attention`) against the keys/values of the pages their page tables
+    ``pages`` [s, NP] name in the pools [N, page, n_kv, d] (already holding this step's rows),
+    under ``mask`` [s, NP * page] (:meth:`Step.mask_paged`).  Returns [s, n_kv * g * d].
+
+    Every reduction runs over one row's own keys, padded to the batch's longest page table with
+    blocked keys whose weights are exactly 0: a row's result does not depend on the other rows
+    (batch invariance) as long as the kernels' reduction order depends only on the key index."""
+    s, n_kv, g, d = q.shape
+    n_pages, page = k_pool.shape[0], k_pool.shape[1]
+    if k_pool.ndim != 4 or k_pool.shape[2:] != (n_kv, d) or v_pool.shape != k_pool.shape:
+        raise ShapeError(f"paged attention: pools must both be [N, page, {n_kv}, {d}], got "
+                         f"{tuple(map(str, k_pool.shape))} / {tuple(map(str, v_pool.shape))}")
+    if pages.ndim != 2 or pages.shape[0] != s:
+        raise ShapeError(f"paged attention: pages must be [{s}, NP], got {tuple(map(str, pages.shape))}")
+    L = pages.shape[1] * page
+
+    def rows(pool: GraphTensor) -> GraphTensor:  # [s, L, n_kv, d]: each row's keys in position order
+        return hl.embedding(pages, pool.reshape(n_pages, page * n_kv * d)).reshape(s, L, n_kv, d)
+
+    keys, values = rows(k_pool), rows(v_pool)
+    scores = q @ keys.permute(0, 2, 3, 1)  # [s, n_kv, g, L]
+    scores = scores + mask.reshape(s, 1, 1, L)
+    if softcap is not None:
+        scores = hl.tanh(scores * (1.0 / softcap)) * (softcap * LOG2E)
+    e = hl.exp2(scores + scores.amax(-1, keepdim=True) * -1.0)
+    den = e.sum(-1, keepdim=True)
+    out = (e @ values.permute(0, 2, 1, 3)) * hl.reciprocal(den)  # [s, n_kv, g, d]
+    return out.reshape(s, n_kv * g * d)
+
+
 class Attention(Module):
     """Multi-head attention with grouped KV heads, optional q/k norms (Qwen3, Gemma 3), RoPE,
     a sliding window and logit soft-capping.  Parameters follow HF names: ``q_proj``, ``k_proj``,
@@ -179,7 +240,9 @@ class Attention(Module):
         if self.rope is not None:
             self.rope.tables(b, step.positions, self._qscale())
             self.rope.tables(b, step.positions)
-        if self.causal:
+        if self.causal and step.paged:
+            step.mask_paged(self.sliding_window)
+        elif self.causal:
             step.mask_new(self.sliding_window)
             if step.past is not None and self.sliding_window is not None:
                 step.mask_past(self.sliding_window, self.past_rows(step)[1])
@@ -207,6 +270,8 @@ class Attention(Module):
         (:func:`~lightspeed.hl.slice_scatter`) and the updated caches are returned: a graph that
         outputs them aliasing its cache inputs updates the cache in place, and attention reads the
         cached rows of the updated cache (so the write happens first) and the new rows directly."""
+        if step.paged:
+            return self._forward_paged(b, step, x, cache)
         s, kv, d = x.shape[0], self.n_kv_heads, self.head_dim
         g = self.n_heads // kv
         q = self.q_proj.forward(b, x).reshape(s, kv, g, d).permute(1, 2, 0, 3)  # [kv, g, s, d] view
@@ -240,3 +305,37 @@ class Attention(Module):
             mask_past = step.mask_past(self.sliding_window, n)
         out = gqa_attention(q, k, v, pk, pv, mask_new, mask_past, self.softcap)
         return self.o_proj.forward(b, out), ck, cv
+
+    def _forward_paged(self, b: Builder, step: Step, x: GraphTensor,
+                       pools: tuple[GraphTensor, GraphTensor] | None) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
+        """A paged step (:class:`Step` with pages): each row of ``x`` [s, hidden] is one token of
+        its own sequence; its key and value are written to pool row ``slots[i]`` (in place, when
+        the graph's pool outputs alias the inputs) and it attends to its page table's keys
+        (:func:`paged_attention`).  Returns (output, updated key pool, updated value pool)."""
+        if pools is None or not self.causal:
+            raise ShapeError(f"attention {self.prefix}: a paged step needs causal attention and the key/value pools")
+        s, kv, d = x.shape[0], self.n_kv_heads, self.head_dim
+        g = self.n_heads // kv
+        pk, pv = pools
+        if pk.ndim != 4 or pk.shape[2:] != (kv, d) or pv.shape != pk.shape:
+            raise ShapeError(f"attention {self.prefix}: pools must both be [N, page, {kv}, {d}], got "
+                             f"{tuple(map(str, pk.shape))} / {tuple(map(str, pv.shape))}")
+        q = self.q_proj.forward(b, x).reshape(s, kv, g, d)
+        k = self.k_proj.forward(b, x).reshape(s, kv, d)
+        v = self.v_proj.forward(b, x).reshape(s, kv, d)
+        if self.q_norm is not None:
+            q = self.q_norm.forward(b, q)
+            k = self.k_norm.forward(b, k)
+        qscale = self._qscale()
+        if self.rope is not None:
+            q = self.rope.apply(q, self.rope.tables(b, step.positions, qscale), seq_axis=0)
+            k = self.rope.apply(k, self.rope.tables(b, step.positions), seq_axis=0)
+        else:
+            q = q * qscale
+        n_pages, page = pk.shape[0], pk.shape[1]
+        rows = n_pages * page
+        pk = hl.index_copy(pk.reshape(rows, kv, d), 0, step.slots, k).reshape(n_pages, page, kv, d)
+        pv = hl.index_copy(pv.reshape(rows, kv, d), 0, step.slots, v).reshape(n_pages, page, kv, d)
+        mask = step.mask_paged(self.sliding_window)
+        out = paged_attention(q, pk, pv, step.pages, mask, self.softcap)
+        return self.o_proj.forward(b, out), pk, pv

@@ -1,13 +1,17 @@
 """The serving engine: one worker thread that owns a model's compiled programs and runs every
-request in flight, interleaved at token boundaries.
+request in flight.
 
 Requests wait in a bounded queue; the worker admits them up to ``max_batch`` at a time (a new one
-joins at the next token boundary: its prefill runs between the others' decode steps) and advances
-each active request by one token per round, round-robin, until it ends (a stop token, a stop
-string, its token budget, or a cancel: a client that went away, a server shutting down); its KV
-cache is freed then.  Every request runs its own batch-1 prefill and decode calls with its own
-cache and seeded sampler, so its tokens are the same whether it runs alone or beside others
-(batch invariance by construction; docs/serve.md says what batched decode would change).
+joins at the next token boundary) and advances every active request by one token per round until
+it ends (a stop token, a stop string, its token budget, or a cancel: a client that went away, a
+server shutting down); its KV cache is freed then.  Two ways to run a round:
+
+- **batched** (a :class:`lightspeed.models.batch.PagedBatcher`, the default for the text models):
+  one call of the paged program for all of them -- a row per decoding request plus chunks of the
+  new requests' prompts -- over a paged KV cache; each row's arithmetic does not depend on the
+  others (batch invariance), so a greedy request gets the tokens it gets alone;
+- **interleaved** (a :class:`lightspeed.models.generate.Generator`): each request's own batch-1
+  prefill and decode calls in turn, each with its own cache.
 
 The worker talks to the HTTP side only through :class:`Request` objects: it appends
 :class:`Event` s and calls the request's ``notify`` (the server's event loop wakes the waiting
@@ -138,9 +142,10 @@ class _Active:
 
 
 class Engine:
-    """Runs requests on ``generator`` (a :class:`lightspeed.models.generate.Generator`) with
-    ``tokenizer``; at most ``max_batch`` in flight and ``max_queue`` waiting; sequences of at most
-    ``max_context`` tokens (prompt + completion), for which the programs are planned once here."""
+    """Runs requests on ``generator`` (a :class:`lightspeed.models.batch.PagedBatcher`, or a
+    :class:`lightspeed.models.generate.Generator`) with ``tokenizer``; at most ``max_batch`` in
+    flight and ``max_queue`` waiting; sequences of at most ``max_context`` tokens (prompt +
+    completion), for which the programs are planned once here."""
 
     def __init__(self, generator: Any, tokenizer: Any, *, max_batch: int = 8, max_queue: int = 64,
                  max_context: int = 2048, stop_ids: Sequence[int] = ()) -> None:
@@ -156,9 +161,15 @@ class Engine:
         self._active: list[_Active] = []
         self._stopping = False  # no new requests; the active ones finish or are cancelled
         self._closed = False  # the worker ends
-        # every sequence fits these bounds: no call ever plans anything again
-        generator.prefill.reserve(s=max_context)
-        generator.decode.reserve(**{k: max_context for k in ("p", "M") if k in generator.decode.symbols})
+        self.batched = hasattr(generator, "step")
+        if self.batched:
+            if max_batch > generator.max_rows:
+                raise ValueError(f"engine: max_batch {max_batch} exceeds the batcher's {generator.max_rows} rows")
+            if max_context > generator.max_context:
+                raise ValueError(f"engine: max_context {max_context} exceeds the batcher's {generator.max_context}")
+        else:  # every sequence fits these bounds: no call ever plans anything again
+            generator.prefill.reserve(s=max_context)
+            generator.decode.reserve(**{k: max_context for k in ("p", "M") if k in generator.decode.symbols})
         self._worker = threading.Thread(target=self._run, name="lightspeed-engine", daemon=True)
         self._worker.start()
 
@@ -225,8 +236,9 @@ class Engine:
                 self._finish_queued(req, "cancelled")
                 continue
             try:
+                extra = {} if self.batched else {"reserve": False}
                 state = self.gen.start(req.prompt_ids, req.max_tokens, temperature=req.temperature, top_k=req.top_k,
-                                       top_p=req.top_p, seed=req.seed, stop_ids=self.stop_ids, reserve=False)
+                                       top_p=req.top_p, seed=req.seed, stop_ids=self.stop_ids, **extra)
             except (LightspeedError, ValueError) as e:
                 self.metrics.count("error")
                 req._emit(Event(finish="error", error=str(e)))
@@ -244,30 +256,70 @@ class Engine:
                 if self._closed and not self._active:
                     return
                 batch = list(self._active)
-            for a in batch:  # one token each, round-robin: a new request's prefill between the others' steps
-                end = self._advance(a)
-                if end is not None:
-                    with self._lock:
-                        self._active.remove(a)
-                        self.metrics.count(end)
-                        if a.t_first is not None:
-                            self.metrics.ttft.observe(a.t_first - a.req.t_submit)
-                        if a.req.completion_tokens > 1:
-                            self.metrics.tpot.observe((a.t_last - a.t_first) / (a.req.completion_tokens - 1))
+            ends = self._round_batched(batch) if self.batched else self._round_interleaved(batch)
+            for a, end in ends:
+                with self._lock:
+                    self._active.remove(a)
+                    self.metrics.count(end)
+                    if a.t_first is not None:
+                        self.metrics.ttft.observe(a.t_first - a.req.t_submit)
+                    if a.req.completion_tokens > 1:
+                        self.metrics.tpot.observe((a.t_last - a.t_first) / (a.req.completion_tokens - 1))
 
-    def _advance(self, a: _Active) -> str | None:
-        """One token of ``a``; returns its finish reason when it ended."""
-        req, state = a.req, a.state
-        if req.cancelled.is_set():
-            state.cancel()
-            req._emit(Event(text=self._flush(a), finish="cancelled"))
-            return "cancelled"
+    def _cancelled(self, a: _Active) -> str | None:
+        if not a.req.cancelled.is_set():
+            return None
+        a.state.cancel()
+        a.req._emit(Event(text=self._flush(a), finish="cancelled"))
+        return "cancelled"
+
+    def _failed(self, a: _Active, e: Exception) -> str:
+        a.state.cancel()
+        a.req._emit(Event(finish="error", error=f"{type(e).__name__}: {e}"))
+        return "error"
+
+    def _round_interleaved(self, batch: list[_Active]) -> list[tuple[_Active, str]]:
+        """One token each, round-robin: a new request's prefill between the others' steps."""
+        ends = []
+        for a in batch:
+            end = self._cancelled(a)
+            if end is None:
+                try:
+                    tok = a.state.advance()
+                except Exception as e:  # a failing call ends this request, not the server
+                    end = self._failed(a, e)
+                else:
+                    end = self._deliver(a, tok)
+            if end is not None:
+                ends.append((a, end))
+        return ends
+
+    def _round_batched(self, batch: list[_Active]) -> list[tuple[_Active, str]]:
+        """One call of the paged program for every request (a prompt chunk or a token each)."""
+        ends = []
+        live = []
+        for a in batch:
+            end = self._cancelled(a)
+            if end is None:
+                live.append(a)
+            else:
+                ends.append((a, end))
+        if not live:
+            return ends
         try:
-            tok = state.advance()
-        except Exception as e:  # a failing call ends this request, not the server
-            state.cancel()
-            req._emit(Event(finish="error", error=f"{type(e).__name__}: {e}"))
-            return "error"
+            toks = self.gen.step([a.state for a in live])
+        except Exception as e:  # a failing call ends the requests in it, not the server
+            return ends + [(a, self._failed(a, e)) for a in live]
+        for a in live:
+            if a.state in toks:
+                end = self._deliver(a, toks[a.state])
+                if end is not None:
+                    ends.append((a, end))
+        return ends
+
+    def _deliver(self, a: _Active, tok: int) -> str | None:
+        """Report ``a``'s new token ``tok``; returns its finish reason when it ended."""
+        req, state = a.req, a.state
         now = time.perf_counter()
         if a.t_first is None:
             a.t_first = now

@@ -153,9 +153,86 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
         w.line("}")
         bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
     body = w.pop()
+    early = None
+    if activations != "float":
+        early = _quantised_rows(w, op, in_dtypes, qtype, activations, side, xrow, at, coords)
     label = f"{qtype}matmul" + ("" if activations == "float" else f"_{activations}")
-    return finish(w, "c", "matmul_dot", bufs, wn, body, label, [("j", wn)], xn * k, setup,
+    return finish(w, "c", "matmul_dot", bufs, wn, body, label, [("j", wn)], xn * k, setup, early=early,
                   preludes=("ggml_blocks",))
+
+
+QUANT_ROWS_MAX = 64  # rows of x (a batch of decode rows, a short prompt) quantised like a decode row
+
+
+def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], qtype: str, activations: str, side: int,
+                    xrow: str, at: str, coords: tuple) -> list[str]:
+    """The run-time branch for 2 to :data:`QUANT_ROWS_MAX` rows of x with quantised activations:
+    every row quantised once (into a scratch buffer, by ``ls_quant_x``), then each weight row
+    (an item, read once from memory) dotted with every row of x by the decode row's own function.
+    So each row's result is bit for bit the one it gets as a single decode row, whatever other rows
+    share the call: a batch of sequences decoded together gives each one its solo result (batch
+    invariance, ``lightspeed serve``).  More rows keep float activations (the tiles above)."""
+    from ....weights.quant import BLOCK_BYTES, BLOCK_WEIGHTS, QK
+
+    a = op.args
+    k = int(a["k"].value)
+    nb = k // QK
+    code = BLOCK_CODE[qtype]
+    bits = 16 if activations == "q16" else 8
+    row_bytes = k // BLOCK_WEIGHTS.get(qtype, QK) * BLOCK_BYTES[qtype]
+    xn, wn = (a["m"], a["n"]) if side == 1 else (a["n"], a["m"])
+    xx, ww = w.expr(xn), w.expr(wn)
+    dot = "ls_qdot" if code < 3 else "ls_kdot"
+    w.push()
+    w.line(f"if ({xx} > 1 && {xx} <= {QUANT_ROWS_MAX}) {{")
+    w.line(f"  const long long _ls_qn = {nb * QK * bits // 8}, _ls_rows = {xx};")
+    w.line("  unsigned char* _ls_q = (unsigned char*)malloc(_ls_rows * (_ls_qn + 2 * sizeof(float) * "
+           f"{nb}));")
+    w.line("  if (_ls_q) {")
+    w.line(f"    float* _ls_d = (float*)(_ls_q + _ls_rows * _ls_qn); float* _ls_s = _ls_d + _ls_rows * {nb};")
+    w.line("    for (long long r = 0; r < _ls_rows; r++) {")
+    w.line(f"      ls_quant_x({xrow}, {nb}, {bits}, _ls_q + r * _ls_qn, _ls_d + r * {nb}, _ls_s + r * {nb});")
+    if code < 3 and bits == 16:  # the layout ls_qdot_rows4's 512-bit pairs read (rows 4 at a time)
+        w.line("#ifdef LS_PAIRS")
+        w.line("      if (r < (_ls_rows & ~3LL)) ls_pair_x((short*)(_ls_q + r * _ls_qn), " f"{nb});")
+        w.line("#endif")
+    w.line("    }")
+    w.line(f"    #pragma omp parallel for schedule(static) if ({ww} * _ls_rows * {k} >= 32768)")
+    w.line(f"    for (long long j = 0; j < {ww}; j++) {{")
+    w.line(f"      const unsigned char* rb = (const unsigned char*)in{side} + j * {row_bytes}LL;")
+    w.push()  # the store of row r's value _ls_v
+    if op.op == "MatmulAdd":
+        w.line(f"const long long _ls_oz = {at};")
+        region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
+        rv = region.leaf(0, Point("_ls_oz", sym("_ls_oz"), (a["m"], a["n"]), coords))
+        w.line(f"out[_ls_oz] = _ls_v + {rv};")
+    else:
+        w.line(f"out[{at}] = _ls_v;")
+    store = w.pop()
+    w.index_vars |= {"_ls_r0", "_ls_t"}
+    w.line("      long long _ls_r0 = 0;")
+    if dot == "ls_qdot" and bits == 16:  # four rows at a time share each block's unpacked weights
+        w.line("      for (; _ls_r0 + 4 <= _ls_rows; _ls_r0 += 4) {")
+        w.line("        float _ls_v4[4];")
+        w.line(f"        ls_qdot_rows4(rb, {nb}, {code}, _ls_q + _ls_r0 * _ls_qn, _ls_qn, _ls_d + _ls_r0 * {nb}, "
+               f"_ls_s + _ls_r0 * {nb}, {nb}, _ls_v4);")
+        w.line("        for (int _ls_t = 0; _ls_t < 4; _ls_t++) {")
+        w.line("          const long long r = _ls_r0 + _ls_t; const float _ls_v = _ls_v4[_ls_t];")
+        w.scope.lines.extend("          " + ln for ln in store)
+        w.line("        }")
+        w.line("      }")
+    w.line("      for (; _ls_r0 < _ls_rows; _ls_r0++) {")
+    w.line("        const long long r = _ls_r0;")
+    w.line(f"        const float _ls_v = {dot}(rb, {nb}, {code}, {bits}, _ls_q + r * _ls_qn, _ls_d + r * {nb}, "
+           f"_ls_s + r * {nb});")
+    w.scope.lines.extend("        " + ln for ln in store)
+    w.line("      }")
+    w.line("    }")
+    w.line("    free(_ls_q);")
+    w.line("    return;")
+    w.line("  }")
+    w.line("}")
+    return w.pop()
 
 
 def block_gather_ok(op: LOp, in_dtypes: list[DType]) -> bool:

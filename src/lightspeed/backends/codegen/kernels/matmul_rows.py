@@ -30,6 +30,12 @@ LOAD8 = {"float32": "ls_ld8", "bfloat16": "ls_ld8_bf16", "float16": "ls_ld8_f16"
 
 ROW_CHUNK = 64  # outputs of one row a c-dialect row item accumulates at once
 
+# Each output's sum over k is written as explicit fused multiply-adds, in k order: left to the
+# compiler, ``acc += a * b`` was contracted to an fma in the scalar loop but not in the loop it
+# vectorises over k (an in-order reduction of plain products), and which one runs depends on k,
+# so appending zero terms (a batch's longer page table) changed a row's result.
+FMA = {"float": "__builtin_fmaf", "double": "__builtin_fma"}
+
 
 def matmul_rows_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     """``Matmul`` in the c dialect when B's rows are contiguous along n (``x @ W`` with W row-major,
@@ -64,7 +70,7 @@ def matmul_rows_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line(f"for (long long l = 0; l < {kk}; l++) {{")
     w.line(f"  const {ct} av = ({ct}){load(da, f'in0[oa + i * {sam} + l * {sak}]')};")
     w.line(f"  const {storage_type(db)}* rb = in1 + ob + l * {sbk} + j0;")
-    w.line(f"  for (long long q = 0; q < jn; q++) acc[q] += av * ({ct}){load(db, 'rb[q]')};")
+    w.line(f"  for (long long q = 0; q < jn; q++) acc[q] = {FMA[ct]}(av, ({ct}){load(db, 'rb[q]')}, acc[q]);")
     w.line("}")
     w.line("for (long long q = 0; q < jn; q++) {")
     w.index_vars.add("_ls_oz")
@@ -82,7 +88,11 @@ def matmul_rows_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line(f"  out[_ls_oz] = {store(op.dtype, value)};")
     w.line("}")
     body = w.pop()
-    early = split_k_rows(w, op, in_dtypes, ct) if ct == "float" else None
+    # no split-k over a symbolic batch dim: such a batch holds independent problems (the
+    # sequences of a paged step), and a split chosen by the total output size would make each
+    # one's sums depend on how many others share the call
+    static_batch = not any(d.free_vars() for d in batch)
+    early = split_k_rows(w, op, in_dtypes, ct) if ct == "float" and static_batch else None
     return finish(w, "c", "matmul_rows", bufs, prod(batch) * m * nchunks, body, "matmul", axes, k * ROW_CHUNK,
                    early=early)
 
@@ -133,7 +143,7 @@ def split_k_rows(w: Writer, op: LOp, in_dtypes: list[DType], ct: str) -> list[st
     w.line(f"const {ct} av = ({ct}){load(da, f'in0[{ia}]')};")
     w.line(f"const {storage_type(db)}* rb = in1 + {ib};")
     w.line(f"{ct}* ar = acc + {row};")
-    w.line(f"for (long long q = 0; q < {nn}; q++) ar[q] += av * ({ct}){load(db, 'rb[q]')};")
+    w.line(f"for (long long q = 0; q < {nn}; q++) ar[q] = {FMA[ct]}(av, ({ct}){load(db, 'rb[q]')}, ar[q]);")
     inner = w.pop()
     w.scope.lines.extend("  " * (depth + 1) + ln for ln in inner)
     for d in range(depth, -1, -1):

@@ -1,4 +1,5 @@
 
+#include <stdlib.h>
 static LS_INLINE float ls_half(const unsigned char* p) { return ls_h2f((unsigned short)(p[0] | p[1] << 8)); }
 /* Packed block rows (weights.quant.Blocks.packed): per weight row, the nb float16 scales d, then
    (q4_1) the nb float16 mins m, then the integers, 16 bytes of nibbles (q4_*: low nibbles are
@@ -217,6 +218,28 @@ static LS_INLINE __m256 ls_block_dot256(const unsigned char* q, int q8, const vo
                                              _mm256_madd_epi16(w1, _mm256_loadu_si256(yy + 1))));
 #endif
 }
+/* ls_block_dot256's 16-bit path in two parts: a block's weights as 16-bit integers (0-15, 16-31),
+   then their dot with 32 of x's 16-bit integers (the same integer operations, so the same sums) */
+static LS_INLINE void ls_wunpack16(const unsigned char* q, int q8, __m256i* w0, __m256i* w1) {
+  if (!q8) {
+    const __m128i nib = _mm_loadu_si128((const __m128i*)q), low = _mm_set1_epi8(15);
+    *w0 = _mm256_cvtepu8_epi16(_mm_and_si128(nib, low));
+    *w1 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(nib, 4), low));
+  } else {
+    *w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)q));
+    *w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(q + 16)));
+  }
+}
+static LS_INLINE __m256 ls_wdot16(__m256i w0, __m256i w1, const unsigned char* y) {
+  const __m256i* yy = (const __m256i*)y;
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_cvtepi32_ps(_mm256_dpwssd_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(yy)), w1,
+                                                _mm256_loadu_si256(yy + 1)));
+#else
+  return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(yy)),
+                                             _mm256_madd_epi16(w1, _mm256_loadu_si256(yy + 1))));
+#endif
+}
 #endif
 /* the integer dots' float accumulators: 8 lanes where the dots are 256-bit (LS_WIDE), else 4 */
 #ifdef LS_WIDE
@@ -278,6 +301,130 @@ static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype
   const float dot = ls_hsum4(ls_acc_half(ls_acc_add(acc0, acc1)));
   off += ls_hsum8(offv);
   return q8 ? dot : dot + (qtype == 1 ? off : -8.0f * off);
+}
+/* four rows of x (16-bit integers, rows ``ystride`` bytes apart; their scales ``xstride`` floats
+   apart) dotted with one packed row: each row's float operations are ls_qdot's, in ls_qdot's order,
+   and the integer dots are exact, so out[r] is bit for bit ls_qdot of row r (batch invariance);
+   the block's weights are unpacked once for the four. */
+#if defined(LS_WIDE) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+/* 512-bit pairs: ls_qdot's two 8-lane accumulators (blocks t and t + 1 of each group of 8) side by
+   side in one register, so one integer dot, conversion and multiply-add serve both; each lane's
+   operations are the 256-bit ones', so the results are too.  x is then laid out in pairs
+   (ls_pair_x): blocks 2u and 2u + 1 of the groups as [first halves | second halves]. */
+#define LS_PAIRS 1
+static LS_INLINE void ls_pair_x(short* y, long long nb) {
+  for (long long b = 0; b + 2 <= (nb & ~7LL); b += 2) {
+    short t[64];
+    memcpy(t, y + 32 * b, 128);
+    memcpy(y + 32 * b, t, 32); memcpy(y + 32 * b + 16, t + 32, 32);
+    memcpy(y + 32 * b + 32, t + 16, 32); memcpy(y + 32 * b + 48, t + 48, 32);
+  }
+}
+#endif
+static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
+                                    long long ystride, const float* xd, const float* xs, long long xstride,
+                                    float* out) {
+#ifdef LS_PAIRS
+  const int q8 = qtype == 2, bsize = q8 ? 32 : 16;
+  const unsigned char* qs = row + (qtype == 1 ? 4 : 2) * nb;
+  __m512 acc[4];
+  __m256 offv[4];
+  float off[4];
+  for (int r = 0; r < 4; r++) { acc[r] = _mm512_setzero_ps(); offv[r] = _mm256_setzero_ps(); off[r] = 0.0f; }
+  const __m512i sel[4] = {
+    _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+    _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+    _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+    _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+  const __m256i low = _mm256_set1_epi8(15);
+  long long b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * b)));
+    const __m256 mv = qtype == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * (nb + b)))) : dv;
+    __m512 sc[4];
+    for (int r = 0; r < 4; r++) {
+      sc[r] = _mm512_castps256_ps512(_mm256_mul_ps(dv, _mm256_loadu_ps(xd + r * xstride + b)));
+      if (!q8) offv[r] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xs + r * xstride + b), offv[r]);
+    }
+    for (int t = 0; t < 8; t += 2) {
+      __m512i w0, w1;  /* [block t | block t + 1] weights 0-15, 16-31 as 16-bit integers */
+      const unsigned char* q = qs + (b + t) * bsize;
+      if (!q8) {
+        const __m256i nib = _mm256_loadu_si256((const __m256i*)q);
+        const __m256i n0 = _mm256_and_si256(nib, low), n1 = _mm256_and_si256(_mm256_srli_epi16(nib, 4), low);
+        /* nib holds block t's 16 bytes then block t + 1's: low nibbles are weights 0-15 */
+        w0 = _mm512_cvtepu8_epi16(n0);
+        w1 = _mm512_cvtepu8_epi16(n1);
+      } else {
+        w0 = _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_loadu_si128((const __m128i*)(q + 32)),
+                                                   _mm_loadu_si128((const __m128i*)q)));
+        w1 = _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_loadu_si128((const __m128i*)(q + 48)),
+                                                   _mm_loadu_si128((const __m128i*)(q + 16))));
+      }
+      for (int r = 0; r < 4; r++) {
+        const unsigned char* yr = y + r * ystride + (b + t) * 64;
+        const __m512i p = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0, _mm512_loadu_si512(yr)), w1,
+                                              _mm512_loadu_si512(yr + 64));
+        acc[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(sel[t / 2], sc[r]), _mm512_cvtepi32_ps(p), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < 4; r++) {
+    __m256 acc0 = _mm512_castps512_ps256(acc[r]), acc1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1));
+    for (long long c = b; c < nb; c++) {
+      __m256i a0, a1;
+      ls_wunpack16(qs + c * bsize, q8, &a0, &a1);
+      acc0 = ls_acc_fma(ls_acc_set1(ls_hx(row, c) * xd[r * xstride + c]), ls_wdot16(a0, a1, y + r * ystride + c * 64),
+                        acc0);
+      if (!q8) off[r] += ls_hx(row, qtype == 1 ? nb + c : c) * xs[r * xstride + c];
+    }
+    const float dot = ls_hsum4(ls_acc_half(ls_acc_add(acc0, acc1)));
+    off[r] += ls_hsum8(offv[r]);
+    out[r] = q8 ? dot : dot + (qtype == 1 ? off[r] : -8.0f * off[r]);
+  }
+#elif defined(LS_WIDE)
+  const int q8 = qtype == 2, bsize = q8 ? 32 : 16;
+  const unsigned char* qs = row + (qtype == 1 ? 4 : 2) * nb;
+  ls_acc acc0[4], acc1[4];
+  __m256 offv[4];
+  float off[4], sc[4][8] __attribute__((aligned(32)));
+  for (int r = 0; r < 4; r++) { acc0[r] = acc1[r] = ls_acc_zero(); offv[r] = _mm256_setzero_ps(); off[r] = 0.0f; }
+  long long b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * b)));
+    const __m256 mv = qtype == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * (nb + b)))) : dv;
+    for (int r = 0; r < 4; r++) {
+      _mm256_store_ps(sc[r], _mm256_mul_ps(dv, _mm256_loadu_ps(xd + r * xstride + b)));
+      if (!q8) offv[r] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xs + r * xstride + b), offv[r]);
+    }
+    for (int t = 0; t < 8; t += 2) {
+      __m256i a0, a1, c0, c1;
+      ls_wunpack16(qs + (b + t) * bsize, q8, &a0, &a1);
+      ls_wunpack16(qs + (b + t + 1) * bsize, q8, &c0, &c1);
+      for (int r = 0; r < 4; r++) {
+        const unsigned char* yr = y + r * ystride;
+        acc0[r] = ls_acc_fma(ls_acc_bcast(sc[r] + t), ls_wdot16(a0, a1, yr + (b + t) * 64), acc0[r]);
+        acc1[r] = ls_acc_fma(ls_acc_bcast(sc[r] + t + 1), ls_wdot16(c0, c1, yr + (b + t + 1) * 64), acc1[r]);
+      }
+    }
+  }
+  for (; b < nb; b++) {
+    __m256i a0, a1;
+    ls_wunpack16(qs + b * bsize, q8, &a0, &a1);
+    for (int r = 0; r < 4; r++) {
+      acc0[r] = ls_acc_fma(ls_acc_set1(ls_hx(row, b) * xd[r * xstride + b]), ls_wdot16(a0, a1, y + r * ystride + b * 64),
+                           acc0[r]);
+      if (!q8) off[r] += ls_hx(row, qtype == 1 ? nb + b : b) * xs[r * xstride + b];
+    }
+  }
+  for (int r = 0; r < 4; r++) {
+    const float dot = ls_hsum4(ls_acc_half(ls_acc_add(acc0[r], acc1[r])));
+    off[r] += ls_hsum8(offv[r]);
+    out[r] = q8 ? dot : dot + (qtype == 1 ? off[r] : -8.0f * off[r]);
+  }
+#else
+  for (int r = 0; r < 4; r++) out[r] = ls_qdot(row, nb, qtype, 16, y + r * ystride, xd + r * xstride, xs + r * xstride);
+#endif
 }
 /* 16 weights (bytes: unsigned u, or signed q) times 16 of x's integers (``bits`` 8 or 16, half h
    of a group's 32): 4 partial sums */
@@ -535,6 +682,11 @@ static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype
     if (qtype != 2) off += ls_hx(row, qtype == 1 ? nb + b : b) * xs[b];
   }
   return qtype == 2 ? acc : acc + (qtype == 1 ? off : -8.0f * off);
+}
+static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
+                                    long long ystride, const float* xd, const float* xs, long long xstride,
+                                    float* out) {
+  for (int r = 0; r < 4; r++) out[r] = ls_qdot(row, nb, qtype, 16, y + r * ystride, xd + r * xstride, xs + r * xstride);
 }
 static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code, int bits, const void* y,
                                const float* xd, const float* xs) {

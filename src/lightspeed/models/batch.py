@@ -1,0 +1,252 @@
+"""Many sequences in one compiled step: a paged KV cache and continuous batching (``lightspeed serve``).
+
+    batcher = PagedBatcher(model, weights, backend="native", max_rows=24)
+    a = batcher.start(prompt_a, max_new_tokens=32)      # a PagedSequence: ids, done, stop_reason...
+    b = batcher.start(prompt_b, max_new_tokens=32)
+    while not (a.done and b.done):
+        batcher.step([s for s in (a, b) if not s.done])  # one call: b's prompt chunk beside a's token
+
+One program (the model's ``paged`` graph, :meth:`DecoderLM.paged_graph`) runs every step: its
+rows are tokens, each of its own sequence at its own position, so a step mixes decode rows (one
+per sequence) with a chunk of a new sequence's prompt (several rows of one sequence at
+consecutive positions).  No prompt stalls the others for longer than one chunk.
+
+**Paged cache.** Keys and values live in one pool per layer of fixed-size pages
+(``DecoderLM.PAGE_SIZE`` rows); a sequence holds a list of pages (its page table) that grows
+with it, and gives them back when it ends or is cancelled.  The pool starts small and doubles
+when it runs out (copying its pages), so memory follows the tokens in flight, not max length x
+batch.  The program writes each row's key/value into its page and reads every row's keys
+through its page table.
+
+**Batch invariance.** Each row's arithmetic is the same whatever rows share its step (the
+paged attention's reductions depend only on the key index, and on ``native`` the block matmuls
+quantise and dot each of up to 64 rows as a decode row): a greedy sequence gets the same tokens
+alone or in any batch.  Steps are kept to at most :attr:`PagedBatcher.max_rows` rows.  The numpy
+backends (``cpu``, ``reference``) batch through BLAS, whose sums may depend on the row count.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..search import SearchOptions
+from .base import DecoderLM
+from .generate import GenerationResult, compile_model, sample_token
+
+__all__ = ["PagedBatcher", "PagedSequence", "ROWS_LIMIT"]
+
+ROWS_LIMIT = 64  # rows per step the native block kernels treat as decode rows (block_matmul.QUANT_ROWS_MAX)
+
+
+class PagedSequence:
+    """One sequence in a :class:`PagedBatcher`: the same surface as
+    :class:`~lightspeed.models.generate.GenerationState` (``ids``, ``new_ids``, ``done``,
+    ``stop_reason``, ``last_logits``, ``cancel()``, ``result()``), advanced by the batcher's
+    :meth:`~PagedBatcher.step` instead of its own calls."""
+
+    def __init__(self, batcher: PagedBatcher, prompt: list[int], max_new_tokens: int, stops: set[int],
+                 rng: np.random.Generator, params: dict[str, Any], keep_logits: bool) -> None:
+        self.batcher, self.prompt, self.max_new_tokens, self.stops = batcher, prompt, max_new_tokens, stops
+        self.rng, self.params = rng, params
+        self.ids: list[int] = list(prompt)
+        self.fed = 0  # tokens whose keys/values are in the cache
+        self.pages: list[int] = []
+        self.stop_reason: str | None = None
+        self.last_logits: np.ndarray | None = None
+        self.kept: list[np.ndarray] | None = [] if keep_logits else None
+        self.t_start = time.perf_counter()
+        self.ttft_s = 0.0
+        self.step_s: list[float] = []
+        self._t_last = self.t_start
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def new_ids(self) -> list[int]:
+        return self.ids[len(self.prompt):]
+
+    @property
+    def prefilling(self) -> bool:
+        return self.fed < len(self.prompt)
+
+    def cancel(self) -> None:
+        """End this sequence now; its pages go back to the pool."""
+        if not self.done:
+            self.stop_reason = "cancelled"
+        self.batcher._release(self)
+
+    def result(self) -> GenerationResult:
+        tpot = float(np.mean(self.step_s)) if self.step_s else 0.0
+        return GenerationResult(ids=list(self.ids), new_ids=self.new_ids, stop_reason=self.stop_reason or "running",
+                                ttft_s=self.ttft_s, tpot_s=tpot, tokens_per_s=1.0 / tpot if tpot > 0 else 0.0,
+                                prefill_s=self.ttft_s, step_s=list(self.step_s), logits=self.kept)
+
+    def _take(self, logits: np.ndarray) -> int:
+        """Choose the next token from the raw ``logits`` of the last fed row."""
+        self.last_logits = logits
+        if self.kept is not None:
+            self.kept.append(logits.copy())
+        tok = sample_token(logits, self.rng, self.ids, **self.params)
+        self.ids.append(tok)
+        now = time.perf_counter()
+        if len(self.ids) == len(self.prompt) + 1:
+            self.ttft_s = now - self.t_start
+        else:
+            self.step_s.append(now - self._t_last)
+        self._t_last = now
+        if tok in self.stops:
+            self.stop_reason = "stop_token"
+        elif len(self.new_ids) >= self.max_new_tokens:
+            self.stop_reason = "max_tokens"
+        if self.done:
+            self.batcher._release(self)
+        return tok
+
+
+class PagedBatcher:
+    """The paged program of ``model`` with ``weights`` resident, its KV page pools and their free
+    pages.  ``max_rows``: rows per step (decode rows first, then prompt chunks), at most
+    :data:`ROWS_LIMIT`; ``chunk``: prompt rows one sequence feeds per step; ``max_context``:
+    the longest sequence (prompt + new tokens); ``pages``: the pool's first size in pages."""
+
+    def __init__(self, model: DecoderLM, weights: Mapping[str, Any], *, backend: str = "cpu",
+                 search: SearchOptions | None = None, max_rows: int = 24, chunk: int = 16,
+                 max_context: int = 2048, pages: int = 64) -> None:
+        if not 1 <= max_rows <= ROWS_LIMIT:
+            raise ValueError(f"max_rows must be in [1, {ROWS_LIMIT}], got {max_rows}")
+        if not 1 <= chunk <= max_rows:
+            raise ValueError(f"chunk must be in [1, max_rows={max_rows}], got {chunk}")
+        if max_context < 2:
+            raise ValueError(f"max_context must be >= 2, got {max_context}")
+        self.model, self.backend = model, backend
+        self.max_rows, self.chunk, self.max_context = max_rows, chunk, max_context
+        self.page = model.PAGE_SIZE
+        self.max_pages = math.ceil(max_context / self.page)  # pages of the longest sequence
+        t0 = time.perf_counter()
+        checked = model.check_weights(weights)
+        storage = model.block_storage(checked, backend)
+        self.program = compile_model(model, "paged", backend, search, storage=storage).persist(checked)
+        self.compile_s = time.perf_counter() - t0
+        self.layers = model.config.num_layers
+        self.pools: list[tuple[Any, Any]] = []
+        self.free: list[int] = []
+        self.n_pages = 0
+        self._grow(max(1, pages))
+        self.program.reserve(s=max_rows, NP=self.max_pages, N=self.n_pages)
+
+    # ------------------------------------------------------------------ sequences
+    def start(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, *, temperature: float = 0.0,
+              top_k: int | None = None, top_p: float | None = None, repetition_penalty: float = 1.0,
+              seed: int | None = 0, stop_ids: Iterable[int] | None = None, keep_logits: bool = False
+              ) -> PagedSequence:
+        """A new sequence of ``prompt_ids`` (checked like :meth:`Generator.start`); it joins the
+        next :meth:`step` it is passed to."""
+        cfg = self.model.config
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise InputError("generate: the prompt is empty")
+        bad = [t for t in prompt if not 0 <= t < cfg.vocab_size]
+        if bad:
+            raise InputError(f"generate: token id {bad[0]} is outside the vocabulary (size {cfg.vocab_size})")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if len(prompt) + max_new_tokens > self.max_context:
+            raise InputError(f"generate: {len(prompt)} prompt tokens + {max_new_tokens} new ones exceed the "
+                             f"context of {self.max_context} tokens")
+        stops = set(cfg.eos_token_ids if stop_ids is None else (int(t) for t in stop_ids))
+        params = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
+        sample_token(np.zeros(2, np.float32), np.random.default_rng(0), (), **params)  # bad settings fail here
+        return PagedSequence(self, prompt, max_new_tokens, stops, np.random.default_rng(seed), params, keep_logits)
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64, **sampling: Any
+                 ) -> list[GenerationResult]:
+        """Run ``prompts`` together to the end (each with ``sampling``); their results in order."""
+        seqs = [self.start(p, max_new_tokens, **sampling) for p in prompts]
+        while True:
+            live = [s for s in seqs if not s.done]
+            if not live:
+                return [s.result() for s in seqs]
+            self.step(live)
+
+    # ------------------------------------------------------------------ one step
+    def step(self, seqs: Sequence[PagedSequence]) -> dict[PagedSequence, int]:
+        """One program call for ``seqs`` (unfinished ones of this batcher): a row for each decoding
+        sequence, then prompt chunks while rows are left.  Returns the token each sequence that
+        produced one chose (a sequence still inside its prompt produces none)."""
+        rows: list[tuple[PagedSequence, int, int]] = []  # (sequence, position, token)
+        decoding = [s for s in seqs if not s.done and not s.prefilling]
+        prefilling = [s for s in seqs if not s.done and s.prefilling]
+        if len(decoding) > self.max_rows:
+            raise InputError(f"a step takes at most {self.max_rows} sequences, got {len(decoding)} decoding")
+        for s in decoding:
+            rows.append((s, len(s.ids) - 1, s.ids[-1]))
+        for s in prefilling:
+            room = min(self.chunk, self.max_rows - len(rows), len(s.prompt) - s.fed)
+            if room <= 0:
+                break
+            rows.extend((s, s.fed + k, s.prompt[s.fed + k]) for k in range(room))
+        if not rows:
+            return {}
+        for s, pos, _ in rows:  # pages for every position this step writes
+            self._cover(s, pos + 1)
+        width = max(len(s.pages) for s, _, _ in rows)
+        table = np.zeros((len(rows), width), np.int64)  # padding: page 0, behind the row's mask
+        slots = np.empty(len(rows), np.int64)
+        for i, (s, pos, _) in enumerate(rows):
+            table[i, :len(s.pages)] = s.pages
+            slots[i] = s.pages[pos // self.page] * self.page + pos % self.page
+        inputs: dict[str, Any] = {"input_ids": np.array([t for _, _, t in rows], np.int64),
+                                  "positions": np.array([p for _, p, _ in rows], np.int64),
+                                  "pages": table, "slots": slots}
+        for i, (k, v) in enumerate(self.pools):
+            inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
+        logits = self.program(inputs)["logits"]
+        out: dict[PagedSequence, int] = {}
+        last: dict[PagedSequence, int] = {}
+        for i, (s, pos, _) in enumerate(rows):
+            s.fed = max(s.fed, pos + 1)
+            last[s] = i
+        for s, i in last.items():
+            if s.fed == len(s.ids):  # every known token is cached: this row's logits give the next one
+                out[s] = s._take(np.asarray(logits[i]))
+        return out
+
+    # ------------------------------------------------------------------ pages
+    @property
+    def pages_in_use(self) -> int:
+        return self.n_pages - len(self.free)
+
+    def _cover(self, s: PagedSequence, rows: int) -> None:
+        while len(s.pages) * self.page < rows:
+            if not self.free:
+                self._grow(self.n_pages * 2)
+            s.pages.append(self.free.pop())
+
+    def _release(self, s: PagedSequence) -> None:
+        self.free.extend(reversed(s.pages))
+        s.pages = []
+
+    def _grow(self, n: int) -> None:
+        """Make the pools ``n`` pages (keeping the pages in use), the new ones free."""
+        shape = (n, self.page)
+        old = self.pools
+        self.pools = []
+        for i in range(self.layers):
+            pair = []
+            for c in range(2):
+                host = np.zeros(shape + tuple(self.model.kv_shape(i)), self.model.dtype.np)
+                if old:
+                    prev = old[i][c]
+                    host[:self.n_pages] = prev if isinstance(prev, np.ndarray) else prev.numpy()
+                pair.append(self.program.to_device(host))
+            self.pools.append((pair[0], pair[1]))
+        self.free = list(range(n - 1, self.n_pages - 1, -1)) + self.free
+        self.n_pages = n

@@ -1,0 +1,124 @@
+"""The paged batched step (models/batch.py): many sequences in one program call over a paged KV
+cache.  References: the same model's batch-1 prefill + decode programs (the path ``lightspeed run``
+takes) on the reference backend, which the paged logits must match at every token; on native a
+sequence's logits must be bit for bit the same alone and beside others (batch invariance)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lightspeed.backends import get_backend
+from lightspeed.errors import InputError, UnsupportedError
+from lightspeed.models import from_hf_config
+from lightspeed.models.batch import PagedBatcher
+from lightspeed.models.generate import Generator
+from tests.models.tiny import hf_model
+
+NATIVE = get_backend("native").available()
+LENGTHS = (7, 1, 40, 13, 70)  # one page, a single token, two pages, a chunk boundary, three pages
+
+
+def _prompts(seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(3, 256, n)] for n in LENGTHS]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3", "gemma3"])
+def family(request):
+    _, cfg, sd = hf_model(request.param)
+    return request.param, from_hf_config(cfg), sd
+
+
+def test_paged_step_matches_the_batch1_programs(family):
+    """Five sequences of different lengths run together (prompt chunks of 5 rows beside the
+    others' decode rows, the pool growing from 2 pages) give the logits of each one's own prefill
+    + decode calls at every token, and the same greedy tokens; every page comes back."""
+    name, model, sd = family
+    gen = Generator(model, sd, backend="reference")
+    batcher = PagedBatcher(model, sd, backend="reference", max_rows=12, chunk=5, max_context=128, pages=2)
+    prompts = _prompts()
+    want = [gen.generate(p, 20, keep_logits=True, stop_ids=()) for p in prompts]
+    got = batcher.generate(prompts, 20, keep_logits=True, stop_ids=())
+    for w, g in zip(want, got):
+        assert g.new_ids == w.new_ids, name
+        ref = np.array(w.logits)
+        np.testing.assert_allclose(np.array(g.logits), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    assert batcher.n_pages > 2 and batcher.pages_in_use == 0
+
+
+@pytest.mark.skipif(not NATIVE, reason="no C compiler")
+def test_native_rows_do_not_depend_on_the_batch(family):
+    """On native a sequence's logits are bit for bit the same alone and in a batch of five
+    (other lengths, other page-table widths, prompt chunks beside decode rows)."""
+    name, model, sd = family
+    batcher = PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=128, pages=2)
+    prompts = _prompts(1)
+    alone = [batcher.generate([p], 20, keep_logits=True, stop_ids=())[0] for p in prompts]
+    together = batcher.generate(prompts, 20, keep_logits=True, stop_ids=())
+    for a, t in zip(alone, together):
+        assert t.new_ids == a.new_ids, name
+        for x, y in zip(a.logits, t.logits):
+            assert np.array_equal(x, y), name
+
+
+def test_pages_follow_the_sequences():
+    """Pages are taken as a sequence grows (one per 32 positions), given back when it ends or is
+    cancelled, and reused; the pool doubles when it runs out, keeping the pages in use."""
+    _, cfg, sd = hf_model("llama")
+    model = from_hf_config(cfg)
+    b = PagedBatcher(model, sd, backend="reference", max_rows=8, chunk=8, max_context=128, pages=1)
+    a = b.start(list(range(3, 40)), 30, stop_ids=())  # 37 prompt tokens: 2 pages once fed
+    c = b.start([5, 6, 7], 4, stop_ids=())
+    while a.prefilling:
+        b.step([a, c])
+    assert len(a.pages) == 2 and len(c.pages) == 1
+    kept = np.asarray(b.pools[0][0])[a.pages[0]].copy()  # positions 0-31: written once
+    size = b.n_pages
+    e = b.start(list(range(3, 93)), 2, stop_ids=())  # 90 prompt tokens: 3 more pages, the pool grows
+    while e.prefilling:
+        b.step([a, c, e])
+    assert b.n_pages > size and np.array_equal(np.asarray(b.pools[0][0])[a.pages[0]], kept)
+    while not c.done:
+        b.step([a, c])
+    assert c.pages == [] and c.stop_reason == "max_tokens"
+    before = b.pages_in_use
+    a.cancel()
+    assert a.stop_reason == "cancelled" and a.pages == [] and b.pages_in_use == before - 2
+    e.cancel()
+    assert b.pages_in_use == 0
+    d = b.start([9, 10], 3, stop_ids=())
+    b.step([d])
+    assert len(d.pages) == 1 and b.pages_in_use == 1
+
+
+def test_bad_requests_are_refused():
+    _, cfg, sd = hf_model("llama")
+    model = from_hf_config(cfg)
+    b = PagedBatcher(model, sd, backend="reference", max_rows=4, chunk=2, max_context=16, pages=1)
+    with pytest.raises(InputError, match="empty"):
+        b.start([], 4)
+    with pytest.raises(InputError, match="outside the vocabulary"):
+        b.start([1, 999], 4)
+    with pytest.raises(InputError, match="exceed the context of 16"):
+        b.start(list(range(10)), 7)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        b.start([1], 0)
+    with pytest.raises(ValueError, match="temperature"):
+        b.start([1], 2, temperature=-1.0)
+    with pytest.raises(ValueError, match="max_rows"):
+        PagedBatcher(model, sd, backend="reference", max_rows=65)
+    seqs = [b.start([3 + i], 2, stop_ids=()) for i in range(5)]
+    for s in seqs:
+        b.step([s])  # each fed its one prompt token: now decoding
+    with pytest.raises(InputError, match="at most 4 sequences"):
+        b.step(seqs)
+
+
+def test_a_family_without_a_paged_step_says_so():
+    from lightspeed.models.run import load_text_model
+
+    tm = load_text_model("gemma4_moe", random=True, seed=0, progress=False)
+    assert not tm.model.supports_paged
+    with pytest.raises(UnsupportedError, match="no paged"):
+        tm.model.paged_graph()
