@@ -51,9 +51,29 @@ def start_lightspeed(weights: str, backend: str, clients: int) -> tuple[subproce
     return proc, wait_url(proc, r"at (http://127\.0\.0\.1:\d+)/v1")
 
 
+def cpu_variants_without_amx() -> str:
+    """A folder of the portable wheel's CPU backends without the AMX one: ggml picks the best
+    variant the CPU reports, and on this VM the Sapphire Rapids (AMX) one dies with an illegal
+    instruction on the server's batched prompt matmuls (the OS does not grant AMX state), so the
+    server gets the best AVX-512 one instead (as decode-only runs do in effect)."""
+    import tempfile
+
+    import llama_cpp
+
+    src = Path(llama_cpp.__file__).parent.parent / "bin"
+    out = Path(tempfile.mkdtemp(prefix="ggml-cpu-"))
+    for lib in src.glob("libggml-cpu-*.so"):
+        if "sapphirerapids" not in lib.name:
+            (out / lib.name).symlink_to(lib)
+    return str(out)
+
+
 def start_llama_cpp(weights: str, threads: int, port: int = 18099) -> tuple[subprocess.Popen, str]:
-    code = (f"import sys; sys.path.insert(0, {str(WHEELS)!r}); import llama_portable; "
-            "from llama_cpp.server.__main__ import main; "
+    code = ("import ctypes, os, llama_cpp; "
+            "g = ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), 'lib', 'libggml.so.0')); "
+            "g.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]; "
+            f"g.ggml_backend_load_all_from_path({cpu_variants_without_amx()!r}.encode()); "
+            "import sys; from llama_cpp.server.__main__ import main; "
             f"sys.argv = ['llama_cpp.server', '--model', {weights!r}, '--n_threads', '{threads}', "
             f"'--port', '{port}', '--n_ctx', '2048']; main()")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,

@@ -90,6 +90,11 @@ def test_pages_follow_the_sequences():
     d = b.start([9, 10], 3, stop_ids=())
     b.step([d])
     assert len(d.pages) == 1 and b.pages_in_use == 1
+    assert not b.trim()  # a page is in use: the pool stays
+    d.cancel()
+    assert b.trim() and b.n_pages == 1 and b.free == [0]
+    assert b.generate([[5, 6, 7]], 3, stop_ids=())[0].new_ids == \
+        PagedBatcher(model, sd, backend="reference", pages=1).generate([[5, 6, 7]], 3, stop_ids=())[0].new_ids
 
 
 def test_bad_requests_are_refused():

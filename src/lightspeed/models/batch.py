@@ -139,8 +139,25 @@ class PagedBatcher:
         self.pools: list[tuple[Any, Any]] = []
         self.free: list[int] = []
         self.n_pages = 0
-        self._grow(max(1, pages))
+        self.initial_pages = max(1, pages)
+        self._grow(self.initial_pages)
         self.program.reserve(s=max_rows, NP=self.max_pages, N=self.n_pages)
+        self._prime()
+
+    def _prime(self) -> None:
+        """One step at the bounds (every row at the last position of a full page table) before the
+        first request: the buffers planned for the largest batch become resident now, so the first
+        busy spell neither stalls on page faults nor raises the idle memory level.  It writes only
+        into free pages, which no sequence reads before writing (a row sees only positions its own
+        sequence has written)."""
+        rows, width = self.max_rows, self.max_pages
+        inputs: dict[str, Any] = {"input_ids": np.zeros(rows, np.int64),
+                                  "positions": np.full(rows, width * self.page - 1, np.int64),
+                                  "pages": np.zeros((rows, width), np.int64),
+                                  "slots": np.arange(rows, dtype=np.int64) % (self.n_pages * self.page)}
+        for i, (k, v) in enumerate(self.pools):
+            inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
+        self.program(inputs)
 
     # ------------------------------------------------------------------ sequences
     def start(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, *, temperature: float = 0.0,
@@ -223,6 +240,15 @@ class PagedBatcher:
     @property
     def pages_in_use(self) -> int:
         return self.n_pages - len(self.free)
+
+    def trim(self) -> bool:
+        """With no page in use, shrink the pools back to their first size (memory returns to the
+        idle level after a busy spell); returns whether it did."""
+        if self.pages_in_use or self.n_pages <= self.initial_pages:
+            return False
+        self.pools, self.free, self.n_pages = [], [], 0
+        self._grow(self.initial_pages)
+        return True
 
     def _cover(self, s: PagedSequence, rows: int) -> None:
         while len(s.pages) * self.page < rows:

@@ -141,6 +141,20 @@ class _Active:
         self.t_last = 0.0
 
 
+def _release_heap() -> None:
+    """Give the C heap's free pages back to the OS (glibc keeps them after a busy spell: threads,
+    buffers and arrays of many requests), so an idle server's resident memory returns to its idle
+    level.  Nothing where the C library has no ``malloc_trim``."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class Engine:
     """Runs requests on ``generator`` (a :class:`lightspeed.models.batch.PagedBatcher`, or a
     :class:`lightspeed.models.generate.Generator`) with ``tokenizer``; at most ``max_batch`` in
@@ -161,6 +175,7 @@ class Engine:
         self._active: list[_Active] = []
         self._stopping = False  # no new requests; the active ones finish or are cancelled
         self._closed = False  # the worker ends
+        self._idle = False  # the worker has released memory since the last request
         self.batched = hasattr(generator, "step")
         if self.batched:
             if max_batch > generator.max_rows:
@@ -250,6 +265,13 @@ class Engine:
         while True:
             with self._lock:
                 self._admit()
+                if not self._active and not self._pending and not self._idle:
+                    self._idle = True  # idle: the KV pool back to its first size, freed heap to the OS
+                    if self.batched:
+                        self.gen.trim()
+                    _release_heap()
+                elif self._active:
+                    self._idle = False
                 while not self._active and not self._closed and not self._pending:
                     self._lock.wait(0.5)
                     self._admit()
