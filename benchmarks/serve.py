@@ -1,6 +1,8 @@
 """Concurrent streaming clients against ``lightspeed serve`` and, when installed, llama.cpp's own
 server (``llama_cpp.server`` from the llama-cpp-python wheel in ../shared/wheels, plus its server
-extras), same GGUF file, same machine, one after the other in one run.
+extras), same GGUF file, same machine, one after the other in one run.  llama-cpp-python's server
+runs one request at a time (concurrent ones queue: ``--interrupt_requests False``; by default a new
+request would cut the running one off).
 
     python benchmarks/serve.py [--clients 1,4,16] [--tokens 32] [--backend native] [--no-peer]
 
@@ -56,11 +58,10 @@ def cpu_variants_without_amx() -> str:
     variant the CPU reports, and on this VM the Sapphire Rapids (AMX) one dies with an illegal
     instruction on the server's batched prompt matmuls (the OS does not grant AMX state), so the
     server gets the best AVX-512 one instead (as decode-only runs do in effect)."""
+    import importlib.util
     import tempfile
 
-    import llama_cpp
-
-    src = Path(llama_cpp.__file__).parent.parent / "bin"
+    src = Path(importlib.util.find_spec("llama_cpp").origin).parent.parent / "bin"
     out = Path(tempfile.mkdtemp(prefix="ggml-cpu-"))
     for lib in src.glob("libggml-cpu-*.so"):
         if "sapphirerapids" not in lib.name:
@@ -75,7 +76,7 @@ def start_llama_cpp(weights: str, threads: int, port: int = 18099) -> tuple[subp
             f"g.ggml_backend_load_all_from_path({cpu_variants_without_amx()!r}.encode()); "
             "import sys; from llama_cpp.server.__main__ import main; "
             f"sys.argv = ['llama_cpp.server', '--model', {weights!r}, '--n_threads', '{threads}', "
-            f"'--port', '{port}', '--n_ctx', '2048']; main()")
+            f"'--port', '{port}', '--n_ctx', '2048', '--interrupt_requests', 'False']; main()")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     return proc, wait_url(proc, r"Uvicorn running on (http://[\w.]+:\d+)")
@@ -136,11 +137,16 @@ def main() -> int:
         weights = str(default_weights("llama", progress=True))
     servers = [("lightspeed " + args.backend, lambda: start_lightspeed(weights, args.backend, max(counts)))]
     if not args.no_peer:
-        try:
-            import llama_cpp.server  # noqa: F401
+        # looked up, not imported: loading llama.cpp into this (client) process slowed the server
+        # under test ~4x on 2 cores (its threads compete with it)
+        import importlib.util
+
+        missing = [m for m in ("llama_cpp", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+                   if importlib.util.find_spec(m) is None]
+        if not missing:
             servers.append(("llama.cpp server", lambda: start_llama_cpp(weights, os.cpu_count() or 2)))
-        except ImportError as e:
-            print(f"(llama.cpp's server is not installed: {e}; pip install {WHEELS}/llama_cpp_python-*.whl "
+        else:
+            print(f"(llama.cpp's server is not installed: no {missing}; pip install {WHEELS}/llama_cpp_python-*.whl "
                   "'fastapi' 'sse-starlette' 'starlette-context' 'pydantic-settings')", file=sys.stderr)
     rows = []
     for name, start in servers:
