@@ -175,8 +175,7 @@ class DecoderLM(Module):
 
     # ------------------------------------------------------------------ graphs
     def forward(self, b: Builder, step: Step, ids: GraphTensor, caches: list | None, all_logits: bool,
-                out_prefix: str = "cache", logit_rows: GraphTensor | None = None
-                ) -> tuple[GraphTensor, list[tuple[GraphTensor, GraphTensor]]]:
+                out_prefix: str = "cache") -> tuple[GraphTensor, list[tuple[GraphTensor, GraphTensor]]]:
         for layer in self.layers:  # tables and masks first: computed once, before the layers
             layer.self_attn.prepare(b, step)
         x = self.embed_tokens.forward(b, ids)
@@ -192,9 +191,7 @@ class DecoderLM(Module):
             else:
                 b.graph.output(f"new.{i}.k", k)
                 b.graph.output(f"new.{i}.v", v)
-        if logit_rows is not None:  # the rows that choose a token (a paged step): norm and head on them
-            x = hl.index_select(x, 0, logit_rows)
-        elif not all_logits:  # only the last position feeds generation: norm and head on one row
+        if not all_logits:  # only the last position feeds generation: norm and head on one row
             x = x.narrow(0, step.s - 1, 1)
         x = self.norm.forward(b, x)
         if self.lm_head is not None:
@@ -240,8 +237,7 @@ class DecoderLM(Module):
         its key/value goes to: page * PAGE_SIZE + position % PAGE_SIZE), ``pages`` int64 [s, NP]
         (its sequence's page table, padded with any valid page), ``pool.{i}.k`` / ``pool.{i}.v``
         [N, PAGE_SIZE, n_kv, head_dim] per layer, updated in place (outputs aliasing them), and
-        ``logit_rows`` int64 [r]: the rows whose ``logits`` [r, vocab] are computed (those that
-        choose a token: not the inner rows of a prompt chunk).  Rows of one sequence at consecutive positions are a
+        ``logits`` [s, vocab] for every row.  Rows of one sequence at consecutive positions are a
         prompt chunk (each sees the rows before it).  A row's logits do not depend on the other
         rows (see :func:`lightspeed.nn.paged_attention`)."""
         if not self.supports_paged:
@@ -256,8 +252,7 @@ class DecoderLM(Module):
                     slots=g.input("slots", ("s",), dt.int64), page_size=self.PAGE_SIZE)
         pools = [tuple(g.input(f"pool.{i}.{c}", ("N", self.PAGE_SIZE, *self.kv_shape(i)), self.dtype) for c in "kv")
                  for i in range(self.config.num_layers)]
-        rows = g.input("logit_rows", ("r",), dt.int64)
-        logits, _ = self.forward(b, step, ids, pools, True, out_prefix="pool", logit_rows=rows)
+        logits, _ = self.forward(b, step, ids, pools, True, out_prefix="pool")
         g.output("logits", logits)
         self._graphs[key] = g
         return g

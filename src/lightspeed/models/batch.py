@@ -141,7 +141,7 @@ class PagedBatcher:
         self.n_pages = 0
         self.initial_pages = max(1, pages)
         self._grow(self.initial_pages)
-        self.program.reserve(s=max_rows, NP=self.max_pages, N=self.n_pages, r=max_rows)
+        self.program.reserve(s=max_rows, NP=self.max_pages, N=self.n_pages)
         self._prime()
 
     def _prime(self) -> None:
@@ -154,8 +154,7 @@ class PagedBatcher:
         inputs: dict[str, Any] = {"input_ids": np.zeros(rows, np.int64),
                                   "positions": np.full(rows, width * self.page - 1, np.int64),
                                   "pages": np.zeros((rows, width), np.int64),
-                                  "slots": np.arange(rows, dtype=np.int64) % (self.n_pages * self.page),
-                                  "logit_rows": np.arange(rows, dtype=np.int64)}
+                                  "slots": np.arange(rows, dtype=np.int64) % (self.n_pages * self.page)}
         for i, (k, v) in enumerate(self.pools):
             inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
         self.program(inputs)
@@ -221,22 +220,21 @@ class PagedBatcher:
         for i, (s, pos, _) in enumerate(rows):
             table[i, :len(s.pages)] = s.pages
             slots[i] = s.pages[pos // self.page] * self.page + pos % self.page
-        last: dict[PagedSequence, int] = {}  # each sequence's last row in this step
-        for i, (s, _, _) in enumerate(rows):
-            last[s] = i
-        # the rows whose logits choose a token: a sequence's last row once every known token is fed
-        choosing = [(s, i) for s, i in last.items() if rows[i][1] + 1 == len(s.ids)]
         inputs: dict[str, Any] = {"input_ids": np.array([t for _, _, t in rows], np.int64),
                                   "positions": np.array([p for _, p, _ in rows], np.int64),
-                                  "pages": table, "slots": slots,
-                                  # (a step inside a prompt computes one row's logits it does not use)
-                                  "logit_rows": np.array([i for _, i in choosing] or [len(rows) - 1], np.int64)}
+                                  "pages": table, "slots": slots}
         for i, (k, v) in enumerate(self.pools):
             inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
         logits = self.program(inputs)["logits"]
+        out: dict[PagedSequence, int] = {}
+        last: dict[PagedSequence, int] = {}
+        for i, (s, pos, _) in enumerate(rows):
+            s.fed = max(s.fed, pos + 1)
+            last[s] = i
         for s, i in last.items():
-            s.fed = max(s.fed, rows[i][1] + 1)
-        return {s: s._take(np.asarray(logits[j])) for j, (s, _) in enumerate(choosing)}
+            if s.fed == len(s.ids):  # every known token is cached: this row's logits give the next one
+                out[s] = s._take(np.asarray(logits[i]))
+        return out
 
     # ------------------------------------------------------------------ pages
     @property
