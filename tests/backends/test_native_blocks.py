@@ -467,3 +467,28 @@ def test_the_search_measures_the_block_op_beside_the_cast_path():
         assert not q.is_dense  # the blocks are read as they are: no float32 copy was made
     want = xs.astype(np.float64) @ np.asarray(q).T.astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())  # q16 activations
+
+
+@pytest.mark.parametrize("names", [("t", "r"), ("j", "i"), ("q", "j0"), ("r3", "t")])
+def test_dims_named_like_kernel_loop_variables(names):
+    """A graph dim may be named like a kernel's loop variable (Whisper's "t", a row count "r"):
+    the kernels' own names start with _ls_, so the block and generic matmul kernels still compile
+    (a collision had made them fail to compile, and the search fell back to primitives silently)
+    and compute the product."""
+    n, k = 48, 96
+    q, w = _weights("q4_1", n, k, seed=2)
+    g = ls.Graph()
+    x = g.input("x", (names[0], k))
+    g.output("y", x @ _block_input(g, "q4_1", n, k).transpose(0, 1))
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((6, k)).astype(np.float32)
+    for prog in (_matmul_program(g), _matmul_program(g, block=False)):
+        np.testing.assert_allclose(prog(x=xs, w=q)["y"], xs.astype(np.float64) @ w.T.astype(np.float64),
+                                   rtol=1e-3, atol=1e-2)
+    g2 = ls.Graph()
+    a = g2.input("a", (names[0], k))
+    g2.output("z", a.narrow(0, 0, names[1]) @ g2.input("w", (k, names[0])))
+    prog = _matmul_program(g2, block=False)  # a candidate computing it with the generic Matmul kernel
+    b6 = rng.standard_normal((k, 6)).astype(np.float32)
+    out = prog(a=xs, w=b6, dims={names[1]: 4})["z"]
+    np.testing.assert_allclose(out, xs[:4].astype(np.float64) @ b6, rtol=1e-5, atol=1e-4)

@@ -30,6 +30,7 @@ from ..dtypes import DType
 from ..errors import InputError, UnsupportedError
 from ..graph import Graph, GraphTensor
 from ..nn import Attention, Builder, Embedding, GatedMLP, Linear, Module, RMSNorm, RotaryEmbedding, Step
+from ..symbolic import ExprLike
 
 __all__ = ["DecoderConfig", "DecoderBlock", "DecoderLM", "FULL", "SLIDING"]
 
@@ -175,7 +176,8 @@ class DecoderLM(Module):
 
     # ------------------------------------------------------------------ graphs
     def forward(self, b: Builder, step: Step, ids: GraphTensor, caches: list | None, all_logits: bool,
-                out_prefix: str = "cache") -> tuple[GraphTensor, list[tuple[GraphTensor, GraphTensor]]]:
+                out_prefix: str = "cache", logit_rows: ExprLike | None = None
+                ) -> tuple[GraphTensor, list[tuple[GraphTensor, GraphTensor]]]:
         for layer in self.layers:  # tables and masks first: computed once, before the layers
             layer.self_attn.prepare(b, step)
         x = self.embed_tokens.forward(b, ids)
@@ -191,7 +193,9 @@ class DecoderLM(Module):
             else:
                 b.graph.output(f"new.{i}.k", k)
                 b.graph.output(f"new.{i}.v", v)
-        if not all_logits:  # only the last position feeds generation: norm and head on one row
+        if logit_rows is not None:  # the first rows choose a token (a paged step): norm and head on them
+            x = x.narrow(0, 0, logit_rows)
+        elif not all_logits:  # only the last position feeds generation: norm and head on one row
             x = x.narrow(0, step.s - 1, 1)
         x = self.norm.forward(b, x)
         if self.lm_head is not None:
@@ -237,9 +241,10 @@ class DecoderLM(Module):
         its key/value goes to: page * PAGE_SIZE + position % PAGE_SIZE), ``pages`` int64 [s, NP]
         (its sequence's page table, padded with any valid page), ``pool.{i}.k`` / ``pool.{i}.v``
         [N, PAGE_SIZE, n_kv, head_dim] per layer, updated in place (outputs aliasing them), and
-        ``logits`` [s, vocab] for every row.  Rows of one sequence at consecutive positions are a
-        prompt chunk (each sees the rows before it).  A row's logits do not depend on the other
-        rows (see :func:`lightspeed.nn.paged_attention`)."""
+        ``logits`` [r, vocab] of the first ``r`` rows (the dim ``r``: a step puts the rows that
+        choose a token first, so the inner rows of a prompt chunk cost no head).  Rows of one
+        sequence at consecutive positions are a prompt chunk (each sees the rows before it).  A
+        row's logits do not depend on the other rows (see :func:`lightspeed.nn.paged_attention`)."""
         if not self.supports_paged:
             raise UnsupportedError(f"{self.family}: no paged (batched) step yet")
         key = ("paged", tuple(sorted((n, d.name) for n, d in (storage or {}).items())))
@@ -252,7 +257,7 @@ class DecoderLM(Module):
                     slots=g.input("slots", ("s",), dt.int64), page_size=self.PAGE_SIZE)
         pools = [tuple(g.input(f"pool.{i}.{c}", ("N", self.PAGE_SIZE, *self.kv_shape(i)), self.dtype) for c in "kv")
                  for i in range(self.config.num_layers)]
-        logits, _ = self.forward(b, step, ids, pools, True, out_prefix="pool")
+        logits, _ = self.forward(b, step, ids, pools, True, out_prefix="pool", logit_rows="r")
         g.output("logits", logits)
         self._graphs[key] = g
         return g

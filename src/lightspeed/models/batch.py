@@ -141,7 +141,7 @@ class PagedBatcher:
         self.n_pages = 0
         self.initial_pages = max(1, pages)
         self._grow(self.initial_pages)
-        self.program.reserve(s=max_rows, NP=self.max_pages, N=self.n_pages)
+        self.program.reserve(s=max_rows, NP=self.max_pages, N=self.n_pages, r=max_rows)
         self._prime()
 
     def _prime(self) -> None:
@@ -157,7 +157,7 @@ class PagedBatcher:
                                   "slots": np.arange(rows, dtype=np.int64) % (self.n_pages * self.page)}
         for i, (k, v) in enumerate(self.pools):
             inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
-        self.program(inputs)
+        self.program(inputs, dims={"r": rows})
 
     # ------------------------------------------------------------------ sequences
     def start(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, *, temperature: float = 0.0,
@@ -212,6 +212,11 @@ class PagedBatcher:
             rows.extend((s, s.fed + k, s.prompt[s.fed + k]) for k in range(room))
         if not rows:
             return {}
+        # rows that choose a token (a sequence's row at its last known token) first: the step
+        # computes logits for the first r rows only (at least one: a step inside a prompt
+        # computes one it does not use); a row's result does not depend on its place
+        rows.sort(key=lambda row: row[1] + 1 != len(row[0].ids))
+        choosing = [s for s, pos, _ in rows if pos + 1 == len(s.ids)]
         for s, pos, _ in rows:  # pages for every position this step writes
             self._cover(s, pos + 1)
         width = max(len(s.pages) for s, _, _ in rows)
@@ -225,16 +230,10 @@ class PagedBatcher:
                                   "pages": table, "slots": slots}
         for i, (k, v) in enumerate(self.pools):
             inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
-        logits = self.program(inputs)["logits"]
-        out: dict[PagedSequence, int] = {}
-        last: dict[PagedSequence, int] = {}
-        for i, (s, pos, _) in enumerate(rows):
+        logits = self.program(inputs, dims={"r": max(1, len(choosing))})["logits"]
+        for s, pos, _ in rows:
             s.fed = max(s.fed, pos + 1)
-            last[s] = i
-        for s, i in last.items():
-            if s.fed == len(s.ids):  # every known token is cached: this row's logits give the next one
-                out[s] = s._take(np.asarray(logits[i]))
-        return out
+        return {s: s._take(np.asarray(logits[j])) for j, s in enumerate(choosing)}
 
     # ------------------------------------------------------------------ pages
     @property

@@ -116,7 +116,8 @@ _PROGRAMS: dict[tuple, Program] = {}
 
 # profile at the shapes the programs will see: a 16-token prompt; one token after 64 cached ones
 # the paged step (models/batch.py) is profiled at a busy step: decode rows and a prompt chunk
-_PROFILE_DIMS = {"prefill": {"s": 16}, "decode": {"s": 1, "p": 64, "M": 128}, "paged": {"s": 8, "NP": 4, "N": 16}}
+_PROFILE_DIMS = {"prefill": {"s": 16}, "decode": {"s": 1, "p": 64, "M": 128},
+                 "paged": {"s": 8, "NP": 4, "N": 16, "r": 8}}
 
 
 def profile_options(mode: str, search: SearchOptions | None = None) -> SearchOptions:

@@ -68,17 +68,19 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     m, n, k = a["m"], a["n"], a["k"]
     nbytes = BLOCK_BYTES[qtype]
     w = Writer("c")
-    w.index_vars |= {"j", "r", "r0", "rn", "t", "_ls_item"}
+    w.index_vars |= {"_ls_wrow", "_ls_r", "_ls_rt", "_ls_rn", "_ls_tt", "_ls_item"}
     nn = w.expr(n)
-    # j: the item, a weight row; r: a row of the activations x (rows: xn of them)
+    # _ls_wrow: the item, a weight row; _ls_r: a row of the activations x (rows: xn of them).  Every
+    # name of the kernel's own starts with _ls_, so a graph dim (whisper's "t", a row count "r")
+    # never reads as one of its loop variables
     if side == 1:
         xn, wn = m, n
-        xrow = f"in0 + {w.expr(a['a_offset'])} + r * {w.expr(a['a_stride_m'])}"
-        at, coords = f"r * {nn} + j", (sym("r"), sym("j"))
+        xrow = f"in0 + {w.expr(a['a_offset'])} + _ls_r * {w.expr(a['a_stride_m'])}"
+        at, coords = f"_ls_r * {nn} + _ls_wrow", (sym("_ls_r"), sym("_ls_wrow"))
     else:
         xn, wn = n, m
-        xrow = f"in1 + {w.expr(a['b_offset'])} + r * {w.expr(a['b_stride_n'])}"
-        at, coords = f"j * {nn} + r", (sym("j"), sym("r"))
+        xrow = f"in1 + {w.expr(a['b_offset'])} + _ls_r * {w.expr(a['b_stride_n'])}"
+        at, coords = f"_ls_wrow * {nn} + _ls_r", (sym("_ls_wrow"), sym("_ls_r"))
     xx = w.expr(xn)
     nb = int(k.value) // QK  # groups of 32 weights
     code = BLOCK_CODE[qtype]
@@ -88,15 +90,15 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
         return f"ls_blk_{qtype}(rb, {nb}, {g}, wv)" if code < 3 else f"ls_blk_k(rb, {code}, {g}, wv)"
 
     w.push()
-    w.line(f"const unsigned char* rb = (const unsigned char*)in{side} + j * {row_bytes}LL;")
+    w.line(f"const unsigned char* rb = (const unsigned char*)in{side} + _ls_wrow * {row_bytes}LL;")
     setup = []
     w.line(f"if ({xx} == 1) {{")
-    w.line("  const long long r = 0;")
+    w.line("  const long long _ls_r = 0;")
     if activations != "float":
         # the one row of x quantised once per thread, before its items
         bits = 16 if activations == "q16" else 8
         setup = [f"  {'short' if bits == 16 else 'signed char'} _ls_xq[{nb * QK}]; float _ls_xd[{nb}], _ls_xs[{nb}];",
-                 f"  if ({xx} == 1) {{ const long long r = 0; "
+                 f"  if ({xx} == 1) {{ const long long _ls_r = 0; "
                  f"ls_quant_x({xrow}, {nb}, {bits}, _ls_xq, _ls_xd, _ls_xs); }}"]
         dot = "ls_qdot" if code < 3 else "ls_kdot"
         w.line(f"  out[{at}] = {dot}(rb, {nb}, {code}, {bits}, _ls_xq, _ls_xd, _ls_xs);")
@@ -114,28 +116,28 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     # a full tile's loop is unrolled), each block decoded once per tile into floats and dotted
     # with the tile's rows; one horizontal sum per output
     w.line("} else {")
-    w.line(f"  for (long long r0 = 0; r0 < {xx}; r0 += 8) {{")
-    w.line(f"    const long long rn = {xx} - r0 < 8 ? {xx} - r0 : 8;")
+    w.line(f"  for (long long _ls_rt = 0; _ls_rt < {xx}; _ls_rt += 8) {{")
+    w.line(f"    const long long _ls_rn = {xx} - _ls_rt < 8 ? {xx} - _ls_rt : 8;")
     w.line("    ls_f8 acc[8];")
-    w.line("    for (int t = 0; t < 8; t++) acc[t] = ls_zero8();")
+    w.line("    for (int _ls_tt = 0; _ls_tt < 8; _ls_tt++) acc[_ls_tt] = ls_zero8();")
     w.line(f"    for (long long blk = 0; blk < {nb}; blk++) {{")
     w.line("      ls_f8 wv[4];")
     w.line(f"      {decode('blk')};")
     for full in (True, False):
-        w.line("      if (rn == 8) {" if full else "      } else {")
+        w.line("      if (_ls_rn == 8) {" if full else "      } else {")
         if full:
             w.line("        _Pragma(\"GCC unroll 8\")")
-        w.line(f"        for (int t = 0; t < {'8' if full else 'rn'}; t++) {{")
-        w.line("          const long long r = r0 + t;")
+        w.line(f"        for (int _ls_tt = 0; _ls_tt < {'8' if full else '_ls_rn'}; _ls_tt++) {{")
+        w.line("          const long long _ls_r = _ls_rt + _ls_tt;")
         w.line(f"          const float* xb = {xrow} + blk * {QK};")
-        w.line("          acc[t] = ls_fma8(ls_ldf8(xb + 24), wv[3], ls_fma8(ls_ldf8(xb + 16), wv[2], "
-               "ls_fma8(ls_ldf8(xb + 8), wv[1], ls_fma8(ls_ldf8(xb), wv[0], acc[t]))));")
+        w.line("          acc[_ls_tt] = ls_fma8(ls_ldf8(xb + 24), wv[3], ls_fma8(ls_ldf8(xb + 16), wv[2], "
+               "ls_fma8(ls_ldf8(xb + 8), wv[1], ls_fma8(ls_ldf8(xb), wv[0], acc[_ls_tt]))));")
         w.line("        }")
     w.line("      }")
     w.line("    }")
-    w.line("    for (int t = 0; t < rn; t++) {")
-    w.line("      const long long r = r0 + t;")
-    w.line(f"      out[{at}] = ls_hsum8(acc[t]);")
+    w.line("    for (int _ls_tt = 0; _ls_tt < _ls_rn; _ls_tt++) {")
+    w.line("      const long long _ls_r = _ls_rt + _ls_tt;")
+    w.line(f"      out[{at}] = ls_hsum8(acc[_ls_tt]);")
     w.line("    }")
     w.line("  }")
     w.line("}")
@@ -143,7 +145,7 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     if op.op == "MatmulAdd":
         region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
         w.index_vars.add("_ls_oz")
-        w.line(f"for (long long r = 0; r < {xx}; r++) {{")
+        w.line(f"for (long long _ls_r = 0; _ls_r < {xx}; _ls_r++) {{")
         w.line(f"  const long long _ls_oz = {at};")
         w.push()
         rv = region.leaf(0, Point("_ls_oz", sym("_ls_oz"), (m, n), coords))
@@ -157,7 +159,7 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     if activations != "float":
         early = _quantised_rows(w, op, in_dtypes, qtype, activations, side, xrow, at, coords)
     label = f"{qtype}matmul" + ("" if activations == "float" else f"_{activations}")
-    return finish(w, "c", "matmul_dot", bufs, wn, body, label, [("j", wn)], xn * k, setup, early=early,
+    return finish(w, "c", "matmul_dot", bufs, wn, body, label, [("_ls_wrow", wn)], xn * k, setup, early=early,
                   preludes=("ggml_blocks",))
 
 
@@ -190,16 +192,17 @@ def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], qtype: str, acti
            f"{nb}));")
     w.line("  if (_ls_q) {")
     w.line(f"    float* _ls_d = (float*)(_ls_q + _ls_rows * _ls_qn); float* _ls_s = _ls_d + _ls_rows * {nb};")
-    w.line("    for (long long r = 0; r < _ls_rows; r++) {")
-    w.line(f"      ls_quant_x({xrow}, {nb}, {bits}, _ls_q + r * _ls_qn, _ls_d + r * {nb}, _ls_s + r * {nb});")
+    w.line("    for (long long _ls_r = 0; _ls_r < _ls_rows; _ls_r++) {")
+    w.line(f"      ls_quant_x({xrow}, {nb}, {bits}, _ls_q + _ls_r * _ls_qn, _ls_d + _ls_r * {nb}, "
+           f"_ls_s + _ls_r * {nb});")
     if code < 3 and bits == 16:  # the layout ls_qdot_rows4's 512-bit pairs read (rows 4 at a time)
         w.line("#ifdef LS_PAIRS")
-        w.line("      if (r < (_ls_rows & ~3LL)) ls_pair_x((short*)(_ls_q + r * _ls_qn), " f"{nb});")
+        w.line("      if (_ls_r < (_ls_rows & ~3LL)) ls_pair_x((short*)(_ls_q + _ls_r * _ls_qn), " f"{nb});")
         w.line("#endif")
     w.line("    }")
     w.line(f"    #pragma omp parallel for schedule(static) if ({ww} * _ls_rows * {k} >= 32768)")
-    w.line(f"    for (long long j = 0; j < {ww}; j++) {{")
-    w.line(f"      const unsigned char* rb = (const unsigned char*)in{side} + j * {row_bytes}LL;")
+    w.line(f"    for (long long _ls_wrow = 0; _ls_wrow < {ww}; _ls_wrow++) {{")
+    w.line(f"      const unsigned char* rb = (const unsigned char*)in{side} + _ls_wrow * {row_bytes}LL;")
     w.push()  # the store of row r's value _ls_v
     if op.op == "MatmulAdd":
         w.line(f"const long long _ls_oz = {at};")
@@ -217,14 +220,14 @@ def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], qtype: str, acti
         w.line(f"        ls_qdot_rows4(rb, {nb}, {code}, _ls_q + _ls_r0 * _ls_qn, _ls_qn, _ls_d + _ls_r0 * {nb}, "
                f"_ls_s + _ls_r0 * {nb}, {nb}, _ls_v4);")
         w.line("        for (int _ls_t = 0; _ls_t < 4; _ls_t++) {")
-        w.line("          const long long r = _ls_r0 + _ls_t; const float _ls_v = _ls_v4[_ls_t];")
+        w.line("          const long long _ls_r = _ls_r0 + _ls_t; const float _ls_v = _ls_v4[_ls_t];")
         w.scope.lines.extend("          " + ln for ln in store)
         w.line("        }")
         w.line("      }")
     w.line("      for (; _ls_r0 < _ls_rows; _ls_r0++) {")
-    w.line("        const long long r = _ls_r0;")
-    w.line(f"        const float _ls_v = {dot}(rb, {nb}, {code}, {bits}, _ls_q + r * _ls_qn, _ls_d + r * {nb}, "
-           f"_ls_s + r * {nb});")
+    w.line("        const long long _ls_r = _ls_r0;")
+    w.line(f"        const float _ls_v = {dot}(rb, {nb}, {code}, {bits}, _ls_q + _ls_r * _ls_qn, "
+           f"_ls_d + _ls_r * {nb}, _ls_s + _ls_r * {nb});")
     w.scope.lines.extend("        " + ln for ln in store)
     w.line("      }")
     w.line("    }")

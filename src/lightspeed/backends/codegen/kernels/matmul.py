@@ -43,8 +43,8 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     axes: list[tuple[str, Expr]] | None = None
     if mode == "matmul_tile":  # _ls_item = (batch, row, column tile)
         tiles = w.expr((n + (TILE_N - 1)) // TILE_N)
-        w.line(f"const long long j = (_ls_item % {tiles}) * {TILE_N} + lane;")
-        w.line(f"const long long i = (_ls_item / {tiles}) % {mm};")
+        w.line(f"const long long _ls_nj = (_ls_item % {tiles}) * {TILE_N} + lane;")
+        w.line(f"const long long _ls_mi = (_ls_item / {tiles}) % {mm};")
         w.line(f"const long long bi = _ls_item / ({tiles} * {mm});")
         count = prod(batch) * m * ((n + (TILE_N - 1)) // TILE_N)
     elif dialect == "c":
@@ -53,11 +53,11 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         # cached keys), which is read once from memory
         count = prod(batch) * m * n
         axes, bcoords = loop_axes(batch, "_ls_b")
-        axes = stream_order(axes + [("j", n)], [*a["b_batch_strides"], a["b_stride_n"]]) + [("i", m)]
+        axes = stream_order(axes + [("_ls_nj", n)], [*a["b_batch_strides"], a["b_stride_n"]]) + [("_ls_mi", m)]
         w.index_vars |= {name for name, _ in axes}
     else:
-        w.line(f"const long long j = _ls_item % {nn};")
-        w.line(f"const long long i = (_ls_item / {nn}) % {mm};")
+        w.line(f"const long long _ls_nj = _ls_item % {nn};")
+        w.line(f"const long long _ls_mi = (_ls_item / {nn}) % {mm};")
         w.line(f"const long long bi = _ls_item / ({nn} * {mm});")
         count = prod(batch) * m * n
     off_a, off_b = w.expr(a["a_offset"]), w.expr(a["b_offset"])
@@ -72,7 +72,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
                    f"oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
     sam, sak, sbk, sbn = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k", "b_stride_n"))
     w.line(f"{ct} acc = 0;")
-    valid_j = "j < " + nn if mode == "matmul_tile" else "1"
+    valid_j = "_ls_nj < " + nn if mode == "matmul_tile" else "1"
     if mode == "matmul_tile":
         first, step = "slice", str(TILE_K)
     elif dialect == "cuda":
@@ -80,14 +80,14 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     else:
         first, step = "0", "1"
     scalar = (f"for (long long l = {first}; l < {kk}; l += {step})\n"
-              f"    acc += ({ct}){load(da, f'in0[oa + i * {sam} + l * {sak}]')} * "
-              f"({ct}){load(db, f'in1[ob + l * {sbk} + j * {sbn}]')};")
+              f"    acc += ({ct}){load(da, f'in0[oa + _ls_mi * {sam} + l * {sak}]')} * "
+              f"({ct}){load(db, f'in1[ob + l * {sbk} + _ls_nj * {sbn}]')};")
     vec = VECTOR_DOT.get(da.name) if da == db and ct == "float" else None
     if dialect == "c" and dot and ct == "float":
         # 32 partial sums: the compiler keeps them in 4 SIMD registers, 4 independent chains of
         # fused multiply-adds (a float sum cannot be vectorised otherwise without reassociating
         # it; one chain waits on the multiply-add's latency), then 8 for the rest
-        ra, rb = f"in0 + oa + i * {sam}", f"in1 + ob + j * {sbn}"
+        ra, rb = f"in0 + oa + _ls_mi * {sam}", f"in1 + ob + _ls_nj * {sbn}"
         w.line(f"const {storage_type(da)}* ra = {ra}; const {storage_type(db)}* rb = {rb};")
         if da.name in LOAD8 and db.name in LOAD8:
             # the same sums as the array form below, in vector-typed variables: the compiler keeps
@@ -115,8 +115,8 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     elif dialect == "cuda" and mode == "matmul_dot" and vec is not None:
         # both rows contiguous along k: 16-byte loads when k and both rows' addresses allow them
         width, dot = vec
-        w.line(f"const {storage_type(da)}* ra = in0 + oa + i * {sam};")
-        w.line(f"const {storage_type(db)}* rb = in1 + ob + j * {sbn};")
+        w.line(f"const {storage_type(da)}* ra = in0 + oa + _ls_mi * {sam};")
+        w.line(f"const {storage_type(db)}* rb = in1 + ob + _ls_nj * {sbn};")
         w.line(f"if ({kk} % {width} == 0 && (((unsigned long long)ra | (unsigned long long)rb) & 15) == 0) {{")
         w.line("  #pragma unroll 4")  # several 16-byte loads in flight per lane
         w.line(f"  for (long long l = lane * {width}; l < {kk}; l += {WARP * width})")
@@ -135,13 +135,13 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line("__syncthreads();")
         w.line(f"if (slice == 0) for (int s = 1; s < {TILE_K}; s++) acc += part[s][lane];")
         w.line("__syncthreads();")
-        writer = f"slice == 0 && j < {nn}"
+        writer = f"slice == 0 && _ls_nj < {nn}"
     else:
         writer = "1"
     if axes is not None:
-        out_index = w.expr(flat_of([*bcoords, sym("i"), sym("j")], (*batch, m, n)))
+        out_index = w.expr(flat_of([*bcoords, sym("_ls_mi"), sym("_ls_nj")], (*batch, m, n)))
     else:
-        out_index = "(bi * " + mm + " + i) * " + nn + " + j"
+        out_index = "(bi * " + mm + " + _ls_mi) * " + nn + " + _ls_nj"
     value = "acc"
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(db), False, 1)]
@@ -153,7 +153,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.push()
         at: Point | str = "_ls_oz"
         if axes is not None:
-            at = Point("_ls_oz", sym("_ls_oz"), (*batch, m, n), (*bcoords, sym("i"), sym("j")))
+            at = Point("_ls_oz", sym("_ls_oz"), (*batch, m, n), (*bcoords, sym("_ls_mi"), sym("_ls_nj")))
         r = region.leaf(0, at)
         inner = w.pop()
         w.scope.lines.extend("  " + ln for ln in inner)
@@ -172,7 +172,7 @@ def stream_order(axes: list[tuple[str, Expr]], strides: list) -> list[tuple[str,
     the items walk B (the weights, or the cached keys of every head) in memory order: each thread
     streams one contiguous range instead of revisiting B once per head.  Kept as given when a
     stride is symbolic.  ``strides`` are B's, one per batch dim and then j's."""
-    names = [f"_ls_b{k}" for k in range(len(strides) - 1)] + ["j"]
+    names = [f"_ls_b{k}" for k in range(len(strides) - 1)] + ["_ls_nj"]
     stride_of = dict(zip(names, strides))
     if any(stride_of[name].free_vars() for name, _ in axes):
         return axes

@@ -53,37 +53,39 @@ def matmul_rows_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.push()
     axes, bcoords = loop_axes(batch, "_ls_b")
     nchunks = (n + (ROW_CHUNK - 1)) // ROW_CHUNK
-    axes += [("i", m), ("_ls_jc", nchunks)]  # a loop nest: coordinates without divisions
-    w.index_vars |= {name for name, _ in axes} | {"j0", "q"}
-    w.line(f"const long long j0 = _ls_jc * {ROW_CHUNK};")
+    axes += [("_ls_mi", m), ("_ls_jc", nchunks)]  # a loop nest: coordinates without divisions
+    w.index_vars |= {name for name, _ in axes} | {"_ls_nj0", "_ls_nq"}
+    w.line(f"const long long _ls_nj0 = _ls_jc * {ROW_CHUNK};")
     w.line(f"const long long oa = {w.expr(batch_offset(a['a_offset'], bcoords, a['a_batch_strides']))}, "
            f"ob = {w.expr(batch_offset(a['b_offset'], bcoords, a['b_batch_strides']))};")
-    orow = w.expr(flat_of([*bcoords, sym("i")], (*batch, m)) * n)
+    orow = w.expr(flat_of([*bcoords, sym("_ls_mi")], (*batch, m)) * n)
     sam, sak, sbk = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k"))
     if not n.free_vars() and (n.value % ROW_CHUNK == 0 or n.value < ROW_CHUNK):
         # a compile-time width: the accumulators stay in vector registers
         w.line(f"const long long jn = {min(int(n.value), ROW_CHUNK)};")
     else:
-        w.line(f"const long long jn = {nn} - j0 < {ROW_CHUNK} ? {nn} - j0 : {ROW_CHUNK};")
+        w.line(f"const long long jn = {nn} - _ls_nj0 < {ROW_CHUNK} ? {nn} - _ls_nj0 : {ROW_CHUNK};")
     w.line(f"{ct} acc[{ROW_CHUNK}];")
-    w.line(f"for (int q = 0; q < {ROW_CHUNK}; q++) acc[q] = 0;")
+    w.line(f"for (int _ls_nq = 0; _ls_nq < {ROW_CHUNK}; _ls_nq++) acc[_ls_nq] = 0;")
     w.line(f"for (long long l = 0; l < {kk}; l++) {{")
-    w.line(f"  const {ct} av = ({ct}){load(da, f'in0[oa + i * {sam} + l * {sak}]')};")
-    w.line(f"  const {storage_type(db)}* rb = in1 + ob + l * {sbk} + j0;")
-    w.line(f"  for (long long q = 0; q < jn; q++) acc[q] = {FMA[ct]}(av, ({ct}){load(db, 'rb[q]')}, acc[q]);")
+    w.line(f"  const {ct} av = ({ct}){load(da, f'in0[oa + _ls_mi * {sam} + l * {sak}]')};")
+    w.line(f"  const {storage_type(db)}* rb = in1 + ob + l * {sbk} + _ls_nj0;")
+    w.line(f"  for (long long _ls_nq = 0; _ls_nq < jn; _ls_nq++) "
+           f"acc[_ls_nq] = {FMA[ct]}(av, ({ct}){load(db, 'rb[_ls_nq]')}, acc[_ls_nq]);")
     w.line("}")
-    w.line("for (long long q = 0; q < jn; q++) {")
+    w.line("for (long long _ls_nq = 0; _ls_nq < jn; _ls_nq++) {")
     w.index_vars.add("_ls_oz")
-    w.line(f"  const long long _ls_oz = {orow} + j0 + q;")
+    w.line(f"  const long long _ls_oz = {orow} + _ls_nj0 + _ls_nq;")
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(db), False, 1)]
-    value = "acc[q]"
+    value = "acc[_ls_nq]"
     if "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
         region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
         w.push()
-        r = region.leaf(0, Point("_ls_oz", sym("_ls_oz"), (*batch, m, n), (*bcoords, sym("i"), sym("j0") + sym("q"))))
+        r = region.leaf(0, Point("_ls_oz", sym("_ls_oz"), (*batch, m, n),
+                                 (*bcoords, sym("_ls_mi"), sym("_ls_nj0") + sym("_ls_nq"))))
         w.scope.parent.lines.extend("  " + ln for ln in w.pop())
-        value = f"({ct})(acc[q] + ({ct}){r})"
+        value = f"({ct})(acc[_ls_nq] + ({ct}){r})"
         bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
     w.line(f"  out[_ls_oz] = {store(op.dtype, value)};")
     w.line("}")
@@ -124,7 +126,7 @@ def split_k_rows(w: Writer, op: LOp, in_dtypes: list[DType], ct: str) -> list[st
     w.line("  #pragma omp parallel for schedule(static)")
     w.line(f"  for (int _ls_c = 0; _ls_c < {nchunk}; _ls_c++) {{")
     w.line(f"    {ct}* LS_RESTRICT acc = _ls_part[_ls_c];")
-    w.line(f"    for (long long q = 0; q < {tot}; q++) acc[q] = 0;")
+    w.line(f"    for (long long _ls_nq = 0; _ls_nq < {tot}; _ls_nq++) acc[_ls_nq] = 0;")
     w.line(f"    const long long l0 = _ls_c * _ls_kc, l1 = ls_min({kk}, l0 + _ls_kc);")
     w.line("    for (long long _ls_sl = l0; _ls_sl < l1; _ls_sl++) {")
     w.push()
@@ -143,7 +145,8 @@ def split_k_rows(w: Writer, op: LOp, in_dtypes: list[DType], ct: str) -> list[st
     w.line(f"const {ct} av = ({ct}){load(da, f'in0[{ia}]')};")
     w.line(f"const {storage_type(db)}* rb = in1 + {ib};")
     w.line(f"{ct}* ar = acc + {row};")
-    w.line(f"for (long long q = 0; q < {nn}; q++) ar[q] = {FMA[ct]}(av, ({ct}){load(db, 'rb[q]')}, ar[q]);")
+    w.line(f"for (long long _ls_nq = 0; _ls_nq < {nn}; _ls_nq++) "
+           f"ar[_ls_nq] = {FMA[ct]}(av, ({ct}){load(db, 'rb[_ls_nq]')}, ar[_ls_nq]);")
     inner = w.pop()
     w.scope.lines.extend("  " * (depth + 1) + ln for ln in inner)
     for d in range(depth, -1, -1):

@@ -185,7 +185,7 @@ class Region:
         init = "(" + ct + ")0" if tag == "SumReduce" else min_value(d)
         w.line(f"{ct} {acc} = {init};")
         lanes = self.cooperative and self.depth == 0 and w.dialect == "cuda"
-        r = w.tmp("r")
+        r = w.tmp("_ls_r")
         start, step = ("lane", WARP) if lanes else ("0", 1)
         if w.dialect == "c" and d.is_float:
             # 8 interleaved partial results (the compiler keeps them in one vector register; one
@@ -195,7 +195,7 @@ class Region:
             w.line(f"long long {r} = 0;")
             w.line(f"for (; {r} + 8 <= {size}; {r} += 8) {{")
             w.line(f"  for (int {q} = 0; {q} < 8; {q}++) {{")
-            rx = w.tmp("r")
+            rx = w.tmp("_ls_r")
             w.index_vars.add(rx)
             self._reduce_step(tag, d, axis, shape, size, post, child, pt, f"{part}[{q}]",
                               f"const long long {rx} = {r} + {q};", rx, "    ")
