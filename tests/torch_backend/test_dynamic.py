@@ -112,3 +112,22 @@ def test_llama_dynamic_cache_decode_dynamic_true():
     s = lst.stats()
     assert s["compilations"] == 2, s
     assert s["graphs"][1]["symbols"]
+
+
+def test_a_segment_without_the_dynamic_dim():
+    """An op run eagerly splits the graph in two lightspeed segments; the second has no dynamic
+    dim. Each program gets only the dims it has (the runner had passed every graph dim to every
+    segment, which a program now refuses: a Gemma 3 static-cache decode failed this way)."""
+    torch._dynamo.reset()
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        a = torch.lgamma(x.sum(0))  # no translation: runs in PyTorch between the two segments
+        return a * w + 1.0
+
+    step = torch.compile(f, backend="lightspeed", options={**REF, "fallback": "eager"})
+    w = torch.randn(4)
+    with torch.no_grad():
+        for n in (3, 5, 7):
+            x = torch.randn(n, 4)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(step(x, w), f(x, w))

@@ -49,10 +49,17 @@ def test_mlp_on_the_cpu_backend():
     assert lst.stats()["graphs"][0]["target"] == "cpu"
 
 
-def test_cpu_tensors_default_to_the_cpu_backend():
+def test_cpu_tensors_default_to_the_native_backend():
+    """CPU tensors compile for the fastest CPU path: native (generated C) when a C compiler is
+    usable, else the numpy cpu backend; the result matches eager."""
+    from lightspeed.backends import get_backend
+
+    lin, x = nn.Linear(4, 2), torch.randn(3, 4)
     with torch.no_grad():
-        torch.compile(nn.Linear(4, 2), backend="lightspeed", options={"budget": 1})(torch.randn(3, 4))
-    assert lst.stats()["graphs"][0]["target"] == "cpu"
+        got = torch.compile(lin, backend="lightspeed", options={"budget": 1})(x)
+        torch.testing.assert_close(got, lin(x))
+    want = "native" if get_backend("native").available() else "cpu"
+    assert lst.stats()["graphs"][0]["target"] == want
 
 
 class ConvNet(nn.Module):

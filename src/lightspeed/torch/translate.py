@@ -423,7 +423,8 @@ class CompiledGraph:
                 # tensors go to the program as they are: a host backend views CPU tensors as numpy,
                 # the cuda backend uses CUDA tensors where they lie; results come back as tensors
                 inputs = {name: resolve(src) for name, src in step.sources.items()}
-                out = step.program(inputs, dims=dims)
+                # the graph's dims that this segment's program has (programs reject dims they lack)
+                out = step.program(inputs, dims={k: v for k, v in dims.items() if k in step.program.symbols})
                 arrays = list(inputs.values())
                 for name, key in step.outputs.items():
                     a = out[name]
@@ -486,11 +487,14 @@ def _hint_dims(example_inputs: Sequence[Any]) -> dict[str, int]:
 
 
 def default_target(example_inputs: Sequence[Any]) -> str:
-    """``cuda`` when an input lives on a GPU, else ``cpu``."""
+    """``cuda`` when an input lives on a GPU, else ``native`` (generated C kernels) when a C
+    compiler is usable, else ``cpu``."""
     for x in example_inputs:
         if isinstance(x, torch.Tensor) and x.device.type == "cuda":
             return "cuda"
-    return "cpu"
+    from ..backends import get_backend
+
+    return "native" if get_backend("native").available() else "cpu"
 
 
 def compile_fx(gm: fx.GraphModule, example_inputs: Sequence[Any], options: Options | None = None,
