@@ -1,9 +1,10 @@
 """Every CUDA kernel the conformance graphs generate compiles with NVRTC for sm_90 (no GPU needed).
 
 CI has no GPU, so this is where a code generation error in the ``cuda`` dialect fails CI: the op
-table's graphs, the model blocks and a tiny Llama decode step are saturated with the cuda
-backend's rules; the default program and random candidates of each are lowered to kernels (the
-same launch list the GPU runtime builds) and every distinct kernel is compiled by NVRTC.
+table's graphs, the model blocks, a tiny Llama decode step and its batched paged step are
+saturated with the cuda backend's rules; the default program and random candidates of each are
+lowered to kernels (the same launch list the GPU runtime builds) and every distinct kernel is
+compiled by NVRTC.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def _graphs():
     for name, (make, _) in BLOCKS.items():
         out[f"block:{name}"] = make()
     out["tiny-llama-decode"] = from_hf_config(TINY).decode_graph()
+    out["tiny-llama-paged"] = from_hf_config(TINY).paged_graph()  # lightspeed serve's batched step
     return out
 
 
