@@ -215,3 +215,27 @@ def test_report_shows_the_blas_and_fused_forms(name):
         assert set(compute) == {"Fused"} and compute["Fused"] <= 4 and "{'Fused':" in line, compute
     inputs = random_inputs(g, dims)
     np.testing.assert_allclose(prog(inputs)["y"], g.compile(backend="reference")(inputs)["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_iota_over_a_run_time_dim_keeps_no_array_per_size():
+    """An iota whose size is a run-time dim is made from one arange grown to the largest size
+    seen, not one kept per size: a server stepping through many row counts had grown by 16 MB."""
+    import tracemalloc
+
+    from lightspeed.symbolic import INDEX_VAR, sym
+
+    g = ls.Graph()
+    x = g.input("x", ("n",), ls.int64)
+    g.output("y", x + g.iota(sym(INDEX_VAR) * 3, ("n",), ls.int64))
+    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=1, seed=0, progress=False))
+    prog(x=np.zeros(5000, np.int64))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(4000, 4200):
+            out = prog(x=np.ones(n, np.int64))["y"]
+            assert out[-1] == 1 + 3 * (n - 1)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 400_000, held  # one array per size would hold ~6.5 MB

@@ -301,16 +301,18 @@ def _iota_step(i: int, op: LOp):
         return _value_step(i, np.ascontiguousarray(PRIMITIVES["Iota"].reference([], arg, {})))
     shape_of = compile_exprs(arg.shape)
     dtype = arg.dtype.np
-    aranges: dict[int, np.ndarray] = {}
+    # one arange, grown to the largest size seen and sliced (one per size had kept an array for
+    # every size a run-time dim took: +16 MB over a server's first busy spell)
+    base = [np.arange(0, dtype=np.int64)]
 
     def step(vals: list, arrays: dict, dims: Dims, outputs: dict) -> None:
         shape = shape_of(dims)
         n = 1
         for d in shape:
             n *= d
-        z = aranges.get(n)
-        if z is None:
-            z = aranges[n] = np.arange(n, dtype=np.int64)
+        if n > base[0].size:
+            base[0] = np.arange(max(n, 2 * base[0].size), dtype=np.int64)
+        z = base[0][:n]
         v = arg.expr.evaluate({**dims, INDEX_VAR: z})
         if not isinstance(v, np.ndarray) or v.shape != (n,):
             v = np.full(n, v, dtype=np.int64)
