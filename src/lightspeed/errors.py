@@ -4,7 +4,7 @@ or the program input."""
 from __future__ import annotations
 
 __all__ = ["LightspeedError", "ShapeError", "DTypeError", "InputError", "GraphError", "OperandError",
-           "UnsupportedError"]
+           "UnsupportedError", "IndexOutOfRange"]
 
 
 class LightspeedError(Exception):
@@ -21,6 +21,11 @@ class DTypeError(LightspeedError, TypeError):
 
 class InputError(LightspeedError, ValueError):
     """A program was called with a missing, extra, mis-shaped or mis-typed input, or unbound dims."""
+
+
+class IndexOutOfRange(LightspeedError, IndexError):
+    """A program's gather met an index outside its data (an embedding id past the vocabulary, an
+    index_select past the rows): raised by every host backend, after the call on ``native``."""
 
 
 class GraphError(LightspeedError, ValueError):

@@ -16,7 +16,8 @@ Reference semantics, stated precisely (they define every backend's correctness):
   integer division by zero (``div(..., rounding_mode=...)``, ``floor_divide``: computed through a
   float division) gives 0 on every backend (PyTorch's CPU raises instead).
 * Gather reads ``data_flat[idx]`` (``data_flat`` is the data operand's view in row-major order);
-  an index outside ``[0, numel)`` is an error in the reference runtime.
+  an index outside ``[0, numel)`` raises ``IndexOutOfRange`` (reference, cpu and native, which
+  raises after the call from an error word its kernels set; the cuda backend still reads 0).
 * Scatter copies ``dest`` and writes ``out_flat[idx[i]] = src[i]``; indexes outside
   ``[0, numel)`` are skipped, which is how masked writes are expressed.  When several writes hit
   one element, which of them lands is unspecified.
@@ -37,7 +38,7 @@ import numpy as np
 
 from . import dtypes as dt
 from .dtypes import DType
-from .errors import DTypeError, ShapeError
+from .errors import DTypeError, IndexOutOfRange, ShapeError
 from .symbolic import INDEX_VAR, Expr, prod
 
 __all__ = ["PrimitiveOp", "PRIMITIVES", "IotaArg", "ConstantValue", "InputArg", "by_name", "float_to_int"]
@@ -226,7 +227,7 @@ def _gather_ref(xs, arg, env):
     ii = idx.astype(np.int64)
     if ii.size and (ii.min() < 0 or ii.max() >= flat.size):
         bad = ii[(ii < 0) | (ii >= flat.size)][0]
-        raise IndexError(f"Gather: index {bad} out of range for data with {flat.size} elements")
+        raise IndexOutOfRange(f"Gather: index {bad} out of range for data with {flat.size} elements")
     return flat[ii]
 
 

@@ -307,3 +307,32 @@ def test_integer_division_by_zero_and_casts_of_inf_give_zero(backend):
     np.testing.assert_array_equal(out["floor"], [0, 0, 0, 4])
     np.testing.assert_array_equal(out["cast"], [0, 0, 0, 2 ** 31 - 1, -2])  # (the reference once wrapped 3e10)
     np.testing.assert_array_equal(out["cast64"], np.array([2 ** 63 - 1, -2 ** 63, 2 ** 62], np.int64))
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=_ids(BACKENDS))
+def test_out_of_range_gather_indexes_raise(backend):
+    """Edge inputs, one semantics: a gather (embedding, index_select, gather) that meets an index
+    outside its data raises IndexOutOfRange (a LightspeedError and an IndexError) on every host
+    backend; native raises after the call, from an error word its kernels set (it had read 0).
+    The program stays usable.  (cuda: such an element still reads 0; no error word there yet.)"""
+    _require(backend)
+    if backend.name == "cuda":
+        pytest.skip("the cuda executor has no error word yet (docs/status.md)")
+    from lightspeed.errors import IndexOutOfRange
+
+    g = ls.Graph()
+    ids, w = g.input("ids", ("s",), ls.int64), g.input("w", (10, 4))
+    x, i = g.input("x", (6, 3)), g.input("i", ("k",), ls.int64)
+    g.output("emb", ls.embedding(ids, w) * 2.0)
+    g.output("sel", ls.index_select(x, 0, i) + 1.0)
+    prog = g.compile(backend, search=FAST) if backend.searched else g.compile(backend)
+    W, X = np.arange(40, dtype=np.float32).reshape(10, 4), np.arange(18, dtype=np.float32).reshape(6, 3)
+    ok = prog(ids=np.array([0, 9]), w=W, x=X, i=np.array([5, 0]))
+    np.testing.assert_array_equal(ok["emb"], W[[0, 9]] * 2)
+    np.testing.assert_array_equal(ok["sel"], X[[5, 0]] + 1)
+    for bad in ({"ids": np.array([3, 10])}, {"ids": np.array([-1])}, {"i": np.array([6])}):
+        inputs = {"ids": np.array([1]), "w": W, "x": X, "i": np.array([2]), **bad}
+        with pytest.raises(IndexOutOfRange, match="out of range"):
+            prog(**inputs)
+    again = prog(ids=np.array([2]), w=W, x=X, i=np.array([3]))
+    np.testing.assert_array_equal(again["emb"], W[[2]] * 2)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...egraph.llir import LOp
+from ...errors import IndexOutOfRange
 from ...primitives import PRIMITIVES
 from ...symbolic import compile_exprs
 from ..numpy_views import make_reader, strided_array
@@ -131,7 +132,7 @@ def _gather(op: LOp, in_dtypes: list[np.dtype]) -> Kernel:
         idx, flat = read_idx(ins[0], dims), read_data(ins[1], dims).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= flat.size):
             bad = idx[(idx < 0) | (idx >= flat.size)].flat[0]
-            raise IndexError(f"Gather: index {bad} out of range for data with {flat.size} elements")
+            raise IndexOutOfRange(f"Gather: index {bad} out of range for data with {flat.size} elements")
         np.take(flat, idx, out=out)
     return Kernel(run)
 

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ... import cache
-from ...errors import LightspeedError
+from ...errors import IndexOutOfRange, LightspeedError
 from ..codegen.kernels import KernelSpec, module_source
 from ..codegen.program import Executor, Launch
 
@@ -345,11 +345,23 @@ def _runner(launches: list[Launch]) -> tuple[str, str, list[str]]:
 
 
 class _State:
+    """A thread's run state: the arena, the table of dims and addresses the kernels read (T), and
+    before it, at T[-1], the address of the call's error word (``ls_oob`` sets it)."""
+
     def __init__(self, nbytes: int, slots: int):
         self.arena = np.empty(nbytes, np.uint8)
         self.arena_address = self.arena.ctypes.data
-        self.table = np.zeros(slots, np.int64)
+        self.words = np.zeros(slots + 1, np.int64)
+        self.table = self.words[1:]
         self.table_address = self.table.ctypes.data
+        self.error = np.zeros(1, np.int64)
+        self.words[0] = self.error.ctypes.data
+
+    def check(self) -> None:
+        if self.error[0]:
+            self.error[0] = 0
+            raise IndexOutOfRange("Gather: an index is out of range for its data (an embedding id past the "
+                                  "table, an index past the rows it selects)")
 
 
 class HostExecutor(Executor):
@@ -405,10 +417,11 @@ class HostExecutor(Executor):
         program = handles.get(PROGRAM)
         if program is not None:
             program(state.table_address)
-            return
-        t = state.table_address
-        for launch in launches:
-            handles[launch.spec.name](t, *launch.args)
+        else:
+            t = state.table_address
+            for launch in launches:
+                handles[launch.spec.name](t, *launch.args)
+        state.check()
 
     def run_traced(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]
                    ) -> list[tuple[Launch, float, float]]:
@@ -422,4 +435,5 @@ class HostExecutor(Executor):
             start = time.perf_counter()
             handles[launch.spec.name](t, *launch.args)
             out.append((launch, start, time.perf_counter() - start))
+        state.check()
         return out

@@ -145,7 +145,8 @@ class Region:
             n = self.w.expr(prod(st.shape))
             at = self.w.expr(index_in(st.index_expr(), iv))
             valid = index_in(st.valid_expr(), iv)
-            ok = f"{iv} >= 0 && {iv} < {n}" + ("" if valid == 1 else f" && {self.w.expr(valid)}")
+            inside = f"{iv} >= 0 && {iv} < {n}"
+            ok = inside + ("" if valid == 1 else f" && {self.w.expr(valid)}")
             d = self.leaf_dtypes[k]
             v = self.w.tmp("v")
             self.w.line(f"{compute_type(d)} {v} = ({compute_type(d)})0;")
@@ -155,7 +156,10 @@ class Region:
                              f"({at}) / {cols}, ({at}) % {cols})")
             else:
                 load_text = load(d, f"{self.names[k]}[{at}]")
-            self.w.line(f"if ({ok}) {v} = {load_text};")
+            if self.w.dialect == "c":  # an index outside the data: the call raises (ls_oob, IndexOutOfRange)
+                self.w.line(f"if ({ok}) {v} = {load_text}; else if (!({inside})) ls_oob(T);")
+            else:  # (the cuda executor has no error word yet: such an element reads 0)
+                self.w.line(f"if ({ok}) {v} = {load_text};")
             return v
         if tag == "Cast":
             src = self.value(node[2], pt)
