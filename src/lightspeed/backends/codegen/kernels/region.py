@@ -8,8 +8,9 @@ dtype's tolerance); a single primitive rounds exactly like the reference.  Reduc
 float16/bfloat16 in float, like the reference; their summation order differs from numpy's
 pairwise sums (float32 results agree to ~1e-6 relative): the c dialect keeps 8 interleaved
 partial sums, the cuda dialect splits a top-level reduction over a warp's lanes (kind ``warp``).
-An index outside a gathered tensor reads 0 (the reference raises).  Every load goes through its
-view's index expression and is guarded by the view's validity expression.
+An index outside a gathered tensor sets the call's error word in the c dialect (``ls_oob``: the
+native executor raises IndexOutOfRange, as the reference does) and reads 0 on cuda.  Every load
+goes through its view's index expression and is guarded by the view's validity expression.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ class Region:
         if tag == "iota":
             v = self.w.expr(index_in(node[1], pt.flat))
             return cast(v, dt.int64, node[2])
-        if tag == "gather":  # out[z] = data[data_view(idx[z])]; an index outside data reads 0
+        if tag == "gather":  # out[z] = data[data_view(idx[z])]; an index outside data: see the module doc
             idx = self.value(node[1], pt)
             k = node[2]
             st = self.views[k]
