@@ -272,20 +272,8 @@ class Attention(Module):
         cached rows of the updated cache (so the write happens first) and the new rows directly."""
         if step.paged:
             return self._forward_paged(b, step, x, cache)
-        s, kv, d = x.shape[0], self.n_kv_heads, self.head_dim
-        g = self.n_heads // kv
-        q = self.q_proj.forward(b, x).reshape(s, kv, g, d).permute(1, 2, 0, 3)  # [kv, g, s, d] view
-        k = self.k_proj.forward(b, x).reshape(s, kv, d)
-        v = self.v_proj.forward(b, x).reshape(s, kv, d)
-        if self.q_norm is not None:
-            q = self.q_norm.forward(b, q)  # writes [kv, g, s, d] row-major
-            k = self.k_norm.forward(b, k)
-        qscale = self._qscale()
-        if self.rope is not None:
-            q = self.rope.apply(q, self.rope.tables(b, step.positions, qscale), seq_axis=2)
-            k = self.rope.apply(k, self.rope.tables(b, step.positions), seq_axis=0)
-        else:
-            q = q * qscale
+        kv, d = self.n_kv_heads, self.head_dim
+        q, k, v = self._project(b, step, x, rows_first=False)
         mask_new = mask_past = None
         if self.causal:
             mask_new = step.mask_new(self.sliding_window)
@@ -306,6 +294,28 @@ class Attention(Module):
         out = gqa_attention(q, k, v, pk, pv, mask_new, mask_past, self.softcap)
         return self.o_proj.forward(b, out), ck, cv
 
+    def _project(self, b: Builder, step: Step, x: GraphTensor, rows_first: bool
+                 ) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
+        """Queries (q-norm, RoPE, the softmax scale), keys (k-norm, RoPE) and values of ``x``
+        [s, hidden]: q as [s, n_kv, g, d] (``rows_first``: a paged step, each row its own
+        sequence) or as the [n_kv, g, s, d] view one matmul per KV head reads; k and v [s, n_kv, d]."""
+        s, kv, d = x.shape[0], self.n_kv_heads, self.head_dim
+        q = self.q_proj.forward(b, x).reshape(s, kv, self.n_heads // kv, d)
+        if not rows_first:
+            q = q.permute(1, 2, 0, 3)  # [kv, g, s, d] view
+        k = self.k_proj.forward(b, x).reshape(s, kv, d)
+        v = self.v_proj.forward(b, x).reshape(s, kv, d)
+        if self.q_norm is not None:
+            q = self.q_norm.forward(b, q)  # writes q's layout row-major
+            k = self.k_norm.forward(b, k)
+        qscale = self._qscale()
+        if self.rope is not None:
+            q = self.rope.apply(q, self.rope.tables(b, step.positions, qscale), seq_axis=0 if rows_first else 2)
+            k = self.rope.apply(k, self.rope.tables(b, step.positions), seq_axis=0)
+        else:
+            q = q * qscale
+        return q, k, v
+
     def _forward_paged(self, b: Builder, step: Step, x: GraphTensor,
                        pools: tuple[GraphTensor, GraphTensor] | None) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
         """A paged step (:class:`Step` with pages): each row of ``x`` [s, hidden] is one token of
@@ -314,24 +324,12 @@ class Attention(Module):
         (:func:`paged_attention`).  Returns (output, updated key pool, updated value pool)."""
         if pools is None or not self.causal:
             raise ShapeError(f"attention {self.prefix}: a paged step needs causal attention and the key/value pools")
-        s, kv, d = x.shape[0], self.n_kv_heads, self.head_dim
-        g = self.n_heads // kv
+        kv, d = self.n_kv_heads, self.head_dim
         pk, pv = pools
         if pk.ndim != 4 or pk.shape[2:] != (kv, d) or pv.shape != pk.shape:
             raise ShapeError(f"attention {self.prefix}: pools must both be [N, page, {kv}, {d}], got "
                              f"{tuple(map(str, pk.shape))} / {tuple(map(str, pv.shape))}")
-        q = self.q_proj.forward(b, x).reshape(s, kv, g, d)
-        k = self.k_proj.forward(b, x).reshape(s, kv, d)
-        v = self.v_proj.forward(b, x).reshape(s, kv, d)
-        if self.q_norm is not None:
-            q = self.q_norm.forward(b, q)
-            k = self.k_norm.forward(b, k)
-        qscale = self._qscale()
-        if self.rope is not None:
-            q = self.rope.apply(q, self.rope.tables(b, step.positions, qscale), seq_axis=0)
-            k = self.rope.apply(k, self.rope.tables(b, step.positions), seq_axis=0)
-        else:
-            q = q * qscale
+        q, k, v = self._project(b, step, x, rows_first=True)
         n_pages, page = pk.shape[0], pk.shape[1]
         rows = n_pages * page
         pk = hl.index_copy(pk.reshape(rows, kv, d), 0, step.slots, k).reshape(n_pages, page, kv, d)
