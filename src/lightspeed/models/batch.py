@@ -37,77 +37,39 @@ import numpy as np
 from ..errors import InputError
 from ..search import SearchOptions
 from .base import DecoderLM
-from .generate import GenerationResult, compile_model, sample_token
+from .generate import GenerationResult, TokenStream, check_request, compile_model, sample_token
 
 __all__ = ["PagedBatcher", "PagedSequence", "ROWS_LIMIT"]
 
 ROWS_LIMIT = 64  # rows per step the native block kernels treat as decode rows (block_matmul.QUANT_ROWS_MAX)
 
 
-class PagedSequence:
-    """One sequence in a :class:`PagedBatcher`: the same surface as
-    :class:`~lightspeed.models.generate.GenerationState` (``ids``, ``new_ids``, ``done``,
-    ``stop_reason``, ``last_logits``, ``cancel()``, ``result()``), advanced by the batcher's
-    :meth:`~PagedBatcher.step` instead of its own calls."""
+class PagedSequence(TokenStream):
+    """One sequence in a :class:`PagedBatcher`: a :class:`~lightspeed.models.generate.TokenStream`
+    (the surface of :class:`~lightspeed.models.generate.GenerationState`: ``ids``, ``done``,
+    ``stop_reason``, ``last_logits``, ``cancel()``, ``result()``) advanced by the batcher's
+    :meth:`~PagedBatcher.step` instead of its own calls; its pages go back when it ends."""
 
     def __init__(self, batcher: PagedBatcher, prompt: list[int], max_new_tokens: int, stops: set[int],
                  rng: np.random.Generator, params: dict[str, Any], keep_logits: bool) -> None:
-        self.batcher, self.prompt, self.max_new_tokens, self.stops = batcher, prompt, max_new_tokens, stops
-        self.rng, self.params = rng, params
-        self.ids: list[int] = list(prompt)
+        super().__init__(prompt, max_new_tokens, stops, rng, params, [] if keep_logits else None)
+        self.batcher = batcher
         self.fed = 0  # tokens whose keys/values are in the cache
         self.pages: list[int] = []
-        self.stop_reason: str | None = None
-        self.last_logits: np.ndarray | None = None
-        self.kept: list[np.ndarray] | None = [] if keep_logits else None
-        self.t_start = time.perf_counter()
-        self.ttft_s = 0.0
-        self.step_s: list[float] = []
-        self._t_last = self.t_start
-
-    @property
-    def done(self) -> bool:
-        return self.stop_reason is not None
-
-    @property
-    def new_ids(self) -> list[int]:
-        return self.ids[len(self.prompt):]
+        self._since = time.perf_counter()  # the start, then the last token
 
     @property
     def prefilling(self) -> bool:
         return self.fed < len(self.prompt)
 
-    def cancel(self) -> None:
-        """End this sequence now; its pages go back to the pool."""
-        if not self.done:
-            self.stop_reason = "cancelled"
+    def close(self) -> None:
         self.batcher._release(self)
-
-    def result(self) -> GenerationResult:
-        tpot = float(np.mean(self.step_s)) if self.step_s else 0.0
-        return GenerationResult(ids=list(self.ids), new_ids=self.new_ids, stop_reason=self.stop_reason or "running",
-                                ttft_s=self.ttft_s, tpot_s=tpot, tokens_per_s=1.0 / tpot if tpot > 0 else 0.0,
-                                prefill_s=self.ttft_s, step_s=list(self.step_s), logits=self.kept)
 
     def _take(self, logits: np.ndarray) -> int:
         """Choose the next token from the raw ``logits`` of the last fed row."""
-        self.last_logits = logits
-        if self.kept is not None:
-            self.kept.append(logits.copy())
-        tok = sample_token(logits, self.rng, self.ids, **self.params)
-        self.ids.append(tok)
-        now = time.perf_counter()
-        if len(self.ids) == len(self.prompt) + 1:
-            self.ttft_s = now - self.t_start
-        else:
-            self.step_s.append(now - self._t_last)
-        self._t_last = now
-        if tok in self.stops:
-            self.stop_reason = "stop_token"
-        elif len(self.new_ids) >= self.max_new_tokens:
-            self.stop_reason = "max_tokens"
-        if self.done:
-            self.batcher._release(self)
+        tok = self.choose(logits, self._since)
+        self._since = time.perf_counter()
+        self.prefill_s = self.ttft_s  # (the prompt's chunks and its first token are one span here)
         return tok
 
 
@@ -166,19 +128,10 @@ class PagedBatcher:
               ) -> PagedSequence:
         """A new sequence of ``prompt_ids`` (checked like :meth:`Generator.start`); it joins the
         next :meth:`step` it is passed to."""
-        cfg = self.model.config
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise InputError("generate: the prompt is empty")
-        bad = [t for t in prompt if not 0 <= t < cfg.vocab_size]
-        if bad:
-            raise InputError(f"generate: token id {bad[0]} is outside the vocabulary (size {cfg.vocab_size})")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        prompt, stops = check_request(self.model, prompt_ids, max_new_tokens, stop_ids)
         if len(prompt) + max_new_tokens > self.max_context:
             raise InputError(f"generate: {len(prompt)} prompt tokens + {max_new_tokens} new ones exceed the "
                              f"context of {self.max_context} tokens")
-        stops = set(cfg.eos_token_ids if stop_ids is None else (int(t) for t in stop_ids))
         params = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
         sample_token(np.zeros(2, np.float32), np.random.default_rng(0), (), **params)  # bad settings fail here
         return PagedSequence(self, prompt, max_new_tokens, stops, np.random.default_rng(seed), params, keep_logits)

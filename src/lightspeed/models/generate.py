@@ -30,9 +30,9 @@ from ..program import Program
 from ..search import SearchOptions
 from .base import DecoderLM
 
-__all__ = ["Generator", "GenerationState", "RankPrograms", "one_process", "GenerationResult", "generate",
-           "apply_repetition_penalty", "top_k_mask", "top_p_mask", "process_logits", "sample_token", "compile_model",
-           "record_build", "profile_options"]
+__all__ = ["Generator", "GenerationState", "TokenStream", "check_request", "RankPrograms", "one_process",
+           "GenerationResult", "generate", "apply_repetition_penalty", "top_k_mask", "top_p_mask", "process_logits",
+           "sample_token", "compile_model", "record_build", "profile_options"]
 
 
 # ---------------------------------------------------------------------- samplers (pure numpy)
@@ -236,16 +236,7 @@ class Generator:
         rows, its own seeded sampler.  Several may be in flight on one generator, interleaved at
         token boundaries (``lightspeed serve``); each one's tokens do not depend on the others.
         ``reserve=False``: the caller has planned the programs for the longest sequence already."""
-        cfg = self.model.config
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise InputError("generate: the prompt is empty")
-        bad = [t for t in prompt if not 0 <= t < cfg.vocab_size]
-        if bad:
-            raise InputError(f"generate: token id {bad[0]} is outside the vocabulary (size {cfg.vocab_size})")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        stops = set(cfg.eos_token_ids if stop_ids is None else (int(t) for t in stop_ids))
+        prompt, stops = check_request(self.model, prompt_ids, max_new_tokens, stop_ids)
         params = dict(temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty)
         if self.group is not None:  # the other ranks run the same loop in step (same logits, same tokens)
             self.group.follow(prompt_ids=prompt, max_new_tokens=max_new_tokens, seed=seed, stop_ids=sorted(stops),
@@ -286,21 +277,36 @@ class Generator:
             write(vbuf[i], p, out[f"new.{i}.v"])
 
 
-class GenerationState:
-    """One generation in flight (made by :meth:`Generator.start`): ``advance()`` runs the prefill
-    (first call) or one decode step and returns the token it chose; ``done`` once a stop token or
-    the token budget ends it (``stop_reason``); ``close()`` frees its KV cache early (a cancelled
-    request).  Its KV cache is one buffer per layer and per K/V on the decode program's device."""
+def check_request(model: DecoderLM, prompt_ids: Sequence[int], max_new_tokens: int,
+                  stop_ids: Iterable[int] | None) -> tuple[list[int], set[int]]:
+    """A generation request checked (errors name what is wrong): the prompt as ints, and the stop
+    ids (default: the model's EOS ids)."""
+    cfg = model.config
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise InputError("generate: the prompt is empty")
+    bad = [t for t in prompt if not 0 <= t < cfg.vocab_size]
+    if bad:
+        raise InputError(f"generate: token id {bad[0]} is outside the vocabulary (size {cfg.vocab_size})")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    return prompt, set(cfg.eos_token_ids if stop_ids is None else (int(t) for t in stop_ids))
 
-    def __init__(self, gen: Generator, prompt: list[int], max_new_tokens: int, stops: set[int],
-                 rng: np.random.Generator, params: dict[str, Any], kept: list[np.ndarray] | None) -> None:
-        self.gen, self.prompt, self.max_new_tokens, self.stops = gen, prompt, max_new_tokens, stops
+
+class TokenStream:
+    """What one generation has chosen so far: its ids, why it ended (``stop_reason``), the raw
+    logits of its last token, its timings.  :meth:`choose` samples the next token; a subclass
+    runs the programs (:class:`GenerationState`, ``models.batch.PagedSequence``) and frees its
+    cache in :meth:`close`, which also runs when the generation ends."""
+
+    def __init__(self, prompt: list[int], max_new_tokens: int, stops: set[int], rng: np.random.Generator,
+                 params: dict[str, Any], kept: list[np.ndarray] | None) -> None:
+        self.prompt, self.max_new_tokens, self.stops = prompt, max_new_tokens, stops
         self.rng, self.params, self.kept = rng, params, kept
         self.ids: list[int] = list(prompt)
         self.stop_reason: str | None = None
         self.ttft_s = self.prefill_s = 0.0
         self.step_s: list[float] = []
-        self._inputs: dict[str, Any] | None = None  # the decode inputs; None until the prefill ran
         self.last_logits: np.ndarray | None = None
 
     @property
@@ -310,6 +316,54 @@ class GenerationState:
     @property
     def new_ids(self) -> list[int]:
         return self.ids[len(self.prompt):]
+
+    def choose(self, logits: np.ndarray, since: float) -> int:
+        """The next token from the raw ``logits`` (kept for logprobs, and in ``kept`` if asked);
+        the time from ``since`` counts as the first token's or as one step's."""
+        self.last_logits = logits
+        if self.kept is not None:
+            self.kept.append(logits.copy())
+        tok = sample_token(logits, self.rng, self.ids, **self.params)
+        self.ids.append(tok)
+        if len(self.ids) == len(self.prompt) + 1:
+            self.ttft_s = time.perf_counter() - since
+        else:
+            self.step_s.append(time.perf_counter() - since)
+        if tok in self.stops:
+            self.stop_reason = "stop_token"
+        elif len(self.ids) - len(self.prompt) >= self.max_new_tokens:
+            self.stop_reason = "max_tokens"
+        if self.done:
+            self.close()
+        return tok
+
+    def cancel(self) -> None:
+        """End this generation now (its cache freed); ``stop_reason`` becomes "cancelled"."""
+        if not self.done:
+            self.stop_reason = "cancelled"
+        self.close()
+
+    def close(self) -> None:
+        """Free the generation's cache (a subclass's)."""
+
+    def result(self) -> GenerationResult:
+        tpot = float(np.mean(self.step_s)) if self.step_s else 0.0
+        return GenerationResult(ids=list(self.ids), new_ids=self.new_ids, stop_reason=self.stop_reason or "running",
+                                ttft_s=self.ttft_s, tpot_s=tpot, tokens_per_s=1.0 / tpot if tpot > 0 else 0.0,
+                                prefill_s=self.prefill_s, step_s=list(self.step_s), logits=self.kept)
+
+
+class GenerationState(TokenStream):
+    """One generation in flight (made by :meth:`Generator.start`): ``advance()`` runs the prefill
+    (first call) or one decode step and returns the token it chose; ``done`` once a stop token or
+    the token budget ends it (``stop_reason``); ``close()`` frees its KV cache early (a cancelled
+    request).  Its KV cache is one buffer per layer and per K/V on the decode program's device."""
+
+    def __init__(self, gen: Generator, prompt: list[int], max_new_tokens: int, stops: set[int],
+                 rng: np.random.Generator, params: dict[str, Any], kept: list[np.ndarray] | None) -> None:
+        super().__init__(prompt, max_new_tokens, stops, rng, params, kept)
+        self.gen = gen
+        self._inputs: dict[str, Any] | None = None  # the decode inputs; None until the prefill ran
 
     def advance(self) -> int:
         """Prefill (first call) or one decode step; returns the new token."""
@@ -339,38 +393,10 @@ class GenerationState:
             if "positions" in gen.decode.input_args:
                 self._inputs["positions"] = np.asarray([p], dtype=np.int64)
             out = gen.decode(self._inputs, dims={"p": p})
-        logits = out["logits"][-1]
-        self.last_logits = logits  # what this token was chosen from (lightspeed serve's logprobs)
-        if self.kept is not None:
-            self.kept.append(logits.copy())
-        tok = sample_token(logits, self.rng, self.ids, **self.params)
-        self.ids.append(tok)
-        if len(self.ids) == len(self.prompt) + 1:
-            self.ttft_s = time.perf_counter() - t0
-        else:
-            self.step_s.append(time.perf_counter() - t0)
-        if tok in self.stops:
-            self.stop_reason = "stop_token"
-        elif len(self.ids) - len(self.prompt) >= self.max_new_tokens:
-            self.stop_reason = "max_tokens"
-        if self.done:
-            self.close()
-        return tok
-
-    def cancel(self) -> None:
-        """End this generation now (its KV cache freed); ``stop_reason`` becomes "cancelled"."""
-        if not self.done:
-            self.stop_reason = "cancelled"
-        self.close()
+        return self.choose(out["logits"][-1], t0)
 
     def close(self) -> None:
         self._inputs = {} if self._inputs is not None else None  # drop the cache buffers
-
-    def result(self) -> GenerationResult:
-        tpot = float(np.mean(self.step_s)) if self.step_s else 0.0
-        return GenerationResult(ids=list(self.ids), new_ids=self.new_ids, stop_reason=self.stop_reason or "running",
-                                ttft_s=self.ttft_s, tpot_s=tpot, tokens_per_s=1.0 / tpot if tpot > 0 else 0.0,
-                                prefill_s=self.prefill_s, step_s=list(self.step_s), logits=self.kept)
 
 
 def generate(model: DecoderLM, tokenizer: Any, prompt_ids: Sequence[int], *, weights: Mapping[str, Any],
