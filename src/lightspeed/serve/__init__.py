@@ -52,14 +52,17 @@ def served_model(opts: ServeOptions, family: str, say: Any = None) -> Any:
     if limit is not None and opts.max_context > limit:
         raise library.RunError(f"--max-context {opts.max_context} exceeds the model's {limit} positions")
     search = SearchOptions(budget=opts.search_budget, seed=opts.seed)
-    if tm.model.supports_paged:  # one batched step for all requests, over a paged KV cache
-        gen = library.compile_batcher(tm, opts.backend, search, max_batch=opts.max_batch,
-                                      max_context=opts.max_context, say=say or library.say)
-    else:  # each request's own prefill and decode calls, interleaved
-        gen = library.compile_generator(tm, opts.backend, search, say=say or library.say)
+
+    def make() -> Any:  # on the engine's thread: the programs are compiled where they run
+        if tm.model.supports_paged:  # one batched step for all requests, over a paged KV cache
+            return library.compile_batcher(tm, opts.backend, search, max_batch=opts.max_batch,
+                                           max_context=opts.max_context, say=say or library.say)
+        # each request's own prefill and decode calls, interleaved
+        return library.compile_generator(tm, opts.backend, search, say=say or library.say)
+
     tok = tm.tokenizer
     stops = set() if tm.random else set(tm.model.config.eos_token_ids) | set(tok.eos_ids)
-    engine = Engine(gen, tok, max_batch=opts.max_batch, max_queue=opts.max_queue, max_context=opts.max_context,
+    engine = Engine(make, tok, max_batch=opts.max_batch, max_queue=opts.max_queue, max_context=opts.max_context,
                     stop_ids=sorted(stops))
 
     def render_chat(messages: list[dict[str, str]]) -> str:

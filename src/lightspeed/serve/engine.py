@@ -157,16 +157,19 @@ def _release_heap() -> None:
 
 class Engine:
     """Runs requests on ``generator`` (a :class:`lightspeed.models.batch.PagedBatcher`, or a
-    :class:`lightspeed.models.generate.Generator`) with ``tokenizer``; at most ``max_batch`` in
-    flight and ``max_queue`` waiting; sequences of at most ``max_context`` tokens (prompt +
-    completion), for which the programs are planned once here."""
+    :class:`lightspeed.models.generate.Generator`; or a function making one, which the worker
+    thread calls first, so that compiling and stepping run on one thread: native kernels get one
+    OpenMP team, see ``backends/native/executor.py``) with ``tokenizer``; at most ``max_batch``
+    in flight and ``max_queue`` waiting; sequences of at most ``max_context`` tokens (prompt +
+    completion), for which the programs are planned once here.  The constructor returns when
+    the worker is ready and raises what making the generator raised."""
 
     def __init__(self, generator: Any, tokenizer: Any, *, max_batch: int = 8, max_queue: int = 64,
                  max_context: int = 2048, stop_ids: Sequence[int] = ()) -> None:
         if max_batch < 1 or max_queue < 0 or max_context < 2:
             raise ValueError(f"engine: max_batch {max_batch} >= 1, max_queue {max_queue} >= 0 and "
                              f"max_context {max_context} >= 2 expected")
-        self.gen, self.tokenizer = generator, tokenizer
+        self.tokenizer = tokenizer
         self.max_batch, self.max_queue, self.max_context = max_batch, max_queue, max_context
         self.stop_ids = set(stop_ids)
         self.metrics = Metrics()
@@ -176,17 +179,39 @@ class Engine:
         self._stopping = False  # no new requests; the active ones finish or are cancelled
         self._closed = False  # the worker ends
         self._idle = False  # the worker has released memory since the last request
+        ready: list[BaseException | None] = []
+        started = threading.Event()
+
+        def serve() -> None:
+            try:
+                self._attach(generator() if callable(generator) else generator)
+            except BaseException as e:  # noqa: BLE001 - handed to the constructor
+                ready.append(e)
+                started.set()
+                return
+            ready.append(None)
+            started.set()
+            self._run()
+
+        self._worker = threading.Thread(target=serve, name="lightspeed-engine", daemon=True)
+        self._worker.start()
+        started.wait()
+        if ready[0] is not None:
+            raise ready[0]
+
+    def _attach(self, generator: Any) -> None:
+        """Check ``generator`` against the engine's bounds and plan its programs for them."""
+        self.gen = generator
         self.batched = hasattr(generator, "step")
         if self.batched:
-            if max_batch > generator.max_rows:
-                raise ValueError(f"engine: max_batch {max_batch} exceeds the batcher's {generator.max_rows} rows")
-            if max_context > generator.max_context:
-                raise ValueError(f"engine: max_context {max_context} exceeds the batcher's {generator.max_context}")
+            if self.max_batch > generator.max_rows:
+                raise ValueError(f"engine: max_batch {self.max_batch} exceeds the batcher's {generator.max_rows} rows")
+            if self.max_context > generator.max_context:
+                raise ValueError(f"engine: max_context {self.max_context} exceeds the batcher's "
+                                 f"{generator.max_context}")
         else:  # every sequence fits these bounds: no call ever plans anything again
-            generator.prefill.reserve(s=max_context)
-            generator.decode.reserve(**{k: max_context for k in ("p", "M") if k in generator.decode.symbols})
-        self._worker = threading.Thread(target=self._run, name="lightspeed-engine", daemon=True)
-        self._worker.start()
+            generator.prefill.reserve(s=self.max_context)
+            generator.decode.reserve(**{k: self.max_context for k in ("p", "M") if k in generator.decode.symbols})
 
     # ------------------------------------------------------------------ the HTTP side
     def submit(self, req: Request) -> None:

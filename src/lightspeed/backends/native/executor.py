@@ -57,51 +57,6 @@ PROGRAM = "__program__"  # the handle of the function that runs a program's whol
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-strict-aliasing", "-fwrapv", "-std=gnu11")
 
 
-class _KernelThread:
-    """The one thread that runs this process's native kernels.  OpenMP (libgomp) keeps a team of
-    worker threads per thread that starts parallel regions, for that thread's lifetime; once two
-    threads have teams (a compile measured on the main thread, then a server's engine thread
-    stepping), the workers outnumber the cores, libgomp stops spinning between regions, and a
-    decode step of hundreds of short regions ran 3.5x slower.  So every call is handed to this
-    thread (one team for the process); a call made on it runs directly.  Calls from several
-    threads run one after another, each with its own buffers."""
-
-    def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-        self._jobs: Any = None
-        self._start = threading.Lock()
-
-    def call(self, fn: Any, *args: Any) -> Any:
-        if threading.current_thread() is self._thread:
-            return fn(*args)
-        import queue
-
-        with self._start:
-            if self._thread is None:
-                self._jobs = queue.SimpleQueue()
-                self._thread = threading.Thread(target=self._serve, name="lightspeed-native", daemon=True)
-                self._thread.start()
-        done, box = threading.Event(), []
-        self._jobs.put((fn, args, done, box))
-        done.wait()
-        ok, value = box[0]
-        if not ok:
-            raise value
-        return value
-
-    def _serve(self) -> None:
-        while True:
-            fn, args, done, box = self._jobs.get()
-            try:
-                box.append((True, fn(*args)))
-            except BaseException as e:  # noqa: BLE001 - handed back to the caller
-                box.append((False, e))
-            done.set()
-
-
-_kernel_thread = _KernelThread()
-
-
 def _cpu_id() -> str:
     """The CPU's model and feature flags (a kernel built with -march=native runs only on such a CPU)."""
     try:
@@ -365,7 +320,13 @@ class _State:
 
 
 class HostExecutor(Executor):
-    """Kernels compiled for this CPU, run on the calling thread; arrays are numpy arrays."""
+    """Kernels compiled for this CPU, run on the calling thread; arrays are numpy arrays.
+
+    Each thread that runs kernels gets its own OpenMP team (libgomp keeps it for the thread's
+    life); with two such teams on a 2-core machine the workers stop spinning between parallel
+    regions and a decode step of hundreds of short regions ran 3.5x slower.  A process that steps
+    a model on a worker thread (``lightspeed serve``) compiles it on that thread too.  (Handing
+    every call to one kernel thread cost 56-85 us per call on the 2-core VM.)"""
 
     name = "host"
     dialect = "c"
@@ -410,10 +371,6 @@ class HostExecutor(Executor):
         return _State(nbytes, slots)
 
     def run(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]) -> None:
-        _kernel_thread.call(self._run, state, launches, handles)
-
-    @staticmethod
-    def _run(state: _State, launches: list[Launch], handles: dict[str, Any]) -> None:
         program = handles.get(PROGRAM)
         if program is not None:
             program(state.table_address)
@@ -425,11 +382,6 @@ class HostExecutor(Executor):
 
     def run_traced(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]
                    ) -> list[tuple[Launch, float, float]]:
-        return _kernel_thread.call(self._run_traced, state, launches, handles)
-
-    @staticmethod
-    def _run_traced(state: _State, launches: list[Launch], handles: dict[str, Any]
-                    ) -> list[tuple[Launch, float, float]]:
         out, t = [], state.table_address
         for launch in launches:
             start = time.perf_counter()

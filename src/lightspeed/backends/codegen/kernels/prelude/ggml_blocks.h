@@ -186,40 +186,8 @@ static LS_INLINE __m128 ls_block_dot(const unsigned char* q, int q8, const void*
    in one register pass, 8 partial sums; AVX-512 VNNI's dpbusd / dpwssd where present. */
 #if !defined(__znver1__) && !defined(LS_NARROW)
 #define LS_WIDE 1
-static LS_INLINE __m256 ls_block_dot256(const unsigned char* q, int q8, const void* y, int bits) {
-  const __m256i* yy = (const __m256i*)y;
-  __m256i w0, w1;  /* weights 0-15 and 16-31: bytes (bits 8, in one register w0) or 16-bit */
-  if (!q8) {
-    const __m128i nib = _mm_loadu_si128((const __m128i*)q), low = _mm_set1_epi8(15);
-    const __m128i n0 = _mm_and_si128(nib, low), n1 = _mm_and_si128(_mm_srli_epi16(nib, 4), low);
-    if (bits == 8) {
-      const __m256i u = _mm256_set_m128i(n1, n0), v = _mm256_loadu_si256(yy);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-      return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, v));
-#else
-      return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, v), _mm256_set1_epi16(1)));
-#endif
-    }
-    w0 = _mm256_cvtepu8_epi16(n0); w1 = _mm256_cvtepu8_epi16(n1);
-  } else {
-    if (bits == 8) {  /* signed times signed: |w| times y with w's sign */
-      const __m256i w = _mm256_loadu_si256((const __m256i*)q), v = _mm256_loadu_si256(yy);
-      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(v, w));
-      return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-    }
-    w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)q));
-    w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(q + 16)));
-  }
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_cvtepi32_ps(_mm256_dpwssd_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(yy)), w1,
-                                                _mm256_loadu_si256(yy + 1)));
-#else
-  return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(yy)),
-                                             _mm256_madd_epi16(w1, _mm256_loadu_si256(yy + 1))));
-#endif
-}
-/* ls_block_dot256's 16-bit path in two parts: a block's weights as 16-bit integers (0-15, 16-31),
-   then their dot with 32 of x's 16-bit integers (the same integer operations, so the same sums) */
+/* a block's weights as 16-bit integers (0-15, 16-31), then their dot with 32 of x's 16-bit
+   integers: ls_block_dot256's 16-bit path, in two parts so that rows can share the unpacking */
 static LS_INLINE void ls_wunpack16(const unsigned char* q, int q8, __m256i* w0, __m256i* w1) {
   if (!q8) {
     const __m128i nib = _mm_loadu_si128((const __m128i*)q), low = _mm_set1_epi8(15);
@@ -239,6 +207,27 @@ static LS_INLINE __m256 ls_wdot16(__m256i w0, __m256i w1, const unsigned char* y
   return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(yy)),
                                              _mm256_madd_epi16(w1, _mm256_loadu_si256(yy + 1))));
 #endif
+}
+static LS_INLINE __m256 ls_block_dot256(const unsigned char* q, int q8, const void* y, int bits) {
+  if (bits == 16) {
+    __m256i w0, w1;
+    ls_wunpack16(q, q8, &w0, &w1);
+    return ls_wdot16(w0, w1, (const unsigned char*)y);
+  }
+  const __m256i v = _mm256_loadu_si256((const __m256i*)y);
+  if (!q8) {  /* 8 bits: a block's 16 bytes of nibbles against x's 32 bytes */
+    const __m128i nib = _mm_loadu_si128((const __m128i*)q), low = _mm_set1_epi8(15);
+    const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(nib, 4), low), _mm_and_si128(nib, low));
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, v));
+#else
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, v), _mm256_set1_epi16(1)));
+#endif
+  }
+  /* signed times signed: |w| times y with w's sign */
+  const __m256i w = _mm256_loadu_si256((const __m256i*)q);
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(v, w));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 #endif
 /* the integer dots' float accumulators: 8 lanes where the dots are 256-bit (LS_WIDE), else 4 */
@@ -320,11 +309,9 @@ static LS_INLINE void ls_pair_x(short* y, long long nb) {
     memcpy(y + 32 * b + 32, t + 16, 32); memcpy(y + 32 * b + 48, t + 48, 32);
   }
 }
-#endif
 static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
                                     long long ystride, const float* xd, const float* xs, long long xstride,
                                     float* out) {
-#ifdef LS_PAIRS
   const int q8 = qtype == 2, bsize = q8 ? 32 : 16;
   const unsigned char* qs = row + (qtype == 1 ? 4 : 2) * nb;
   __m512 acc[4];
@@ -382,50 +369,8 @@ static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int 
     off[r] += ls_hsum8(offv[r]);
     out[r] = q8 ? dot : dot + (qtype == 1 ? off[r] : -8.0f * off[r]);
   }
-#elif defined(LS_WIDE)
-  const int q8 = qtype == 2, bsize = q8 ? 32 : 16;
-  const unsigned char* qs = row + (qtype == 1 ? 4 : 2) * nb;
-  ls_acc acc0[4], acc1[4];
-  __m256 offv[4];
-  float off[4], sc[4][8] __attribute__((aligned(32)));
-  for (int r = 0; r < 4; r++) { acc0[r] = acc1[r] = ls_acc_zero(); offv[r] = _mm256_setzero_ps(); off[r] = 0.0f; }
-  long long b = 0;
-  for (; b + 8 <= nb; b += 8) {
-    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * b)));
-    const __m256 mv = qtype == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * (nb + b)))) : dv;
-    for (int r = 0; r < 4; r++) {
-      _mm256_store_ps(sc[r], _mm256_mul_ps(dv, _mm256_loadu_ps(xd + r * xstride + b)));
-      if (!q8) offv[r] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xs + r * xstride + b), offv[r]);
-    }
-    for (int t = 0; t < 8; t += 2) {
-      __m256i a0, a1, c0, c1;
-      ls_wunpack16(qs + (b + t) * bsize, q8, &a0, &a1);
-      ls_wunpack16(qs + (b + t + 1) * bsize, q8, &c0, &c1);
-      for (int r = 0; r < 4; r++) {
-        const unsigned char* yr = y + r * ystride;
-        acc0[r] = ls_acc_fma(ls_acc_bcast(sc[r] + t), ls_wdot16(a0, a1, yr + (b + t) * 64), acc0[r]);
-        acc1[r] = ls_acc_fma(ls_acc_bcast(sc[r] + t + 1), ls_wdot16(c0, c1, yr + (b + t + 1) * 64), acc1[r]);
-      }
-    }
-  }
-  for (; b < nb; b++) {
-    __m256i a0, a1;
-    ls_wunpack16(qs + b * bsize, q8, &a0, &a1);
-    for (int r = 0; r < 4; r++) {
-      acc0[r] = ls_acc_fma(ls_acc_set1(ls_hx(row, b) * xd[r * xstride + b]), ls_wdot16(a0, a1, y + r * ystride + b * 64),
-                           acc0[r]);
-      if (!q8) off[r] += ls_hx(row, qtype == 1 ? nb + b : b) * xs[r * xstride + b];
-    }
-  }
-  for (int r = 0; r < 4; r++) {
-    const float dot = ls_hsum4(ls_acc_half(ls_acc_add(acc0[r], acc1[r])));
-    off[r] += ls_hsum8(offv[r]);
-    out[r] = q8 ? dot : dot + (qtype == 1 ? off[r] : -8.0f * off[r]);
-  }
-#else
-  for (int r = 0; r < 4; r++) out[r] = ls_qdot(row, nb, qtype, 16, y + r * ystride, xd + r * xstride, xs + r * xstride);
-#endif
 }
+#endif
 /* 16 weights (bytes: unsigned u, or signed q) times 16 of x's integers (``bits`` 8 or 16, half h
    of a group's 32): 4 partial sums */
 static LS_INLINE __m128i ls_udot16(__m128i u, const void* y, int bits, int h) {
@@ -683,11 +628,6 @@ static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype
   }
   return qtype == 2 ? acc : acc + (qtype == 1 ? off : -8.0f * off);
 }
-static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
-                                    long long ystride, const float* xd, const float* xs, long long xstride,
-                                    float* out) {
-  for (int r = 0; r < 4; r++) out[r] = ls_qdot(row, nb, qtype, 16, y + r * ystride, xd + r * xstride, xs + r * xstride);
-}
 static LS_INLINE float ls_kdot(const unsigned char* row, long long ng, int code, int bits, const void* y,
                                const float* xd, const float* xs) {
   float acc = 0.0f, off = 0.0f;
@@ -712,5 +652,13 @@ static LS_INLINE void ls_blk_k(const unsigned char* row, int code, long long g, 
   float f[32];
   ls_dec32(row, code, g, f);
   for (int q = 0; q < 4; q++) w[q] = ls_ldf8(f + 8 * q);
+}
+#endif
+#ifndef LS_PAIRS
+/* without 512-bit pairs: the four rows one after another (the same results) */
+static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
+                                    long long ystride, const float* xd, const float* xs, long long xstride,
+                                    float* out) {
+  for (int r = 0; r < 4; r++) out[r] = ls_qdot(row, nb, qtype, 16, y + r * ystride, xd + r * xstride, xs + r * xstride);
 }
 #endif
