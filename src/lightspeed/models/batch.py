@@ -117,9 +117,7 @@ class PagedBatcher:
                                   "positions": np.full(rows, width * self.page - 1, np.int64),
                                   "pages": np.zeros((rows, width), np.int64),
                                   "slots": np.arange(rows, dtype=np.int64) % (self.n_pages * self.page)}
-        for i, (k, v) in enumerate(self.pools):
-            inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
-        self.program(inputs, dims={"r": rows})
+        self._call(inputs, rows)
 
     # ------------------------------------------------------------------ sequences
     def start(self, prompt_ids: Sequence[int], max_new_tokens: int = 64, *, temperature: float = 0.0,
@@ -181,12 +179,16 @@ class PagedBatcher:
         inputs: dict[str, Any] = {"input_ids": np.array([t for _, _, t in rows], np.int64),
                                   "positions": np.array([p for _, p, _ in rows], np.int64),
                                   "pages": table, "slots": slots}
-        for i, (k, v) in enumerate(self.pools):
-            inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
-        logits = self.program(inputs, dims={"r": max(1, len(choosing))})["logits"]
+        logits = self._call(inputs, max(1, len(choosing)))
         for s, pos, _ in rows:
             s.fed = max(s.fed, pos + 1)
         return {s: s._take(np.asarray(logits[j])) for j, s in enumerate(choosing)}
+
+    def _call(self, inputs: dict[str, Any], logit_rows: int) -> Any:
+        """The paged program on ``inputs`` and the pools: the logits of the first ``logit_rows`` rows."""
+        for i, (k, v) in enumerate(self.pools):
+            inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
+        return self.program(inputs, dims={"r": logit_rows})["logits"]
 
     # ------------------------------------------------------------------ pages
     @property

@@ -141,18 +141,23 @@ class _Active:
         self.t_last = 0.0
 
 
+_malloc_trim: list[Any] = []  # the C library's malloc_trim, looked up once (None: there is none)
+
+
 def _release_heap() -> None:
     """Give the C heap's free pages back to the OS (glibc keeps them after a busy spell: threads,
     buffers and arrays of many requests), so an idle server's resident memory returns to its idle
     level.  Nothing where the C library has no ``malloc_trim``."""
-    import ctypes
-    import ctypes.util
+    if not _malloc_trim:
+        import ctypes
+        import ctypes.util
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+        try:  # (find_library runs ldconfig: once per process)
+            _malloc_trim.append(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim)
+        except (OSError, AttributeError):
+            _malloc_trim.append(None)
+    if _malloc_trim[0] is not None:
+        _malloc_trim[0](0)
 
 
 class Engine:

@@ -157,7 +157,7 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     body = w.pop()
     early = None
     if activations != "float":
-        early = _quantised_rows(w, op, in_dtypes, qtype, activations, side, xrow, at, coords)
+        early = _quantised_rows(w, op, in_dtypes, code, nb, row_bytes, activations, side, xrow, at, coords)
     label = f"{qtype}matmul" + ("" if activations == "float" else f"_{activations}")
     return finish(w, "c", "matmul_dot", bufs, wn, body, label, [("_ls_wrow", wn)], xn * k, setup, early=early,
                   preludes=("ggml_blocks",))
@@ -166,22 +166,19 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
 QUANT_ROWS_MAX = 64  # rows of x (a batch of decode rows, a short prompt) quantised like a decode row
 
 
-def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], qtype: str, activations: str, side: int,
-                    xrow: str, at: str, coords: tuple) -> list[str]:
+def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], code: int, nb: int, row_bytes: int,
+                    activations: str, side: int, xrow: str, at: str, coords: tuple) -> list[str]:
     """The run-time branch for 2 to :data:`QUANT_ROWS_MAX` rows of x with quantised activations:
     every row quantised once (into a scratch buffer, by ``ls_quant_x``), then each weight row
     (an item, read once from memory) dotted with every row of x by the decode row's own function.
     So each row's result is bit for bit the one it gets as a single decode row, whatever other rows
     share the call: a batch of sequences decoded together gives each one its solo result (batch
     invariance, ``lightspeed serve``).  More rows keep float activations (the tiles above)."""
-    from ....weights.quant import BLOCK_BYTES, BLOCK_WEIGHTS, QK
+    from ....weights.quant import QK
 
     a = op.args
-    k = int(a["k"].value)
-    nb = k // QK
-    code = BLOCK_CODE[qtype]
+    k = nb * QK
     bits = 16 if activations == "q16" else 8
-    row_bytes = k // BLOCK_WEIGHTS.get(qtype, QK) * BLOCK_BYTES[qtype]
     xn, wn = (a["m"], a["n"]) if side == 1 else (a["n"], a["m"])
     xx, ww = w.expr(xn), w.expr(wn)
     dot = "ls_qdot" if code < 3 else "ls_kdot"
