@@ -31,7 +31,7 @@ for p in $parts; do
   case $p in
     info) run info bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import cuda.bindings, torch, numpy, egglog; print(\"cuda-bindings\", cuda.bindings.__version__, \"torch\", torch.__version__, \"numpy\", numpy.__version__)"; python3 -c "import lightspeed.backends.cuda as c; b=c.CudaBackend(); print(b.available(), b.device())"' ;;
     conformance) run conformance python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q -p no:cacheprovider -n "$jobs" --maxfail=40 "$@" ;;
-    cuda) run cuda python3 -m pytest -o addopts="" tests/backends/test_cuda.py -q -p no:cacheprovider -n "$jobs" --maxfail=60 "$@" ;;
+    cuda) run cuda python3 -m pytest -o addopts="" tests/backends/test_cuda.py tests/backends/test_attention.py -q -p no:cacheprovider -n "$jobs" --maxfail=60 "$@" ;;
     cublaslt) run cublaslt python3 -m pytest -o addopts="" tests/backends/test_cuda_cublaslt.py tests/backends/test_cublaslt_plan.py -q -p no:cacheprovider -n 4 "$@" ;;
     models) run models python3 -m pytest -o addopts="" tests/models/test_cuda_models.py -q -p no:cacheprovider -n 7 ;;
     torch) run torch python3 -m pytest -o addopts="" tests/torch_backend/test_cuda_torch.py -q -p no:cacheprovider -n 8 ;;

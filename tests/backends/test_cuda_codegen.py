@@ -113,6 +113,6 @@ def test_every_generated_cuda_kernel_compiles_for_sm90():
     vector = [s for s in specs if "ls_dot8_bf16(" in s.source]
     assert vector, "no bfloat16 matmul took the 16-byte dot path"
     modes["vector"] = vector[0]
-    assert {"elementwise", "warp", "scatter", "matmul_dot", "matmul_tile"} <= modes.keys(), modes.keys()
+    assert {"elementwise", "warp", "scatter", "matmul_dot", "matmul_tile", "attention"} <= modes.keys(), modes.keys()
     images = nvrtc.compile_many([module_source([s], "cuda") for s in modes.values()], "sm_90")
     assert all(len(img) > 1000 for img in images)

@@ -83,6 +83,7 @@ def test_an_entry_overrides_the_generated_kernels_of_an_op():
 COLS = 16384
 ROW_SUM = r"""
 extern "C" __global__ void __launch_bounds__(256) KNAME(const long long* T, int dim_0, int buf_out, int buf_in0) {
+  LS_KERNEL_BEGIN();  // first: wait for the kernel before this one (prelude/cuda.cuh)
   extern __shared__ float row[];
   const long long rows = T[dim_0];
   const float* in = (const float*)T[buf_in0];

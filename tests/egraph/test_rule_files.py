@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from lightspeed.backends.codegen.fused import FUSED_KERNEL_OPS
+from lightspeed.backends.codegen.fused import RULE_FILES as FUSED_RULE_FILES
 from lightspeed.backends.cpu import OPS as CPU_OPS
 from lightspeed.backends.cpu import RULE_FILES as CPU_RULE_FILES
 from lightspeed.backends.cuda.cublaslt import LT_OPS
@@ -18,7 +20,7 @@ from lightspeed.egraph.decl import constructors_text
 from lightspeed.egraph.encode import GENERIC_RULES
 
 CHECKS = Path(__file__).parent / "checks"
-RULE_FILES = [f for f, _ in GENERIC_RULES] + list(CPU_RULE_FILES) + [CUBLASLT_RULE_FILE]
+RULE_FILES = [f for f, _ in GENERIC_RULES] + list(CPU_RULE_FILES) + [CUBLASLT_RULE_FILE] + list(FUSED_RULE_FILES)
 
 
 @pytest.mark.parametrize("rule_file", RULE_FILES, ids=[f.stem for f in RULE_FILES])
@@ -29,6 +31,7 @@ def test_rule_file_self_checks(rule_file: Path):
     r.run(SCHEMA, name="schema.egg")
     r.run(constructors_text(CPU_OPS), name="cpu constructors")
     r.run(constructors_text(LT_OPS), name="cuda constructors")
+    r.run(constructors_text(FUSED_KERNEL_OPS), name="fused kernel constructors")
     r.run(rule_file.read_text(), name=rule_file.name)
     r.run(check.read_text(), name=check.name)
 

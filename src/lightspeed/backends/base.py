@@ -13,6 +13,10 @@ A backend declares
 * ``matmul_dtypes``: the dtypes whose generic ``Matmul`` (``rules/linalg.egg``) it computes exactly
   like the reference's Mul + SumReduce, up to summation order (the ``matmul_dtype`` facts; empty =
   no Matmul); a backend that runs ``Matmul`` itself lists it in ``ops``;
+* ``fused_kernel_dtypes``: the dtypes whose fused kernels (``backends/codegen/fused.py``: attention,
+  gated products, norms, products and regions written into a scatter's destination) it runs,
+  keeping in float what the chain they replace rounds to the dtype (the ``fused_kernel_dtype``
+  facts their rules read; the backend declares the ops and rule files);
 * ``block_dtypes``: the GGML block dtypes (``dtypes.BLOCK_DTYPES``) whose matrices its kernels
   read as blocks (its rules offer them beside the dequantising Cast; models declare such weights
   with their block dtype only for these);
@@ -63,6 +67,7 @@ class Backend:
     rulesets: tuple[str, ...] = ()
     fuse_dtypes: tuple[DType, ...] = ()
     matmul_dtypes: tuple[DType, ...] = ()
+    fused_kernel_dtypes: tuple[DType, ...] = ()
     block_dtypes: tuple[DType, ...] = ()
     # False for a backend that runs HLIR as it is (the reference): no e-graph search
     searched: bool = True
@@ -111,7 +116,8 @@ class Backend:
         facts = "".join(f"(fuse_dtype ({DTYPE_CTOR[d]}))\n" for d in self.fuse_dtypes)
         files = [*GENERIC_RULE_FILES, *self.rule_files]
         return "\n".join([constructors_text(self.ops) if self.ops else "", facts, *(f.read_text() for f in files),
-                          "".join(f"(matmul_dtype ({DTYPE_CTOR[d]}))\n" for d in self.matmul_dtypes)])
+                          "".join(f"(matmul_dtype ({DTYPE_CTOR[d]}))\n" for d in self.matmul_dtypes),
+                          "".join(f"(fused_kernel_dtype ({DTYPE_CTOR[d]}))\n" for d in self.fused_kernel_dtypes)])
 
     # ------------------------------------------------------------------ running
     def lower(self, graph: Graph, lprog: LProgram, report: Any = None) -> Program:

@@ -29,7 +29,7 @@ from ..dtypes import ALL_DTYPES, BLOCK_DTYPES, DType
 from ..errors import UnsupportedError
 from ..graph import Graph
 from ..primitives import PRIMITIVES, ConstantValue, IotaArg
-from ..shape import ShapeTracker, View
+from ..shape import ShapeTracker, View, contiguous_strides
 from ..symbolic import INDEX_VAR, Expr
 from .decl import GENERIC_OPS, PRIMITIVE_OPS, constructors_text
 
@@ -118,6 +118,25 @@ def view_to_egg(st: ShapeTracker, cache=None) -> str:
     return s
 
 
+def broadcast_axis_from_end(st: ShapeTracker) -> int | None:
+    """k when ``st`` reads its source row-major over its shape with the k-th axis from the end
+    taken out, that axis (of extent > 1) having stride 0 (the ``rm_bcast`` fact); else None.
+    One unmasked view at offset 0; axes of extent 1 are ignored."""
+    if len(st.views) != 1:
+        return None
+    v = st.views[0]
+    if v.mask is not None or v.offset != 0:
+        return None
+    zero = [a for a, (d, s) in enumerate(zip(v.shape, v.strides)) if d != 1 and s == 0]
+    if len(zero) != 1:
+        return None
+    kept = [a for a, d in enumerate(v.shape) if d != 1 and a != zero[0]]
+    want = contiguous_strides(tuple(v.shape[a] for a in kept))
+    if any(v.strides[a] != w for a, w in zip(kept, want)):
+        return None
+    return len(v.shape) - 1 - zero[0]
+
+
 @dataclass
 class EncodedGraph:
     """The program text plus what decoding needs: constants by index, node globals."""
@@ -132,6 +151,7 @@ def encode_graph(graph: Graph) -> EncodedGraph:
     """Write the reachable part of ``graph`` as egglog ``let`` bindings and a ``$root``."""
     cache: dict[Expr, str] = {}
     lines: list[str] = []
+    facts_done: set[ShapeTracker] = set()
     enc = EncodedGraph("")
     for i in graph.reachable():
         n = graph.nodes[i]
@@ -146,6 +166,8 @@ def encode_graph(graph: Graph) -> EncodedGraph:
             term = f"(Constant {len(enc.constants) - 1} {elist_to_egg(n.shape, cache)} ({DTYPE_CTOR[n.dtype]}))"
             if n.arg.is_scalar and n.arg.value.astype(np.float64) in (0.0, 1.0) and not np.signbit(n.arg.value):
                 lines.append(f"({'unit' if n.arg.value else 'zero'}_constant {len(enc.constants) - 1})")
+            elif n.arg.is_scalar and n.arg.value.astype(np.float64) == -1.0:
+                lines.append(f"(neg_unit_constant {len(enc.constants) - 1})")
         elif name == "Output":
             term = f"(Output {egg_string(n.arg)} {ins})"
         elif name == "Iota":
@@ -160,6 +182,11 @@ def encode_graph(graph: Graph) -> EncodedGraph:
             term = f"({name} {ins})"
         else:  # pragma: no cover - every row is handled above
             raise AssertionError(name)
+        for _, st in n.inputs:
+            k = broadcast_axis_from_end(st)
+            if k is not None and st not in facts_done:
+                facts_done.add(st)
+                lines.append(f"(rm_bcast {view_to_egg(st, cache)} {k})")
         g = f"$n{i}"
         enc.node_globals[i] = g
         lines.append(f"(let {g} {term})")

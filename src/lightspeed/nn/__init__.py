@@ -7,7 +7,7 @@ same name.  See ``docs/models.md``.
 
 from __future__ import annotations
 
-from .attention import Attention, Step, gqa_attention, paged_attention
+from .attention import Attention, Step, gqa_attention, paged_attention, softmax_attention
 from .layers import Embedding, LayerNorm, Linear, RMSNorm
 from .mlp import MLP, GatedMLP, activation, gelu_tanh_mul, silu_mul
 from .module import Builder, Module
@@ -15,6 +15,6 @@ from .rope import RotaryEmbedding, rope_from_hf
 
 __all__ = [
     "Builder", "Module", "Linear", "Embedding", "RMSNorm", "LayerNorm", "RotaryEmbedding", "rope_from_hf",
-    "Attention", "Step", "gqa_attention", "paged_attention", "GatedMLP", "MLP", "silu_mul", "gelu_tanh_mul",
-    "activation",
+    "Attention", "Step", "gqa_attention", "paged_attention", "softmax_attention", "GatedMLP", "MLP", "silu_mul",
+    "gelu_tanh_mul", "activation",
 ]

@@ -2,18 +2,19 @@
 
 Layout (``H`` query heads, ``n_kv`` KV heads, group ``g = H / n_kv``, ``s`` new tokens, ``P`` cached):
 
-- queries are laid out ``[n_kv, g, s, d]`` by the last element-wise op that produces them (q-norm
-  or RoPE writes that layout directly), so ``[n_kv, g*s, d]`` is a free reshape: one batched
-  matmul per KV head covers its whole query group -- no ``repeat_interleave`` of K/V;
-- new keys/values are ``[s, n_kv, d]`` (the program outputs ``new.{i}.k/v``) and cached ones are
-  the inputs ``past.{i}.k/v`` ``[P, n_kv, d]``, read as ``[n_kv, d, P]`` / ``[n_kv, P, d]`` strided
-  views that BLAS takes as they are;
-- scores against past and new keys are computed separately and only the score tensors are
-  concatenated (softmax runs over ``P + s``); then ``out = E_past @ V_past + E_new @ V_new``.  The
-  cache itself is never concatenated, so a decode step costs O(P) reads, not an O(P) copy;
-- the softmax is in base 2 (the query scale carries ``log2 e``, folded into the RoPE tables) and
-  its normalisation is applied to the ``[s, H, d]`` output instead of the ``[H, s, P+s]``
-  probabilities; that last multiply writes ``[s, n_kv, g, d]``, the layout ``o_proj`` reads.
+- a prefill (no cache): queries are laid out ``[n_kv, g, s, d]`` by the last element-wise op that
+  produces them (q-norm or RoPE writes that layout directly), so ``[n_kv, g*s, d]`` is a free
+  reshape: one batched matmul per KV head covers its whole query group -- no
+  ``repeat_interleave`` of K/V; the softmax's normalisation is applied to the ``[s, H, d]`` output
+  instead of the ``[H, s, s]`` probabilities, and that multiply writes ``[s, n_kv, g, d]``, the
+  layout ``o_proj`` reads;
+- a step with a cache ``[M, n_kv, d]`` (updated in place): the new rows are written at
+  ``[p, p + s)`` first, then the queries, laid out rows first ``[s, n_kv, g, d]``, attend to the
+  cache rows ``[lo, p + s)`` read as ``[n_kv, d, L]`` / ``[n_kv, L, d]`` strided views (never
+  copied) in one chain (:func:`softmax_attention`), whose output is already ``o_proj``'s layout.
+  The chain is what the fused attention kernel (``rules/attention.egg``) is recognised in; paged
+  steps (``lightspeed serve``) use the same chain over their page tables' rows;
+- the softmax is in base 2 (the query scale carries ``log2 e``, folded into the RoPE tables).
 
 Masks are additive (0 or the dtype's most negative value), built from the positions once per
 graph and shared by all layers.  A sliding window of ``W`` keeps keys with ``q_pos - k_pos < W`` (Hugging
@@ -37,7 +38,7 @@ from .layers import Linear
 from .module import Builder, Module
 from .rope import RotaryEmbedding
 
-__all__ = ["Attention", "Step", "gqa_attention", "paged_attention"]
+__all__ = ["Attention", "Step", "gqa_attention", "paged_attention", "softmax_attention"]
 
 LOG2E = 1.4426950408889634
 
@@ -128,6 +129,19 @@ class Step:
 
         return self.b.shared(("mask-past", window, L, self.positions.node, self.positions.st), make)
 
+    def mask_cache(self, window: int | None, past_len: ExprLike) -> GraphTensor:
+        """[s, L + s] mask of new queries against the last ``L`` cached keys followed by the new
+        keys (the cache rows ``[p - L, p + s)``): causal among the new ones, the window over both."""
+        L = as_expr(past_len)
+
+        def make() -> GraphTensor:
+            new = self.mask_new(window)
+            if window is None:  # every cached key is visible: zeros in front (a padded view)
+                return hl.pad(new, (L, 0))
+            return hl.concat([self.mask_past(window, L), new], -1)
+
+        return self.b.shared(("mask-cache", window, L, self.positions.node, self.positions.st), make)
+
 
 def gqa_attention(q: GraphTensor, k_new: GraphTensor, v_new: GraphTensor,
                   past_k: GraphTensor | None = None, past_v: GraphTensor | None = None,
@@ -194,13 +208,29 @@ def paged_attention(q: GraphTensor, k_pool: GraphTensor, v_pool: GraphTensor, pa
         return hl.embedding(pages, pool.reshape(n_pages, page * n_kv * d)).reshape(s, L, n_kv, d)
 
     keys, values = rows(k_pool), rows(v_pool)
-    scores = q @ keys.permute(0, 2, 3, 1)  # [s, n_kv, g, L]
-    scores = scores + mask.reshape(s, 1, 1, L)
+    return softmax_attention(q, keys.permute(0, 2, 3, 1), values.permute(0, 2, 1, 3), mask, softcap)
+
+
+def softmax_attention(q: GraphTensor, keys_t: GraphTensor, values: GraphTensor, mask: GraphTensor | None,
+                      softcap: float | None = None) -> GraphTensor:
+    """The attention of query rows ``q`` [s, n_kv, g, d] (scaled as for :func:`gqa_attention`)
+    against keys ``keys_t`` [..., n_kv, d, L] and values [..., n_kv, L, d] (batch dims broadcast
+    against [s, n_kv]) under an additive ``mask`` [s, L]; returns [s, n_kv * g * d].
+
+    One chain, every tensor laid out rows first: scores = q @ K^T (+ mask), the base-2 softmax
+    over the last axis, then (E @ V) * 1/sum(E) -- already the [s, n_kv, g, d] layout ``o_proj``
+    reads, so no copy.  The form the fused attention kernel is recognised in (rules/attention.egg):
+    keep it one chain."""
+    s, n_kv, g, d = q.shape
+    L = keys_t.shape[-1]
+    scores = q @ keys_t  # [s, n_kv, g, L]
+    if mask is not None:
+        scores = scores + mask.reshape(s, 1, 1, L)
     if softcap is not None:
         scores = hl.tanh(scores * (1.0 / softcap)) * (softcap * LOG2E)
     e = hl.exp2(scores + scores.amax(-1, keepdim=True) * -1.0)
     den = e.sum(-1, keepdim=True)
-    out = (e @ values.permute(0, 2, 1, 3)) * hl.reciprocal(den)  # [s, n_kv, g, d]
+    out = (e @ values) * hl.reciprocal(den)  # [s, n_kv, g, d]
     return out.reshape(s, n_kv * g * d)
 
 
@@ -242,10 +272,10 @@ class Attention(Module):
             self.rope.tables(b, step.positions)
         if self.causal and step.paged:
             step.mask_paged(self.sliding_window)
+        elif self.causal and step.past is not None:
+            step.mask_cache(self.sliding_window, self.past_rows(step)[1])
         elif self.causal:
             step.mask_new(self.sliding_window)
-            if step.past is not None and self.sliding_window is not None:
-                step.mask_past(self.sliding_window, self.past_rows(step)[1])
 
     def past_rows(self, step: Step) -> tuple[Expr, Expr]:
         """(first row, row count) of the cached rows this layer reads at past length ``p``: all
@@ -273,25 +303,26 @@ class Attention(Module):
         if step.paged:
             return self._forward_paged(b, step, x, cache)
         kv, d = self.n_kv_heads, self.head_dim
-        q, k, v = self._project(b, step, x, rows_first=False)
-        mask_new = mask_past = None
-        if self.causal:
-            mask_new = step.mask_new(self.sliding_window)
         if cache is None:
-            return self.o_proj.forward(b, gqa_attention(q, k, v, None, None, mask_new, None, self.softcap)), k, v
+            q, k, v = self._project(b, step, x, rows_first=False)
+            mask = step.mask_new(self.sliding_window) if self.causal else None
+            return self.o_proj.forward(b, gqa_attention(q, k, v, mask_new=mask, softcap=self.softcap)), k, v
         ck, cv = cache
         if step.past is None:
             raise ShapeError(f"attention {self.prefix}: a cache needs a step with a past length")
         if ck.ndim != 3 or ck.shape[1:] != (kv, d) or cv.shape != ck.shape:
             raise ShapeError(f"attention {self.prefix}: caches must both be [M, {kv}, {d}], got "
                              f"{tuple(map(str, ck.shape))} / {tuple(map(str, cv.shape))}")
+        q, k, v = self._project(b, step, x, rows_first=True)
         ck = hl.slice_scatter(ck, k, 0, step.past)
         cv = hl.slice_scatter(cv, v, 0, step.past)
+        # one softmax over the cached rows this layer reads and this step's rows, all read from
+        # the updated cache (so the write happens first), every query row at once against them
         lo, n = self.past_rows(step)
-        pk, pv = ck.narrow(0, lo, n), cv.narrow(0, lo, n)
-        if self.sliding_window is not None and self.causal:
-            mask_past = step.mask_past(self.sliding_window, n)
-        out = gqa_attention(q, k, v, pk, pv, mask_new, mask_past, self.softcap)
+        L = n + step.s
+        keys, values = ck.narrow(0, lo, L), cv.narrow(0, lo, L)
+        mask = step.mask_cache(self.sliding_window, n) if self.causal else None
+        out = softmax_attention(q, keys.permute(1, 2, 0), values.permute(1, 0, 2), mask, self.softcap)
         return self.o_proj.forward(b, out), ck, cv
 
     def _project(self, b: Builder, step: Step, x: GraphTensor, rows_first: bool

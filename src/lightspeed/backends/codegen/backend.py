@@ -15,6 +15,7 @@ from ...egraph.llir import LProgram
 from ...graph import Graph
 from ...program import Program
 from ..base import Backend
+from . import fused
 from .lowering import OpTable
 from .program import Executor, KernelProgram
 from .rolled import compose_rolled_kernels
@@ -25,9 +26,12 @@ _CODEGEN = Path(__file__).parent
 
 
 class KernelBackend(Backend):
-    rulesets = ("simplify", "cleanup", "inplace", "layout", "linalg", "fusion")
+    rulesets = ("simplify", "cleanup", "inplace", "layout", "linalg", *fused.RULESETS, "fusion", "writes")
+    ops = fused.FUSED_KERNEL_OPS
+    rule_files = fused.RULE_FILES
     fuse_dtypes = (dt.float32, dt.float64, dt.bfloat16, dt.float16)
     matmul_dtypes = (dt.float32, dt.float64, dt.bfloat16, dt.float16)
+    fused_kernel_dtypes = (dt.float32, dt.bfloat16, dt.float16)
     program_class: type[KernelProgram] = KernelProgram
     executor: Executor
     op_table: OpTable = OpTable()

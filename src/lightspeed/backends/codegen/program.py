@@ -12,10 +12,10 @@ their lifetimes at the dims' upper bounds (:meth:`KernelProgram.reserve`, or the
 values; a call past a bound plans again at twice the bound, counted in ``preparations``).  Grids
 are sized at the bounds too: kernels loop over the work of the call's dims.
 
-*In place.*  ``ScatterInPlace`` writes into its destination input's buffer (checked: an aliased
-input that nothing else reads).  The copy of an aliased output into its input runs after every
-other kernel (a later op might read the input's old values), and not at all when the value
-already is that buffer.
+*In place.*  ``ScatterInPlace`` and the fused writes (:data:`.fused.IN_PLACE_OPS`) write into their
+destination input's buffer (checked: an aliased input that nothing else reads).  The copy of an
+aliased output into its input runs after every other kernel (a later op might read the input's
+old values), and not at all when the value already is that buffer.
 
 *Lowering.*  Each op's launches come from the backend's op table (:mod:`.lowering`): generated
 kernels by family, or library calls; an operand may read another form of an input (a block
@@ -41,6 +41,7 @@ from ...graph import Graph
 from ...program import Program
 from ...symbolic import compile_exprs, prod
 from .. import trace
+from .fused import IN_PLACE_OPS
 from .kernels import KernelSpec
 from .lowering import VALUES, FormedValue, OpTable
 
@@ -139,7 +140,7 @@ class KernelProgram(Program):
         self.executor = executor
         ops = lprog.ops
         for i, op in enumerate(ops):
-            if op.op == "ScatterInPlace":
+            if op.op in IN_PLACE_OPS:
                 check_in_place(lprog, i, self.output_aliases)
         aliased_outputs = {i for i, op in enumerate(ops)
                            if op.op == "Output" and op.args["name"] in self.output_aliases}
@@ -147,7 +148,7 @@ class KernelProgram(Program):
         self.order = [i for i in range(len(ops)) if i not in aliased_outputs] + sorted(aliased_outputs)
         self.buffer_of = list(range(len(ops)))  # value -> the value whose buffer holds it
         for i, op in enumerate(ops):
-            if op.op == "ScatterInPlace":
+            if op.op in IN_PLACE_OPS:
                 self.buffer_of[i] = self.buffer_of[op.inputs[0]]
         self.dim_names = sorted(self.symbols)
         nd = len(self.dim_names)

@@ -15,6 +15,7 @@ from ...dtypes import DType
 from ...egraph.llir import LOp
 from ...errors import InputError, LightspeedError
 from ...program import Program
+from ..codegen import fused
 from ..codegen.backend import KernelBackend
 from ..codegen.lowering import Lowered, OpTable, generated
 from . import cublaslt as lt
@@ -47,8 +48,8 @@ class CudaBackend(KernelBackend):
             mode = "off"  # by default offered only where nvmath-python is installed
         self.cublaslt = mode
         if mode != "off":
-            self.ops = lt.LT_OPS
-            self.rule_files = (lt.RULE_FILE,)
+            self.ops = (*lt.LT_OPS, *fused.FUSED_KERNEL_OPS)
+            self.rule_files = (lt.RULE_FILE, *fused.RULE_FILES)
             rs = KernelBackend.rulesets
             self.rulesets = (*rs[:rs.index("linalg") + 1], "cublaslt", *rs[rs.index("linalg") + 1:])
         self.executor = GpuExecutor()

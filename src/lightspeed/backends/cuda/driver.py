@@ -179,13 +179,17 @@ class Device:
         return check(bindings().cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
 
     def launch(self, fn: Any, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[int, ...],
-               stream: Any, shared_bytes: int = 0, cluster: tuple[int, int, int] = (1, 1, 1)) -> None:
+               stream: Any, shared_bytes: int = 0, cluster: tuple[int, int, int] = (1, 1, 1),
+               overlap: bool = False) -> None:
         """Launch ``fn(T, ints...)``: the first argument is a device pointer, the rest ints; with
         ``shared_bytes`` of dynamic shared memory per block and, when ``cluster`` is not (1, 1, 1),
-        in thread-block clusters of that shape (sm_90: ``cuLaunchKernelEx``)."""
+        in thread-block clusters of that shape (sm_90: ``cuLaunchKernelEx``).  ``overlap``: a
+        programmatic dependent launch (sm_90): the kernel may be scheduled while the previous one
+        on the stream still runs, and waits for it at its ``griddepcontrol.wait`` (every generated
+        kernel's first statement), so only the launch latency overlaps, never the work."""
         drv = bindings()
         types = (ctypes.c_void_p, *([ctypes.c_int] * (len(args) - 1)))
-        if tuple(cluster) == (1, 1, 1):
+        if tuple(cluster) == (1, 1, 1) and not overlap:
             check(drv.cuLaunchKernel(fn, *grid, *block, shared_bytes, stream, (args, types), 0), "cuLaunchKernel")
             return
         config = drv.CUlaunchConfig()
@@ -193,11 +197,19 @@ class Device:
         config.blockDimX, config.blockDimY, config.blockDimZ = block
         config.sharedMemBytes = shared_bytes
         config.hStream = stream
-        attr = drv.CUlaunchAttribute()
-        attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
-        config.attrs = [attr]
-        config.numAttrs = 1
+        attrs = []
+        if tuple(cluster) != (1, 1, 1):
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+            attrs.append(attr)
+        if overlap:
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(attr)
+        config.attrs = attrs
+        config.numAttrs = len(attrs)
         check(drv.cuLaunchKernelEx(config, fn, (args, types), 0), "cuLaunchKernelEx")
 
     def allow_shared(self, fn: Any, shared_bytes: int) -> None:

@@ -3,7 +3,9 @@
 once per plan as a CUDA graph and replayed; cuBLASLt calls inside the same graph.
 
 ``LIGHTSPEED_CUDA_GRAPHS=0`` launches kernels one by one instead of replaying a graph (for
-debuggers and ``compute-sanitizer``).
+debuggers and ``compute-sanitizer``).  On sm_90 and later every generated kernel is a programmatic
+dependent launch (its first statement waits for the previous kernel, so the launch latency of a
+kernel overlaps the tail of the one before it); ``LIGHTSPEED_CUDA_PDL=0`` launches them plainly.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class GpuExecutor(Executor):
     def __init__(self) -> None:
         self.captures = 0  # CUDA graphs captured (tests check that dims changes capture none)
         self.use_graphs = os.environ.get("LIGHTSPEED_CUDA_GRAPHS", "1") != "0"
+        self._overlap: bool | None = None  # programmatic dependent launches (decided on first use)
         self._functions: dict[str, Any] = {}
         self._plans: dict[str, lt.LtPlan] = {}
         self._lock = threading.Lock()
@@ -121,17 +124,28 @@ class GpuExecutor(Executor):
             ws = self._local.workspace = driver.device().alloc(lt.WORKSPACE_BYTES)
         return ws.ptr
 
-    def _launch(self, dev: Any, state: _State, launch: Launch, handle: Any, grid: tuple, stream: Any) -> None:
+    def overlap(self, dev: Any) -> bool:
+        """Whether kernels are programmatic dependent launches: sm_90 or later (the kernels' wait
+        is compiled only there) unless ``LIGHTSPEED_CUDA_PDL=0``."""
+        if self._overlap is None:
+            self._overlap = dev.major >= 9 and os.environ.get("LIGHTSPEED_CUDA_PDL", "1") != "0"
+        return self._overlap
+
+    def _launch(self, dev: Any, state: _State, launch: Launch, handle: Any, grid: tuple, stream: Any,
+                overlap: bool | None = None) -> None:
         """One launch: a kernel by its launch shape, or a cuBLASLt call with the pointers the host
-        table holds now."""
+        table holds now.  ``overlap`` (default: :meth:`overlap`) makes a kernel a programmatic
+        dependent launch."""
         spec = launch.spec
         if spec.library is not None:
             ptrs = tuple(int(state.table[s]) for s in launch.args)
             lt.library().run(handle, ptrs, self._workspace(), int(stream))
         else:
             shape = spec.launch
+            if overlap is None:  # only a kernel that waits for its predecessor may overlap it
+                overlap = self.overlap(dev) and "LS_KERNEL_BEGIN();" in spec.source
             dev.launch(handle, grid, shape.block, (state.table_dev.ptr, *launch.args), stream,
-                       shape.shared_bytes, shape.cluster)
+                       shape.shared_bytes, shape.cluster, overlap)
 
     def run(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]) -> None:
         dev, stream = self._prepare(state, launches, bounds)
@@ -176,7 +190,8 @@ class GpuExecutor(Executor):
         host0 = time.perf_counter()
         dev.record(marks[0], stream)
         for launch, grid, mark in zip(launches, state.grids, marks[1:]):
-            self._launch(dev, state, launch, handles[launch.spec.name], grid, stream)
+            # plain launches: an event between two kernels times the kernel alone
+            self._launch(dev, state, launch, handles[launch.spec.name], grid, stream, overlap=False)
             dev.record(mark, stream)
         dev.sync(stream)
         out, at = [], host0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 
 from ... import dtypes as dt
-from ..codegen import blocks
+from ..codegen import blocks, fused
 from ..codegen.backend import KernelBackend
 from ..codegen.lowering import OpTable
 from . import executor
@@ -25,9 +25,9 @@ __all__ = ["NativeBackend"]
 class NativeBackend(KernelBackend):
     name = "native"
     # matmuls and gathers read weights stored as GGML blocks (codegen/blocks.py, blocks.egg)
-    ops = blocks.BLOCK_OPS
-    rule_files = (blocks.RULE_FILE,)
-    rulesets = ("simplify", "cleanup", "inplace", "layout", "linalg", "blocks", "fusion")
+    ops = (*blocks.BLOCK_OPS, *fused.FUSED_KERNEL_OPS)
+    rule_files = (blocks.RULE_FILE, *fused.RULE_FILES)
+    rulesets = ("simplify", "cleanup", "inplace", "layout", "linalg", "blocks", *fused.RULESETS, "fusion", "writes")
     block_dtypes = dt.BLOCK_DTYPES
     # the generated kernels, and the block ops' kernels reading weights' packed blocks
     op_table = OpTable(blocks.BLOCK_LOWERINGS, placers=(blocks.place_blocks,))

@@ -8,6 +8,8 @@ code lives in its own module or prelude file):
   regions (element-wise ops, Cast, reductions, Iota, Output, Gather);
 * :mod:`.scatter`: Scatter and ScatterInPlace;
 * :mod:`.matmul`: the generic Matmul/MatmulAdd; :mod:`.matmul_rows` its c-only row kernel;
+* :mod:`.attention`: the Attention op (softmax(Q @ K + mask) @ V in one kernel, online softmax);
+* :mod:`.norm`: RowNorm (RMSNorm of each row in one kernel);
 * :mod:`.block_matmul`: matmuls and gathers reading GGML blocks (c only; called by the block ops'
   lowering in ``codegen/blocks.py``, not keyed by an LLIR op of its own).
 
@@ -27,7 +29,7 @@ from collections.abc import Callable
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
-from . import matmul, region, scatter
+from . import attention, matmul, norm, region, scatter
 from .source import DIALECTS, module_source, prelude
 from .spec import KernelSpec, LaunchShape
 from .types import compute_type, storage_type
@@ -39,7 +41,8 @@ __all__ = ["KERNELS", "Renderer", "render", "KernelSpec", "LaunchShape", "module
 # the op's value (``out``)
 Renderer = Callable[[LOp, list[DType], str], list[KernelSpec]]
 
-KERNELS: dict[str, Renderer] = {**region.RENDERERS, **scatter.RENDERERS, **matmul.RENDERERS}
+KERNELS: dict[str, Renderer] = {**region.RENDERERS, **scatter.RENDERERS, **matmul.RENDERERS,
+                               **attention.RENDERERS, **norm.RENDERERS}
 
 
 def render(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:

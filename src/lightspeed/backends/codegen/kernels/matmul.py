@@ -19,20 +19,23 @@ from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes
 
-__all__ = ["matmul_kernel", "stream_order", "RENDERERS", "VECTOR_DOT"]
+__all__ = ["matmul_kernel", "glu_kernel", "stream_order", "RENDERERS", "VECTOR_DOT"]
 
 
 def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     """``Matmul``/``MatmulAdd``: C[*batch, i, j] = sum_l A[..] * B[..] (+ R), accumulated in the
-    compute type (float for float32/bfloat16/float16)."""
+    compute type (float for float32/bfloat16/float16).  ``MatmulScatter``: C's element z stored at
+    ``out[indexes[indexes_view(z)]]`` (operands: the destination, the indexes, A, B)."""
     a = op.args
     w = Writer(dialect)
-    da, db = in_dtypes[0], in_dtypes[1]
+    scatter = op.op == "MatmulScatter"
+    ia, ib = (2, 3) if scatter else (0, 1)  # A's and B's operand positions
+    da, db = in_dtypes[ia], in_dtypes[ib]
     ct = "double" if op.dtype.name == "float64" else "float"
     batch = list(a["batch"])
     m, n, k = a["m"], a["n"], a["k"]
     dot = (a["a_stride_k"] == 1 and a["b_stride_k"] == 1)
-    if dialect == "c" and not dot and a["b_stride_n"] == 1:
+    if dialect == "c" and not dot and a["b_stride_n"] == 1 and not scatter:
         return matmul_rows_kernel(op, in_dtypes)  # the c dialect's row items (matmul_rows.py)
     mode = "matmul_dot" if dot else "matmul_tile"
     if dialect == "c":
@@ -118,7 +121,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"const {storage_type(da)}* ra = in0 + oa + _ls_mi * {sam};")
         w.line(f"const {storage_type(db)}* rb = in1 + ob + _ls_nj * {sbn};")
         w.line(f"if ({kk} % {width} == 0 && (((unsigned long long)ra | (unsigned long long)rb) & 15) == 0) {{")
-        w.line("  #pragma unroll 4")  # several 16-byte loads in flight per lane
+        w.line("  #pragma unroll 8")  # several 16-byte loads in flight per lane (k = 2048 bf16: all 8)
         w.line(f"  for (long long l = lane * {width}; l < {kk}; l += {WARP * width})")
         w.line(f"    acc += {dot}(*(const uint4*)(ra + l), *(const uint4*)(rb + l));")
         w.line("} else {")
@@ -143,9 +146,23 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     else:
         out_index = "(bi * " + mm + " + _ls_mi) * " + nn + " + _ls_nj"
     value = "acc"
-    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
-            ("in1", storage_type(db), False, 1)]
-    if "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, ia),
+            ("in1", storage_type(db), False, ib)]
+    if scatter:  # the product's element goes where the scatter puts it
+        region = Region(w, [a["indexes_view"]], [in_dtypes[1]], False, names=["in2"])
+        w.index_vars.add("_ls_oz")
+        w.line(f"if ({writer}) {{")
+        w.line(f"  const long long _ls_oz = {out_index};")
+        w.push()
+        at_idx = region.leaf(0, "_ls_oz")
+        inner = w.pop()
+        w.scope.lines.extend("  " + ln for ln in inner)
+        w.line(f"  const long long _ls_at = (long long){at_idx};")
+        w.line(f"  if (_ls_at >= 0 && _ls_at < {w.expr(prod(op.shape))}) out[_ls_at] = {store(op.dtype, value)};")
+        w.line("}")
+        body = w.pop()
+        bufs.append(("in2", storage_type(in_dtypes[1]), False, 1))
+    elif "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
         region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
         w.index_vars.add("_ls_oz")
         w.line(f"if ({writer}) {{")
@@ -187,4 +204,86 @@ def _matmul(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
     return [matmul_kernel(dialect, op, in_dtypes)]
 
 
-RENDERERS = {"Matmul": _matmul, "MatmulAdd": _matmul}
+def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """``MatmulGLU`` (semantics in ``egraph/decl.py``): per output (i, j) the dot products of A's
+    row i with G's and U's row j (one warp on cuda, 16-byte loads where k and the addresses allow;
+    one item in c), rounded to the dtype, then the SiLU·mul in float: A's row is read once for both."""
+    a = op.args
+    da, dg, du, dc1, dc2 = in_dtypes
+    w = Writer(dialect)
+    m, n, k = a["m"], a["n"], a["k"]
+    w.index_vars |= {"_ls_item"}
+    nn, kk = w.expr(n), w.expr(k)
+    w.push()
+    w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_mi = _ls_item / {nn};")
+    sam, aoff, sgn, goff, sun, uoff = (w.expr(a[f]) for f in ("a_stride_m", "a_offset", "g_stride_n", "g_offset",
+                                                               "u_stride_n", "u_offset"))
+    w.line(f"const {storage_type(da)}* ra = in0 + {aoff} + _ls_mi * {sam};")
+    w.line(f"const {storage_type(dg)}* rg = in1 + {goff} + _ls_nj * {sgn};")
+    w.line(f"const {storage_type(du)}* ru = in2 + {uoff} + _ls_nj * {sun};")
+    w.line("float g = 0.0f, u = 0.0f;")
+    scalar = [f"for (long long l = FIRST; l < {kk}; l += STEP) {{",
+              f"  const float x = {load(da, 'ra[l]')};",
+              f"  g += x * {load(dg, 'rg[l]')}; u += x * {load(du, 'ru[l]')};",
+              "}"]
+    vec = VECTOR_DOT.get(da.name) if da == dg == du else None
+    if dialect == "cuda":
+        if vec is not None:
+            width, dot = vec
+            w.line(f"if ({kk} % {width} == 0 && (((unsigned long long)ra | (unsigned long long)rg | "
+                   f"(unsigned long long)ru) & 15) == 0) {{")
+            w.line("  #pragma unroll 8")
+            w.line(f"  for (long long l = lane * {width}; l < {kk}; l += {WARP * width}) {{")
+            w.line("    const uint4 x = *(const uint4*)(ra + l);")
+            w.line(f"    g += {dot}(x, *(const uint4*)(rg + l)); u += {dot}(x, *(const uint4*)(ru + l));")
+            w.line("  }")
+            w.line("} else {")
+            for ln in scalar:
+                w.line("  " + ln.replace("FIRST", "lane").replace("STEP", str(WARP)))
+            w.line("}")
+        else:
+            for ln in scalar:
+                w.line(ln.replace("FIRST", "lane").replace("STEP", str(WARP)))
+        w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ g += __shfl_xor_sync(0xffffffffu, g, o); "
+               f"u += __shfl_xor_sync(0xffffffffu, u, o); }}")
+        writer = "lane == 0"
+    elif da.name in LOAD8 and dg.name in LOAD8 and du.name in LOAD8:
+        # c: 8-wide vector partial sums (as the matmul dot items), A's 8 values shared by both dots
+        la, lg, lu = LOAD8[da.name], LOAD8[dg.name], LOAD8[du.name]
+        w.line("ls_v8 pg0 = {0}, pg1 = {0}, pu0 = {0}, pu1 = {0}; long long l = 0;")
+        w.line(f"for (; l + 16 <= {kk}; l += 16) {{")
+        w.line(f"  const ls_v8 x0 = {la}(ra + l), x1 = {la}(ra + l + 8);")
+        w.line(f"  pg0 += x0 * {lg}(rg + l); pg1 += x1 * {lg}(rg + l + 8);")
+        w.line(f"  pu0 += x0 * {lu}(ru + l); pu1 += x1 * {lu}(ru + l + 8);")
+        w.line("}")
+        w.line(f"for (; l + 8 <= {kk}; l += 8) {{ const ls_v8 x0 = {la}(ra + l); "
+               f"pg0 += x0 * {lg}(rg + l); pu0 += x0 * {lu}(ru + l); }}")
+        for ln in scalar:
+            w.line(ln.replace("long long l = FIRST", "").replace("STEP", "1").replace("for (;", "for (;"))
+        w.line("pg0 += pg1; pu0 += pu1;")
+        w.line("g += ((pg0[0] + pg0[1]) + (pg0[2] + pg0[3])) + ((pg0[4] + pg0[5]) + (pg0[6] + pg0[7]));")
+        w.line("u += ((pu0[0] + pu0[1]) + (pu0[2] + pu0[3])) + ((pu0[4] + pu0[5]) + (pu0[6] + pu0[7]));")
+        writer = "1"
+    else:
+        for ln in scalar:
+            w.line(ln.replace("FIRST", "0").replace("STEP", "1"))
+        writer = "1"
+    # the products as stored by the Matmul kernels they replace, then the SiLU·mul in float
+    gq, uq = (load(op.dtype, store(op.dtype, v)) for v in ("g", "u"))
+    c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
+    w.line(f"if ({writer}) {{")
+    w.line(f"  const float gr = {gq}, ur = {uq};")
+    w.line(f"  out[_ls_item] = {store(op.dtype, f'gr * ur / (ls_exp2f(gr * {c1}) + {c2})')};")
+    w.line("}")
+    body = w.pop()
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
+            ("in1", storage_type(dg), False, 1), ("in2", storage_type(du), False, 2),
+            ("in3", storage_type(dc1), False, 3), ("in4", storage_type(dc2), False, 4)]
+    return finish(w, dialect, "matmul_dot", bufs, m * n, body, "matmul_glu", item_cost=2 * k)
+
+
+def _glu(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [glu_kernel(dialect, op, in_dtypes)]
+
+
+RENDERERS = {"Matmul": _matmul, "MatmulAdd": _matmul, "MatmulGLU": _glu, "MatmulScatter": _matmul}

@@ -47,4 +47,30 @@ def _scatter_in_place(op: LOp, in_dtypes: list[DType], dialect: str) -> list[Ker
     return [scatter_kernel(dialect, op, in_dtypes)]
 
 
-RENDERERS = {"Scatter": _scatter, "ScatterInPlace": _scatter_in_place}
+def scatter_region_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """``ScatterRegion``: ``out_flat[idx[i]] = body(i)`` (the region evaluated at the scatter's
+    element i, never stored on its own); indexes outside ``out`` are skipped.  Operands: the
+    destination (``out`` itself), the indexes, then the region's leaves."""
+    w = Writer(dialect)
+    w.index_vars.add("_ls_item")
+    w.push()
+    iv = op.args["indexes_view"]
+    # leaf k of the body is the op's operand k (2, 3, ...): views and names by operand position
+    views = [iv, iv, *op.leaf_views]
+    region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
+    idx = region.leaf(1, "_ls_item")
+    src = region.value(op.args["body"], "_ls_item")
+    n_out = w.expr(prod(op.shape))
+    w.line(f"const long long at = (long long){idx};")
+    w.line(f"if (at >= 0 && at < {n_out}) out[at] = {store(op.dtype, src)};")
+    body = w.pop()
+    bufs = [("out", storage_type(op.dtype), True, "out")] + [
+        (f"in{k}", storage_type(d), False, k) for k, d in enumerate(in_dtypes) if k >= 1]
+    return finish(w, dialect, "scatter", bufs, prod(iv.shape), body, "scatter_region")
+
+
+def _scatter_region(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [scatter_region_kernel(dialect, op, in_dtypes)]
+
+
+RENDERERS = {"Scatter": _scatter, "ScatterInPlace": _scatter_in_place, "ScatterRegion": _scatter_region}

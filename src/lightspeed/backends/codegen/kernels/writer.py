@@ -63,6 +63,8 @@ _CUDA_WORK: dict[str, tuple[str, int, tuple[int, int, int]]] = {
     "warp": ("warp", THREADS // WARP, (THREADS, 1, 1)),  # region reductions split over a warp's lanes
     "matmul_dot": ("warp", THREADS // WARP, (THREADS, 1, 1)),  # a dot product's k over a warp's lanes
     "matmul_tile": ("block", 1, (TILE_N, TILE_K, 1)),  # 32 outputs of a row, k over 8 thread rows
+    "attention": ("block", 1, (WARP, 8, 1)),  # a query row per block, its keys over 8 warps (kernels/attention.py)
+    "row": ("block", 1, (WARP, 8, 1)),  # a row per block of 8 warps (kernels/norm.py)
 }
 KINDS = (*_CUDA_WORK, "matmul_rows")  # matmul_rows: the c dialect's row items (kernels/matmul_rows.py)
 
@@ -276,7 +278,9 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
     work = w.expr(count * item_cost) if dialect == "c" else n
     nest = [(name, w.expr(e)) for name, e in axes] if axes and dialect == "c" else None
     dims = list(w.dims)
-    head = [f"const long long D{i} = T[dim_{i}];" for i in range(len(dims))]
+    # cuda: the programmatic-dependent-launch wait comes first (prelude/cuda.cuh, LS_KERNEL_BEGIN)
+    head = ["LS_KERNEL_BEGIN();"] if dialect == "cuda" else []
+    head += [f"const long long D{i} = T[dim_{i}];" for i in range(len(dims))]
     for name, ctype, written, _ in buffers:
         const_ = "" if written else "const "
         head.append(f"{const_}{ctype}* LS_RESTRICT {name} = ({const_}{ctype}*)T[buf_{name}];")

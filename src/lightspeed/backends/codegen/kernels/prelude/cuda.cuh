@@ -1,5 +1,16 @@
 
 #define LS_INLINE __device__ __forceinline__
+// Programmatic dependent launch (sm_90): every kernel first waits until the kernel before it on
+// the stream has finished and its writes are visible (so reads and writes after this line are
+// ordered as with a plain launch), then lets the next kernel be scheduled.  Only the launch latency
+// overlaps.  The wait must precede any early return: a kernel that ends without waiting could
+// finish before its predecessor, and its successor would then wait on nothing.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define LS_KERNEL_BEGIN() do { asm volatile("griddepcontrol.wait;" ::: "memory"); \
+                               asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); } while (0)
+#else
+#define LS_KERNEL_BEGIN() do { } while (0)
+#endif
 static LS_INLINE float ls_bits_f(unsigned int u) { return __uint_as_float(u); }
 static LS_INLINE unsigned int ls_f_bits(float f) { return __float_as_uint(f); }
 static LS_INLINE float ls_h2f(unsigned short h) {

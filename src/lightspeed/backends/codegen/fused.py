@@ -1,0 +1,79 @@
+"""Fused kernels: ops that join a chain of ops into one kernel, each recognised by a rule file of
+this package and measured by the search beside the chain it replaces (docs/kernels.md, "Fused
+kernels"): ``Attention`` (``attention.egg``), ``MatmulGLU`` (``products.egg``), ``RowNorm``
+(``norms.egg``), and ``ScatterRegion`` / ``MatmulScatter`` (``writes.egg``: a region's or a
+product's values written where a ``ScatterInPlace`` puts them).  Kernel backends (cuda, native)
+declare these ops and rules and run them for the dtypes in their ``fused_kernel_dtypes``; the
+renderers are in ``kernels/`` (attention, matmul, norm, scatter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...egraph.decl import MATMUL, SCATTER_IN_PLACE, OpDecl
+
+__all__ = ["ATTENTION", "MATMUL_GLU", "ROW_NORM", "SCATTER_REGION", "MATMUL_SCATTER", "FUSED_KERNEL_OPS",
+           "IN_PLACE_OPS", "RULE_FILES", "RULESETS"]
+
+_HERE = Path(__file__).parent
+# (file, ruleset): after linalg (the products) and, for writes, after fusion (the regions)
+RULE_FILES = (_HERE / "attention.egg", _HERE / "products.egg", _HERE / "norms.egg", _HERE / "writes.egg")
+RULESETS = ("attention", "products", "norms")  # before fusion; "writes" runs after it
+
+# attention of query rows against keys and values, in one op (attention.egg recognises the
+# chain softmax_2(Q @ K + mask) @ V; a kernel backend runs it as one kernel): for every batch index
+# b (over `batch`), row i < m and column j < dv,
+#   x[b, i, l] = sum_c Q[q_offset + <b, q_batch_strides> + i*q_stride_m + c*q_stride_k]
+#                      * K[k_offset + <b, k_batch_strides> + c*k_stride_k + l*k_stride_n]     (c < k)
+#                + mask[mask_view(flat index of (b, i, l) in [*batch, m, n])]                    (l < n)
+#   out[b, i, j] = sum_l 2^(x[b,i,l] - max_l x) V[v_offset + <b, v_batch_strides> + l*v_stride_n
+#                        + j*v_stride_j] / sum_l 2^(x[b,i,l] - max_l x)
+# out row-major [*batch, m, dv]; intermediates in the compute type (float), not rounded to the dtype.
+# Q's element at flat index z is the region `q_body` over `q_shape` at z (a leaf reading the
+# queries, or the region that makes them -- RoPE -- computed as the kernel loads them)
+ATTENTION = OpDecl("Attention", (
+    ("batch", "elist"), ("m", "expr"), ("n", "expr"), ("k", "expr"), ("dv", "expr"),
+    ("q_batch_strides", "elist"), ("q_stride_m", "expr"), ("q_stride_k", "expr"), ("q_offset", "expr"),
+    ("keys", "ir"), ("k_batch_strides", "elist"), ("k_stride_k", "expr"), ("k_stride_n", "expr"),
+    ("k_offset", "expr"),
+    ("mask", "ir"), ("mask_view", "view"),
+    ("values", "ir"), ("v_batch_strides", "elist"), ("v_stride_n", "expr"), ("v_stride_j", "expr"),
+    ("v_offset", "expr"),
+    ("q_shape", "elist"), ("q_body", "scalar")),
+    "softmax_2(Q @ K + mask) @ V, one op")
+# two products of one row-major-along-k operand A with weights G and U (rows contiguous along k,
+# as nn.Linear stores them), combined by SiLU·mul (products.egg recognises nn.silu_mul's
+# chain): g = A @ G^T and u = A @ U^T rounded to the dtype, then out = g * u / (2^(g * c1) + c2)
+# in float, c1 and c2 the chain's scalar constants (-log2 e and 1, in the dtype)
+MATMUL_GLU = OpDecl("MatmulGLU", (
+    ("m", "expr"), ("n", "expr"), ("k", "expr"),
+    ("a", "ir"), ("a_stride_m", "expr"), ("a_offset", "expr"),
+    ("g", "ir"), ("g_stride_n", "expr"), ("g_offset", "expr"),
+    ("u", "ir"), ("u_stride_n", "expr"), ("u_offset", "expr"),
+    ("c1", "ir"), ("c2", "ir")),
+    "gate and up products with SiLU·mul, one op")
+# RMSNorm over rows of x (row-major, rows of n; norms.egg): for each element z of row i,
+#   out[z] = x[z] * w[w_view(z)] / sqrt(sum_j x[i*n + j]^2 * c[c_view(i)] + eps[eps_view(i)])
+# in float (c and eps read through views of the row shape [.., 1] at the row's flat index)
+ROW_NORM = OpDecl("RowNorm", (
+    ("n", "expr"), ("x", "ir"), ("c", "ir"), ("c_view", "view"), ("eps", "ir"), ("eps_view", "view"),
+    ("w", "ir"), ("w_view", "view")),
+    "RMSNorm of each row, one op")
+# a ScatterInPlace whose src is a region (writes.egg): for each element i of the index view,
+# dest[indexes[indexes_view(i)]] = body evaluated at flat index i of `shape` (the region's values
+# written where the scatter puts them, never stored on their own: RoPE'd keys into the KV cache)
+SCATTER_REGION = OpDecl("ScatterRegion", (("dest", "ir"), ("indexes", "ir"), ("indexes_view", "view"),
+                                          ("shape", "elist"), ("body", "scalar")),
+                        "ScatterInPlace of a region's values")
+# a ScatterInPlace whose src is a product read flat (writes.egg): the product's element i
+# (row-major over [*batch, m, n], the Matmul fields' semantics) written to dest[indexes[indexes_view(i)]]
+# (a value projection straight into the KV cache)
+MATMUL_SCATTER = OpDecl("MatmulScatter", (("dest", "ir"), ("indexes", "ir"), ("indexes_view", "view"),
+                                          *MATMUL.fields),
+                        "ScatterInPlace of a product's values")
+# the ops the fused kernels run (Backend.fused_kernel_dtypes), and those writing into their first
+# operand's buffer (an aliased input; the kernel runtime checks it, as for ScatterInPlace)
+FUSED_KERNEL_OPS = (ATTENTION, MATMUL_GLU, ROW_NORM, SCATTER_REGION, MATMUL_SCATTER)
+IN_PLACE_OPS = (SCATTER_IN_PLACE.name, SCATTER_REGION.name, MATMUL_SCATTER.name)
+
+

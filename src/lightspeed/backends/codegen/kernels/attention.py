@@ -1,0 +1,176 @@
+"""The attention family: the ``Attention`` op (``rules/attention.egg``; semantics in
+``egraph/decl.py``) as one kernel in both dialects: for every query row, the scores against all
+keys, the base-2 softmax and the weighted sum of the values, in float, with an online softmax (a
+running maximum rescales the running sum and the accumulated output), so no score is stored.
+
+cuda (kind ``attention``): one block of 8 warps per query row; warp w takes the keys w, w + 8, ...:
+its lanes split the head dim (a dot product, then a warp reduction), each lane keeps the running
+output of its columns; the 8 warps' partial results are merged through shared memory.  The keys
+of a KV head are read once per query row of its group (the others hit L2).
+c: one query row per item, the keys in order.
+
+A row's reduction order depends only on the key index, never on the other rows (batch
+invariance); a blocked key (the mask's most negative value) contributes an exact 0 once a visible
+key was seen, so padding a row's keys with blocked ones leaves its result bit for bit.
+"""
+
+from __future__ import annotations
+
+from ....dtypes import DType
+from ....egraph.llir import LOp
+from ....errors import LightspeedError
+from ....symbolic import Expr, const, prod, sym
+from .region import Region
+from .spec import KernelSpec
+from .types import load, storage_type, store
+from .writer import WARP, Point, Writer, finish
+
+__all__ = ["attention_kernel", "RENDERERS", "WARPS"]
+
+WARPS = 8  # warps per query row (cuda); the block is (32, WARPS): lane, slice
+
+
+def _static(e: Expr, what: str) -> int:
+    if e.free_vars():
+        raise LightspeedError(f"attention kernel: the {what} must be static, got {e}")
+    return int(e.value)
+
+
+def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    a = op.args
+    dk_, dm, dv_ = in_dtypes[:3]  # keys, mask, values; then the queries' leaves
+    w = Writer(dialect)
+    batch = list(a["batch"])
+    m, n = a["m"], a["n"]
+    hk, hv = _static(a["k"], "key head dim"), _static(a["dv"], "value head dim")
+    w.index_vars |= {"_ls_item", "_ls_l", "_ls_z"}
+    mm, nn = w.expr(m), w.expr(n)
+    w.push()
+    # the row: _ls_item = (batch index, i); batch coordinates for the operands' offsets and the mask
+    w.line(f"const long long _ls_mi = _ls_item % {mm};")
+    w.line(f"long long _ls_rest = _ls_item / {mm};")
+    oq, ok_, ov = (w.expr(a[f]) for f in ("q_offset", "k_offset", "v_offset"))
+    w.line(f"long long _ls_oq = {oq}, _ls_ok = {ok_}, _ls_ov = {ov};")
+    coords: list[Expr] = []
+    names = [f"_ls_b{x}" for x in range(len(batch))]
+    for x in reversed(range(len(batch))):
+        size = w.expr(batch[x])
+        w.line(f"const long long {names[x]} = _ls_rest % {size}; _ls_rest /= {size};")
+        w.line(f"_ls_oq += {names[x]} * {w.expr(a['q_batch_strides'][x])}; "
+               f"_ls_ok += {names[x]} * {w.expr(a['k_batch_strides'][x])}; "
+               f"_ls_ov += {names[x]} * {w.expr(a['v_batch_strides'][x])};")
+    w.index_vars |= set(names) | {"_ls_mi"}
+    coords = [sym(x) for x in names] + [sym("_ls_mi"), sym("_ls_l")]
+    qsm, qsk, ksk, ksn, vsn, vsj = (w.expr(a[f]) for f in ("q_stride_m", "q_stride_k", "k_stride_k", "k_stride_n",
+                                                            "v_stride_n", "v_stride_j"))
+    w.line(f"_ls_oq += _ls_mi * {qsm};")
+    # operand k is "in{k}"; leaf k of the queries' body reads operand k (3, 4, ...) through its view
+    views = [a["mask_view"], a["mask_view"], a["mask_view"], *op.leaf_views]
+    region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
+    w.index_vars.add("_ls_qz")
+
+    def query(c: str) -> str:  # the query element c of this row, as the body computes it
+        w.line(f"const long long _ls_qz = _ls_oq + ({c}) * {qsk};")
+        return region.value(a["q_body"], "_ls_qz")
+
+    shape = (*batch, m, n)
+    mask_view = a["mask_view"]
+    flat = sym("_ls_z")
+    at = Point("_ls_z", flat, tuple(shape), tuple(coords)) if tuple(mask_view.shape) == shape else "_ls_z"
+    ninf = "(-ls_inf())"
+    if dialect == "cuda":
+        qpl, vpl = -(-hk // WARP), -(-hv // WARP)  # head-dim elements per lane
+        w.line(f"float _ls_q[{qpl}];")
+        for t in range(qpl):
+            c = f"lane + {t * WARP}"
+            w.line(f"_ls_q[{t}] = 0.0f;")
+            w.line(f"if ({c} < {hk}) {{")
+            w.push()
+            qv = query(c)
+            inner = w.pop()
+            w.scope.lines.extend("  " + ln for ln in inner)
+            w.line(f"  _ls_q[{t}] = (float){qv};")
+            w.line("}")
+        w.line(f"float _ls_mx = {ninf}, _ls_sum = 0.0f, _ls_acc[{vpl}];")
+        w.line(f"for (int t = 0; t < {vpl}; t++) _ls_acc[t] = 0.0f;")
+        # unrolled so that the loads of several keys are in flight at once (the online softmax
+        # is the only dependence between keys)
+        w.line("#pragma unroll 4")
+        w.line(f"for (long long _ls_l = slice; _ls_l < {nn}; _ls_l += {WARPS}) {{")
+        w.line("  float _ls_x = 0.0f;")
+        for t in range(qpl):
+            c = f"lane + {t * WARP}"
+            key = load(dk_, f"in0[_ls_ok + ({c}) * {ksk} + _ls_l * {ksn}]")
+            w.line(f"  if ({c} < {hk}) _ls_x += _ls_q[{t}] * {key};")
+        w.line(f"  for (int o = {WARP // 2}; o > 0; o >>= 1) _ls_x += __shfl_xor_sync(0xffffffffu, _ls_x, o);")
+    else:
+        w.line(f"float _ls_mx = {ninf}, _ls_sum = 0.0f, _ls_acc[{hv}], _ls_q[{hk}];")
+        w.line(f"for (int t = 0; t < {hv}; t++) _ls_acc[t] = 0.0f;")
+        w.line(f"for (int c = 0; c < {hk}; c++) {{")
+        w.push()
+        qv = query("c")
+        inner = w.pop()
+        w.scope.lines.extend("  " + ln for ln in inner)
+        w.line(f"  _ls_q[c] = (float){qv};")
+        w.line("}")
+        w.line(f"for (long long _ls_l = 0; _ls_l < {nn}; _ls_l++) {{")
+        w.line(f"  const {storage_type(dk_)}* _ls_kr = in0 + _ls_ok + _ls_l * {ksn};")
+        w.line("  float _ls_x = 0.0f;")
+        w.line(f"  for (int c = 0; c < {hk}; c++) _ls_x += _ls_q[c] * {load(dk_, '_ls_kr[c * ' + ksk + ']')};")
+    w.line(f"  const long long _ls_z = _ls_item * {nn} + _ls_l;")
+    w.push()
+    mask = region.leaf(1, at)
+    inner = w.pop()
+    w.scope.lines.extend("  " + ln for ln in inner)
+    w.line(f"  _ls_x += (float){mask};")
+    # online softmax: a new maximum rescales what was summed (exactly 1 when it stays)
+    w.line("  const float _ls_nm = _ls_x > _ls_mx ? _ls_x : _ls_mx;")
+    w.line("  const float _ls_sc = _ls_nm == _ls_mx ? 1.0f : ls_exp2f(_ls_mx - _ls_nm);")
+    w.line(f"  const float _ls_p = _ls_x == {ninf} ? 0.0f : ls_exp2f(_ls_x - _ls_nm);")
+    w.line("  _ls_sum = _ls_sum * _ls_sc + _ls_p;")
+    w.line("  _ls_mx = _ls_nm;")
+    if dialect == "cuda":
+        w.line(f"  const {storage_type(dv_)}* _ls_vr = in2 + _ls_ov + _ls_l * {vsn};")
+        for t in range(vpl):
+            j = f"lane + {t * WARP}"
+            w.line(f"  if ({j} < {hv}) _ls_acc[{t}] = _ls_acc[{t}] * _ls_sc + _ls_p * "
+                   f"{load(dv_, f'_ls_vr[({j}) * {vsj}]')};")
+        w.line("}")
+        # merge the warps' partial results
+        w.line(f"__shared__ float _ls_smx[{WARPS}], _ls_ssum[{WARPS}], _ls_sacc[{WARPS}][{vpl * WARP}];")
+        w.line("if (lane == 0) { _ls_smx[slice] = _ls_mx; _ls_ssum[slice] = _ls_sum; }")
+        w.line(f"for (int t = 0; t < {vpl}; t++) _ls_sacc[slice][lane + t * {WARP}] = _ls_acc[t];")
+        w.line("__syncthreads();")
+        w.line("if (slice == 0) {")
+        w.line(f"  float _ls_M = {ninf}, _ls_S = 0.0f, _ls_wt[{WARPS}];")
+        w.line(f"  for (int u = 0; u < {WARPS}; u++) _ls_M = _ls_smx[u] > _ls_M ? _ls_smx[u] : _ls_M;")
+        w.line(f"  for (int u = 0; u < {WARPS}; u++) {{ _ls_wt[u] = _ls_smx[u] == {ninf} ? 0.0f : "
+               f"ls_exp2f(_ls_smx[u] - _ls_M); _ls_S += _ls_ssum[u] * _ls_wt[u]; }}")
+        w.line(f"  for (int t = 0; t < {vpl}; t++) {{")
+        w.line(f"    const int j = lane + t * {WARP};")
+        w.line(f"    if (j < {hv}) {{")
+        w.line("      float o = 0.0f;")
+        w.line(f"      for (int u = 0; u < {WARPS}; u++) o += _ls_sacc[u][j] * _ls_wt[u];")
+        w.line(f"      out[_ls_item * {hv} + j] = {store(op.dtype, 'o / _ls_S')};")
+        w.line("    }")
+        w.line("  }")
+        w.line("}")
+        w.line("__syncthreads();")
+    else:
+        w.line(f"  const {storage_type(dv_)}* _ls_vr = in2 + _ls_ov + _ls_l * {vsn};")
+        w.line(f"  for (int j = 0; j < {hv}; j++) _ls_acc[j] = _ls_acc[j] * _ls_sc + _ls_p * "
+               f"{load(dv_, f'_ls_vr[j * {vsj}]')};")
+        w.line("}")
+        w.line(f"for (int j = 0; j < {hv}; j++) out[_ls_item * {hv} + j] = {store(op.dtype, '_ls_acc[j] / _ls_sum')};")
+    body = w.pop()
+    bufs = [("out", storage_type(op.dtype), True, "out")] + [
+        (f"in{k}", storage_type(d), False, k) for k, d in enumerate(in_dtypes)]
+    count = prod(batch) * m if batch else m
+    return finish(w, dialect, "attention", bufs, count, body, "attention", item_cost=n * (hk + hv) + const(1))
+
+
+def _attention(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [attention_kernel(dialect, op, in_dtypes)]
+
+
+RENDERERS = {"Attention": _attention}

@@ -1,0 +1,151 @@
+"""The fused Attention op: ``rules/attention.egg`` recognises the softmax chain of
+``nn.softmax_attention`` (a decode step's attention over its cache, a paged step's over its page
+tables) and ``kernels/attention.py`` runs it as one kernel.  References: the reference runtime on
+the same graph and inputs (float32: 1e-5), and the rule's guards, checked on chains it must not
+take."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lightspeed as ls
+from lightspeed import hl
+from lightspeed.backends import get_backend
+from lightspeed.egraph.llir import decode_program
+from lightspeed.models import from_hf_config
+from lightspeed.nn import softmax_attention
+from lightspeed.search import candidates
+from tests.backends.harness import saturate
+from tests.models.tiny import hf_model
+
+NATIVE = get_backend("native")
+needs_native = pytest.mark.skipif(not NATIVE.available(), reason="no C compiler")
+# the kernel on each backend that has it (cuda: the GPU tests, scripts/gpu_check.sh)
+KERNEL_BACKENDS = [pytest.param("native", marks=needs_native),
+                   pytest.param("cuda", marks=pytest.mark.skipif(not get_backend("cuda").available(), reason="no GPU"))]
+
+
+def _programs_with(backend, graph, op: str = "Attention"):
+    """The LLIR programs of the search's fixed candidates (greedy, fused) that use ``op``."""
+    _, enc, index, ser = saturate(backend, graph)
+    out = []
+    for _, cand in candidates(index, ls.SearchOptions(budget=3, seed=0)):
+        lprog = decode_program(cand, ser, enc.constants, backend.declarations())
+        if any(o.op == op for o in lprog.ops):
+            out.append(lprog)
+    return out
+
+
+def to_numpy(x) -> np.ndarray:
+    return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+
+
+def _inputs(graph, dims: dict, positions: np.ndarray, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, nid in graph.inputs.items():
+        arg = graph.nodes[nid].arg
+        shape = tuple(int(d.evaluate(dims)) for d in arg.shape)
+        if name == "positions":
+            out[name] = positions.astype(arg.dtype.np)
+        elif not arg.dtype.is_float:
+            out[name] = rng.integers(0, 64, shape).astype(arg.dtype.np)
+        else:
+            scale = 1.0 if "cache" in name else 0.3
+            out[name] = (rng.standard_normal(shape) * scale).astype(arg.dtype.np)
+    return out
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3"])
+def test_a_decode_step_with_the_fused_attention_matches_the_reference(family, backend):
+    """Llama, Qwen3 (q/k norms) and Gemma 3 (sliding-window layers reading only their window's
+    rows, the window crossed at p = 9): one decode row and a 4-row step, after 0 and 9 cached
+    rows; logits and the updated caches as the reference computes them."""
+    _, cfg, _ = hf_model(family)
+    graph = from_hf_config(cfg).decode_graph()
+    be = get_backend(backend)
+    lprogs = _programs_with(be, graph)
+    assert lprogs, "no candidate uses the fused attention"
+    ref = graph.compile(backend="reference")
+    prog = be.lower(graph, lprogs[-1])
+    for s, p in ((1, 0), (1, 9), (4, 9)):
+        dims = {"s": s, "p": p, "M": 16}
+        inputs = _inputs(graph, dims, p + np.arange(s))
+        want = ref({k: v.copy() for k, v in inputs.items()}, dims=dims)
+        got = prog({k: v.copy() for k, v in inputs.items()}, dims=dims)
+        for k in want:
+            w, g = np.asarray(want[k]), to_numpy(got[k])
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(w).max()), err_msg=f"{k} {s} {p}")
+
+
+def _chain(g: ls.Graph, softcap=None, scale_by_max=-1.0, mask=True):
+    """A standalone softmax_attention: q [s, 2, 3, 8] against 2 KV heads of L keys."""
+    q = g.input("q", ("s", 2, 3, 8))
+    kt = g.input("k", (2, 8, "L"))
+    v = g.input("v", (2, "L", 8))
+    m = g.input("mask", ("s", "L")) if mask else None
+    if scale_by_max == -1.0:
+        return softmax_attention(q, kt, v, m, softcap)
+    scores = q @ kt + m.reshape(-1, 1, 1, m.shape[1])
+    e = hl.exp2(scores + scores.amax(-1, keepdim=True) * scale_by_max)
+    return ((e @ v) * hl.reciprocal(e.sum(-1, keepdim=True))).reshape(-1, 48)
+
+
+def _chain_inputs(s=3, L=11, seed=1, blocked=()):
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((s, L), np.float32)
+    for i, j in blocked:
+        mask[i, j] = np.finfo(np.float32).min
+    return {"q": rng.standard_normal((s, 2, 3, 8)).astype(np.float32),
+            "k": rng.standard_normal((2, 8, L)).astype(np.float32),
+            "v": rng.standard_normal((2, L, 8)).astype(np.float32), "mask": mask}
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def test_the_kernel_matches_the_chain_with_blocked_keys(backend):
+    """Blocked keys first, in the middle and last (the online softmax starts from a blocked key and
+    rescales when a larger score comes), at several key counts."""
+    g = ls.Graph()
+    g.output("out", _chain(g))
+    be = get_backend(backend)
+    lprogs = _programs_with(be, g)
+    assert lprogs
+    prog = be.lower(g, lprogs[-1])
+    ref = g.compile(backend="reference")
+    causal = tuple((i, j) for i in range(3) for j in range(i))
+    for L, blocked in ((1, ()), (11, ((0, 0), (1, 5), (2, 10))), (40, causal), (300, ((0, 299), (2, 0)))):
+        x = _chain_inputs(L=L, blocked=blocked)
+        np.testing.assert_allclose(to_numpy(prog(x, dims={"s": 3, "L": L})["out"]),
+                                   ref(x, dims={"s": 3, "L": L})["out"], rtol=1e-5, atol=1e-6)
+
+
+def test_the_rule_takes_only_the_softmax_chain():
+    """A chain whose row maximum is scaled by 2 instead of negated is not a softmax: no
+    Attention; softcapped scores (tanh between the product and the softmax) are not matched either
+    (the kernel has no soft-capping yet); the chain itself is."""
+    for kwargs, want in (({}, True), ({"scale_by_max": 2.0}, False), ({"softcap": 30.0}, False)):
+        g = ls.Graph()
+        g.output("out", _chain(g, **kwargs))
+        assert bool(_programs_with(NATIVE, g)) == want, kwargs
+
+
+def test_backends_without_the_kernel_get_no_attention_op():
+    """The cpu backend states no fused_kernel_dtype: the chain stays as it is."""
+    g = ls.Graph()
+    g.output("out", _chain(g))
+    cpu = get_backend("cpu")
+    assert "Attention" not in cpu.declarations()
+    assert not _programs_with(cpu, g)
+
+
+def test_each_layer_gets_its_own_attention():
+    """One Attention node per layer, reading that layer's queries and cache (a single rule with
+    the whole chain as its body paired every layer's output with every layer's scores in egglog
+    13.2: the staged rules must not)."""
+    _, cfg, _ = hf_model("gemma3")
+    _, _, _, ser = saturate(NATIVE, from_hf_config(cfg).decode_graph())
+    nodes = [n for n in ser.nodes.values() if n["op"] == "Attention"]
+    assert len(nodes) == cfg["num_hidden_layers"]
+    assert len({n["eclass"] for n in nodes}) == len(nodes)
