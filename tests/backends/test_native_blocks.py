@@ -422,7 +422,9 @@ def test_gguf_blocks_are_kept_and_decode_like_the_float_weights(tmp_path, activa
     tol = 1e-5 if activations == "float" else 1e-4
     for la, lb in zip(a.logits, b.logits):
         np.testing.assert_allclose(la, lb, rtol=tol, atol=tol * np.abs(lb).max())
-    assert not [name for name in raw_rows if lz.tensors[name].is_dense]
+    # no float32 copy of a matrix; the tied embedding's small table may be gathered from its float
+    # copy when the search measured that faster on this run (a timing decision, seen under load)
+    assert [name for name in raw_rows if lz.tensors[name].is_dense] in ([], ["model.embed_tokens.weight"])
     # and they equal the eager load's float32 values when asked for
     for name in raw_rows:
         np.testing.assert_array_equal(np.asarray(lz.tensors[name]), w.tensors[name], err_msg=name)

@@ -59,17 +59,19 @@ ROW_NORM = OpDecl("RowNorm", (
     ("n", "expr"), ("x", "ir"), ("c", "ir"), ("c_view", "view"), ("eps", "ir"), ("eps_view", "view"),
     ("w", "ir"), ("w_view", "view")),
     "RMSNorm of each row, one op")
-# a ScatterInPlace whose src is a region (writes.egg): for each element i of the index view,
-# dest[indexes[indexes_view(i)]] = body evaluated at flat index i of `shape` (the region's values
-# written where the scatter puts them, never stored on their own: RoPE'd keys into the KV cache)
-SCATTER_REGION = OpDecl("ScatterRegion", (("dest", "ir"), ("indexes", "ir"), ("indexes_view", "view"),
-                                          ("shape", "elist"), ("body", "scalar")),
+# a ScatterInPlace whose src is a region (writes.egg): for each element i of `shape` (the scatter's
+# index view), dest[indexes(i)] = body(i) -- both region bodies evaluated at flat index i (the
+# region's values written where the scatter puts them, never stored on their own: RoPE'd keys into
+# the KV cache; the indexes a leaf, or an iota computed in place)
+SCATTER_REGION = OpDecl("ScatterRegion", (("dest", "ir"), ("shape", "elist"), ("indexes", "scalar"),
+                                          ("body", "scalar")),
                         "ScatterInPlace of a region's values")
 # a ScatterInPlace whose src is a product read flat (writes.egg): the product's element i
-# (row-major over [*batch, m, n], the Matmul fields' semantics) written to dest[indexes[indexes_view(i)]]
-# (a value projection straight into the KV cache)
-MATMUL_SCATTER = OpDecl("MatmulScatter", (("dest", "ir"), ("indexes", "ir"), ("indexes_view", "view"),
-                                          *MATMUL.fields),
+# (row-major over [*batch, m, n], the Matmul fields' semantics) written to dest[indexes(i)], the
+# indexes a region body over `shape` (a value projection straight into the KV cache); the body last,
+# so the operands are the destination, A, B, then the indexes' leaves
+MATMUL_SCATTER = OpDecl("MatmulScatter", (("dest", "ir"), *MATMUL.fields, ("shape", "elist"),
+                                          ("indexes", "scalar")),
                         "ScatterInPlace of a product's values")
 # the ops the fused kernels run (Backend.fused_kernel_dtypes), and those writing into their first
 # operand's buffer (an aliased input; the kernel runtime checks it, as for ScatterInPlace)

@@ -16,6 +16,8 @@ key was seen, so padding a row's keys with blocked ones leaves its result bit fo
 
 from __future__ import annotations
 
+import os
+
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
@@ -28,6 +30,10 @@ from .writer import WARP, Point, Writer, finish
 __all__ = ["attention_kernel", "RENDERERS", "WARPS"]
 
 WARPS = 8  # warps per query row (cuda); the block is (32, WARPS): lane, slice
+# LIGHTSPEED_ATTENTION_CLUSTER=1: a query row's keys split over a thread-block cluster (sm_90,
+# kind ``attention_cluster``: CLUSTER blocks per row, merged through distributed shared memory),
+# for long contexts; an experiment until measured (off: one block per row)
+CLUSTERED = os.environ.get("LIGHTSPEED_ATTENTION_CLUSTER", "0") == "1"
 
 
 def _static(e: Expr, what: str) -> int:
@@ -96,7 +102,11 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
         # unrolled so that the loads of several keys are in flight at once (the online softmax
         # is the only dependence between keys)
         w.line("#pragma unroll 4")
-        w.line(f"for (long long _ls_l = slice; _ls_l < {nn}; _ls_l += {WARPS}) {{")
+        if CLUSTERED:
+            w.line(f"for (long long _ls_l = _ls_crank * {WARPS} + slice; _ls_l < {nn}; "
+                   f"_ls_l += {WARPS} * _ls_csize) {{")
+        else:
+            w.line(f"for (long long _ls_l = slice; _ls_l < {nn}; _ls_l += {WARPS}) {{")
         w.line("  float _ls_x = 0.0f;")
         for t in range(qpl):
             c = f"lane + {t * WARP}"
@@ -138,6 +148,8 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
         w.line("}")
         # merge the warps' partial results
         w.line(f"__shared__ float _ls_smx[{WARPS}], _ls_ssum[{WARPS}], _ls_sacc[{WARPS}][{vpl * WARP}];")
+        if CLUSTERED:
+            w.line(f"__shared__ float _ls_bm, _ls_bs, _ls_bacc[{vpl * WARP}];")
         w.line("if (lane == 0) { _ls_smx[slice] = _ls_mx; _ls_ssum[slice] = _ls_sum; }")
         w.line(f"for (int t = 0; t < {vpl}; t++) _ls_sacc[slice][lane + t * {WARP}] = _ls_acc[t];")
         w.line("__syncthreads();")
@@ -146,16 +158,44 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
         w.line(f"  for (int u = 0; u < {WARPS}; u++) _ls_M = _ls_smx[u] > _ls_M ? _ls_smx[u] : _ls_M;")
         w.line(f"  for (int u = 0; u < {WARPS}; u++) {{ _ls_wt[u] = _ls_smx[u] == {ninf} ? 0.0f : "
                f"ls_exp2f(_ls_smx[u] - _ls_M); _ls_S += _ls_ssum[u] * _ls_wt[u]; }}")
-        w.line(f"  for (int t = 0; t < {vpl}; t++) {{")
-        w.line(f"    const int j = lane + t * {WARP};")
-        w.line(f"    if (j < {hv}) {{")
-        w.line("      float o = 0.0f;")
-        w.line(f"      for (int u = 0; u < {WARPS}; u++) o += _ls_sacc[u][j] * _ls_wt[u];")
-        w.line(f"      out[_ls_item * {hv} + j] = {store(op.dtype, 'o / _ls_S')};")
-        w.line("    }")
-        w.line("  }")
-        w.line("}")
-        w.line("__syncthreads();")
+        if CLUSTERED:  # this block's merged partial, then rank 0 merges the cluster's
+            w.line(f"  for (int t = 0; t < {vpl}; t++) {{")
+            w.line(f"    const int j = lane + t * {WARP};")
+            w.line("    float o = 0.0f;")
+            w.line(f"    for (int u = 0; u < {WARPS}; u++) o += _ls_sacc[u][j] * _ls_wt[u];")
+            w.line("    _ls_bacc[j] = o;")
+            w.line("  }")
+            w.line("  if (lane == 0) { _ls_bm = _ls_M; _ls_bs = _ls_S; }")
+            w.line("}")
+            w.line("ls_cluster_sync();")
+            w.line("if (_ls_crank == 0 && slice == 0) {")
+            w.line(f"  float _ls_M = {ninf}, _ls_S = 0.0f;")
+            w.line("  for (unsigned int u = 0; u < _ls_csize; u++) { const float m = ls_cluster_ld(&_ls_bm, u); "
+                   "_ls_M = m > _ls_M ? m : _ls_M; }")
+            w.line("  for (unsigned int u = 0; u < _ls_csize; u++) { const float m = ls_cluster_ld(&_ls_bm, u); "
+                   f"if (m != {ninf}) _ls_S += ls_cluster_ld(&_ls_bs, u) * ls_exp2f(m - _ls_M); }}")
+            w.line(f"  for (int t = 0; t < {vpl}; t++) {{")
+            w.line(f"    const int j = lane + t * {WARP};")
+            w.line(f"    if (j < {hv}) {{")
+            w.line("      float o = 0.0f;")
+            w.line("      for (unsigned int u = 0; u < _ls_csize; u++) { const float m = ls_cluster_ld(&_ls_bm, u); "
+                   f"if (m != {ninf}) o += ls_cluster_ld(_ls_bacc + j, u) * ls_exp2f(m - _ls_M); }}")
+            w.line(f"      out[_ls_item * {hv} + j] = {store(op.dtype, 'o / _ls_S')};")
+            w.line("    }")
+            w.line("  }")
+            w.line("}")
+            w.line("ls_cluster_sync();")
+        else:
+            w.line(f"  for (int t = 0; t < {vpl}; t++) {{")
+            w.line(f"    const int j = lane + t * {WARP};")
+            w.line(f"    if (j < {hv}) {{")
+            w.line("      float o = 0.0f;")
+            w.line(f"      for (int u = 0; u < {WARPS}; u++) o += _ls_sacc[u][j] * _ls_wt[u];")
+            w.line(f"      out[_ls_item * {hv} + j] = {store(op.dtype, 'o / _ls_S')};")
+            w.line("    }")
+            w.line("  }")
+            w.line("}")
+            w.line("__syncthreads();")
     else:
         w.line(f"  const {storage_type(dv_)}* _ls_vr = in2 + _ls_ov + _ls_l * {vsn};")
         w.line(f"  for (int j = 0; j < {hv}; j++) _ls_acc[j] = _ls_acc[j] * _ls_sc + _ls_p * "
@@ -166,7 +206,8 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
     bufs = [("out", storage_type(op.dtype), True, "out")] + [
         (f"in{k}", storage_type(d), False, k) for k, d in enumerate(in_dtypes)]
     count = prod(batch) * m if batch else m
-    return finish(w, dialect, "attention", bufs, count, body, "attention", item_cost=n * (hk + hv) + const(1))
+    kind = "attention_cluster" if CLUSTERED and dialect == "cuda" else "attention"
+    return finish(w, dialect, kind, bufs, count, body, "attention", item_cost=n * (hk + hv) + const(1))
 
 
 def _attention(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:

@@ -25,11 +25,11 @@ __all__ = ["matmul_kernel", "glu_kernel", "stream_order", "RENDERERS", "VECTOR_D
 def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     """``Matmul``/``MatmulAdd``: C[*batch, i, j] = sum_l A[..] * B[..] (+ R), accumulated in the
     compute type (float for float32/bfloat16/float16).  ``MatmulScatter``: C's element z stored at
-    ``out[indexes[indexes_view(z)]]`` (operands: the destination, the indexes, A, B)."""
+    ``out[indexes(z)]`` (operands: the destination, A, B, then the indexes' leaves)."""
     a = op.args
     w = Writer(dialect)
     scatter = op.op == "MatmulScatter"
-    ia, ib = (2, 3) if scatter else (0, 1)  # A's and B's operand positions
+    ia, ib = (1, 2) if scatter else (0, 1)  # A's and B's operand positions
     da, db = in_dtypes[ia], in_dtypes[ib]
     ct = "double" if op.dtype.name == "float64" else "float"
     batch = list(a["batch"])
@@ -149,19 +149,21 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, ia),
             ("in1", storage_type(db), False, ib)]
     if scatter:  # the product's element goes where the scatter puts it
-        region = Region(w, [a["indexes_view"]], [in_dtypes[1]], False, names=["in2"])
+        # the indexes' leaves are operands 3, 4, ...: views and names by operand position
+        views = [None, None, None, *op.leaf_views]
+        region = Region(w, views, list(in_dtypes), False, names=[f"ix{k}" for k in range(len(in_dtypes))])
         w.index_vars.add("_ls_oz")
         w.line(f"if ({writer}) {{")
         w.line(f"  const long long _ls_oz = {out_index};")
         w.push()
-        at_idx = region.leaf(0, "_ls_oz")
+        at_idx = region.value(a["indexes"], "_ls_oz")
         inner = w.pop()
         w.scope.lines.extend("  " + ln for ln in inner)
         w.line(f"  const long long _ls_at = (long long){at_idx};")
         w.line(f"  if (_ls_at >= 0 && _ls_at < {w.expr(prod(op.shape))}) out[_ls_at] = {store(op.dtype, value)};")
         w.line("}")
         body = w.pop()
-        bufs.append(("in2", storage_type(in_dtypes[1]), False, 1))
+        bufs += [(f"ix{k}", storage_type(d), False, k) for k, d in enumerate(in_dtypes) if k >= 3]
     elif "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
         region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
         w.index_vars.add("_ls_oz")

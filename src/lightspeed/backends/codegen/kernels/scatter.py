@@ -48,17 +48,16 @@ def _scatter_in_place(op: LOp, in_dtypes: list[DType], dialect: str) -> list[Ker
 
 
 def scatter_region_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
-    """``ScatterRegion``: ``out_flat[idx[i]] = body(i)`` (the region evaluated at the scatter's
-    element i, never stored on its own); indexes outside ``out`` are skipped.  Operands: the
-    destination (``out`` itself), the indexes, then the region's leaves."""
+    """``ScatterRegion``: ``out_flat[indexes(i)] = body(i)`` for each element i of ``shape`` (both
+    region bodies evaluated at i, the values never stored on their own); indexes outside ``out``
+    are skipped.  Operands: the destination (``out`` itself), then the bodies' leaves."""
     w = Writer(dialect)
     w.index_vars.add("_ls_item")
     w.push()
-    iv = op.args["indexes_view"]
-    # leaf k of the body is the op's operand k (2, 3, ...): views and names by operand position
-    views = [iv, iv, *op.leaf_views]
+    # leaf k of a body is the op's operand k (1, 2, ...): views and names by operand position
+    views = [None, *op.leaf_views]
     region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
-    idx = region.leaf(1, "_ls_item")
+    idx = region.value(op.args["indexes"], "_ls_item")
     src = region.value(op.args["body"], "_ls_item")
     n_out = w.expr(prod(op.shape))
     w.line(f"const long long at = (long long){idx};")
@@ -66,7 +65,7 @@ def scatter_region_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kern
     body = w.pop()
     bufs = [("out", storage_type(op.dtype), True, "out")] + [
         (f"in{k}", storage_type(d), False, k) for k, d in enumerate(in_dtypes) if k >= 1]
-    return finish(w, dialect, "scatter", bufs, prod(iv.shape), body, "scatter_region")
+    return finish(w, dialect, "scatter", bufs, prod(op.args["shape"]), body, "scatter_region")
 
 
 def _scatter_region(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:

@@ -54,8 +54,15 @@ def _block_loop(n: str) -> list[str]:
             f"for (long long _ls_item = blockIdx.x; _ls_item < {n}; _ls_item += gridDim.x) {{"]
 
 
+def _cluster_loop(n: str) -> list[str]:  # every block of a cluster on the same item
+    return ["const int lane = threadIdx.x, slice = threadIdx.y;",
+            "const unsigned int _ls_crank = ls_cluster_rank(), _ls_csize = ls_cluster_size();",
+            f"for (long long _ls_item = blockIdx.x / _ls_csize; _ls_item < {n}; _ls_item += gridDim.x / _ls_csize) {{"]
+
+
 _CUDA_LOOPS: dict[str, Callable[[str], list[str]]] = {"thread": _thread_loop, "warp": _warp_loop,
-                                                      "block": _block_loop}
+                                                      "block": _block_loop, "cluster": _cluster_loop}
+CLUSTER = 8  # blocks per cluster of the cluster kinds (sm_90's portable maximum)
 # kind -> (the cuda loop: one thread, warp or block per item; items per block; the block)
 _CUDA_WORK: dict[str, tuple[str, int, tuple[int, int, int]]] = {
     "elementwise": ("thread", THREADS, (THREADS, 1, 1)),
@@ -65,6 +72,7 @@ _CUDA_WORK: dict[str, tuple[str, int, tuple[int, int, int]]] = {
     "matmul_tile": ("block", 1, (TILE_N, TILE_K, 1)),  # 32 outputs of a row, k over 8 thread rows
     "attention": ("block", 1, (WARP, 8, 1)),  # a query row per block, its keys over 8 warps (kernels/attention.py)
     "row": ("block", 1, (WARP, 8, 1)),  # a row per block of 8 warps (kernels/norm.py)
+    "attention_cluster": ("cluster", 1, (WARP, 8, 1)),  # a query row per cluster of CLUSTER blocks
 }
 KINDS = (*_CUDA_WORK, "matmul_rows")  # matmul_rows: the c dialect's row items (kernels/matmul_rows.py)
 
@@ -77,7 +85,11 @@ def launch_shape(kind: str, items: Expr) -> LaunchShape:
     work = _CUDA_WORK.get(kind)
     if work is None:
         return LaunchShape(kind, (const(1), const(1), const(1)))
-    _, per_block, block = work
+    loop, per_block, block = work
+    if loop == "cluster":  # a cluster per item: the grid counts clusters' blocks
+        shape = grid_stride(kind, items, per_block, block)
+        return LaunchShape(kind, (shape.grid[0] * CLUSTER, shape.grid[1], shape.grid[2]), block,
+                           cluster=(CLUSTER, 1, 1), capped=True)
     return grid_stride(kind, items, per_block, block)
 
 

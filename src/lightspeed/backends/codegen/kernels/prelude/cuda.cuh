@@ -11,6 +11,26 @@
 #else
 #define LS_KERNEL_BEGIN() do { } while (0)
 #endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// thread-block clusters (sm_90): this block's rank, a barrier of every thread of the cluster
+// (release/acquire: shared memory written before it is visible to the cluster after it), and a
+// float of another block's shared memory (distributed shared memory)
+static LS_INLINE unsigned int ls_cluster_rank() {
+  unsigned int r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r;
+}
+static LS_INLINE unsigned int ls_cluster_size() {
+  unsigned int n; asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n)); return n;
+}
+static LS_INLINE void ls_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+static LS_INLINE float ls_cluster_ld(const float* p, unsigned int rank) {
+  unsigned int a = (unsigned int)__cvta_generic_to_shared(p), r; float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
+  return v;
+}
+#endif
 static LS_INLINE float ls_bits_f(unsigned int u) { return __uint_as_float(u); }
 static LS_INLINE unsigned int ls_f_bits(float f) { return __float_as_uint(f); }
 static LS_INLINE float ls_h2f(unsigned short h) {

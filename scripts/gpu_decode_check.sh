@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The decode-speed check on the GPU host (the `device` tool's machine), from the repository root:
+# the cuda tests that cover the fused kernels, memcheck over them, then benchmarks/gpu_decode.py
+# on every shape beside PyTorch eager and torch.compile in the same run, and one long-context run.
+#   bash scripts/gpu_decode_check.sh            (results and logs under $OUT, default /tmp/gpu-out)
+# GPU_DECODE_SHAPES picks the shapes; an older tree's src carried as .before/src is measured at
+# the long context too (before/after in the same run).
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$OUT/pip.log" 2>&1 || { echo "wheel install failed"; tail -5 "$OUT/pip.log"; }
+fi
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 LIGHTSPEED_CACHE_DIR=/tmp/ls-cache
+step() {  # name, timeout, command...
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s)
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  echo "$name: rc=$? $(( $(date +%s) - t0 ))s :: $(tail -1 "$OUT/$name.log")"
+}
+step tests 150 python3 -m pytest -o addopts="" tests/backends/test_attention.py tests/backends/test_cuda.py \
+  tests/models/test_cuda_models.py -q -p no:cacheprovider -n 8
+step memcheck 120 env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+  python3 -m pytest -o addopts="" tests/backends/test_attention.py -k cuda -q -p no:cacheprovider
+step decode "${GPU_DECODE_S:-330}" python3 benchmarks/gpu_decode.py ${GPU_DECODE_SHAPES:-smollm2-135m qwen3-0.6b llama-3.2-1b llama-3-8b} --steps 64
+sed -n '/^shape/,$p' "$OUT/decode.log"
+cp "$OUT/gpu_decode.json" "$OUT/gpu_decode_shapes.json" 2>/dev/null
+step long 90 python3 benchmarks/gpu_decode.py llama-3.2-1b --no-peer --steps 32 --prompt 1024
+tail -1 "$OUT/long.log"
+if [ -d .before/src ]; then
+  PYTHONPATH=/tmp/site:$PWD/.before/src:$PWD step long_before 90 python3 benchmarks/gpu_decode.py llama-3.2-1b --no-peer \
+    --steps 32 --prompt 1024
+  tail -1 "$OUT/long_before.log"
+fi
+# the clustered attention kernel (LIGHTSPEED_ATTENTION_CLUSTER=1, an experiment): correctness, then
+# decode at a short and a long context (its own cache: search decisions are not keyed by the flag)
+if [ "${GPU_DECODE_CLUSTER:-1}" = 1 ]; then
+  export LIGHTSPEED_ATTENTION_CLUSTER=1
+  LIGHTSPEED_CACHE_DIR=/tmp/ls-cache-cluster step cluster_tests 90 python3 -m pytest -o addopts="" \
+    tests/backends/test_attention.py -k cuda -q -p no:cacheprovider
+  LIGHTSPEED_CACHE_DIR=/tmp/ls-cache-cluster step cluster_long 90 python3 benchmarks/gpu_decode.py llama-3.2-1b \
+    --no-peer --steps 32 --prompt 1024
+  tail -1 "$OUT/cluster_long.log"
+  LIGHTSPEED_CACHE_DIR=/tmp/ls-cache-cluster step cluster_short 90 python3 benchmarks/gpu_decode.py llama-3.2-1b \
+    --no-peer --steps 64
+  tail -1 "$OUT/cluster_short.log"
+fi
