@@ -30,6 +30,7 @@ from .writer import WARP, Point, Writer, finish
 __all__ = ["attention_kernel", "RENDERERS", "WARPS"]
 
 WARPS = 8  # warps per query row (cuda); the block is (32, WARPS): lane, slice
+GROUP_ROWS = 16  # c: up to this many static query rows of a batch index share one item
 # LIGHTSPEED_ATTENTION_CLUSTER=1: a query row's keys split over a thread-block cluster (sm_90,
 # kind ``attention_cluster``: CLUSTER blocks per row, merged through distributed shared memory),
 # for long contexts; an experiment until measured (off: one block per row)
@@ -43,6 +44,9 @@ def _static(e: Expr, what: str) -> int:
 
 
 def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    m = op.args["m"]
+    if dialect == "c" and not m.free_vars() and int(m.value) <= GROUP_ROWS:
+        return grouped_attention_kernel(op, in_dtypes)
     a = op.args
     dk_, dm, dv_ = in_dtypes[:3]  # keys, mask, values; then the queries' leaves
     w = Writer(dialect)
@@ -208,6 +212,92 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
     count = prod(batch) * m if batch else m
     kind = "attention_cluster" if CLUSTERED and dialect == "cuda" else "attention"
     return finish(w, dialect, kind, bufs, count, body, "attention", item_cost=n * (hk + hv) + const(1))
+
+
+def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """The c dialect's kernel when the query rows of one batch index are few and static (a KV
+    head's query group, m <= GROUP_ROWS): an item per batch index walks the keys once, each key's
+    and value's row converted once and used by every query row of the group; each row's sums in
+    the same order as the row kernel's (the rows never depend on each other or on the batch)."""
+    a = op.args
+    dk_, dm, dv_ = in_dtypes[:3]
+    w = Writer("c")
+    batch = list(a["batch"])
+    m, n = int(a["m"].value), a["n"]
+    hk, hv = _static(a["k"], "key head dim"), _static(a["dv"], "value head dim")
+    w.index_vars |= {"_ls_item", "_ls_l", "_ls_z", "_ls_mi", "_ls_qz"}
+    nn = w.expr(n)
+    w.push()
+    oq, ok_, ov = (w.expr(a[f]) for f in ("q_offset", "k_offset", "v_offset"))
+    w.line("long long _ls_rest = _ls_item;")
+    w.line(f"long long _ls_oq = {oq}, _ls_ok = {ok_}, _ls_ov = {ov};")
+    names = [f"_ls_b{x}" for x in range(len(batch))]
+    for x in reversed(range(len(batch))):
+        size = w.expr(batch[x])
+        w.line(f"const long long {names[x]} = _ls_rest % {size}; _ls_rest /= {size};")
+        w.line(f"_ls_oq += {names[x]} * {w.expr(a['q_batch_strides'][x])}; "
+               f"_ls_ok += {names[x]} * {w.expr(a['k_batch_strides'][x])}; "
+               f"_ls_ov += {names[x]} * {w.expr(a['v_batch_strides'][x])};")
+    w.index_vars |= set(names)
+    coords = tuple(sym(x) for x in names) + (sym("_ls_mi"), sym("_ls_l"))
+    qsm, qsk, ksk, ksn, vsn, vsj = (w.expr(a[f]) for f in ("q_stride_m", "q_stride_k", "k_stride_k", "k_stride_n",
+                                                            "v_stride_n", "v_stride_j"))
+    views = [a["mask_view"], a["mask_view"], a["mask_view"], *op.leaf_views]
+    region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
+    shape = (*batch, a["m"], n)
+    at = Point("_ls_z", sym("_ls_z"), tuple(shape), coords) if tuple(a["mask_view"].shape) == shape else "_ls_z"
+    ninf = "(-ls_inf())"
+    hk8 = -(-hk // 8) * 8  # the rows padded to whole 8-lane vectors (zeros)
+    w.line(f"float _ls_q[{m}][{hk8}], _ls_mx[{m}], _ls_sum[{m}], _ls_acc[{m}][{hv}], _ls_kf[{hk8}], _ls_vf[{hv}];")
+    w.line(f"for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
+    w.line(f"  _ls_mx[_ls_mi] = {ninf}; _ls_sum[_ls_mi] = 0.0f;")
+    w.line(f"  for (int j = 0; j < {hv}; j++) _ls_acc[_ls_mi][j] = 0.0f;")
+    w.line(f"  for (int c = {hk}; c < {hk8}; c++) _ls_q[_ls_mi][c] = 0.0f;")
+    w.line(f"  for (int c = 0; c < {hk}; c++) {{")
+    w.push()
+    w.line(f"const long long _ls_qz = _ls_oq + _ls_mi * {qsm} + c * {qsk};")
+    qv = region.value(a["q_body"], "_ls_qz")
+    inner = w.pop()
+    w.scope.lines.extend("    " + ln for ln in inner)
+    w.line(f"    _ls_q[_ls_mi][c] = (float){qv};")
+    w.line("  }")
+    w.line("}")
+    w.line(f"for (int c = {hk}; c < {hk8}; c++) _ls_kf[c] = 0.0f;")
+    w.line(f"for (long long _ls_l = 0; _ls_l < {nn}; _ls_l++) {{")
+    w.line(f"  const {storage_type(dk_)}* _ls_kr = in0 + _ls_ok + _ls_l * {ksn};")
+    w.line(f"  const {storage_type(dv_)}* _ls_vr = in2 + _ls_ov + _ls_l * {vsn};")
+    w.line(f"  for (int c = 0; c < {hk}; c++) _ls_kf[c] = {load(dk_, '_ls_kr[c * ' + ksk + ']')};")
+    w.line(f"  for (int j = 0; j < {hv}; j++) _ls_vf[j] = {load(dv_, '_ls_vr[j * ' + vsj + ']')};")
+    w.line(f"  for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
+    # 8 independent partial sums (one vector register; the same order for every row and batch)
+    w.line("    float _ls_part[8] = {0};")
+    w.line(f"    for (int c = 0; c < {hk8}; c += 8)")
+    w.line("      for (int u = 0; u < 8; u++) _ls_part[u] += _ls_q[_ls_mi][c + u] * _ls_kf[c + u];")
+    w.line("    float _ls_x = ((_ls_part[0] + _ls_part[1]) + (_ls_part[2] + _ls_part[3])) + "
+           "((_ls_part[4] + _ls_part[5]) + (_ls_part[6] + _ls_part[7]));")
+    w.line(f"    const long long _ls_z = (_ls_item * {m} + _ls_mi) * {nn} + _ls_l;")
+    w.push()
+    mask = region.leaf(1, at)
+    inner = w.pop()
+    w.scope.lines.extend("    " + ln for ln in inner)
+    w.line(f"    _ls_x += (float){mask};")
+    w.line("    const float _ls_om = _ls_mx[_ls_mi], _ls_nm = _ls_x > _ls_om ? _ls_x : _ls_om;")
+    w.line("    const float _ls_sc = _ls_nm == _ls_om ? 1.0f : ls_exp2f(_ls_om - _ls_nm);")
+    w.line(f"    const float _ls_p = _ls_x == {ninf} ? 0.0f : ls_exp2f(_ls_x - _ls_nm);")
+    w.line("    _ls_sum[_ls_mi] = _ls_sum[_ls_mi] * _ls_sc + _ls_p;")
+    w.line("    _ls_mx[_ls_mi] = _ls_nm;")
+    w.line("    float* _ls_ar = _ls_acc[_ls_mi];")
+    w.line(f"    for (int j = 0; j < {hv}; j++) _ls_ar[j] = _ls_ar[j] * _ls_sc + _ls_p * _ls_vf[j];")
+    w.line("  }")
+    w.line("}")
+    w.line(f"for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++)")
+    w.line(f"  for (int j = 0; j < {hv}; j++) out[(_ls_item * {m} + _ls_mi) * {hv} + j] = "
+           f"{store(op.dtype, '_ls_acc[_ls_mi][j] / _ls_sum[_ls_mi]')};")
+    body = w.pop()
+    bufs = [("out", storage_type(op.dtype), True, "out")] + [
+        (f"in{k}", storage_type(d), False, k) for k, d in enumerate(in_dtypes)]
+    count = prod(batch) if batch else const(1)
+    return finish(w, "c", "attention", bufs, count, body, "attention", item_cost=n * m * (hk + hv) + const(1))
 
 
 def _attention(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
