@@ -6,7 +6,7 @@ resident; handles ``out=`` and aliased outputs; returns the caller's kind.  A ba
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -244,8 +244,10 @@ class Program:
         return arrays, env
 
     def __call__(self, inputs: Mapping[str, Any] | None = None, /, *, dims: Mapping[str, int] | None = None,
-                 out: Mapping[str, Any] | None = None, **named: Any) -> dict[str, Any]:
-        """Run the program; ``out``: arrays to write outputs into (returned as given)."""
+                 out: Mapping[str, Any] | None = None, fetch: Sequence[str] | None = None,
+                 **named: Any) -> dict[str, Any]:
+        """Run the program; ``out``: arrays to write outputs into (returned as given); ``fetch``:
+        the outputs to return (default all; a device backend copies only these to the host)."""
         for what, value in (("inputs", inputs), ("dims", dims), ("out", out)):
             if value is not None and not isinstance(value, Mapping):
                 raise InputError(f"{what} must be a mapping of names (e.g. prog(x=a) or prog({{'x': a}})), "
@@ -278,6 +280,13 @@ class Program:
                 if not same_memory(res[k], v):
                     self.store_back(out[k], res[k])
             res = {k: out.get(k, v) for k, v in res.items()}
+        if fetch is not None:
+            if isinstance(fetch, str) or not all(isinstance(k, str) for k in fetch):
+                raise InputError(f"fetch must be a sequence of output names, got {fetch!r}")
+            unknown = [k for k in fetch if k not in res]
+            if unknown:
+                raise InputError(f"fetch: unknown output(s) {unknown}; outputs are {list(self.output_names)}")
+            res = {k: res[k] for k in fetch}
         return self.deliver(res, all_inputs)
 
     def execute(self, arrays: dict[str, Any], dims: dict[str, int],

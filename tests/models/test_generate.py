@@ -103,6 +103,44 @@ def test_generation_stops_streams_and_times():
     assert sampled[0] == sampled[1] and sampled[0] != sampled[2]
 
 
+@pytest.mark.parametrize("backend", ["reference", "cpu", pytest.param("native", marks=pytest.mark.skipif(
+    not ls.backends.get_backend("native").available(), reason="no C compiler"))])
+def test_greedy_decode_steps_choose_on_the_device(backend, monkeypatch):
+    """Greedy steps fetch only the decode program's own argmax (``next_token``) where outputs live
+    in device memory (cuda; here a host backend told so); the tokens are the host sampler's (the
+    same steps with their logits kept, chosen on the host), and a step that needs its logits
+    (``want_logits``: a server's logprobs) still gets them."""
+    monkeypatch.setattr(type(ls.backends.get_backend(backend)), "device_memory", True)
+    model = from_hf_config(TINY)
+    gen = Generator(model, tiny_weights(model, seed=3), backend=backend)
+    assert "next_token" in gen.decode.output_names
+    on_device = gen.generate([1, 5, 9], 16, stop_ids=())
+    on_host = gen.generate([1, 5, 9], 16, stop_ids=(), keep_logits=True)
+    assert on_device.new_ids == on_host.new_ids
+    assert on_host.new_ids == [int(np.argmax(x)) for x in on_host.logits]
+    state = gen.start([1, 5, 9], 4, stop_ids=())
+    state.advance()
+    state.advance()
+    assert state.last_logits is None  # chosen on the device: no logits came back
+    state.want_logits = True
+    state.advance()
+    assert state.last_logits is not None and int(np.argmax(state.last_logits)) == state.ids[-1]
+
+
+def test_fetch_returns_only_the_outputs_asked_for():
+    g = ls.Graph()
+    x = g.input("x", (3,))
+    g.output("a", x + 1.0)
+    g.output("b", x * 2.0)
+    prog = g.compile(backend="cpu")
+    out = prog({"x": np.arange(3, dtype=np.float32)}, fetch=["b"])
+    assert list(out) == ["b"] and np.allclose(out["b"], [0, 2, 4])
+    with pytest.raises(InputError, match="unknown output"):
+        prog({"x": np.zeros(3, np.float32)}, fetch=["c"])
+    with pytest.raises(InputError, match="sequence of output names"):
+        prog({"x": np.zeros(3, np.float32)}, fetch="b")
+
+
 def test_generate_function_uses_tokenizer_eos():
     class Tok:
         eos_ids = (7,)

@@ -71,6 +71,9 @@ class Backend:
     block_dtypes: tuple[DType, ...] = ()
     # False for a backend that runs HLIR as it is (the reference): no e-graph search
     searched: bool = True
+    # True when its programs' outputs live in device memory (copying one to the host is a
+    # transfer): a greedy decode step then fetches the program's own argmax, not the logits
+    device_memory: bool = False
 
     # ------------------------------------------------------------------ identity
     def available(self) -> bool:

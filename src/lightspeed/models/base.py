@@ -207,15 +207,17 @@ class DecoderLM(Module):
             logits = hl.tanh(logits * (1.0 / c)) * c
         return logits, new
 
-    def build_graph(self, mode: str, all_logits: bool = False, storage: Mapping[str, DType] | None = None) -> Graph:
+    def build_graph(self, mode: str, all_logits: bool = False, storage: Mapping[str, DType] | None = None,
+                    next_token: bool = False) -> Graph:
         """The ``'prefill'``, ``'decode'`` or ``'paged'`` graph (cached per model object);
         ``storage``: weights declared in another dtype than the model's (:func:`block_storage`),
-        cast where used."""
+        cast where used; ``next_token``: the decode graph also outputs its last row's argmax
+        (int64 [1]), so a greedy step can fetch one token id instead of the logits."""
         if mode == "paged":
             return self.paged_graph(storage)
         if mode not in ("prefill", "decode"):
             raise ValueError(f"mode must be 'prefill', 'decode' or 'paged', got {mode!r}")
-        key = (mode, all_logits, tuple(sorted((n, d.name) for n, d in (storage or {}).items())))
+        key = (mode, all_logits, tuple(sorted((n, d.name) for n, d in (storage or {}).items())), next_token)
         if key in self._graphs:
             return self._graphs[key]
         cfg = self.config
@@ -229,6 +231,8 @@ class DecoderLM(Module):
                       for i in range(cfg.num_layers)]
         logits, _ = self.forward(b, step, ids, caches, all_logits)  # declares the cache outputs
         g.output("logits", logits)
+        if next_token and mode == "decode" and not all_logits:  # greedy on the device: fetch just this
+            g.output("next_token", hl.argmax(logits, -1))
         self._graphs[key] = g
         return g
 

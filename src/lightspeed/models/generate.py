@@ -8,11 +8,15 @@ The KV cache is one preallocated numpy buffer per layer and per K/V, ``[max_len,
 Prefill returns its rows (``new.{i}.k/v``), stored once at ``[0, n)``; every decode step takes the
 whole buffers as its ``cache.{i}.k/v`` inputs with ``dims={"p": p}`` and writes its new row at
 ``p`` in place (the outputs alias the inputs): the host sends a token id and receives logits, and
-no cache row is copied.  Weights are made resident once (``Program.persist``) and the programs
-are planned once for the longest prompt and cache (``Program.reserve``).  See docs/models.md.
+no cache row is copied.  On a device backend (``Backend.device_memory``: cuda) a greedy step (no
+repetition penalty, logits not kept) fetches only the decode program's own argmax
+(``next_token``): one token id comes back, not the logits.  Weights are made resident once
+(``Program.persist``) and the programs are planned once for the longest prompt and cache
+(``Program.reserve``).  See docs/models.md.
 
 Sampling follows Hugging Face's logits processors, in its order: repetition penalty, temperature,
-top-k, top-p; then a draw from a seeded numpy RNG.  ``temperature=0`` is greedy (argmax).
+top-k, top-p; then a draw from a seeded numpy RNG.  ``temperature=0`` is greedy (argmax, on the
+device where the decode program makes it).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import get_backend
 from ..errors import InputError
 from ..program import Program
 from ..search import SearchOptions
@@ -136,11 +141,13 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
     on weight values."""
     opts = profile_options(mode, search)
     stored = tuple(sorted((n, d.name) for n, d in (storage or {}).items()))
-    key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts), stored)
+    # on a device, greedy steps fetch the program's own argmax instead of the logits
+    token = get_backend(backend).device_memory
+    key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts), stored, token)
     prog = _PROGRAMS.get(key)
     if prog is None:
         t0 = time.perf_counter()
-        g = model.build_graph(mode, all_logits, storage)
+        g = model.build_graph(mode, all_logits, storage, next_token=token)
         built = time.perf_counter() - t0
         prog = g.compile(backend=backend, search=opts)
         record_build(prog, built)
@@ -310,6 +317,8 @@ class TokenStream:
         self.ttft_s = self.prefill_s = 0.0
         self.step_s: list[float] = []
         self.last_logits: np.ndarray | None = None
+        # a caller that reads ``last_logits`` after every token (a server's logprobs) sets this
+        self.want_logits = False
 
     @property
     def done(self) -> bool:
@@ -325,7 +334,10 @@ class TokenStream:
         self.last_logits = logits
         if self.kept is not None:
             self.kept.append(logits.copy())
-        tok = sample_token(logits, self.rng, self.ids, **self.params)
+        return self.chose(sample_token(logits, self.rng, self.ids, **self.params), since)
+
+    def chose(self, tok: int, since: float) -> int:
+        """Record ``tok`` as the next token (chosen from this step's logits, here or on the device)."""
         self.ids.append(tok)
         if len(self.ids) == len(self.prompt) + 1:
             self.ttft_s = time.perf_counter() - since
@@ -394,8 +406,20 @@ class GenerationState(TokenStream):
             self._inputs["input_ids"] = np.asarray([self.ids[-1]], dtype=np.int64)
             if "positions" in gen.decode.input_args:
                 self._inputs["positions"] = np.asarray([p], dtype=np.int64)
+            if self._device_greedy():  # the token chosen on the device: no logits copied to the host
+                out = gen.decode(self._inputs, dims={"p": p}, fetch=["next_token"])
+                self.last_logits = None
+                return self.chose(int(np.asarray(out["next_token"]).reshape(-1)[-1]), t0)
             out = gen.decode(self._inputs, dims={"p": p})
         return self.choose(out["logits"][-1], t0)
+
+    def _device_greedy(self) -> bool:
+        """Whether this step's token may be the decode program's own argmax (``next_token``):
+        greedy without a repetition penalty, its logits wanted by no one (``keep_logits``,
+        ``want_logits``: a server's logprobs), and a program that makes it."""
+        p = self.params
+        return (p.get("temperature", 0.0) == 0 and p.get("repetition_penalty", 1.0) == 1.0 and self.kept is None
+                and not self.want_logits and "next_token" in getattr(self.gen.decode, "output_names", ()))
 
     def close(self) -> None:
         self._inputs = {} if self._inputs is not None else None  # drop the cache buffers

@@ -284,6 +284,7 @@ class Engine:
                 extra = {} if self.batched else {"reserve": False}
                 state = self.gen.start(req.prompt_ids, req.max_tokens, temperature=req.temperature, top_k=req.top_k,
                                        top_p=req.top_p, seed=req.seed, stop_ids=self.stop_ids, **extra)
+                state.want_logits = req.logprobs is not None
             except (LightspeedError, ValueError) as e:
                 self.metrics.count("error")
                 req._emit(Event(finish="error", error=str(e)))

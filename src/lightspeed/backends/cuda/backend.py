@@ -38,6 +38,7 @@ class CudaBackend(KernelBackend):
 
     name = "cuda"
     program_class = CudaProgram
+    device_memory = True
 
     def __init__(self, cublaslt: str | None = None) -> None:
         mode = cublaslt or os.environ.get("LIGHTSPEED_CUBLASLT", "search")
