@@ -31,6 +31,7 @@ __all__ = ["attention_kernel", "RENDERERS", "WARPS"]
 
 WARPS = 8  # warps per query row (cuda); the block is (32, WARPS): lane, slice
 GROUP_ROWS = 16  # c: up to this many static query rows of a batch index share one item
+NINF = "(-ls_inf())"
 # LIGHTSPEED_ATTENTION_CLUSTER=1: a query row's keys split over a thread-block cluster (sm_90,
 # kind ``attention_cluster``: CLUSTER blocks per row, merged through distributed shared memory),
 # for long contexts; an experiment until measured (off: one block per row)
@@ -41,6 +42,39 @@ def _static(e: Expr, what: str) -> int:
     if e.free_vars():
         raise LightspeedError(f"attention kernel: the {what} must be static, got {e}")
     return int(e.value)
+
+
+def batch_offsets(w: Writer, a: dict, batch: list[Expr]) -> list[str]:
+    """Unflatten the batch index ``_ls_rest`` into coordinates (named ``_ls_b<axis>``, returned)
+    and start the queries', keys' and values' offsets ``_ls_oq``, ``_ls_ok``, ``_ls_ov`` there."""
+    oq, ok_, ov = (w.expr(a[f]) for f in ("q_offset", "k_offset", "v_offset"))
+    w.line(f"long long _ls_oq = {oq}, _ls_ok = {ok_}, _ls_ov = {ov};")
+    names = [f"_ls_b{x}" for x in range(len(batch))]
+    for x in reversed(range(len(batch))):
+        size = w.expr(batch[x])
+        w.line(f"const long long {names[x]} = _ls_rest % {size}; _ls_rest /= {size};")
+        w.line(f"_ls_oq += {names[x]} * {w.expr(a['q_batch_strides'][x])}; "
+               f"_ls_ok += {names[x]} * {w.expr(a['k_batch_strides'][x])}; "
+               f"_ls_ov += {names[x]} * {w.expr(a['v_batch_strides'][x])};")
+    w.index_vars |= set(names)
+    return names
+
+
+def online_step(w: Writer, region: Region, at: Point | str, indent: str, mx: str, total: str) -> None:
+    """One key of a row: the mask (operand 1, read at ``at``: the key's flat index ``_ls_z``) added
+    to its score ``_ls_x``, then the online softmax step on the row's running maximum ``mx`` and
+    sum ``total``: a new maximum rescales what was summed (``_ls_sc``, exactly 1 when it stays) and
+    the key gets the weight ``_ls_p`` (0 for a blocked key at -inf)."""
+    w.push()
+    mask = region.leaf(1, at)
+    inner = w.pop()
+    w.scope.lines.extend(indent + ln for ln in inner)
+    w.line(f"{indent}_ls_x += (float){mask};")
+    w.line(f"{indent}const float _ls_om = {mx}, _ls_nm = _ls_x > _ls_om ? _ls_x : _ls_om;")
+    w.line(f"{indent}const float _ls_sc = _ls_nm == _ls_om ? 1.0f : ls_exp2f(_ls_om - _ls_nm);")
+    w.line(f"{indent}const float _ls_p = _ls_x == {NINF} ? 0.0f : ls_exp2f(_ls_x - _ls_nm);")
+    w.line(f"{indent}{total} = {total} * _ls_sc + _ls_p;")
+    w.line(f"{indent}{mx} = _ls_nm;")
 
 
 def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
@@ -59,17 +93,8 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
     # the row: _ls_item = (batch index, i); batch coordinates for the operands' offsets and the mask
     w.line(f"const long long _ls_mi = _ls_item % {mm};")
     w.line(f"long long _ls_rest = _ls_item / {mm};")
-    oq, ok_, ov = (w.expr(a[f]) for f in ("q_offset", "k_offset", "v_offset"))
-    w.line(f"long long _ls_oq = {oq}, _ls_ok = {ok_}, _ls_ov = {ov};")
-    coords: list[Expr] = []
-    names = [f"_ls_b{x}" for x in range(len(batch))]
-    for x in reversed(range(len(batch))):
-        size = w.expr(batch[x])
-        w.line(f"const long long {names[x]} = _ls_rest % {size}; _ls_rest /= {size};")
-        w.line(f"_ls_oq += {names[x]} * {w.expr(a['q_batch_strides'][x])}; "
-               f"_ls_ok += {names[x]} * {w.expr(a['k_batch_strides'][x])}; "
-               f"_ls_ov += {names[x]} * {w.expr(a['v_batch_strides'][x])};")
-    w.index_vars |= set(names) | {"_ls_mi"}
+    names = batch_offsets(w, a, batch)
+    w.index_vars.add("_ls_mi")
     coords = [sym(x) for x in names] + [sym("_ls_mi"), sym("_ls_l")]
     qsm, qsk, ksk, ksn, vsn, vsj = (w.expr(a[f]) for f in ("q_stride_m", "q_stride_k", "k_stride_k", "k_stride_n",
                                                             "v_stride_n", "v_stride_j"))
@@ -87,7 +112,7 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
     mask_view = a["mask_view"]
     flat = sym("_ls_z")
     at = Point("_ls_z", flat, tuple(shape), tuple(coords)) if tuple(mask_view.shape) == shape else "_ls_z"
-    ninf = "(-ls_inf())"
+    ninf = NINF
     if dialect == "cuda":
         qpl, vpl = -(-hk // WARP), -(-hv // WARP)  # head-dim elements per lane
         w.line(f"float _ls_q[{qpl}];")
@@ -132,17 +157,7 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
         w.line("  float _ls_x = 0.0f;")
         w.line(f"  for (int c = 0; c < {hk}; c++) _ls_x += _ls_q[c] * {load(dk_, '_ls_kr[c * ' + ksk + ']')};")
     w.line(f"  const long long _ls_z = _ls_item * {nn} + _ls_l;")
-    w.push()
-    mask = region.leaf(1, at)
-    inner = w.pop()
-    w.scope.lines.extend("  " + ln for ln in inner)
-    w.line(f"  _ls_x += (float){mask};")
-    # online softmax: a new maximum rescales what was summed (exactly 1 when it stays)
-    w.line("  const float _ls_nm = _ls_x > _ls_mx ? _ls_x : _ls_mx;")
-    w.line("  const float _ls_sc = _ls_nm == _ls_mx ? 1.0f : ls_exp2f(_ls_mx - _ls_nm);")
-    w.line(f"  const float _ls_p = _ls_x == {ninf} ? 0.0f : ls_exp2f(_ls_x - _ls_nm);")
-    w.line("  _ls_sum = _ls_sum * _ls_sc + _ls_p;")
-    w.line("  _ls_mx = _ls_nm;")
+    online_step(w, region, at, "  ", "_ls_mx", "_ls_sum")
     if dialect == "cuda":
         w.line(f"  const {storage_type(dv_)}* _ls_vr = in2 + _ls_ov + _ls_l * {vsn};")
         for t in range(vpl):
@@ -228,17 +243,8 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.index_vars |= {"_ls_item", "_ls_l", "_ls_z", "_ls_mi", "_ls_qz"}
     nn = w.expr(n)
     w.push()
-    oq, ok_, ov = (w.expr(a[f]) for f in ("q_offset", "k_offset", "v_offset"))
     w.line("long long _ls_rest = _ls_item;")
-    w.line(f"long long _ls_oq = {oq}, _ls_ok = {ok_}, _ls_ov = {ov};")
-    names = [f"_ls_b{x}" for x in range(len(batch))]
-    for x in reversed(range(len(batch))):
-        size = w.expr(batch[x])
-        w.line(f"const long long {names[x]} = _ls_rest % {size}; _ls_rest /= {size};")
-        w.line(f"_ls_oq += {names[x]} * {w.expr(a['q_batch_strides'][x])}; "
-               f"_ls_ok += {names[x]} * {w.expr(a['k_batch_strides'][x])}; "
-               f"_ls_ov += {names[x]} * {w.expr(a['v_batch_strides'][x])};")
-    w.index_vars |= set(names)
+    names = batch_offsets(w, a, batch)
     coords = tuple(sym(x) for x in names) + (sym("_ls_mi"), sym("_ls_l"))
     qsm, qsk, ksk, ksn, vsn, vsj = (w.expr(a[f]) for f in ("q_stride_m", "q_stride_k", "k_stride_k", "k_stride_n",
                                                             "v_stride_n", "v_stride_j"))
@@ -246,7 +252,7 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
     shape = (*batch, a["m"], n)
     at = Point("_ls_z", sym("_ls_z"), tuple(shape), coords) if tuple(a["mask_view"].shape) == shape else "_ls_z"
-    ninf = "(-ls_inf())"
+    ninf = NINF
     hk8 = -(-hk // 8) * 8  # the rows padded to whole 8-lane vectors (zeros)
     w.line(f"float _ls_q[{m}][{hk8}], _ls_mx[{m}], _ls_sum[{m}], _ls_acc[{m}][{hv}], _ls_kf[{hk8}], _ls_vf[{hv}];")
     w.line(f"for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
@@ -276,16 +282,7 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("    float _ls_x = ((_ls_part[0] + _ls_part[1]) + (_ls_part[2] + _ls_part[3])) + "
            "((_ls_part[4] + _ls_part[5]) + (_ls_part[6] + _ls_part[7]));")
     w.line(f"    const long long _ls_z = (_ls_item * {m} + _ls_mi) * {nn} + _ls_l;")
-    w.push()
-    mask = region.leaf(1, at)
-    inner = w.pop()
-    w.scope.lines.extend("    " + ln for ln in inner)
-    w.line(f"    _ls_x += (float){mask};")
-    w.line("    const float _ls_om = _ls_mx[_ls_mi], _ls_nm = _ls_x > _ls_om ? _ls_x : _ls_om;")
-    w.line("    const float _ls_sc = _ls_nm == _ls_om ? 1.0f : ls_exp2f(_ls_om - _ls_nm);")
-    w.line(f"    const float _ls_p = _ls_x == {ninf} ? 0.0f : ls_exp2f(_ls_x - _ls_nm);")
-    w.line("    _ls_sum[_ls_mi] = _ls_sum[_ls_mi] * _ls_sc + _ls_p;")
-    w.line("    _ls_mx[_ls_mi] = _ls_nm;")
+    online_step(w, region, at, "    ", "_ls_mx[_ls_mi]", "_ls_sum[_ls_mi]")
     w.line("    float* _ls_ar = _ls_acc[_ls_mi];")
     w.line(f"    for (int j = 0; j < {hv}; j++) _ls_ar[j] = _ls_ar[j] * _ls_sc + _ls_p * _ls_vf[j];")
     w.line("  }")
