@@ -2,8 +2,12 @@
 (``reduce-overhead``: CUDA graphs), Llama shapes, random bf16 weights, in the same run.
 
     python benchmarks/gpu_decode.py [SHAPE ...] [--steps N] [--prompt N] [--no-peer]
+    python benchmarks/gpu_decode.py --weights FAMILY[:PATH] [--dtype bfloat16] [--backend cuda] ...
 
-SHAPE: smollm2-135m (default), llama-3.2-1b, qwen3-0.6b, llama-3-8b.  Prints, per shape, TPOT
+SHAPE: smollm2-135m (default), llama-3.2-1b, qwen3-0.6b, llama-3-8b.  ``--weights`` runs a real
+weight file instead (a GGUF or HF directory; ``llama`` alone: the family's default file, SmolLM2's
+Q4_1 GGUF), as ``lightspeed run`` loads it, on ``--backend`` (default cuda; native on a host), with
+no peer (the peers take random weights of a shape).  Prints, per shape, TPOT
 (median step, ms), tokens/s, % of the HBM floor (weight bytes / measured copy bandwidth) and the
 ratio to torch.compile.  Our step is what ``Generator.generate`` times: upload the token, replay
 the decode program's CUDA graph(s), download the logits, argmax on the host (the peers keep the
@@ -16,6 +20,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -70,10 +75,54 @@ def kernels_per_step(prog) -> int | None:
     return None
 
 
+def ours_file(spec: str, steps: int, prompt: int, backend: str, dtype: str) -> tuple[str, dict, int]:
+    """A real weight file (``FAMILY`` or ``FAMILY:PATH``) as ``lightspeed run`` loads and compiles
+    it: (its name, the measurement, the bytes of weights a decode step reads)."""
+    import lightspeed as ls
+    from lightspeed.models.run import compile_generator, load_text_model
+
+    family, _, path = spec.partition(":")
+    # on a host the GGUF blocks stay blocks (lazy: native reads them); cuda gets the dtype's values
+    tm = load_text_model(family, path or None, dtype=dtype, progress=False, lazy=backend != "cuda")
+    t0 = time.perf_counter()
+    gen = compile_generator(tm, backend, ls.SearchOptions(budget=4, seed=0, progress=False))
+    compile_s = time.perf_counter() - t0
+    ids = [int(t) for t in np.random.default_rng(0).integers(3, tm.model.config.vocab_size, prompt)]
+    gen.generate(ids, max_new_tokens=4, stop_ids=[])  # warm-up: plans, captures
+    res = gen.generate(ids, max_new_tokens=steps, stop_ids=[])
+    tpot = float(np.median(res.step_s)) * 1e3
+    kernels = kernels_per_step(gen.decode)
+    layers = tm.model.config.num_layers
+    item = np.dtype(tm.model.dtype.np).itemsize
+    tied = tm.model.config.tie_word_embeddings
+
+    def stored(name: str, shape: tuple) -> int:  # bytes as the backend holds the weight
+        blocks = getattr(tm.tensors.get(name), "blocks", None)
+        return blocks.data.nbytes if blocks is not None else int(np.prod(shape)) * item
+
+    wbytes = sum(stored(n, shape) for n, shape in tm.model.param_shapes().items() if tied or "embed" not in n)
+    name = f"{family}:{Path(tm.source).name}"
+    return name, dict(tpot_ms=round(tpot, 4), tok_s=round(1000 / tpot, 1), ttft_ms=round(res.ttft_s * 1e3, 2),
+                      compile_s=round(compile_s, 1), weight_bytes=wbytes, kernels=kernels,
+                      kernels_per_layer=round(kernels / layers, 1) if kernels else None, backend=backend), wbytes
+
+
 def main() -> None:
     args = sys.argv[1:]
     steps = int(args[args.index("--steps") + 1]) if "--steps" in args else 64
     prompt = int(args[args.index("--prompt") + 1]) if "--prompt" in args else 32
+    if "--weights" in args:
+        backend = args[args.index("--backend") + 1] if "--backend" in args else "cuda"
+        default = "bfloat16" if backend == "cuda" else "float32"
+        dtype = args[args.index("--dtype") + 1] if "--dtype" in args else default
+        name, r, wb = ours_file(args[args.index("--weights") + 1], steps, prompt, backend, dtype)
+        print(f"{name} ({dtype}) on {backend}: TPOT {r['tpot_ms']:.3f} ms, {r['tok_s']} tok/s, TTFT {r['ttft_ms']} ms, "
+              f"compile {r['compile_s']} s, {r['kernels']} launches per step ({r['kernels_per_layer']} per layer), "
+              f"{wb / 1e9:.3f} GB of weights per step")
+        if os.environ.get("OUT"):
+            with open(os.path.join(os.environ["OUT"], "gpu_decode_file.json"), "w") as f:
+                json.dump({"date": time.strftime("%Y-%m-%d"), name: r}, f, indent=1)
+        return
     names = [a for a in args if not a.startswith("--") and not a.isdigit()] or ["smollm2-135m"]
     import peer_torch_decode as peer
 
