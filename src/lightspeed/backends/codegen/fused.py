@@ -16,9 +16,10 @@ __all__ = ["ATTENTION", "MATMUL_GLU", "ROW_NORM", "SCATTER_REGION", "MATMUL_SCAT
            "IN_PLACE_OPS", "RULE_FILES", "RULESETS"]
 
 _HERE = Path(__file__).parent
-# (file, ruleset): after linalg (the products) and, for writes, after fusion (the regions)
+# one ruleset per file, named after it: attention, products and norms run after linalg (they read
+# its products) and before fusion; writes runs after fusion (it reads the regions)
 RULE_FILES = (_HERE / "attention.egg", _HERE / "products.egg", _HERE / "norms.egg", _HERE / "writes.egg")
-RULESETS = ("attention", "products", "norms")  # before fusion; "writes" runs after it
+RULESETS = ("attention", "products", "norms")
 
 # attention of query rows against keys and values, in one op (attention.egg recognises the
 # chain softmax_2(Q @ K + mask) @ V; a kernel backend runs it as one kernel): for every batch index
