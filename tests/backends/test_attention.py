@@ -80,6 +80,29 @@ def test_a_decode_step_with_the_fused_attention_matches_the_reference(family, ba
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(w).max()), err_msg=f"{k} {s} {p}")
 
 
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def test_a_bfloat16_decode_step_with_the_fused_kernels(backend):
+    """The bfloat16 paths of the fused kernels (16-bit loads, 8-wide conversions in the c dialect's
+    gated product): a Llama decode step against the reference (which rounds every step to
+    bfloat16: the kernels keep float intermediates, so the tolerance is the dtype's)."""
+    import ml_dtypes
+
+    _, cfg, _ = hf_model("llama")
+    graph = from_hf_config(cfg, dtype="bfloat16").decode_graph()
+    be = get_backend(backend)
+    lprogs = _programs_with(be, graph, "MatmulGLU")
+    assert lprogs
+    assert {"Attention", "RowNorm", "MatmulScatter", "ScatterRegion"} <= {o.op for o in lprogs[-1].ops}
+    ref = graph.compile(backend="reference")
+    prog = be.lower(graph, lprogs[-1])
+    dims = {"s": 2, "p": 5, "M": 8}
+    inputs = _inputs(graph, dims, 5 + np.arange(2))
+    want = ref({k: v.copy() for k, v in inputs.items()}, dims=dims)["logits"].astype(np.float32)
+    got = to_numpy(prog({k: v.copy() for k, v in inputs.items()}, dims=dims)["logits"]).astype(np.float32)
+    assert got.dtype == np.float32 and inputs["cache.0.k"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_allclose(got, want, rtol=3e-2, atol=3e-2 * np.abs(want).max())
+
+
 def _chain(g: ls.Graph, softcap=None, scale_by_max=-1.0, mask=True):
     """A standalone softmax_attention: q [s, 2, 3, 8] against 2 KV heads of L keys."""
     q = g.input("q", ("s", 2, 3, 8))
