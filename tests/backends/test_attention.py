@@ -1,4 +1,4 @@
-"""The fused Attention op: ``rules/attention.egg`` recognises the softmax chain of
+"""The fused Attention op: ``backends/codegen/attention.egg`` recognises the softmax chain of
 ``nn.softmax_attention`` (a decode step's attention over its cache, a paged step's over its page
 tables) and ``kernels/attention.py`` runs it as one kernel.  References: the reference runtime on
 the same graph and inputs (float32: 1e-5), and the rule's guards, checked on chains it must not

@@ -12,7 +12,7 @@ Layout (``H`` query heads, ``n_kv`` KV heads, group ``g = H / n_kv``, ``s`` new 
   ``[p, p + s)`` first, then the queries, laid out rows first ``[s, n_kv, g, d]``, attend to the
   cache rows ``[lo, p + s)`` read as ``[n_kv, d, L]`` / ``[n_kv, L, d]`` strided views (never
   copied) in one chain (:func:`softmax_attention`), whose output is already ``o_proj``'s layout.
-  The chain is what the fused attention kernel (``rules/attention.egg``) is recognised in; paged
+  The chain is what the fused attention kernel (``backends/codegen/attention.egg``) is recognised in; paged
   steps (``lightspeed serve``) use the same chain over their page tables' rows;
 - the softmax is in base 2 (the query scale carries ``log2 e``, folded into the RoPE tables).
 
@@ -219,7 +219,7 @@ def softmax_attention(q: GraphTensor, keys_t: GraphTensor, values: GraphTensor, 
 
     One chain, every tensor laid out rows first: scores = q @ K^T (+ mask), the base-2 softmax
     over the last axis, then (E @ V) * 1/sum(E) -- already the [s, n_kv, g, d] layout ``o_proj``
-    reads, so no copy.  The form the fused attention kernel is recognised in (rules/attention.egg):
+    reads, so no copy.  The form the fused attention kernel is recognised in (backends/codegen/attention.egg):
     keep it one chain."""
     s, n_kv, g, d = q.shape
     L = keys_t.shape[-1]

@@ -1,5 +1,5 @@
-"""The attention family: the ``Attention`` op (``rules/attention.egg``; semantics in
-``egraph/decl.py``) as one kernel in both dialects: for every query row, the scores against all
+"""The attention family: the ``Attention`` op (``codegen/attention.egg``; semantics in
+``codegen/fused.py``) as one kernel in both dialects: for every query row, the scores against all
 keys, the base-2 softmax and the weighted sum of the values, in float, with an online softmax (a
 running maximum rescales the running sum and the accumulated output), so no score is stored.
 
@@ -7,7 +7,8 @@ cuda (kind ``attention``): one block of 8 warps per query row; warp w takes the 
 its lanes split the head dim (a dot product, then a warp reduction), each lane keeps the running
 output of its columns; the 8 warps' partial results are merged through shared memory.  The keys
 of a KV head are read once per query row of its group (the others hit L2).
-c: one query row per item, the keys in order.
+c: an item per batch index (a KV head) when its query rows are few and static, each key and value
+row converted once for all of them (:func:`grouped_attention_kernel`); else a query row per item.
 
 A row's reduction order depends only on the key index, never on the other rows (batch
 invariance); a blocked key (the mask's most negative value) contributes an exact 0 once a visible
@@ -60,15 +61,22 @@ def batch_offsets(w: Writer, a: dict, batch: list[Expr]) -> list[str]:
     return names
 
 
+def nested(w: Writer, indent: str, make) -> str:
+    """``make()``'s value, its statements written in their own scope (so its loads are not reused
+    outside it) and indented by ``indent`` where the writer is now."""
+    w.push()
+    value = make()
+    inner = w.pop()
+    w.scope.lines.extend(indent + ln for ln in inner)
+    return value
+
+
 def online_step(w: Writer, region: Region, at: Point | str, indent: str, mx: str, total: str) -> None:
     """One key of a row: the mask (operand 1, read at ``at``: the key's flat index ``_ls_z``) added
     to its score ``_ls_x``, then the online softmax step on the row's running maximum ``mx`` and
     sum ``total``: a new maximum rescales what was summed (``_ls_sc``, exactly 1 when it stays) and
     the key gets the weight ``_ls_p`` (0 for a blocked key at -inf)."""
-    w.push()
-    mask = region.leaf(1, at)
-    inner = w.pop()
-    w.scope.lines.extend(indent + ln for ln in inner)
+    mask = nested(w, indent, lambda: region.leaf(1, at))
     w.line(f"{indent}_ls_x += (float){mask};")
     w.line(f"{indent}const float _ls_om = {mx}, _ls_nm = _ls_x > _ls_om ? _ls_x : _ls_om;")
     w.line(f"{indent}const float _ls_sc = _ls_nm == _ls_om ? 1.0f : ls_exp2f(_ls_om - _ls_nm);")
@@ -100,7 +108,7 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
                                                             "v_stride_n", "v_stride_j"))
     w.line(f"_ls_oq += _ls_mi * {qsm};")
     # operand k is "in{k}"; leaf k of the queries' body reads operand k (3, 4, ...) through its view
-    views = [a["mask_view"], a["mask_view"], a["mask_view"], *op.leaf_views]
+    views = [None, a["mask_view"], None, *op.leaf_views]  # keys and values are read by strides
     region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
     w.index_vars.add("_ls_qz")
 
@@ -112,7 +120,6 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
     mask_view = a["mask_view"]
     flat = sym("_ls_z")
     at = Point("_ls_z", flat, tuple(shape), tuple(coords)) if tuple(mask_view.shape) == shape else "_ls_z"
-    ninf = NINF
     if dialect == "cuda":
         qpl, vpl = -(-hk // WARP), -(-hv // WARP)  # head-dim elements per lane
         w.line(f"float _ls_q[{qpl}];")
@@ -120,13 +127,10 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
             c = f"lane + {t * WARP}"
             w.line(f"_ls_q[{t}] = 0.0f;")
             w.line(f"if ({c} < {hk}) {{")
-            w.push()
-            qv = query(c)
-            inner = w.pop()
-            w.scope.lines.extend("  " + ln for ln in inner)
+            qv = nested(w, "  ", lambda c=c: query(c))
             w.line(f"  _ls_q[{t}] = (float){qv};")
             w.line("}")
-        w.line(f"float _ls_mx = {ninf}, _ls_sum = 0.0f, _ls_acc[{vpl}];")
+        w.line(f"float _ls_mx = {NINF}, _ls_sum = 0.0f, _ls_acc[{vpl}];")
         w.line(f"for (int t = 0; t < {vpl}; t++) _ls_acc[t] = 0.0f;")
         # unrolled so that the loads of several keys are in flight at once (the online softmax
         # is the only dependence between keys)
@@ -143,13 +147,10 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
             w.line(f"  if ({c} < {hk}) _ls_x += _ls_q[{t}] * {key};")
         w.line(f"  for (int o = {WARP // 2}; o > 0; o >>= 1) _ls_x += __shfl_xor_sync(0xffffffffu, _ls_x, o);")
     else:
-        w.line(f"float _ls_mx = {ninf}, _ls_sum = 0.0f, _ls_acc[{hv}], _ls_q[{hk}];")
+        w.line(f"float _ls_mx = {NINF}, _ls_sum = 0.0f, _ls_acc[{hv}], _ls_q[{hk}];")
         w.line(f"for (int t = 0; t < {hv}; t++) _ls_acc[t] = 0.0f;")
         w.line(f"for (int c = 0; c < {hk}; c++) {{")
-        w.push()
-        qv = query("c")
-        inner = w.pop()
-        w.scope.lines.extend("  " + ln for ln in inner)
+        qv = nested(w, "  ", lambda: query("c"))
         w.line(f"  _ls_q[c] = (float){qv};")
         w.line("}")
         w.line(f"for (long long _ls_l = 0; _ls_l < {nn}; _ls_l++) {{")
@@ -173,9 +174,9 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
         w.line(f"for (int t = 0; t < {vpl}; t++) _ls_sacc[slice][lane + t * {WARP}] = _ls_acc[t];")
         w.line("__syncthreads();")
         w.line("if (slice == 0) {")
-        w.line(f"  float _ls_M = {ninf}, _ls_S = 0.0f, _ls_wt[{WARPS}];")
+        w.line(f"  float _ls_M = {NINF}, _ls_S = 0.0f, _ls_wt[{WARPS}];")
         w.line(f"  for (int u = 0; u < {WARPS}; u++) _ls_M = _ls_smx[u] > _ls_M ? _ls_smx[u] : _ls_M;")
-        w.line(f"  for (int u = 0; u < {WARPS}; u++) {{ _ls_wt[u] = _ls_smx[u] == {ninf} ? 0.0f : "
+        w.line(f"  for (int u = 0; u < {WARPS}; u++) {{ _ls_wt[u] = _ls_smx[u] == {NINF} ? 0.0f : "
                f"ls_exp2f(_ls_smx[u] - _ls_M); _ls_S += _ls_ssum[u] * _ls_wt[u]; }}")
         if CLUSTERED:  # this block's merged partial, then rank 0 merges the cluster's
             w.line(f"  for (int t = 0; t < {vpl}; t++) {{")
@@ -188,17 +189,17 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
             w.line("}")
             w.line("ls_cluster_sync();")
             w.line("if (_ls_crank == 0 && slice == 0) {")
-            w.line(f"  float _ls_M = {ninf}, _ls_S = 0.0f;")
+            w.line(f"  float _ls_M = {NINF}, _ls_S = 0.0f;")
             w.line("  for (unsigned int u = 0; u < _ls_csize; u++) { const float m = ls_cluster_ld(&_ls_bm, u); "
                    "_ls_M = m > _ls_M ? m : _ls_M; }")
             w.line("  for (unsigned int u = 0; u < _ls_csize; u++) { const float m = ls_cluster_ld(&_ls_bm, u); "
-                   f"if (m != {ninf}) _ls_S += ls_cluster_ld(&_ls_bs, u) * ls_exp2f(m - _ls_M); }}")
+                   f"if (m != {NINF}) _ls_S += ls_cluster_ld(&_ls_bs, u) * ls_exp2f(m - _ls_M); }}")
             w.line(f"  for (int t = 0; t < {vpl}; t++) {{")
             w.line(f"    const int j = lane + t * {WARP};")
             w.line(f"    if (j < {hv}) {{")
             w.line("      float o = 0.0f;")
             w.line("      for (unsigned int u = 0; u < _ls_csize; u++) { const float m = ls_cluster_ld(&_ls_bm, u); "
-                   f"if (m != {ninf}) o += ls_cluster_ld(_ls_bacc + j, u) * ls_exp2f(m - _ls_M); }}")
+                   f"if (m != {NINF}) o += ls_cluster_ld(_ls_bacc + j, u) * ls_exp2f(m - _ls_M); }}")
             w.line(f"      out[_ls_item * {hv} + j] = {store(op.dtype, 'o / _ls_S')};")
             w.line("    }")
             w.line("  }")
@@ -248,23 +249,22 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     coords = tuple(sym(x) for x in names) + (sym("_ls_mi"), sym("_ls_l"))
     qsm, qsk, ksk, ksn, vsn, vsj = (w.expr(a[f]) for f in ("q_stride_m", "q_stride_k", "k_stride_k", "k_stride_n",
                                                             "v_stride_n", "v_stride_j"))
-    views = [a["mask_view"], a["mask_view"], a["mask_view"], *op.leaf_views]
+    views = [None, a["mask_view"], None, *op.leaf_views]  # keys and values are read by strides
     region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
     shape = (*batch, a["m"], n)
     at = Point("_ls_z", sym("_ls_z"), tuple(shape), coords) if tuple(a["mask_view"].shape) == shape else "_ls_z"
-    ninf = NINF
     hk8 = -(-hk // 8) * 8  # the rows padded to whole 8-lane vectors (zeros)
     w.line(f"float _ls_q[{m}][{hk8}], _ls_mx[{m}], _ls_sum[{m}], _ls_acc[{m}][{hv}], _ls_kf[{hk8}], _ls_vf[{hv}];")
     w.line(f"for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
-    w.line(f"  _ls_mx[_ls_mi] = {ninf}; _ls_sum[_ls_mi] = 0.0f;")
+    w.line(f"  _ls_mx[_ls_mi] = {NINF}; _ls_sum[_ls_mi] = 0.0f;")
     w.line(f"  for (int j = 0; j < {hv}; j++) _ls_acc[_ls_mi][j] = 0.0f;")
     w.line(f"  for (int c = {hk}; c < {hk8}; c++) _ls_q[_ls_mi][c] = 0.0f;")
     w.line(f"  for (int c = 0; c < {hk}; c++) {{")
-    w.push()
-    w.line(f"const long long _ls_qz = _ls_oq + _ls_mi * {qsm} + c * {qsk};")
-    qv = region.value(a["q_body"], "_ls_qz")
-    inner = w.pop()
-    w.scope.lines.extend("    " + ln for ln in inner)
+
+    def query() -> str:
+        w.line(f"const long long _ls_qz = _ls_oq + _ls_mi * {qsm} + c * {qsk};")
+        return region.value(a["q_body"], "_ls_qz")
+    qv = nested(w, "    ", query)
     w.line(f"    _ls_q[_ls_mi][c] = (float){qv};")
     w.line("  }")
     w.line("}")

@@ -105,7 +105,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
             w.line(f"for (; l + 8 <= {kk}; l += 8) p0 += {la}(ra + l) * {lb}(rb + l);")
             w.line(f"for (; l < {kk}; l++) acc += {load(da, 'ra[l]')} * {load(db, 'rb[l]')};")
             w.line("p0 = (p0 + p1) + (p2 + p3);")
-            w.line("acc += ((p0[0] + p0[1]) + (p0[2] + p0[3])) + ((p0[4] + p0[5]) + (p0[6] + p0[7]));")
+            w.line(f"acc += {lane_sum8('p0')};")
         else:
             w.line("float part[32] = {0}; long long l = 0;")
             w.line(f"for (; l + 32 <= {kk}; l += 32)")
@@ -198,6 +198,11 @@ def stream_order(axes: list[tuple[str, Expr]], strides: list) -> list[tuple[str,
     return sorted(axes, key=lambda ax: -stride_of[ax[0]].value)  # stable: ties keep their order
 
 
+def lane_sum8(v: str) -> str:
+    """The sum of an 8-lane vector's lanes in a fixed tree (the same order wherever it is used)."""
+    return f"(({v}[0] + {v}[1]) + ({v}[2] + {v}[3])) + (({v}[4] + {v}[5]) + ({v}[6] + {v}[7]))"
+
+
 # 16-byte dot products of two rows (cuda dialect): elements per uint4, the prelude's function
 VECTOR_DOT = {"bfloat16": (8, "ls_dot8_bf16"), "float16": (8, "ls_dot8_f16"), "float32": (4, "ls_dot4_f32")}
 
@@ -207,7 +212,7 @@ def _matmul(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
 
 
 def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
-    """``MatmulGLU`` (semantics in ``egraph/decl.py``): per output (i, j) the dot products of A's
+    """``MatmulGLU`` (semantics in ``codegen/fused.py``): per output (i, j) the dot products of A's
     row i with G's and U's row j (one warp on cuda, 16-byte loads where k and the addresses allow;
     one item in c), rounded to the dtype, then the SiLU·mul in float: A's row is read once for both."""
     a = op.args
@@ -224,10 +229,14 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line(f"const {storage_type(dg)}* rg = in1 + {goff} + _ls_nj * {sgn};")
     w.line(f"const {storage_type(du)}* ru = in2 + {uoff} + _ls_nj * {sun};")
     w.line("float g = 0.0f, u = 0.0f;")
-    scalar = [f"for (long long l = FIRST; l < {kk}; l += STEP) {{",
-              f"  const float x = {load(da, 'ra[l]')};",
-              f"  g += x * {load(dg, 'rg[l]')}; u += x * {load(du, 'ru[l]')};",
-              "}"]
+
+    def scalar(first: str | None, step: int, indent: str = "") -> None:  # first None: go on from l
+        start = "" if first is None else f"long long l = {first}"
+        w.line(f"{indent}for ({start}; l < {kk}; l += {step}) {{")
+        w.line(f"{indent}  const float x = {load(da, 'ra[l]')};")
+        w.line(f"{indent}  g += x * {load(dg, 'rg[l]')}; u += x * {load(du, 'ru[l]')};")
+        w.line(f"{indent}}}")
+
     vec = VECTOR_DOT.get(da.name) if da == dg == du else None
     if dialect == "cuda":
         if vec is not None:
@@ -240,12 +249,10 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
             w.line(f"    g += {dot}(x, *(const uint4*)(rg + l)); u += {dot}(x, *(const uint4*)(ru + l));")
             w.line("  }")
             w.line("} else {")
-            for ln in scalar:
-                w.line("  " + ln.replace("FIRST", "lane").replace("STEP", str(WARP)))
+            scalar("lane", WARP, "  ")
             w.line("}")
         else:
-            for ln in scalar:
-                w.line(ln.replace("FIRST", "lane").replace("STEP", str(WARP)))
+            scalar("lane", WARP)
         w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ g += __shfl_xor_sync(0xffffffffu, g, o); "
                f"u += __shfl_xor_sync(0xffffffffu, u, o); }}")
         writer = "lane == 0"
@@ -260,15 +267,12 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line("}")
         w.line(f"for (; l + 8 <= {kk}; l += 8) {{ const ls_v8 x0 = {la}(ra + l); "
                f"pg0 += x0 * {lg}(rg + l); pu0 += x0 * {lu}(ru + l); }}")
-        for ln in scalar:
-            w.line(ln.replace("long long l = FIRST", "").replace("STEP", "1").replace("for (;", "for (;"))
+        scalar(None, 1)
         w.line("pg0 += pg1; pu0 += pu1;")
-        w.line("g += ((pg0[0] + pg0[1]) + (pg0[2] + pg0[3])) + ((pg0[4] + pg0[5]) + (pg0[6] + pg0[7]));")
-        w.line("u += ((pu0[0] + pu0[1]) + (pu0[2] + pu0[3])) + ((pu0[4] + pu0[5]) + (pu0[6] + pu0[7]));")
+        w.line(f"g += {lane_sum8('pg0')}; u += {lane_sum8('pu0')};")
         writer = "1"
     else:
-        for ln in scalar:
-            w.line(ln.replace("FIRST", "0").replace("STEP", "1"))
+        scalar("0", 1)
         writer = "1"
     # the products as stored by the Matmul kernels they replace, then the SiLU·mul in float
     gq, uq = (load(op.dtype, store(op.dtype, v)) for v in ("g", "u"))

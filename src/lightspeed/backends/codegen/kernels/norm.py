@@ -1,5 +1,5 @@
-"""The norm family: ``RowNorm`` (RMSNorm of each row, ``rules/norms.egg``; semantics in
-``egraph/decl.py``) as one kernel in both dialects: a row's sum of squares, then the row scaled,
+"""The norm family: ``RowNorm`` (RMSNorm of each row, ``codegen/norms.egg``; semantics in
+``codegen/fused.py``) as one kernel in both dialects: a row's sum of squares, then the row scaled,
 in float.
 
 cuda (kind ``row``): one block of 8 warps per row (the sum split over its 256 threads, merged by
