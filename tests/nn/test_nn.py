@@ -173,7 +173,9 @@ def naive_attention(q, k, v, q_pos, k_pos, window=None, softcap=None):
     (2, 3, 4, 2, None),         # cache shorter than the window
 ])
 @pytest.mark.parametrize("backend", ["reference", "cpu"])
-def test_gqa_attention_matches_naive(past, s, window, rows, softcap, backend):
+def test_attention_matches_naive(past, s, window, rows, softcap, backend):
+    """A prefill's gqa_attention, and a cached step's softmax_attention over the cache rows it reads
+    followed by its new rows (as Attention.forward builds it), against float64 by hand."""
     n_kv, g, d = 2, 3, 8
     q = f32(n_kv * g, s, d)
     kall, vall = f32(past + s, n_kv, d), f32(past + s, n_kv, d)
@@ -185,15 +187,17 @@ def test_gqa_attention_matches_naive(past, s, window, rows, softcap, backend):
     kn, vn = G.input("k", ("s", n_kv, d)), G.input("v", ("s", n_kv, d))
     scale = d ** -0.5 * (1.4426950408889634 if softcap is None else 1.0)
     q4 = qi.reshape(n_kv, g, "s", d) * scale
-    pk = pv = mp = None
     inputs = {"q": q, "k": kall[past:], "v": vall[past:], "pos": np.arange(past, past + s)}
     if past:
         L = "w" if rows is not None else "p"
         pk, pv = G.input("pk", (L, n_kv, d)), G.input("pv", (L, n_kv, d))
         inputs.update(pk=kall[lo:past], pv=vall[lo:past])
-        if window:
-            mp = step.mask_past(window, pk.shape[0])
-    G.output("y", nn.gqa_attention(q4, kn, vn, pk, pv, step.mask_new(window), mp, softcap))
+        keys, values = ls.concat([pk, kn], 0), ls.concat([pv, vn], 0)
+        y = nn.softmax_attention(q4.permute(2, 0, 1, 3), keys.permute(1, 2, 0), values.permute(1, 0, 2),
+                                 step.mask_cache(window, pk.shape[0]), softcap)
+    else:
+        y = nn.gqa_attention(q4, kn, vn, step.mask_new(window), softcap)
+    G.output("y", y)
     search = ls.SearchOptions(budget=2, seed=0) if backend == "cpu" else None
     prog = G.compile(backend=backend, search=search) if search else G.compile(backend=backend)
     dims = {"p": past} if past and rows is None else {}  # with a window the cache rows are "w", from pk

@@ -143,44 +143,27 @@ class Step:
         return self.b.shared(("mask-cache", window, L, self.positions.node, self.positions.st), make)
 
 
-def gqa_attention(q: GraphTensor, k_new: GraphTensor, v_new: GraphTensor,
-                  past_k: GraphTensor | None = None, past_v: GraphTensor | None = None,
-                  mask_new: GraphTensor | None = None, mask_past: GraphTensor | None = None,
+def gqa_attention(q: GraphTensor, k: GraphTensor, v: GraphTensor, mask: GraphTensor | None = None,
                   softcap: float | None = None) -> GraphTensor:
-    """Attention of queries ``q`` [n_kv, g, s, d] -- row-major, already multiplied by the softmax
-    scale and by ``log2 e`` (unless ``softcap``: then by the scale only) -- against new keys and
-    values [t, n_kv, d] and optional cached ones [P, n_kv, d].  Masks broadcast to [s, t] and
-    [s, P].  Returns [s, n_kv * g * d] (heads in HF order)."""
+    """A prefill's attention: queries ``q`` [n_kv, g, s, d] -- row-major, already multiplied by
+    the softmax scale and by ``log2 e`` (unless ``softcap``: then by the scale only) -- against its
+    own keys and values [t, n_kv, d] under ``mask`` (broadcast to [s, t]).  Returns
+    [s, n_kv * g * d] (heads in HF order).  A step with a cache uses :func:`softmax_attention`."""
     n_kv, g, s, d = q.shape
-    if k_new.ndim != 3 or k_new.shape[1:] != (n_kv, d) or v_new.shape[1:] != (n_kv, d):
+    if k.ndim != 3 or k.shape[1:] != (n_kv, d) or v.shape[1:] != (n_kv, d):
         raise ShapeError(f"attention: keys/values must be [t, {n_kv}, {d}], got "
-                         f"{tuple(map(str, k_new.shape))} / {tuple(map(str, v_new.shape))}")
-    t = k_new.shape[0]
+                         f"{tuple(map(str, k.shape))} / {tuple(map(str, v.shape))}")
+    t = k.shape[0]
     qf = q.reshape(n_kv, g * s, d)
-    scores = (qf @ k_new.permute(1, 2, 0)).reshape(n_kv, g, s, t)
-    if mask_new is not None:
-        scores = scores + mask_new
-    P = None
-    if past_k is not None:
-        if past_v is None or past_k.shape[1:] != (n_kv, d) or past_v.shape != past_k.shape:
-            raise ShapeError(f"attention: cached keys/values must both be [P, {n_kv}, {d}], got "
-                             f"{tuple(map(str, past_k.shape))} / "
-                             f"{None if past_v is None else tuple(map(str, past_v.shape))}")
-        P = past_k.shape[0]
-        sp = (qf @ past_k.permute(1, 2, 0)).reshape(n_kv, g, s, P)
-        if mask_past is not None:
-            sp = sp + mask_past
-        scores = hl.concat([sp, scores], -1)
+    scores = (qf @ k.permute(1, 2, 0)).reshape(n_kv, g, s, t)
+    if mask is not None:
+        scores = scores + mask
     if softcap is not None:
         scores = hl.tanh(scores * (1.0 / softcap)) * (softcap * LOG2E)
     # the negated max is formed on the reduced [.., 1] tensor, so the subtraction is one Add
     e = hl.exp2(scores + scores.amax(-1, keepdim=True) * -1.0)
     den = e.sum(-1, keepdim=True)
-    total = t if P is None else P + t
-    ef = e.reshape(n_kv, g * s, total)
-    out = ef.narrow(2, total - t, t) @ v_new.permute(1, 0, 2)
-    if P is not None:
-        out = ef.narrow(2, 0, P) @ past_v.permute(1, 0, 2) + out
+    out = e.reshape(n_kv, g * s, t) @ v.permute(1, 0, 2)
     out = out.reshape(n_kv, g, s, d).permute(2, 0, 1, 3) * hl.reciprocal(den).permute(2, 0, 1, 3)
     return out.reshape(s, n_kv * g * d)
 
@@ -306,7 +289,7 @@ class Attention(Module):
         if cache is None:
             q, k, v = self._project(b, step, x, rows_first=False)
             mask = step.mask_new(self.sliding_window) if self.causal else None
-            return self.o_proj.forward(b, gqa_attention(q, k, v, mask_new=mask, softcap=self.softcap)), k, v
+            return self.o_proj.forward(b, gqa_attention(q, k, v, mask, self.softcap)), k, v
         ck, cv = cache
         if step.past is None:
             raise ShapeError(f"attention {self.prefix}: a cache needs a step with a past length")
