@@ -183,10 +183,8 @@ def encode_graph(graph: Graph) -> EncodedGraph:
         else:  # pragma: no cover - every row is handled above
             raise AssertionError(name)
         for _, st in n.inputs:
-            if st in facts_done:  # a view is checked once however many ops read through it
-                continue
+            k = None if st in facts_done else broadcast_axis_from_end(st)  # each view checked once
             facts_done.add(st)
-            k = broadcast_axis_from_end(st)
             if k is not None:
                 lines.append(f"(rm_bcast {view_to_egg(st, cache)} {k})")
         g = f"$n{i}"
