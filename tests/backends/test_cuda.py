@@ -119,3 +119,42 @@ def test_trace_times_every_kernel_with_cuda_events(tmp_path):
     kernels = [e for e in evs if e["cat"] == "run.kernel" and run["ts"] <= e["ts"] <= run["ts"] + run["dur"]]
     assert len(kernels) == len(prog.launches) and all(e["dur"] > 0 for e in kernels)
     assert any(e["cat"] == "compile.candidate" for e in evs)
+
+
+@pytest.mark.parametrize("dtype", [ls.float32, ls.bfloat16])
+def test_long_row_reductions_match_numpy(dtype):
+    """argmax, max and sum over rows longer than a block's threads many times (a block per row,
+    kind ``row``), ties broken to the first index as in PyTorch."""
+    g = ls.Graph()
+    x = g.input("x", (3, 150_001), dtype=dtype)
+    g.output("i", x.argmax(-1))
+    g.output("m", x.amax(-1))
+    g.output("s", x.to(ls.float32).sum(-1))
+    prog = g.compile(CUDA, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 150_001)).astype(dtype.np)
+    a[1, 7] = a[1, 140_000] = a[1].max() + 1  # a tie: the first wins
+    out = prog(x=a)
+    f = a.astype(np.float64)
+    np.testing.assert_array_equal(out["i"], f.argmax(-1))
+    np.testing.assert_array_equal(np.asarray(out["m"]).astype(np.float64), f.max(-1))
+    np.testing.assert_allclose(out["s"], f.sum(-1), rtol=1e-5, atol=1e-3)
+
+
+def test_launch_queues_calls_and_feeds_one_into_the_next():
+    """``launch`` returns before the call has run; an output passed on as the next call's input
+    (never copied to the host) and the fetched outputs match a chain of plain calls."""
+    g = ls.Graph()
+    x, w = g.input("x", (1,), ls.int64), g.input("w", (64, 8))
+    g.output("next", (ls.index_select(w, 0, x).sum(-1) * 1000.0).to(ls.int64).abs() % 64)
+    prog = g.compile(CUDA, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    wv = np.random.default_rng(5).standard_normal((64, 8)).astype(np.float32)
+    want, t = [], np.array([3])
+    for _ in range(6):
+        t = prog(x=t, w=wv)["next"]
+        want.append(int(t[0]))
+    held = prog.persist(w=wv)
+    calls = [held.launch({"x": np.array([3])}, fetch=["next"])]
+    for _ in range(5):
+        calls.append(held.launch({"x": calls[-1].value("next")}, fetch=["next"]))
+    assert [int(c.result()["next"][0]) for c in calls] == want

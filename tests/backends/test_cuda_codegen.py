@@ -116,3 +116,27 @@ def test_every_generated_cuda_kernel_compiles_for_sm90():
     assert {"elementwise", "warp", "scatter", "matmul_dot", "matmul_tile", "attention"} <= modes.keys(), modes.keys()
     images = nvrtc.compile_many([module_source([s], "cuda") for s in modes.values()], "sm_90")
     assert all(len(img) > 1000 for img in images)
+
+
+def test_a_long_reduction_of_few_rows_runs_a_block_per_row():
+    """argmax over a vocabulary-sized row (the decode step's greedy token): its reductions run a
+    block of 8 warps per row (kind ``row``); many short rows keep a warp per row."""
+    def kinds(shape):
+        g = ls.Graph()
+        g.output("i", g.input("x", shape).argmax(-1))
+        rec = _Recorder()
+        prog = KernelProgram(g, decode_program(*_default(g)), rec)
+        return [launch.spec.launch.kind for launch in prog.launches], list(rec.specs.values())
+
+    long_kinds, specs = kinds((2, 150_000))
+    assert "row" in long_kinds and "warp" not in long_kinds, long_kinds
+    short_kinds, _ = kinds((4096, 64))
+    assert "warp" in short_kinds and "row" not in short_kinds, short_kinds
+    images = nvrtc.compile_many([module_source([s], "cuda") for s in specs if s.launch.kind == "row"], "sm_90")
+    assert images and all(len(img) > 1000 for img in images)
+
+
+def _default(g):
+    backend = get_backend("cuda")
+    _, enc, index, ser = saturate(backend, g)
+    return Candidate.default(index), ser, enc.constants, backend.declarations()

@@ -260,3 +260,49 @@ def test_kernels_are_compiled_once_and_found_again_by_name(tmp_path, monkeypatch
     again = graph(True).compile(backend="native", search=opts)
     check(graph(True), again)
     assert [src for src in compiled if f"void {victim}(" in src]
+
+
+def test_repeated_calls_reuse_addresses_only_of_the_same_arrays():
+    """A repeated call writes the table entries only of inputs that are not the arrays of the last
+    call (a decode step passes the same weights and caches every time); a new array, a resident
+    input overridden and then restored, a dtype changed in place and an in-place input made
+    read-only are all seen, and an array cannot be moved in place while remembered."""
+    g = ls.Graph()
+    x, w, c = g.input("x", ("s", 4)), g.input("w", (4, 4)), g.input("c", ("n", 4))
+    g.output("y", x @ w + c.sum(0))
+    prog = g.compile(NATIVE, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    rng = np.random.default_rng(0)
+    xa, wa = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)
+    ca = rng.standard_normal((2, 4)).astype(np.float32)
+
+    def want(x, w, c):
+        return x @ w + c.sum(0)
+
+    np.testing.assert_allclose(prog(x=xa, w=wa, c=ca)["y"], want(xa, wa, ca), rtol=1e-5)
+    wa[:] = 1.0  # same array, new values: read again
+    np.testing.assert_allclose(prog(x=xa, w=wa, c=ca)["y"], want(xa, wa, ca), rtol=1e-5)
+    c2 = ca.copy() + 1  # a new array for c
+    np.testing.assert_allclose(prog(x=xa, w=wa, c=c2)["y"], want(xa, wa, c2), rtol=1e-5)
+    with pytest.raises(ValueError):  # numpy never moves an array another object refers to weakly
+        c2.resize((64, 4), refcheck=False)
+    with pytest.raises(ls.InputError, match="dtype"):
+        bad = xa.copy()
+        prog(x=bad, w=wa, c=ca)
+        bad.dtype = np.int32  # same shape, same memory, another dtype
+        prog(x=bad, w=wa, c=ca)
+    held = prog.persist(w=wa)
+    np.testing.assert_allclose(held(x=xa, c=ca)["y"], want(xa, wa, ca), rtol=1e-5)
+    other = np.eye(4, dtype=np.float32)
+    np.testing.assert_allclose(held(x=xa, w=other, c=ca)["y"], want(xa, other, ca), rtol=1e-5)
+    np.testing.assert_allclose(held(x=xa, c=ca)["y"], want(xa, wa, ca), rtol=1e-5)  # the resident one again
+    # an input written in place: made read-only after a call, it is refused on the next
+    g = ls.Graph()
+    c, r = g.input("c", (6, 2)), g.input("r", ("s", 2))
+    g.output("c", ls.slice_scatter(c, r, 0, "p"), aliases="c")
+    prog = g.compile(NATIVE, search=ls.SearchOptions(budget=2, seed=0, progress=False, dims={"s": 2, "p": 1}))
+    cache, rows = np.zeros((6, 2), np.float32), np.ones((2, 2), np.float32)
+    prog(c=cache, r=rows, dims={"p": 1})
+    np.testing.assert_array_equal(cache[1:3], rows)
+    cache.flags.writeable = False
+    with pytest.raises(ls.InputError, match="written in place"):
+        prog(c=cache, r=rows, dims={"p": 3})

@@ -125,6 +125,16 @@ def test_greedy_decode_steps_choose_on_the_device(backend, monkeypatch):
     state.want_logits = True
     state.advance()
     assert state.last_logits is not None and int(np.argmax(state.last_logits)) == state.ids[-1]
+    # each step is queued before the last one's token is read: a stop token ends the generation
+    # at the same token as on the host, the step queued past it dropped
+    stop = on_host.new_ids[5]
+    ended = gen.generate([1, 5, 9], 16, stop_ids=(stop,))
+    assert ended.new_ids == on_host.new_ids[:on_host.new_ids.index(stop) + 1] and ended.stop_reason == "stop_token"
+    calls = []
+    launch = type(gen.decode).launch
+    monkeypatch.setattr(type(gen.decode), "launch", lambda self, *a, **k: calls.append(1) or launch(self, *a, **k))
+    assert gen.generate([1, 5, 9], 6, stop_ids=()).new_ids == on_host.new_ids[:6]
+    assert len(calls) == 5  # one per step after the prefill's token, none past the budget
 
 
 def test_fetch_returns_only_the_outputs_asked_for():

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..backends import get_backend
 from ..errors import InputError
-from ..program import Program
+from ..program import Pending, Program
 from ..search import SearchOptions
 from .base import DecoderLM
 
@@ -302,6 +302,16 @@ def check_request(model: DecoderLM, prompt_ids: Sequence[int], max_new_tokens: i
     return prompt, set(cfg.eos_token_ids if stop_ids is None else (int(t) for t in stop_ids))
 
 
+def last_row(token: Any) -> Any:
+    """A decode step's ``input_ids`` ([1] int64) from a host id list or a step's ``next_token``
+    output (the last row's argmax: shape [1], where the backend holds it)."""
+    if isinstance(token, list):
+        return np.asarray(token[-1:], dtype=np.int64)
+    if tuple(token.shape) != (1,):
+        raise InputError(f"a decode step's next_token has shape {tuple(token.shape)}, expected (1,)")
+    return token
+
+
 class TokenStream:
     """What one generation has chosen so far: its ids, why it ended (``stop_reason``), the raw
     logits of its last token, its timings.  :meth:`choose` samples the next token; a subclass
@@ -378,6 +388,7 @@ class GenerationState(TokenStream):
         super().__init__(prompt, max_new_tokens, stops, rng, params, kept)
         self.gen = gen
         self._inputs: dict[str, Any] | None = None  # the decode inputs; None until the prefill ran
+        self._ahead: tuple[int, Pending] | None = None  # a greedy step queued ahead: (its row, the call)
 
     def advance(self) -> int:
         """Prefill (first call) or one decode step; returns the new token."""
@@ -403,15 +414,34 @@ class GenerationState(TokenStream):
             self._inputs = inputs
         else:
             p = len(self.ids) - 1  # rows in the cache: every id but the last, which this step feeds
+            if self._device_greedy():  # the token chosen on the device: no logits copied to the host
+                return self._greedy_step(p, t0)
+            self._ahead = None  # a step queued ahead is dropped: this one needs its logits
             self._inputs["input_ids"] = np.asarray([self.ids[-1]], dtype=np.int64)
             if "positions" in gen.decode.input_args:
                 self._inputs["positions"] = np.asarray([p], dtype=np.int64)
-            if self._device_greedy():  # the token chosen on the device: no logits copied to the host
-                out = gen.decode(self._inputs, dims={"p": p}, fetch=["next_token"])
-                self.last_logits = None
-                return self.chose(int(np.asarray(out["next_token"]).reshape(-1)[-1]), t0)
             out = gen.decode(self._inputs, dims={"p": p})
         return self.choose(out["logits"][-1], t0)
+
+    def _greedy_step(self, p: int, t0: float) -> int:
+        """One greedy step whose token the device chooses.  The step after it is queued before
+        this one's token is read, fed with this step's ``next_token`` where it lies (on a GPU the
+        host never waits between steps: it reads token k while step k + 1 runs); a step queued
+        past a stop token is dropped (it wrote only the cache row after the generation's end)."""
+        ahead, self._ahead = self._ahead, None
+        step = ahead[1] if ahead is not None and ahead[0] == p else self._launch(p, [self.ids[-1]])
+        if len(self.new_ids) + 1 < self.max_new_tokens:  # another step will follow this one
+            self._ahead = (p + 1, self._launch(p + 1, step.value("next_token")))
+        self.last_logits = None
+        return self.chose(int(step.result()["next_token"].reshape(-1)[-1]), t0)
+
+    def _launch(self, p: int, token: Any) -> Pending:
+        """The decode step at row ``p`` fed ``token`` (a host id, or the last step's output)."""
+        inputs = dict(self._inputs)
+        inputs["input_ids"] = last_row(token)
+        if "positions" in self.gen.decode.input_args:
+            inputs["positions"] = np.asarray([p], dtype=np.int64)
+        return self.gen.decode.launch(inputs, dims={"p": p}, fetch=["next_token"])
 
     def _device_greedy(self) -> bool:
         """Whether this step's token may be the decode program's own argmax (``next_token``):
@@ -422,6 +452,7 @@ class GenerationState(TokenStream):
                 and not self.want_logits and "next_token" in getattr(self.gen.decode, "output_names", ()))
 
     def close(self) -> None:
+        self._ahead = None
         self._inputs = {} if self._inputs is not None else None  # drop the cache buffers
 
 

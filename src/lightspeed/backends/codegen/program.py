@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -167,11 +168,20 @@ class KernelProgram(Program):
         # a formed input's values are made only where a launch reads them (a block weight's Cast)
         self.unread = {slot for slot, name in self.inputs_at.items() if slot not in read}
         self.handles = executor.compile([launch.spec for launch in self.launches], self.launches)
+        self._slots_of: dict[str, list[int]] = {name: [] for name in self.input_args}
+        for slot, name in self.inputs_at.items():
+            self._slots_of[name].append(slot)
+        self._forms_of: dict[str, list[tuple[int, str]]] = {}
+        for slot, (name, form) in self.forms_at.items():
+            self._forms_of.setdefault(name, []).append((slot, form))
         self.computed = [i for i, op in enumerate(ops) if op.op not in ("Input", "Constant", "Output")
                          and self.buffer_of[i] == i]
-        symbolic = [i for i in self.computed if any(d.free_vars() for d in ops[i].shape)]
+        # values whose size could outgrow their place at dims within the plan's bounds: sizes
+        # that are not monotone in the dims (a monotone one is largest at the bounds it was planned at)
+        sizes = {i: prod(ops[i].shape) * ops[i].dtype.itemsize for i in self.computed}
+        symbolic = [i for i, n in sizes.items() if n.free_vars() and not n.is_monotone()]
         self._symbolic_values = symbolic
-        self._symbolic_bytes = compile_exprs([prod(ops[i].shape) * ops[i].dtype.itemsize for i in symbolic])
+        self._symbolic_bytes = compile_exprs([sizes[i] for i in symbolic])
         self._reserved: dict[str, int] = {}
         self._input_op = {op.args["name"]: i for i, op in enumerate(ops) if op.op == "Input"}
         self._static_inputs = {op.args["name"]: (tuple(int(d.value) for d in op.shape), op.dtype.np)
@@ -233,6 +243,12 @@ class KernelProgram(Program):
             return placed
         # row-major (kernels index buffers flat): a strided view is copied, anything else kept
         return self.executor.upload(np.asarray(array))
+
+    def bind(self, inputs: Mapping[str, Any], dims: Mapping[str, int] | None = None
+             ) -> tuple[dict[str, Any], dict[str, int]]:
+        arrays, env = super().bind(inputs, dims)
+        self._local.given = (set(inputs), arrays)  # execute of these arrays visits these inputs only
+        return arrays, env
 
     # ------------------------------------------------------------------ planning
     def reserve(self, **bounds: int) -> KernelProgram:
@@ -313,6 +329,9 @@ class KernelProgram(Program):
             for i, arr in self.constants.items():
                 st.table[self.value_slot[i]] = self.executor.address(arr)
             local.state, local.plan = st, plan
+            local.seen = {}  # input name -> the array whose addresses the table holds (execute)
+            local.full = True  # the next call visits every input
+            local.overridden = set()  # resident inputs whose slots hold another array
         return st
 
     def execute(self, arrays: dict[str, Any], dims: dict[str, int],
@@ -323,18 +342,52 @@ class KernelProgram(Program):
         for s, k in self.dim_slot.items():
             table[k] = dims[s]
         ex = self.executor
-        for slot, name in self.inputs_at.items():
+        # an input's table entries are written when it is not the object they were written for
+        # (the weights and a generation's KV caches come back call after call: their addresses
+        # stay in the table; a repeated decode step writes only its token's and positions')
+        # (the shape too: numpy's in-place resize moves an array's memory only when its size changes)
+        local = self._local
+        seen = local.seen
+        bound = local.__dict__.pop("given", None)  # the names this call's bind was passed
+        given = bound[0] if bound is not None and bound[1] is arrays else None
+        if given is None or local.full:
+            names = arrays
+            local.full = False
+        else:  # the others are the resident arrays, whose entries were written before
+            names = given | local.overridden if local.overridden else given
+        resident = self._resident
+        for name in names:
             a = arrays[name]
-            if isinstance(a, FormedValue):
-                a = _NO_VALUES if slot in self.unread else a.form(VALUES)
-            table[slot] = ex.address(a)
-        for slot, (name, form) in self.forms_at.items():
-            table[slot] = ex.address(arrays[name].form(form))
+            if name in resident:  # a resident input passed as another array: visit it next call too
+                (local.overridden.discard if a is resident[name] else local.overridden.add)(name)
+            shape = getattr(a, "shape", None)
+            ref = seen.get(name)
+            if ref is not None and ref[0]() is a and ref[1] == shape:
+                continue
+            for slot in self._slots_of[name]:
+                v = a
+                if isinstance(a, FormedValue):
+                    v = _NO_VALUES if slot in self.unread else a.form(VALUES)
+                table[slot] = ex.address(v)
+            for slot, form in self._forms_of.get(name, ()):
+                table[slot] = ex.address(a.form(form))
+            try:
+                seen[name] = (weakref.ref(a), shape)
+            except TypeError:  # not weakly referable: written every call
+                seen.pop(name, None)
         outputs: dict[str, Any] = {}
         for name, slot in self.output_slot.items():
             alias = self.output_aliases.get(name)
             if alias is not None:
-                arr = arrays[alias]
+                arr = outputs[name] = arrays[alias]
+                key, shape = (OUTPUT, name), getattr(arr, "shape", None)
+                ref = seen.get(key)
+                if ref is not None and ref[0]() is arr and ref[1] == shape:
+                    continue  # the input it aliases is the one whose address the slot holds
+                try:
+                    seen[key] = (weakref.ref(arr), shape)
+                except TypeError:
+                    seen.pop(key, None)
             elif out is not None and name in out and ex.owns(out[name]):
                 arr = out[name]
             else:
@@ -363,5 +416,7 @@ class KernelProgram(Program):
         return self.search_report.format() if self.search_report is not None else "no search was run"
 
 
+# the memo key of an aliased output's table entry (execute): (OUTPUT, output name)
+OUTPUT = object()
 # the table entry of a formed input's values when no launch reads them (never made)
 _NO_VALUES = np.zeros(1, np.float32)

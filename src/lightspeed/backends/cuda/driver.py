@@ -80,6 +80,7 @@ class Device:
         self.name = raw.split(b"\0")[0].decode()
         self.arch = f"sm_{self.major}{self.minor}"
         self._free: dict[int, list[int]] = {}
+        self._pinned_free: dict[int, list[int]] = {}
         self._alloc_lock = threading.Lock()
         self._modules: dict[str, Any] = {}
         self.bind()
@@ -103,6 +104,26 @@ class Device:
                 self.trim()
                 ptr = int(check(bindings().cuMemAlloc(size), f"cuMemAlloc({size} bytes)"))
         return _Block(self, ptr, size)
+
+    def pinned(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A host array in page-locked memory (a device-to-host copy into it runs asynchronously;
+        into pageable memory the copy waits for the stream), reused from a cache of freed ones."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size = _size_class(max(1, nbytes))
+        with self._alloc_lock:
+            free = self._pinned_free.get(size)
+            ptr = free.pop() if free else None
+        if ptr is None:
+            self.bind()
+            ptr = int(check(bindings().cuMemHostAlloc(size, 0), f"cuMemHostAlloc({size} bytes)"))
+        raw = (ctypes.c_uint8 * size).from_address(ptr)
+        weakref.finalize(raw, self._release_pinned, ptr, size)
+        return np.frombuffer(raw, np.uint8, nbytes).view(dtype).reshape(shape)
+
+    def _release_pinned(self, ptr: int, size: int) -> None:
+        with self._alloc_lock:
+            self._pinned_free.setdefault(size, []).append(ptr)
 
     def _release(self, ptr: int, size: int) -> None:
         with self._alloc_lock:
@@ -137,6 +158,14 @@ class Device:
 
     def sync(self, stream: Any) -> None:
         check(bindings().cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def wait_event(self, event: Any, destroy: bool = False) -> None:
+        """Block until the work before ``event``'s record has run (and free the event)."""
+        try:
+            check(bindings().cuEventSynchronize(event), "cuEventSynchronize")
+        finally:
+            if destroy:
+                bindings().cuEventDestroy(event)
 
     def event(self) -> Any:
         return check(bindings().cuEventCreate(0), "cuEventCreate")
@@ -250,7 +279,7 @@ class DeviceArray:
     """An array in device memory: ``ptr``, ``shape``, ``dtype`` (numpy), row-major.  Holds its
     memory (or the object that owns it, e.g. a torch tensor) alive."""
 
-    __slots__ = ("ptr", "shape", "dtype", "owner")
+    __slots__ = ("ptr", "shape", "dtype", "owner", "__weakref__")
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, owner: Any):
         self.ptr, self.shape, self.dtype, self.owner = int(ptr), tuple(int(d) for d in shape), np.dtype(dtype), owner
@@ -278,12 +307,15 @@ class DeviceArray:
         return DeviceArray(block.ptr, shape, dtype, block)
 
     @staticmethod
-    def from_host(host: np.ndarray, stream: Any = None) -> DeviceArray:
+    def from_host(host: np.ndarray, stream: Any = None, wait: bool = True) -> DeviceArray:
+        """A device copy of ``host``; ``wait=False``: the copy is queued on ``stream`` (the host
+        array may change at once: the driver stages a pageable source before it returns)."""
         host = _c_order(host)
         out = DeviceArray.empty(host.shape, host.dtype)
         dev = device()
         dev.upload(out.ptr, host, stream or 0)
-        dev.sync(stream or 0)
+        if wait:
+            dev.sync(stream or 0)
         return out
 
     def numpy(self, stream: Any = None) -> np.ndarray:

@@ -5,13 +5,14 @@ on torch's current stream); DeviceArrays stay on the device (what the search tim
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import weakref
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ...errors import InputError
-from ...program import to_numpy
+from ...program import Pending, to_numpy
 from ..codegen.program import KernelProgram
 from . import driver
 from .driver import DeviceArray
@@ -68,6 +69,32 @@ class CudaProgram(KernelProgram):
         res = super().execute(arrays, dims, out)
         wait_on(torch_s, thread_stream())
         return res
+
+    def launch(self, inputs: Mapping[str, Any], *, dims: Mapping[str, int] | None = None,
+               fetch: Sequence[str] = ()) -> Pending:
+        """The call queued on this thread's stream: host inputs uploaded without waiting, outputs
+        left on the device, the ``fetch`` ones copied into page-locked host buffers behind the
+        work, an event after them (``Pending.result()`` waits on it)."""
+        if not isinstance(inputs, Mapping) or any(is_torch_cuda(v) for v in inputs.values()):
+            return super().launch(inputs, dims=dims, fetch=fetch)  # torch's streams: run it as a call
+        stream, dev = thread_stream(), driver.device()
+        unknown = [k for k in fetch if k not in self.output_names]
+        if unknown:
+            raise InputError(f"fetch: unknown output(s) {unknown}; outputs are {list(self.output_names)}")
+        staged = {k: v if isinstance(v, DeviceArray) else DeviceArray.from_host(self.as_array(v, f"input {k!r}"),
+                                                                                  stream, wait=False)
+                  for k, v in inputs.items()}
+        res = self(staged, dims=dims)  # every input on the device: nothing is waited for
+        host = {}
+        for k in fetch:
+            v = res[k]
+            host[k] = buf = dev.pinned(v.shape, v.dtype)
+            dev.download(buf, v.ptr, stream)
+        event = dev.event()
+        dev.record(event, stream)
+        pending = Pending(res, host, lambda: dev.wait_event(event))
+        weakref.finalize(pending, driver.bindings().cuEventDestroy, event)  # waited for or dropped
+        return pending
 
     def deliver(self, res: dict[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
         values = list(inputs.values())

@@ -7,7 +7,9 @@ rounds after every primitive: a fused low-precision region is at least as accura
 dtype's tolerance); a single primitive rounds exactly like the reference.  Reductions accumulate
 float16/bfloat16 in float, like the reference; their summation order differs from numpy's
 pairwise sums (float32 results agree to ~1e-6 relative): the c dialect keeps 8 interleaved
-partial sums, the cuda dialect splits a top-level reduction over a warp's lanes (kind ``warp``).
+partial sums, the cuda dialect splits a top-level reduction over a warp's lanes (kind ``warp``), or over a
+block of 8 warps when few items each reduce a long row (kind ``row``: the argmax over a
+vocabulary).
 An index outside a gathered tensor sets the call's error word in the c dialect (``ls_oob``: the
 native executor raises IndexOutOfRange, as the reference does) and reads 0 on cuda.  Every load
 goes through its view's index expression and is guarded by the view's validity expression.
@@ -93,6 +95,7 @@ class Region:
         self.views = views
         self.leaf_dtypes = leaf_dtypes
         self.cooperative = cooperative  # top-level reductions split across a warp's lanes
+        self.block = False  # ... or across a block's BLOCK_WARPS warps (kind ``row``)
         self.depth = 0  # reductions entered
         # gathered leaves held as packed GGML blocks (c dialect): leaf -> (block type code, columns)
         self.block_data: dict[int, tuple[int, int]] = {}
@@ -192,6 +195,8 @@ class Region:
         lanes = self.cooperative and self.depth == 0 and w.dialect == "cuda"
         r = w.tmp("_ls_r")
         start, step = ("lane", WARP) if lanes else ("0", 1)
+        if lanes and self.block:  # over the block's 8 warps
+            start, step = f"(slice * {WARP} + lane)", WARP * BLOCK_WARPS
         if w.dialect == "c" and d.is_float:
             # 8 interleaved partial results (the compiler keeps them in one vector register; one
             # chain of dependent adds waits on each add's latency), then the rest, then the 8
@@ -218,6 +223,14 @@ class Region:
         if lanes:
             w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ {ct} other = __shfl_xor_sync(0xffffffffu, {acc}, o);"
                    f" {acc} = {combine(tag, d, acc, 'other')}; }}")
+        if lanes and self.block:  # the warps' results through shared memory, in a fixed order
+            part = w.tmp("_ls_part")
+            w.line(f"__shared__ {ct} {part}[{BLOCK_WARPS}];")
+            w.line(f"if (lane == 0) {part}[slice] = {acc};")
+            w.line("__syncthreads();")
+            tree = pairwise([f"{part}[{k}]" for k in range(BLOCK_WARPS)], lambda x, y: combine(tag, d, x, y))
+            w.line(f"{acc} = {tree};")
+            w.line("__syncthreads();")
         return acc
 
     def _reduce_step(self, tag: str, d: DType, axis: int, shape, size: str, post: str, child: tuple, pt: Point,
@@ -288,6 +301,30 @@ def has_top_reduction(node: tuple) -> bool:
     return any(has_top_reduction(c) for c in node[1:] if isinstance(c, tuple))
 
 
+def top_reduction_sizes(node: tuple) -> list[Expr]:
+    """The lengths of the reductions not inside another reduction."""
+    if not isinstance(node, tuple) or not node or node[0] in ("leaf", "const", "iota"):
+        return []
+    if node[0] in ("SumReduce", "MaxReduce"):
+        _, axis, space, _ = node
+        return [space.shape[axis]]
+    return [n for c in node[1:] if isinstance(c, tuple) for n in top_reduction_sizes(c)]
+
+
+BLOCK_WARPS = 8  # warps of a block-reduction item (kind ``row``)
+BLOCK_ITEMS = 1024  # at most this many items (static) ...
+BLOCK_REDUCTION = 2048  # ... each reducing at least this many elements (static): a block per item
+
+
+def wants_block(tree: tuple, items: Expr) -> bool:
+    """Whether a region's top-level reductions run over a block per item rather than a warp: few
+    items, long reductions (the argmax over a vocabulary: one warp would walk 128k logits alone)."""
+    if not items.is_const or items.value > BLOCK_ITEMS:
+        return False
+    sizes = top_reduction_sizes(tree)
+    return bool(sizes) and all(n.is_const and n.value >= BLOCK_REDUCTION for n in sizes)
+
+
 def region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dtypes: list[DType],
                   out_dtype: DType, shape, label: str, operands: list[int] | None = None,
                   block_data: dict[int, tuple[int, int]] | None = None) -> KernelSpec:
@@ -297,9 +334,12 @@ def region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dty
     w = Writer(dialect)
     cooperative = has_top_reduction(tree)
     mode = "warp" if cooperative and dialect == "cuda" else "elementwise"
+    if mode == "warp" and wants_block(tree, prod(shape)):
+        mode = "row"
     w.index_vars.add("_ls_item")
     w.push()
     region = Region(w, views, leaf_dtypes, cooperative)
+    region.block = mode == "row"
     region.block_data = dict(block_data or {})
     shape = tuple(shape)
     axes = None
@@ -311,7 +351,8 @@ def region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dty
             at = Point("_ls_item", sym("_ls_item"), shape, tuple(coords))
     v = region.value(tree, at)
     store_line = f"out[_ls_item] = {store(out_dtype, v)};"
-    w.line(f"if (lane == 0) {store_line}" if mode == "warp" else store_line)
+    w.line({"warp": f"if (lane == 0) {store_line}", "row": f"if (lane == 0 && slice == 0) {store_line}"}
+           .get(mode, store_line))
     body = w.pop()
     operands = operands if operands is not None else list(range(len(leaf_dtypes)))
     bufs = [("out", storage_type(out_dtype), True, "out")] + [(f"in{k}", storage_type(d), False, operands[k])

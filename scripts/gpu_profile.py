@@ -1,0 +1,98 @@
+"""Where a decode step's time goes on the GPU host (no Nsight Systems there): PyTorch's profiler
+(CUPTI) records every kernel of the process -- ours, launched through the CUDA driver from CUDA
+graphs, included -- over some steps of lightspeed's decode and of torch.compile's, and
+scripts/step_timeline.py splits the timeline into steps: kernel time, gaps inside a step, idle time
+between steps (the host's part), the kernels that cost most.
+
+    python scripts/gpu_profile.py [SHAPE ...] [--steps 24] [--no-peer]     (traces under $OUT)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def profiled(fn, path: Path) -> None:
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(str(path))
+
+
+def ours(name: str, steps: int, path: Path) -> None:
+    import ml_dtypes
+    from peer_torch_decode import SHAPES
+
+    import lightspeed as ls
+    from lightspeed.models import from_hf_config
+    from lightspeed.models.generate import Generator
+
+    c = SHAPES[name]
+    cfg = dict(model_type="llama", vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["inter"],
+               num_hidden_layers=c["layers"], num_attention_heads=c["nh"], num_key_value_heads=c["nkv"],
+               head_dim=c["hd"], rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=c["tied"],
+               bos_token_id=1, eos_token_id=-1, max_position_embeddings=4096)
+    model = from_hf_config(cfg, dtype="bfloat16")
+    rng = np.random.default_rng(0)
+    weights = {n: (rng.standard_normal(s, dtype=np.float32) * 0.02 + ("norm" in n)).astype(ml_dtypes.bfloat16)
+               for n, s in model.param_shapes().items()}
+    gen = Generator(model, weights, backend="cuda", search=ls.SearchOptions(budget=4, seed=0, progress=False))
+    ids = list(rng.integers(0, c["vocab"], 32))
+    gen.generate(ids, max_new_tokens=4, stop_ids=[])
+    profiled(lambda: gen.generate(ids, max_new_tokens=steps, stop_ids=[]), path)
+
+
+def peer(name: str, steps: int, path: Path) -> None:
+    import peer_torch_decode as p
+    import torch
+
+    c = p.SHAPES[name]
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        m = p.LM(c, 1024, torch.bfloat16).to(torch.bfloat16)
+    m.eval()
+    step = torch.compile(m, mode="reduce-overhead", fullgraph=True)
+    with torch.no_grad():
+        tok = torch.zeros(1, 1, dtype=torch.long, device="cuda")
+        for i in range(4):
+            step(tok, torch.tensor([32 + i], device="cuda"))
+
+        def loop():
+            t = tok
+            for i in range(steps):
+                t = step(t, torch.tensor([36 + i], device="cuda"))[:, -1:].argmax(-1)
+
+        profiled(loop, path)
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    steps = int(args[args.index("--steps") + 1]) if "--steps" in args else 24
+    names = [a for a in args if not a.startswith("--") and not a.isdigit()] or ["llama-3.2-1b"]
+    out = Path(os.environ.get("OUT", "/tmp/gpu-out"))
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        runs = [("lightspeed", ours, [])]
+        if "--no-peer" not in args:  # its loop never waits: steps split after each argmax
+            runs.append(("torch.compile", peer, ["--marker", "ArgMax"]))
+        for label, fn, extra in runs:
+            path = Path("/tmp") / f"trace-{label}-{name}.json"
+            fn(name, steps, path)
+            res = subprocess.run([sys.executable, str(ROOT / "scripts" / "step_timeline.py"), str(path), "--name",
+                                  f"{label} {name}", *extra], capture_output=True, text=True)
+            print(res.stdout + res.stderr, flush=True)
+            (out / f"steps-{label.replace('.', '_')}-{name}.txt").write_text(res.stdout + res.stderr)
+
+
+if __name__ == "__main__":
+    main()
