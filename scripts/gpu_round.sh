@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One GPU round on the device host, from the repository root: the cuda tests that cover decode
+# (kernels, attention, models, launch), the decode timeline of lightspeed (scripts/gpu_profile.py,
+# PDL off so kernel durations are the kernels' own), then benchmarks/gpu_decode.py beside PyTorch
+# on GPU_DECODE_SHAPES.  Logs and results under $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  > "$OUT/pip.log" 2>&1 || { echo "wheel install failed"; tail -5 "$OUT/pip.log"; }
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 LIGHTSPEED_CACHE_DIR=/tmp/ls-cache
+step() {  # name, timeout, command...
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s)
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  echo "$name: rc=$? $(( $(date +%s) - t0 ))s :: $(tail -1 "$OUT/$name.log")"
+}
+if [ "${GPU_ROUND_TESTS:-1}" = 1 ]; then
+  step tests "${GPU_TESTS_S:-170}" python3 -m pytest -o addopts="" tests/backends/test_attention.py tests/backends/test_cuda.py \
+    tests/models/test_cuda_models.py tests/models/test_generate.py -q -p no:cacheprovider -n 8 -x
+  grep -E "FAILED|Error" "$OUT/tests.log" | head -20
+fi
+if [ -n "${GPU_PROFILE_SHAPES:-llama-3.2-1b}" ]; then
+  LIGHTSPEED_CUDA_PDL=${GPU_PROFILE_PDL:-0} step profile "${GPU_PROFILE_S:-120}" python3 scripts/gpu_profile.py \
+    ${GPU_PROFILE_SHAPES:-llama-3.2-1b} --no-peer --steps 24
+  grep -v Warning "$OUT/profile.log" | grep -v warn | head -${GPU_PROFILE_LINES:-40}
+fi
+step decode "${GPU_DECODE_S:-300}" python3 benchmarks/gpu_decode.py ${GPU_DECODE_SHAPES:-smollm2-135m llama-3.2-1b} --steps 64
+sed -n '/^shape/,$p' "$OUT/decode.log"
