@@ -59,7 +59,20 @@ def ours(name: str, steps: int, prompt: int) -> dict:
     kernels = kernels_per_step(gen.decode)
     return dict(tpot_ms=round(tpot, 4), tok_s=round(1000 / tpot, 1), ttft_ms=round(res.ttft_s * 1e3, 2),
                 compile_s=round(compile_s, 1), weight_bytes=wbytes, kernels=kernels,
-                kernels_per_layer=round(kernels / cfg["num_hidden_layers"], 1) if kernels else None)
+                kernels_per_layer=kernels_per_layer(gen.decode))
+
+
+def kernels_per_layer(prog) -> int | None:
+    """Launches of one decoder layer: the block template's (the part a rolled program runs once
+    per layer), without the prelude (embedding) and epilogue (final norm, head, argmax)."""
+    steps = getattr(getattr(prog, "rolled_from", None), "steps", None) or getattr(prog, "steps", None)
+    if not steps:
+        return None
+    counts: dict[int, int] = {}
+    for s in steps:
+        counts[id(s.prog)] = counts.get(id(s.prog), 0) + 1
+    template = max(steps, key=lambda s: counts[id(s.prog)]).prog
+    return kernels_per_step(template) if counts[id(template)] > 1 else None
 
 
 def kernels_per_step(prog) -> int | None:
@@ -92,7 +105,6 @@ def ours_file(spec: str, steps: int, prompt: int, backend: str, dtype: str) -> t
     res = gen.generate(ids, max_new_tokens=steps, stop_ids=[])
     tpot = float(np.median(res.step_s)) * 1e3
     kernels = kernels_per_step(gen.decode)
-    layers = tm.model.config.num_layers
     item = np.dtype(tm.model.dtype.np).itemsize
     tied = tm.model.config.tie_word_embeddings
 
@@ -104,7 +116,7 @@ def ours_file(spec: str, steps: int, prompt: int, backend: str, dtype: str) -> t
     name = f"{family}:{Path(tm.source).name}"
     return name, dict(tpot_ms=round(tpot, 4), tok_s=round(1000 / tpot, 1), ttft_ms=round(res.ttft_s * 1e3, 2),
                       compile_s=round(compile_s, 1), weight_bytes=wbytes, kernels=kernels,
-                      kernels_per_layer=round(kernels / layers, 1) if kernels else None, backend=backend), wbytes
+                      kernels_per_layer=kernels_per_layer(gen.decode), backend=backend), wbytes
 
 
 def main() -> None:
@@ -142,13 +154,13 @@ def main() -> None:
         base = res.get("torch.compile (reduce-overhead)", {}).get("tpot_ms")
         for system, r in res.items():
             rows.append((name, system, r["tpot_ms"], r["tok_s"], 100 * floor / r["tpot_ms"],
-                         (r["tpot_ms"] / base) if base else float("nan"), r.get("kernels_per_layer")))
+                         (r["tpot_ms"] / base) if base else float("nan"), r.get("kernels_per_layer"), r.get("kernels")))
         out[name] = dict(weight_GB=round(wb / 1e9, 3), floor_ms=round(floor, 4), **res)
     print(f"\n{'shape':<14} {'system':<34} {'TPOT ms':>9} {'tok/s':>8} {'% HBM floor':>12} {'x torch.compile':>16}"
-          f" {'kernels/layer':>14}")
-    for name, system, tpot, toks, pct, ratio, per_layer in rows:
+          f" {'kernels/layer':>14} {'kernels/step':>13}")
+    for name, system, tpot, toks, pct, ratio, per_layer, per_step in rows:
         print(f"{name:<14} {system:<34} {tpot:>9.3f} {toks:>8.1f} {pct:>11.1f}% {ratio:>15.2f}x"
-              f" {per_layer if per_layer is not None else '':>14}")
+              f" {per_layer if per_layer is not None else '':>14} {per_step if per_step is not None else '':>13}")
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "gpu_decode.json"), "w") as f:
             json.dump(out, f, indent=1)

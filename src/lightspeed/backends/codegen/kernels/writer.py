@@ -28,8 +28,8 @@ from ....symbolic import INDEX_VAR, Expr, const, sym
 from .spec import KernelSpec, LaunchShape, grid_stride
 from .types import int_literal
 
-__all__ = ["Writer", "Point", "finish", "launch_shape", "loop_axes", "index_at", "flat_of", "index_in", "KINDS",
-           "WARP", "THREADS", "TILE_N", "TILE_K"]
+__all__ = ["Writer", "Point", "finish", "launch_shape", "loop_axes", "prefetch_rows", "index_at", "flat_of",
+           "index_in", "KINDS", "WARP", "THREADS", "TILE_N", "TILE_K"]
 
 WARP = 32
 THREADS = 256  # threads per block of the grid-stride kinds
@@ -277,7 +277,8 @@ def c_nest(n: str, work: str, axes: list[tuple[str, str]], threshold: int, extra
 def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, bool, str | int]], count: Expr,
            body: list[str], label: str, axes: list[tuple[str, Expr]] | None = None,
            item_cost: Expr | int = 1, setup: list[str] | None = None,
-           early: list[str] | None = None, preludes: tuple[str, ...] = ()) -> KernelSpec:
+           early: list[str] | None = None, preludes: tuple[str, ...] = (),
+           before_wait: list[str] | None = None) -> KernelSpec:
     """Wrap a work-item body into a kernel function of the dialect.  ``buffers``: (param name,
     storage type, written, what it is: "out" or the op's operand index).  ``axes``: the c dialect
     walks the items as this loop nest ((coordinate name, extent), product ``count``); it splits
@@ -285,17 +286,24 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
     ``setup``: c dialect lines each thread runs once before its items (with ``axes``).  ``early``:
     lines run before the items (a run-time alternative that returns when it applies).  ``mode``:
     the work distribution (:data:`KINDS`), which fixes the cuda loop and the launch shape.
-    ``preludes``: the prelude parts the body calls beyond the dialect's own."""
+    ``preludes``: the prelude parts the body calls beyond the dialect's own.  ``before_wait``
+    (cuda): lines run before the wait on the previous kernel (programmatic dependent launch):
+    they may read the table and the dims-only prologue, and must not read what a kernel writes
+    (a weight product's L2 prefetch of its rows: the predecessor still runs)."""
     n = w.expr(count)  # into the prologue
     work = w.expr(count * item_cost) if dialect == "c" else n
     nest = [(name, w.expr(e)) for name, e in axes] if axes and dialect == "c" else None
     dims = list(w.dims)
     # cuda: the programmatic-dependent-launch wait comes first (prelude/cuda.cuh, LS_KERNEL_BEGIN)
-    head = ["LS_KERNEL_BEGIN();"] if dialect == "cuda" else []
+    early_wait = dialect == "cuda" and not before_wait
+    head = ["LS_KERNEL_BEGIN();"] if early_wait else []
     head += [f"const long long D{i} = T[dim_{i}];" for i in range(len(dims))]
     for name, ctype, written, _ in buffers:
         const_ = "" if written else "const "
         head.append(f"{const_}{ctype}* LS_RESTRICT {name} = ({const_}{ctype}*)T[buf_{name}];")
+    prologue = list(w.prologue.lines)
+    if dialect == "cuda" and before_wait:  # the table is written before the graph runs: read it early
+        prologue += [*before_wait, "LS_KERNEL_BEGIN();"]
     params = ["const long long* LS_RESTRICT T", *(f"int dim_{i}" for i in range(len(dims))),
               *(f"int buf_{name}" for name, _, _, _ in buffers)]
     ind = "    "
@@ -317,13 +325,32 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
             loop = lanes + [f"#pragma omp parallel for schedule(static) if ({work} >= {threshold})",
                             f"for (long long _ls_item = 0; _ls_item < {n}; _ls_item++) {{"]
         sig = f"void KNAME({', '.join(params)})"
-    lines = [sig + " {", *(ind + ln for ln in head), *(ind + ln for ln in w.prologue.lines),
+    lines = [sig + " {", *(ind + ln for ln in head), *(ind + ln for ln in prologue),
              *(ind + ln for ln in early or []), *(ind + ln for ln in loop), *(inner + ln for ln in body), *close, "}"]
     text = "\n".join(lines) + "\n"
     digest = hashlib.sha256(f"{dialect}\n{mode}\n{text}".encode()).hexdigest()[:16]
     name = f"ls_{label}_{digest}"
     return KernelSpec(name, text.replace("KNAME", name), tuple(dims), tuple(b[3] for b in buffers),
                       launch_shape(mode, count), count, tuple(preludes))
+
+
+def prefetch_rows(rows: list[tuple[str, str, str]], items: str, elem: str) -> list[str]:
+    """Lines prefetching into L2, before the wait on the previous kernel, the weight rows of this
+    warp's first item of a warp-per-output product: ``rows`` are (buffer, address of the row of
+    output column ``_ls_pfj`` in elements, row length in elements); ``items`` the outputs, with
+    ``_ls_pfj`` the first item's column.  Weights are never written by a step, so their lines
+    stream in while the predecessor finishes (its tail, and this kernel's ramp, overlap)."""
+    lines = [f"const long long _ls_pfw = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / {WARP};",
+             f"if (_ls_pfw < {items}) {{",
+             f"  const long long _ls_pfj = {elem};"]
+    for buf, row, length in rows:
+        lines += [f"  {{ const char* _ls_pf = (const char*)({buf} + {row});",
+                  f"    const long long _ls_pfn = {length} * (long long)sizeof(*{buf});",
+                  f"    for (long long _ls_o = (threadIdx.x & {WARP - 1}) * 128; _ls_o < _ls_pfn;"
+                  f" _ls_o += {WARP * 128})",
+                  "      asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(_ls_pf + _ls_o)); }"]
+    lines.append("}")
+    return lines
 
 
 def loop_axes(shape, prefix: str) -> tuple[list[tuple[str, Expr]], list[Expr]]:
