@@ -8,10 +8,22 @@ set -uo pipefail
 family=$1; weights=$2
 prompt=${3:-"Write a short story about a robot who learns to paint."}
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
-if [ ! -e "$weights" ]; then cat .wparts/*/"$(basename "$weights")".* > "$weights" || exit 1; fi
+# the parts: carried in this call (.wparts/*/) or copied to /tmp/wparts by an earlier call on the
+# same warm machine (each call carries at most 64 MiB)
+if [ ! -e "$weights" ]; then
+  parts=$(for f in /tmp/wparts/"$(basename "$weights")".* .wparts/*/"$(basename "$weights")".*; do
+            [ -e "$f" ] && echo "${f##*.} $f"; done | sort -u -k1,1 | cut -d' ' -f2)
+  cat $parts > "$weights" || exit 1
+fi
 sha256sum "$weights" | cut -c1-16
 export PYTHONPATH=${PYTHONPATH:-/tmp/site:$PWD/src:$PWD} LIGHTSPEED_CACHE_DIR=${LIGHTSPEED_CACHE_DIR:-/tmp/ls-cache}
-for cfg in "cpu float32" "cuda float32" "cuda bfloat16"; do
+# GPU_REAL_CPU_TEXT: the cpu float32 text made on another machine (the 2-core one), compared
+# instead of running the cpu backend here
+configs=("cpu float32" "cuda float32" "cuda bfloat16")
+if [ -n "${GPU_REAL_CPU_TEXT:-}" ]; then
+  cp "$GPU_REAL_CPU_TEXT" "$OUT/$family-cpu-float32.txt"; configs=("cuda float32" "cuda bfloat16")
+fi
+for cfg in "${configs[@]}"; do
   set -- $cfg
   name="$family-$1-$2"
   python3 -m lightspeed run "$family" "$prompt" --weights "$weights" --backend "$1" --dtype "$2" --max-tokens 48 \

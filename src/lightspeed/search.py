@@ -38,6 +38,7 @@ from . import cache
 from . import dtypes as dt
 from .egraph import SCHEMA, Candidate, EGraphIndex, EGraphRunner, SerializedEGraph, encode_graph, rules_producing
 from .egraph.decl import GENERIC_OPS
+from .egraph.extract import ENode
 from .egraph.llir import LProgram, decode_program
 from .egraph.runner import EGGLOG_VERSION
 from .errors import LightspeedError
@@ -227,21 +228,35 @@ def _prefer_primitives(cid, nodes):
     return prims[0] if prims else nodes[0]
 
 
-def _prefer_backend(cid, nodes):  # every backend op the rules offered, one region per op
-    computed = [n for n in nodes if n.op in ("SConst", "SIota")]  # a constant or iota leaf made in place
-    if computed:
-        return computed[0]
-    leaf = [n for n in nodes if n.op == "SLeaf"]
-    if leaf:
-        return leaf[0]
-    # a library op (Matmul, ...) before a region: a region over a broadcast product (a reduction
-    # region of Mul) is offered for every matmul-shaped SumReduce, and materialises the product;
-    # a backend's own op (BlockMatmul, LtMatmul) before the generic one it specialises
-    ops = sorted((n for n in nodes if n.op not in PRIMITIVES), key=lambda n: (n.op == "Fused", n.op in _GENERIC))
-    return ops[0] if ops else nodes[0]
+def _prefer_backend(index: EGraphIndex, absorb: bool):
+    """Every backend op the rules offered, one region per op.  Among a class's backend ops of one
+    rank, ``absorb`` takes the one reading the earliest values (the smallest height of its
+    children: a product that normalises its A itself, from x, over the product of the normed
+    rows), else the one reading the latest (the ops it could absorb stay ops of their own): the
+    greedy and fused candidates differ there, so the search measures both."""
+    levels = index._levels
+
+    def height(n: ENode) -> int:
+        h = max((levels.get(c, 1 << 30) for c in n.children), default=0)
+        return h if absorb else -h
+
+    def pick(cid, nodes):
+        computed = [n for n in nodes if n.op in ("SConst", "SIota")]  # a constant or iota leaf made in place
+        if computed:
+            return computed[0]
+        leaf = [n for n in nodes if n.op == "SLeaf"]
+        if leaf:
+            return leaf[0]
+        # a library op (Matmul, ...) before a region: a region over a broadcast product (a reduction
+        # region of Mul) is offered for every matmul-shaped SumReduce, and materialises the product;
+        # a backend's own op (BlockMatmul, LtMatmul) before the generic one it specialises
+        ops = sorted((n for n in nodes if n.op not in PRIMITIVES),
+                     key=lambda n: (n.op == "Fused", n.op in _GENERIC, height(n)))
+        return ops[0] if ops else nodes[0]
+    return pick
 
 
-def _fuse_single_use(first: Candidate):
+def _fuse_single_use(first: Candidate, backend_pick):
     """Regions grown over producers that have one reader in ``first`` (no recomputation)."""
     uses: dict[str, int] = {}
     for n in first.choice.values():
@@ -262,7 +277,7 @@ def _fuse_single_use(first: Candidate):
             single = uses.get(leaf.children[0], 0) <= 1 and uses.get(cid, 0) <= 1
             region = producer is None or producer.op == "Fused"
             return inline[0] if inline and single and region else leaf
-        return _prefer_backend(cid, nodes)
+        return backend_pick(cid, nodes)
     return pick
 
 
@@ -275,8 +290,8 @@ def candidates(index: EGraphIndex, opts: SearchOptions) -> Iterator[tuple[str, C
     rng = random.Random(opts.seed)
     seen: set[tuple] = set()
     default = Candidate.build(index, _prefer_primitives)
-    greedy = Candidate.build(index, _prefer_backend)
-    fused = Candidate.build(index, _fuse_single_use(greedy))
+    greedy = Candidate.build(index, _prefer_backend(index, absorb=False))
+    fused = Candidate.build(index, _fuse_single_use(greedy, _prefer_backend(index, absorb=True)))
     fixed = [("default", default), ("greedy", greedy), ("fused", fused)]
     open_ = sorted(c for c in fused.choice if len(index.ir_nodes(c)) > 1)
     tries = 0

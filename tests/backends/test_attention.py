@@ -81,18 +81,25 @@ def test_a_decode_step_with_the_fused_attention_matches_the_reference(family, ba
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
-def test_a_bfloat16_decode_step_with_the_fused_kernels(backend):
+@pytest.mark.parametrize("ops", [("MatmulGLU", "RowNorm", "MatmulScatter"),
+                                 ("NormMatmulGLU", "NormMatmul", "NormMatmulScatter")],
+                         ids=["norm-kernel", "norm-in-products"])
+def test_a_bfloat16_decode_step_with_the_fused_kernels(backend, ops):
     """The bfloat16 paths of the fused kernels (16-bit loads, 8-wide conversions in the c dialect's
     gated product): a Llama decode step against the reference (which rounds every step to
-    bfloat16: the kernels keep float intermediates, so the tolerance is the dtype's)."""
+    bfloat16: the kernels keep float intermediates, so the tolerance is the dtype's); once with the
+    norms as kernels of their own (the greedy candidate), once computed by the products that read
+    them (the fused one: no RowNorm left)."""
     import ml_dtypes
 
     _, cfg, _ = hf_model("llama")
     graph = from_hf_config(cfg, dtype="bfloat16").decode_graph()
     be = get_backend(backend)
-    lprogs = _programs_with(be, graph, "MatmulGLU")
+    lprogs = _programs_with(be, graph, ops[0])
     assert lprogs
-    assert {"Attention", "RowNorm", "MatmulScatter", "ScatterRegion"} <= {o.op for o in lprogs[-1].ops}
+    have = {o.op for o in lprogs[-1].ops}
+    assert {"Attention", "ScatterRegion", *ops} <= have, have
+    assert ops[0] != "NormMatmulGLU" or "RowNorm" not in have
     ref = graph.compile(backend="reference")
     prog = be.lower(graph, lprogs[-1])
     dims = {"s": 2, "p": 5, "M": 8}

@@ -140,3 +140,26 @@ def _default(g):
     backend = get_backend("cuda")
     _, enc, index, ser = saturate(backend, g)
     return Candidate.default(index), ser, enc.constants, backend.declarations()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_the_products_that_normalise_their_rows_compile(dtype):
+    """The fused candidate of a Llama decode step takes its norms into the products that read them
+    (NormMatmul, NormMatmulScatter, NormMatmulGLU: no RowNorm kernel left); their kernels, with
+    the 16-byte three-way dots and the L2 prefetch before the wait, compile to sm_90 code."""
+    from lightspeed.search import candidates
+
+    g = from_hf_config(TINY, dtype=dtype).decode_graph()
+    backend = get_backend("cuda")
+    _, enc, index, ser = saturate(backend, g)
+    fused = dict(candidates(index, ls.SearchOptions(budget=3, seed=0)))["fused"]
+    rec = _Recorder()
+    prog = KernelProgram(g, decode_program(fused, ser, enc.constants, backend.declarations()), rec)
+    ops = {prog.lprog.ops[x.op].op for x in prog.launches}
+    assert {"NormMatmul", "NormMatmulScatter", "NormMatmulGLU"} <= ops and "RowNorm" not in ops, ops
+    specs = [s for s in rec.specs.values() if s.name.startswith("ls_normmatmul")]
+    assert len(specs) >= 3 and all("prefetch.global.L2" in s.source for s in specs)
+    if dtype != "float32":
+        assert all("_3(xv, wv" in s.source for s in specs)  # the 16-byte path
+    images = nvrtc.compile_many([module_source([s], "cuda") for s in specs], "sm_90")
+    assert all(len(img) > 1000 for img in images)

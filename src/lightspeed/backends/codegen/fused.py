@@ -1,10 +1,12 @@
 """Fused kernels: ops that join a chain of ops into one kernel, each recognised by a rule file of
 this package and measured by the search beside the chain it replaces (docs/kernels.md, "Fused
-kernels"): ``Attention`` (``attention.egg``), ``MatmulGLU`` (``products.egg``), ``RowNorm``
-(``norms.egg``), and ``ScatterRegion`` / ``MatmulScatter`` (``writes.egg``: a region's or a
-product's values written where a ``ScatterInPlace`` puts them).  Kernel backends (cuda, native)
-declare these ops and rules and run them for the dtypes in their ``fused_kernel_dtypes``; the
-renderers are in ``kernels/`` (attention, matmul, norm, scatter)."""
+kernels"): ``Attention`` (``attention.egg``), ``MatmulGLU`` (``products.egg``), ``RowNorm`` and
+the products that normalise their A as they load it, ``NormMatmul`` / ``NormMatmulGLU``
+(``norms.egg``), and ``ScatterRegion`` / ``MatmulScatter`` / ``NormMatmulScatter``
+(``writes.egg``: a region's or a product's values written where a ``ScatterInPlace`` puts
+them).  Kernel backends (cuda, native) declare these ops and rules and run them for the dtypes in
+their ``fused_kernel_dtypes``; the renderers are in ``kernels/`` (attention, matmul, norm,
+scatter)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ from pathlib import Path
 
 from ...egraph.decl import MATMUL, SCATTER_IN_PLACE, OpDecl
 
-__all__ = ["ATTENTION", "MATMUL_GLU", "ROW_NORM", "SCATTER_REGION", "MATMUL_SCATTER", "FUSED_KERNEL_OPS",
-           "IN_PLACE_OPS", "RULE_FILES", "RULESETS"]
+__all__ = ["ATTENTION", "MATMUL_GLU", "ROW_NORM", "SCATTER_REGION", "MATMUL_SCATTER", "NORM_MATMUL",
+           "NORM_MATMUL_GLU", "NORM_MATMUL_SCATTER", "FUSED_KERNEL_OPS", "IN_PLACE_OPS", "RULE_FILES", "RULESETS"]
 
 _HERE = Path(__file__).parent
 # one ruleset per file, named after it: attention, products and norms run after linalg (they read
@@ -74,9 +76,27 @@ SCATTER_REGION = OpDecl("ScatterRegion", (("dest", "ir"), ("shape", "elist"), ("
 MATMUL_SCATTER = OpDecl("MatmulScatter", (("dest", "ir"), *MATMUL.fields, ("shape", "elist"),
                                           ("indexes", "scalar")),
                         "ScatterInPlace of a product's values")
+# products whose A is a RowNorm (norms.egg, writes.egg): the norm computed as the product loads
+# its rows (each output recomputes its row's sum of squares; A is never stored).  The RowNorm
+# fields (n = k: rows of x [m, k] row-major), then as NormMatmul: out[i, j] = sum_l A[i, l] *
+# B[b_offset + j*b_stride_n + l] (B's rows contiguous along k: weights); A in float, not rounded
+_NORM_FIELDS = (("m", "expr"), ("n", "expr"), ("k", "expr"), ("x", "ir"), ("c", "ir"), ("c_view", "view"),
+                ("eps", "ir"), ("eps_view", "view"), ("w", "ir"), ("w_view", "view"))
+NORM_MATMUL = OpDecl("NormMatmul", (*_NORM_FIELDS, ("b", "ir"), ("b_stride_n", "expr"), ("b_offset", "expr")),
+                     "RMSNorm of A's rows as A @ B^T loads them, one op")
+# ... MatmulGLU's gated pair over the normed rows (MATMUL_GLU's fields after A)
+NORM_MATMUL_GLU = OpDecl("NormMatmulGLU", (*_NORM_FIELDS, ("g", "ir"), ("g_stride_n", "expr"),
+                                           ("g_offset", "expr"), ("u", "ir"), ("u_stride_n", "expr"),
+                                           ("u_offset", "expr"), ("c1", "ir"), ("c2", "ir")),
+                         "RMSNorm, then gate and up products with SiLU·mul, one op")
+# ... NormMatmul's element i written to dest[indexes(i)] (MatmulScatter's semantics)
+NORM_MATMUL_SCATTER = OpDecl("NormMatmulScatter", (("dest", "ir"), *NORM_MATMUL.fields, ("shape", "elist"),
+                                                   ("indexes", "scalar")),
+                             "ScatterInPlace of a NormMatmul's values")
 # the ops the fused kernels run (Backend.fused_kernel_dtypes), and those writing into their first
 # operand's buffer (an aliased input; the kernel runtime checks it, as for ScatterInPlace)
-FUSED_KERNEL_OPS = (ATTENTION, MATMUL_GLU, ROW_NORM, SCATTER_REGION, MATMUL_SCATTER)
-IN_PLACE_OPS = (SCATTER_IN_PLACE.name, SCATTER_REGION.name, MATMUL_SCATTER.name)
+FUSED_KERNEL_OPS = (ATTENTION, MATMUL_GLU, ROW_NORM, SCATTER_REGION, MATMUL_SCATTER, NORM_MATMUL, NORM_MATMUL_GLU,
+                    NORM_MATMUL_SCATTER)
+IN_PLACE_OPS = (SCATTER_IN_PLACE.name, SCATTER_REGION.name, MATMUL_SCATTER.name, NORM_MATMUL_SCATTER.name)
 
 

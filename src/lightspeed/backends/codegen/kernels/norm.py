@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from ....dtypes import DType
 from ....egraph.llir import LOp
-from ....symbolic import const, prod, sym
+from ....symbolic import Expr, const, prod, sym
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import WARP, Point, Writer, finish
+from .writer import WARP, Point, Writer, finish, prefetch_rows
 
-__all__ = ["row_norm_kernel", "RENDERERS"]
+__all__ = ["row_norm_kernel", "norm_product_kernel", "RENDERERS"]
 
 WARPS = 8
 
@@ -75,4 +75,136 @@ def _row_norm(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]
     return [row_norm_kernel(dialect, op, in_dtypes)]
 
 
-RENDERERS = {"RowNorm": _row_norm}
+# 16-byte chunks of the normed products (cuda): elements per chunk, the prelude's x·w·b and x·x dots
+_VECTOR3 = {"bfloat16": (8, "ls_dot8_bf16_3", "ls_dot8_bf16"), "float16": (8, "ls_dot8_f16_3", "ls_dot8_f16"),
+            "float32": (4, "ls_dot4_f32_3", "ls_dot4_f32")}
+
+
+def _row_weight(view, k) -> Expr | None:
+    """The norm weight's offset when its view reads one contiguous row for every row of A (a
+    weight of k values broadcast over the rows), else None."""
+    if len(view.views) != 1:
+        return None
+    v = view.views[0]
+    if v.mask is not None or not v.shape or v.shape[-1] != k or v.strides[-1] != 1:
+        return None
+    if any(s != 0 and d != 1 for s, d in zip(v.strides[:-1], v.shape[:-1])):
+        return None
+    return v.offset
+
+
+def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """``NormMatmul`` / ``NormMatmulGLU`` / ``NormMatmulScatter`` (semantics in
+    ``codegen/fused.py``): per output (i, j) -- a warp on cuda, an item in c -- the sum of squares
+    of x's row i and the dot products of x·w with B's (G's and U's) row j in one pass, then the
+    row's 1/sqrt(ss * c + eps) applied to the sums (the normed A is never formed)."""
+    a = op.args
+    kind = op.op
+    glu, scatter = kind == "NormMatmulGLU", kind == "NormMatmulScatter"
+    base = 1 if scatter else 0  # operand of x: after the destination for the scatter
+    ix, ic, ie, iw = base, base + 1, base + 2, base + 3
+    weights = [base + 4, base + 5] if glu else [base + 4]
+    dx, dwt = in_dtypes[ix], in_dtypes[iw]
+    w = Writer(dialect)
+    m, n, k = a["m"], a["n"], a["k"]
+    w.index_vars |= {"_ls_item", "_ls_l"}
+    nn, kk = w.expr(n), w.expr(k)
+    w.push()
+    w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_mi = _ls_item / {nn};")
+    names = {i: f"in{i}" for i in range(len(in_dtypes))}
+    rows = []  # B's (G's, U's) row j
+    fields = [("g_stride_n", "g_offset"), ("u_stride_n", "u_offset")] if glu else [("b_stride_n", "b_offset")]
+    for q, (f_s, f_o) in zip(weights, fields):
+        w.line(f"const {storage_type(in_dtypes[q])}* rb{len(rows)} = {names[q]} + {w.expr(a[f_o])} + "
+               f"_ls_nj * {w.expr(a[f_s])};")
+        rows.append(f"rb{len(rows)}")
+    w.line(f"const {storage_type(dx)}* rx = {names[ix]} + _ls_mi * {kk};")
+    accs = [f"acc{q}" for q in range(len(rows))]
+    w.line("float ss = 0.0f" + "".join(f", {acc} = 0.0f" for acc in accs) + ";")
+    region = Region(w, [a["c_view"], a["eps_view"], a["w_view"]], [in_dtypes[ic], in_dtypes[ie], dwt], False,
+                    names=[names[ic], names[ie], names[iw]])
+    woff = _row_weight(a["w_view"], k)
+    first, step = ("lane", WARP) if dialect == "cuda" else ("0", 1)
+
+    def scalar(start: str, indent: str) -> None:  # any layout: the weight through its view
+        w.line(f"{indent}for (long long _ls_l = {start}; _ls_l < {kk}; _ls_l += {step}) {{")
+        w.push()
+        wv = region.leaf(2, Point("_ls_z", sym("_ls_mi") * k + sym("_ls_l"), (m, k), (sym("_ls_mi"), sym("_ls_l"))))
+        inner = w.pop()
+        w.scope.lines.extend(indent + "  " + ln for ln in inner)
+        w.line(f"{indent}  const float xv = {load(dx, 'rx[_ls_l]')}, xw = xv * (float){wv};")
+        w.line(f"{indent}  ss += xv * xv;")
+        for r, acc, q in zip(rows, accs, weights):
+            w.line(f"{indent}  {acc} += xw * {load(in_dtypes[q], f'{r}[_ls_l]')};")
+        w.line(f"{indent}}}")
+
+    vec = _VECTOR3.get(dx.name) if all(d == dx for d in [dwt, *(in_dtypes[q] for q in weights)]) else None
+    if dialect == "cuda" and vec is not None and woff is not None:
+        width, dot3, dot2 = vec
+        w.line(f"const {storage_type(dwt)}* rw = {names[iw]} + {w.expr(woff)};")
+        ptrs = " | ".join(f"(unsigned long long){p}" for p in ["rx", "rw", *rows])
+        w.line(f"if ({kk} % {width} == 0 && (({ptrs}) & 15) == 0) {{")
+        w.line("  #pragma unroll 4")
+        w.line(f"  for (long long _ls_l = lane * {width}; _ls_l < {kk}; _ls_l += {WARP * width}) {{")
+        w.line("    const uint4 xv = *(const uint4*)(rx + _ls_l), wv = *(const uint4*)(rw + _ls_l);")
+        w.line(f"    ss += {dot2}(xv, xv);")
+        for r, acc in zip(rows, accs):
+            w.line(f"    {acc} += {dot3}(xv, wv, *(const uint4*)({r} + _ls_l));")
+        w.line("  }")
+        w.line("} else {")
+        scalar("lane", "  ")
+        w.line("}")
+    else:
+        scalar(first, "")
+    if dialect == "cuda":
+        sums = ["ss", *accs]
+        w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ "
+               + " ".join(f"{v} += __shfl_xor_sync(0xffffffffu, {v}, o);" for v in sums) + " }")
+    c = region.leaf(0, "_ls_mi")
+    e = region.leaf(1, "_ls_mi")
+    w.line(f"const float r = 1.0f / sqrtf(ss * (float){c} + (float){e});")
+    writer = "lane == 0" if dialect == "cuda" else "1"
+    bufs = [("out", storage_type(op.dtype), True, "out")]
+    bufs += [(names[i], storage_type(in_dtypes[i]), False, i) for i in [ix, ic, ie, iw, *weights]]
+    if glu:
+        dc1, dc2 = in_dtypes[base + 6], in_dtypes[base + 7]
+        gq, uq = (load(op.dtype, store(op.dtype, f"{acc} * r")) for acc in accs)
+        c1, c2 = load(dc1, f"{names[base + 6]}[0]"), load(dc2, f"{names[base + 7]}[0]")
+        w.line(f"if ({writer}) {{")
+        w.line(f"  const float gr = {gq}, ur = {uq};")
+        w.line(f"  out[_ls_item] = {store(op.dtype, f'gr * ur / (ls_exp2f(gr * {c1}) + {c2})')};")
+        w.line("}")
+        bufs += [(names[base + 6], storage_type(dc1), False, base + 6), (names[base + 7], storage_type(dc2), False,
+                                                                        base + 7)]
+    elif scatter:  # the element goes where the scatter puts it (the indexes' leaves: operands base + 5 on)
+        first_leaf = base + 5
+        views = [None] * first_leaf + list(op.leaf_views)
+        ixr = Region(w, views, list(in_dtypes), False, names=[f"ix{q}" for q in range(len(in_dtypes))])
+        w.index_vars.add("_ls_oz")
+        w.line(f"if ({writer}) {{")
+        w.line("  const long long _ls_oz = _ls_item;")
+        w.push()
+        at_idx = ixr.value(a["indexes"], "_ls_oz")
+        inner = w.pop()
+        w.scope.lines.extend("  " + ln for ln in inner)
+        w.line(f"  const long long _ls_at = (long long){at_idx};")
+        w.line(f"  if (_ls_at >= 0 && _ls_at < {w.expr(prod(op.shape))}) out[_ls_at] = {store(op.dtype, 'acc0 * r')};")
+        w.line("}")
+        bufs += [(f"ix{q}", storage_type(d), False, q) for q, d in enumerate(in_dtypes) if q >= first_leaf]
+    else:
+        w.line(f"if ({writer}) out[_ls_item] = {store(op.dtype, 'acc0 * r')};")
+    body = w.pop()
+    prefetch = None
+    if dialect == "cuda":  # the weights' rows into L2 before the wait on the previous kernel
+        prefetch = prefetch_rows([(names[q], f"{w.expr(a[o])} + _ls_pfj * {w.expr(a[st])}", kk)
+                                  for q, (st, o) in zip(weights, fields)], w.expr(m * n), f"_ls_pfw % {nn}")
+    return finish(w, dialect, "matmul_dot", bufs, m * n, body, kind.lower(), item_cost=(2 + len(rows)) * k,
+                  before_wait=prefetch)
+
+
+def _norm_product(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [norm_product_kernel(dialect, op, in_dtypes)]
+
+
+RENDERERS = {"RowNorm": _row_norm, "NormMatmul": _norm_product, "NormMatmulGLU": _norm_product,
+             "NormMatmulScatter": _norm_product}

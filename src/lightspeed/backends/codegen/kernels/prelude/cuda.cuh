@@ -58,6 +58,33 @@ static LS_INLINE float ls_dot8_f16(uint4 a, uint4 b) {
   return s;
 }
 static LS_INLINE float ls_exp2f(float x) { return exp2f(x); }
+// sum of a[q] * w[q] * b[q] over a 16-byte chunk of each (a row scaled by a weight, dotted with
+// another row: the normed products, kernels/norm.py)
+static LS_INLINE float ls_dot8_bf16_3(uint4 a, uint4 w, uint4 b) {
+  const unsigned int x[4] = {a.x, a.y, a.z, a.w}, v[4] = {w.x, w.y, w.z, w.w}, y[4] = {b.x, b.y, b.z, b.w};
+  float s = 0.0f;
+  #pragma unroll
+  for (int q = 0; q < 4; q++)
+    s += __uint_as_float(x[q] << 16) * __uint_as_float(v[q] << 16) * __uint_as_float(y[q] << 16)
+       + __uint_as_float(x[q] & 0xffff0000u) * __uint_as_float(v[q] & 0xffff0000u) * __uint_as_float(y[q] & 0xffff0000u);
+  return s;
+}
+static LS_INLINE float ls_dot8_f16_3(uint4 a, uint4 w, uint4 b) {
+  const unsigned int x[4] = {a.x, a.y, a.z, a.w}, v[4] = {w.x, w.y, w.z, w.w}, y[4] = {b.x, b.y, b.z, b.w};
+  float s = 0.0f;
+  #pragma unroll
+  for (int q = 0; q < 4; q++)
+    s += ls_h2f((unsigned short)(x[q] & 0xffffu)) * ls_h2f((unsigned short)(v[q] & 0xffffu))
+           * ls_h2f((unsigned short)(y[q] & 0xffffu))
+       + ls_h2f((unsigned short)(x[q] >> 16)) * ls_h2f((unsigned short)(v[q] >> 16)) * ls_h2f((unsigned short)(y[q] >> 16));
+  return s;
+}
+static LS_INLINE float ls_dot4_f32_3(uint4 a, uint4 w, uint4 b) {
+  return __uint_as_float(a.x) * __uint_as_float(w.x) * __uint_as_float(b.x)
+       + __uint_as_float(a.y) * __uint_as_float(w.y) * __uint_as_float(b.y)
+       + __uint_as_float(a.z) * __uint_as_float(w.z) * __uint_as_float(b.z)
+       + __uint_as_float(a.w) * __uint_as_float(w.w) * __uint_as_float(b.w);
+}
 static LS_INLINE float ls_dot4_f32(uint4 a, uint4 b) {
   return __uint_as_float(a.x) * __uint_as_float(b.x) + __uint_as_float(a.y) * __uint_as_float(b.y)
        + __uint_as_float(a.z) * __uint_as_float(b.z) + __uint_as_float(a.w) * __uint_as_float(b.w);
