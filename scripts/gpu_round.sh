@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One GPU round on the device host, from the repository root: the cuda tests that cover decode
-# (kernels, attention, models, launch), the decode timeline of lightspeed (scripts/gpu_profile.py,
-# PDL off so kernel durations are the kernels' own), then benchmarks/gpu_decode.py beside PyTorch
-# on GPU_DECODE_SHAPES.  Logs and results under $OUT.
+# (GPU_TEST_FILES; kernels, attention, models, launch), the decode timeline of lightspeed
+# (scripts/gpu_profile.py on GPU_PROFILE_SHAPES, PDL off so kernel durations are the kernels' own;
+# empty: none), then benchmarks/gpu_decode.py beside PyTorch on GPU_DECODE_SHAPES, and with
+# GPU_ROUND_TRACE=1 the 1B step's kernels by op (scripts/trace_summary.py).  Logs under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -15,15 +16,25 @@ step() {  # name, timeout, command...
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name: rc=$? $(( $(date +%s) - t0 ))s :: $(tail -1 "$OUT/$name.log")"
 }
+# weight-file parts carried in this call, kept for a later call on the same warm machine
+# (scripts/gpu_real_weights.sh joins them)
+if [ -d .wparts ]; then mkdir -p /tmp/wparts && cp .wparts/*/* /tmp/wparts/ 2>/dev/null; fi
 if [ "${GPU_ROUND_TESTS:-1}" = 1 ]; then
-  step tests "${GPU_TESTS_S:-170}" python3 -m pytest -o addopts="" tests/backends/test_attention.py tests/backends/test_cuda.py \
-    tests/models/test_cuda_models.py tests/models/test_generate.py -q -p no:cacheprovider -n 8 -x
+  step tests "${GPU_TESTS_S:-170}" python3 -m pytest -o addopts="" ${GPU_TEST_FILES:-tests/backends/test_attention.py \
+    tests/backends/test_cuda.py tests/models/test_cuda_models.py tests/models/test_generate.py} -q -p no:cacheprovider -n 8
   grep -E "FAILED|Error" "$OUT/tests.log" | head -20
 fi
-if [ -n "${GPU_PROFILE_SHAPES:-llama-3.2-1b}" ]; then
+if [ -n "${GPU_PROFILE_SHAPES-llama-3.2-1b}" ]; then
   LIGHTSPEED_CUDA_PDL=${GPU_PROFILE_PDL:-0} step profile "${GPU_PROFILE_S:-120}" python3 scripts/gpu_profile.py \
-    ${GPU_PROFILE_SHAPES:-llama-3.2-1b} --no-peer --steps 24
+    ${GPU_PROFILE_SHAPES-llama-3.2-1b} --no-peer --steps 24
   grep -v Warning "$OUT/profile.log" | grep -v warn | head -${GPU_PROFILE_LINES:-40}
 fi
-step decode "${GPU_DECODE_S:-300}" python3 benchmarks/gpu_decode.py ${GPU_DECODE_SHAPES:-smollm2-135m llama-3.2-1b} --steps 64
+step decode "${GPU_DECODE_S:-300}" python3 benchmarks/gpu_decode.py ${GPU_DECODE_SHAPES:-smollm2-135m llama-3.2-1b} \
+  --steps "${GPU_DECODE_STEPS:-64}"
 sed -n '/^shape/,$p' "$OUT/decode.log"
+# the 1B step kernel by kernel with op names (LIGHTSPEED_TRACE: plain launches between events)
+if [ "${GPU_ROUND_TRACE:-0}" = 1 ]; then
+  LIGHTSPEED_TRACE=$OUT/trace.json step trace 60 python3 benchmarks/gpu_decode.py llama-3.2-1b --no-peer --steps 2
+  python3 scripts/trace_summary.py "$OUT/trace.json" > "$OUT/trace_summary.txt" 2>&1; rm -f "$OUT/trace.json"
+  head -30 "$OUT/trace_summary.txt"
+fi

@@ -350,9 +350,6 @@ class Pending:
         yet: usable as an input of a later call on the same thread)."""
         return self._outputs[name]
 
-    def done(self) -> bool:
-        return self._wait is None
-
     def result(self) -> dict[str, np.ndarray]:
         """The fetched outputs on the host, once the call has run."""
         if self._wait is not None:

@@ -134,22 +134,6 @@ class Expr:
             self._range = _compute_range(self)
         return self._range
 
-    def is_monotone(self) -> bool:
-        """Whether the value never decreases when any variable grows (variables are >= 0): sums,
-        products, min/max of such terms with non-negative constants, and their floor division by a
-        positive constant.  False where that cannot be shown (a negative coefficient, a mod)."""
-        kind = self.kind
-        if kind == "const":
-            return self.args[0] >= 0
-        if kind == "var":
-            return True
-        if kind in ("add", "mul", "min", "max"):
-            return all(a.is_monotone() for a in self.args)
-        if kind == "floordiv":
-            a, b = self.args
-            return a.is_monotone() and b.is_const and b.value > 0
-        return False
-
     # ------------------------------------------------------------------ arithmetic
     def __add__(self, o: ExprLike) -> Expr:
         return _add([self, as_expr(o)])

@@ -40,7 +40,7 @@ from ...egraph.llir import LOp, LProgram, liveness
 from ...errors import LightspeedError
 from ...graph import Graph
 from ...program import Program
-from ...symbolic import compile_exprs, prod
+from ...symbolic import Expr, compile_exprs, prod
 from .. import trace
 from .fused import IN_PLACE_OPS
 from .kernels import KernelSpec
@@ -179,7 +179,7 @@ class KernelProgram(Program):
         # values whose size could outgrow their place at dims within the plan's bounds: sizes
         # that are not monotone in the dims (a monotone one is largest at the bounds it was planned at)
         sizes = {i: prod(ops[i].shape) * ops[i].dtype.itemsize for i in self.computed}
-        symbolic = [i for i, n in sizes.items() if n.free_vars() and not n.is_monotone()]
+        symbolic = [i for i, n in sizes.items() if n.free_vars() and not monotone(n)]
         self._symbolic_values = symbolic
         self._symbolic_bytes = compile_exprs([sizes[i] for i in symbolic])
         self._reserved: dict[str, int] = {}
@@ -414,6 +414,18 @@ class KernelProgram(Program):
 
     def report(self) -> str:
         return self.search_report.format() if self.search_report is not None else "no search was run"
+
+
+def monotone(e: Expr) -> bool:
+    """Whether ``e`` never decreases when a dim grows (dims are >= 0): sums, products, min/max of
+    such terms with non-negative constants, and their floor division by a positive constant;
+    False where that cannot be shown (a negative coefficient, a mod)."""
+    kind = e.kind
+    if kind in ("const", "var"):
+        return kind == "var" or e.value >= 0
+    if kind in ("add", "mul", "min", "max"):
+        return all(monotone(a) for a in e.args)
+    return kind == "floordiv" and monotone(e.args[0]) and e.args[1].is_const and e.args[1].value > 0
 
 
 # the memo key of an aliased output's table entry (execute): (OUTPUT, output name)
