@@ -163,3 +163,19 @@ def test_the_products_that_normalise_their_rows_compile(dtype):
         assert all("_3(xv, wv" in s.source for s in specs)  # the 16-byte path
     images = nvrtc.compile_many([module_source([s], "cuda") for s in specs], "sm_90")
     assert all(len(img) > 1000 for img in images)
+
+
+def test_products_prefetch_only_weights_that_fit_the_l2():
+    """A weight product prefetches its rows into L2 before waiting on the kernel before it only
+    when the matrix is at most 16 MiB (a third of the L2: a larger one's early lines would be
+    evicted before they are read)."""
+    def source(n, k):
+        g = ls.Graph()
+        x, w = g.input("x", ("s", k), dtype=ls.bfloat16), g.input("w", (n, k), dtype=ls.bfloat16)
+        g.output("y", x @ w.transpose(0, 1))
+        rec = _Recorder()
+        KernelProgram(g, decode_program(*_default(g)), rec)
+        return next(s.source for s in rec.specs.values() if s.name.startswith("ls_matmul"))
+
+    assert "prefetch.global.L2" in source(512, 2048)  # 2 MiB: the k/v projection of a 1B model
+    assert "prefetch.global.L2" not in source(8192, 2048)  # 32 MiB

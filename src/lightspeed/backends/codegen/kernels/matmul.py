@@ -19,7 +19,7 @@ from .matmul_rows import LOAD8, batch_offset, matmul_rows_kernel
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes, prefetch_rows
+from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes, prefetch_fits, prefetch_rows
 
 __all__ = ["matmul_kernel", "glu_kernel", "stream_order", "RENDERERS", "VECTOR_DOT"]
 
@@ -186,7 +186,8 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"if ({writer}) out[{out_index}] = {store(op.dtype, value)};")
         body = w.pop()
     prefetch = None
-    if dialect == "cuda" and mode == "matmul_dot" and not batch and PREFETCH:  # a weight product: its rows early
+    if (dialect == "cuda" and mode == "matmul_dot" and not batch and PREFETCH  # a weight product: its rows early
+            and prefetch_fits(n * k * db.itemsize)):
         prefetch = prefetch_rows([("in1", f"{off_b} + _ls_pfj * {sbn}", kk)], w.expr(m * n), f"_ls_pfw % {nn}")
     return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k, before_wait=prefetch)
 
@@ -295,7 +296,7 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
             ("in1", storage_type(dg), False, 1), ("in2", storage_type(du), False, 2),
             ("in3", storage_type(dc1), False, 3), ("in4", storage_type(dc2), False, 4)]
     prefetch = None
-    if dialect == "cuda" and PREFETCH:  # both weights' rows into L2 before the wait on the previous kernel
+    if dialect == "cuda" and PREFETCH and prefetch_fits(n * k * (dg.itemsize + du.itemsize)):  # rows into L2 early
         prefetch = prefetch_rows([("in1", f"{goff} + _ls_pfj * {sgn}", kk), ("in2", f"{uoff} + _ls_pfj * {sun}", kk)],
                                  w.expr(m * n), f"_ls_pfw % {nn}")
     return finish(w, dialect, "matmul_dot", bufs, m * n, body, "matmul_glu", item_cost=2 * k, before_wait=prefetch)

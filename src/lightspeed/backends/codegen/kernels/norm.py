@@ -11,10 +11,11 @@ from __future__ import annotations
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....symbolic import Expr, const, prod, sym
+from .matmul import PREFETCH
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import WARP, Point, Writer, finish, prefetch_rows
+from .writer import WARP, Point, Writer, finish, prefetch_fits, prefetch_rows
 
 __all__ = ["row_norm_kernel", "norm_product_kernel", "RENDERERS"]
 
@@ -195,7 +196,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         w.line(f"if ({writer}) out[_ls_item] = {store(op.dtype, 'acc0 * r')};")
     body = w.pop()
     prefetch = None
-    if dialect == "cuda":  # the weights' rows into L2 before the wait on the previous kernel
+    if dialect == "cuda" and PREFETCH and prefetch_fits(n * k * sum(in_dtypes[q].itemsize for q in weights)):
         prefetch = prefetch_rows([(names[q], f"{w.expr(a[o])} + _ls_pfj * {w.expr(a[st])}", kk)
                                   for q, (st, o) in zip(weights, fields)], w.expr(m * n), f"_ls_pfw % {nn}")
     return finish(w, dialect, "matmul_dot", bufs, m * n, body, kind.lower(), item_cost=(2 + len(rows)) * k,

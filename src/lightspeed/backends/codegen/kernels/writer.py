@@ -28,7 +28,8 @@ from ....symbolic import INDEX_VAR, Expr, const, sym
 from .spec import KernelSpec, LaunchShape, grid_stride
 from .types import int_literal
 
-__all__ = ["Writer", "Point", "finish", "launch_shape", "loop_axes", "prefetch_rows", "index_at", "flat_of",
+__all__ = ["Writer", "Point", "finish", "launch_shape", "loop_axes", "prefetch_rows", "prefetch_fits", "index_at",
+           "flat_of",
            "index_in", "KINDS", "WARP", "THREADS", "TILE_N", "TILE_K"]
 
 WARP = 32
@@ -332,6 +333,16 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
     name = f"ls_{label}_{digest}"
     return KernelSpec(name, text.replace("KNAME", name), tuple(dims), tuple(b[3] for b in buffers),
                       launch_shape(mode, count), count, tuple(preludes))
+
+
+# a product prefetches its weights only when they fit a third of the L2 (50 MB on the H100, 60 on
+# the H200) with room to spare: a larger matrix's early lines would be evicted before they are read
+PREFETCH_MAX_BYTES = 16 << 20
+
+
+def prefetch_fits(weight_bytes: Expr) -> bool:
+    """Whether a product's weights (their size in bytes, static) are small enough to prefetch."""
+    return weight_bytes.is_const and weight_bytes.value <= PREFETCH_MAX_BYTES
 
 
 def prefetch_rows(rows: list[tuple[str, str, str]], items: str, elem: str) -> list[str]:
