@@ -158,3 +158,23 @@ def test_launch_queues_calls_and_feeds_one_into_the_next():
     for _ in range(5):
         calls.append(held.launch({"x": calls[-1].value("next")}, fetch=["next"]))
     assert [int(c.result()["next"][0]) for c in calls] == want
+
+
+def test_an_index_outside_the_data_raises_where_the_host_waits():
+    """A gather past its data sets the run's error word: a plain call raises IndexOutOfRange when
+    it copies its outputs back, a launched one when its result is read; the next call is clean."""
+    from lightspeed.errors import IndexOutOfRange
+
+    g = ls.Graph()
+    ids, w = g.input("ids", ("s",), ls.int64), g.input("w", (10, 4))
+    g.output("emb", ls.embedding(ids, w) * 2.0)
+    prog = g.compile(CUDA, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    W = np.arange(40, dtype=np.float32).reshape(10, 4)
+    with pytest.raises(IndexOutOfRange):
+        prog(ids=np.array([1, 12]), w=W)
+    np.testing.assert_array_equal(prog(ids=np.array([9]), w=W)["emb"], W[[9]] * 2)
+    bad = prog.launch({"ids": np.array([-3]), "w": W}, fetch=["emb"])
+    with pytest.raises(IndexOutOfRange):
+        bad.result()
+    good = prog.launch({"ids": np.array([2]), "w": W}, fetch=["emb"])
+    np.testing.assert_array_equal(good.result()["emb"], W[[2]] * 2)

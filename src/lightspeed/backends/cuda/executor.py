@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import IndexOutOfRange
 from ..codegen.kernels import KernelSpec, module_source
 from ..codegen.program import Executor, Launch
 from . import cublaslt as lt
@@ -41,15 +42,37 @@ def thread_stream() -> Any:
 
 
 class _State:
+    """A thread's run state: the arena, the table (dims and addresses) on the host and on the
+    device -- kernels get its slot 0 as T, and T[-1] holds the address of the error word a gather
+    sets for an index outside its data (``ls_oob``) -- and the word's copy in page-locked memory,
+    made behind every run and read where the host next waits for the device (:meth:`check`)."""
+
     def __init__(self, nbytes: int, slots: int):
         dev = driver.device()
         self.arena = dev.alloc(nbytes)
         self.arena_address = self.arena.ptr
-        self.table = np.zeros(slots, np.int64)
-        self.table_dev = dev.alloc(slots * 8)
+        self.words = np.zeros(slots + 1, np.int64)
+        self.table = self.words[1:]
+        self.words_dev = dev.alloc((slots + 1) * 8)
+        self.table_ptr = self.words_dev.ptr + 8
+        self.error_dev = dev.alloc(8)
+        dev.upload(self.error_dev.ptr, np.zeros(1, np.int64), 0)
+        dev.sync(0)
+        self.words[0] = self.error_dev.ptr
+        self.error_host = dev.pinned((1,), np.int64)
+        self.error_host[0] = 0
         self.graph = None
         self.grids: list | None = None
         self.library_ptrs: tuple | None = None  # the library launches' pointers the graph was captured with
+
+    def check(self, stream: Any) -> None:
+        """Raise IndexOutOfRange when a run that has finished set the error word (the host has
+        waited for the device since); the word is cleared for the next run."""
+        if self.error_host[0]:
+            self.error_host[0] = 0
+            driver.device().upload(self.error_dev.ptr, np.zeros(1, np.int64), stream)
+            raise IndexOutOfRange("Gather: an index is out of range for its data (an embedding id past the "
+                                  "vocabulary, say)")
 
 
 class GpuExecutor(Executor):
@@ -112,7 +135,7 @@ class GpuExecutor(Executor):
         """The device and stream, with this call's table uploaded and the grids sized (once per state)."""
         dev = driver.device()
         stream = thread_stream()
-        dev.upload(state.table_dev.ptr, state.table, stream)
+        dev.upload(state.words_dev.ptr, state.words, stream)
         if state.grids is None:  # each kernel's launch shape at the plan's bounds
             state.grids = [launch.spec.launch.grid_at(bounds, dev.sm_count) for launch in launches]
         return dev, stream
@@ -144,11 +167,15 @@ class GpuExecutor(Executor):
             shape = spec.launch
             if overlap is None:  # only a kernel that waits for its predecessor may overlap it
                 overlap = self.overlap(dev) and "LS_KERNEL_BEGIN();" in spec.source
-            dev.launch(handle, grid, shape.block, (state.table_dev.ptr, *launch.args), stream,
+            dev.launch(handle, grid, shape.block, (state.table_ptr, *launch.args), stream,
                        shape.shared_bytes, shape.cluster, overlap)
 
     def run(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]) -> None:
         dev, stream = self._prepare(state, launches, bounds)
+        self._replay(dev, stream, state, launches, handles)
+        dev.download(state.error_host, state.error_dev.ptr, stream)  # behind the run: read at the next wait
+
+    def _replay(self, dev: Any, stream: Any, state: _State, launches: list[Launch], handles: dict[str, Any]) -> None:
         if not self.use_graphs:
             for launch, grid in zip(launches, state.grids):
                 self._launch(dev, state, launch, handles[launch.spec.name], grid, stream)
@@ -193,6 +220,7 @@ class GpuExecutor(Executor):
             # plain launches: an event between two kernels times the kernel alone
             self._launch(dev, state, launch, handles[launch.spec.name], grid, stream, overlap=False)
             dev.record(mark, stream)
+        dev.download(state.error_host, state.error_dev.ptr, stream)
         dev.sync(stream)
         out, at = [], host0
         for launch, a, b in zip(launches, marks, marks[1:]):

@@ -1,5 +1,6 @@
 """``CudaProgram``: a kernel program on the GPU, taking and giving numpy arrays, torch CUDA tensors
-or :class:`~.driver.DeviceArray` s: numpy inputs are copied to the device and results copied back;
+or :class:`~.driver.DeviceArray` s: numpy inputs are copied to the device and results copied back
+(and a gather's index outside its data raised then: IndexOutOfRange, as on the host backends);
 torch CUDA tensors are used where they lie (outputs come back as torch CUDA tensors, work ordered
 on torch's current stream); DeviceArrays stay on the device (what the search times)."""
 
@@ -92,7 +93,12 @@ class CudaProgram(KernelProgram):
             dev.download(buf, v.ptr, stream)
         event = dev.event()
         dev.record(event, stream)
-        pending = Pending(res, host, lambda: dev.wait_event(event))
+
+        def wait() -> None:
+            dev.wait_event(event)
+            self.raise_device_errors()
+
+        pending = Pending(res, host, wait)
         weakref.finalize(pending, driver.bindings().cuEventDestroy, event)  # waited for or dropped
         return pending
 
@@ -114,4 +120,12 @@ class CudaProgram(KernelProgram):
             else:
                 host[k] = v
         dev.sync(stream)
+        self.raise_device_errors()
         return super().deliver(host, inputs)
+
+    def raise_device_errors(self) -> None:
+        """After the host waited for the device: IndexOutOfRange if a finished run of this thread's
+        state gathered outside its data (the run's error word, copied back behind it)."""
+        state = getattr(self._local, "state", None)
+        if state is not None:
+            state.check(thread_stream())

@@ -10,8 +10,9 @@ pairwise sums (float32 results agree to ~1e-6 relative): the c dialect keeps 8 i
 partial sums, the cuda dialect splits a top-level reduction over a warp's lanes (kind ``warp``), or over a
 block of 8 warps when few items each reduce a long row (kind ``row``: the argmax over a
 vocabulary).
-An index outside a gathered tensor sets the call's error word in the c dialect (``ls_oob``: the
-native executor raises IndexOutOfRange, as the reference does) and reads 0 on cuda.  Every load
+An index outside a gathered tensor reads 0 and sets the call's error word (``ls_oob``): the native
+executor raises IndexOutOfRange after the call, as the reference does; the cuda executor copies
+the word back behind the run and raises where the host next waits for the device.  Every load
 goes through its view's index expression and is guarded by the view's validity expression.
 """
 
@@ -160,10 +161,9 @@ class Region:
                              f"({at}) / {cols}, ({at}) % {cols})")
             else:
                 load_text = load(d, f"{self.names[k]}[{at}]")
-            if self.w.dialect == "c":  # an index outside the data: the call raises (ls_oob, IndexOutOfRange)
-                self.w.line(f"if ({ok}) {v} = {load_text}; else if (!({inside})) ls_oob(T);")
-            else:  # (the cuda executor has no error word yet: such an element reads 0)
-                self.w.line(f"if ({ok}) {v} = {load_text};")
+            # an index outside the data reads 0 and sets the run's error word (ls_oob): the call
+            # raises IndexOutOfRange (on cuda where the host next waits for the device)
+            self.w.line(f"if ({ok}) {v} = {load_text}; else if (!({inside})) ls_oob(T);")
             return v
         if tag == "Cast":
             src = self.value(node[2], pt)

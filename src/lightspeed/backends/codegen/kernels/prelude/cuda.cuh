@@ -58,6 +58,9 @@ static LS_INLINE float ls_dot8_f16(uint4 a, uint4 b) {
   return s;
 }
 static LS_INLINE float ls_exp2f(float x) { return exp2f(x); }
+// an index outside a gathered tensor: the run's error word (T[-1], its address in the table's
+// slot before T; the executor reads the word back behind the run and raises IndexOutOfRange)
+static LS_INLINE void ls_oob(const long long* T) { *(volatile long long*)(T[-1]) = 1; }
 // sum of a[q] * w[q] * b[q] over a 16-byte chunk of each (a row scaled by a weight, dotted with
 // another row: the normed products, kernels/norm.py)
 static LS_INLINE float ls_dot8_bf16_3(uint4 a, uint4 w, uint4 b) {
