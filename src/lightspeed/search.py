@@ -256,8 +256,15 @@ def _prefer_backend(index: EGraphIndex, absorb: bool):
     return pick
 
 
+def _integer(index: EGraphIndex, cid: str) -> bool:
+    """Whether IR e-class ``cid`` holds integers (its `dtype` analysis names an int dtype)."""
+    dtype = index.dtype_of.get(cid)
+    return dtype is not None and any(n.op in ("I32", "I64") for n in index.classes.get(dtype, ()))
+
+
 def _fuse_single_use(first: Candidate, backend_pick):
-    """Regions grown over producers that have one reader in ``first`` (no recomputation)."""
+    """Regions grown over producers that have one reader in ``first`` (no recomputation), or that
+    compute integers (index arithmetic: recomputed by every reader)."""
     uses: dict[str, int] = {}
     for n in first.choice.values():
         for c in set(n.children):
@@ -276,6 +283,8 @@ def _fuse_single_use(first: Candidate, backend_pick):
             producer = first.choice.get(leaf.children[0])
             single = uses.get(leaf.children[0], 0) <= 1 and uses.get(cid, 0) <= 1
             region = producer is None or producer.op == "Fused"
+            # integer regions (index arithmetic) are cheaper to recompute than to store and load
+            single = single or _integer(first.index, leaf.children[0])
             return inline[0] if inline and single and region else leaf
         return backend_pick(cid, nodes)
     return pick

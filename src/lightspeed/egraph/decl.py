@@ -119,6 +119,7 @@ SCALAR_TABLE: tuple[ScalarOp, ...] = (
     *(ScalarOp(f"S{n}", ("i64", "EList", "Scalar"), n, "axis space body: body over space, reduced along axis")
       for n in REDUCTIONS),
     ScalarOp("SInline", ("Scalar",), "", "a producer region's body computed here (identity)"),
+    ScalarOp("SGather", ("Scalar", "IR", "View"), "Gather", "index data view: data read through view at index(z)"),
 )
 # Scalar constructor -> the primitive it computes (decoders read bodies through it)
 SCALAR_OPS: dict[str, str] = {o.name: o.computes for o in SCALAR_TABLE}

@@ -73,6 +73,7 @@ def liveness(inputs_per_op: list[tuple[int, ...]]) -> dict[int, list[int]]:
 #   ("SumReduce" | "MaxReduce", axis, RegionSpace, child)
 #                                    child evaluated over the space's shape, reduced along axis;
 #                                    the result has the enclosing space's element count
+#   ("gather", index, k)             input k read through the op's k-th view at index(z)
 #   (primitive name, child, ...)     the other element-wise ops
 ScalarTree = tuple
 
@@ -231,6 +232,14 @@ def decode_program(candidate: Candidate, ser: SerializedEGraph, constants: list[
             return ("leaf", leaves[cid])
         if n.op == "SInline":  # the producer's body, computed in this region
             return scalar(n.children[0], inputs, views, leaves)
+        if n.op == "SGather":  # data read through its view at the index the body computes
+            index = scalar(n.children[0], inputs, views, leaves)
+            key = f"gather:{n.children[1]}:{n.children[2]}"
+            if key not in leaves:
+                inputs.append(build(n.children[1]))
+                views.append(dec.view(n.children[2]))
+                leaves[key] = len(inputs) - 1
+            return ("gather", index, leaves[key])
         if n.op == "SCast":
             return ("Cast", dec.dtype(n.children[0]), scalar(n.children[1], inputs, views, leaves))
         if n.op == "SConst":  # the value is embedded: constants live on the Python side

@@ -19,9 +19,11 @@ __all__ = ["ATTENTION", "MATMUL_GLU", "ROW_NORM", "SCATTER_REGION", "MATMUL_SCAT
 
 _HERE = Path(__file__).parent
 # one ruleset per file, named after it: attention, products and norms run after linalg (they read
-# its products) and before fusion; writes runs after fusion (it reads the regions)
-RULE_FILES = (_HERE / "attention.egg", _HERE / "products.egg", _HERE / "norms.egg", _HERE / "writes.egg")
-RULESETS = ("attention", "products", "norms")
+# its products) and before fusion, as does gathers (a Gather as a region, which fusion's inline
+# rule grows readers over); writes runs after fusion (it reads the regions)
+RULE_FILES = (_HERE / "attention.egg", _HERE / "products.egg", _HERE / "norms.egg", _HERE / "writes.egg",
+              _HERE / "gathers.egg")
+RULESETS = ("attention", "products", "norms", "gathers")
 
 # attention of query rows against keys and values, in one op (attention.egg recognises the
 # chain softmax_2(Q @ K + mask) @ V; a kernel backend runs it as one kernel): for every batch index
@@ -33,16 +35,17 @@ RULESETS = ("attention", "products", "norms")
 #                        + j*v_stride_j] / sum_l 2^(x[b,i,l] - max_l x)
 # out row-major [*batch, m, dv]; intermediates in the compute type (float), not rounded to the dtype.
 # Q's element at flat index z is the region `q_body` over `q_shape` at z (a leaf reading the
-# queries, or the region that makes them -- RoPE -- computed as the kernel loads them)
+# queries, or the region that makes them -- RoPE -- computed as the kernel loads them); K's and
+# V's likewise (`k_body` over `k_shape`, `v_body` over `v_shape`: a leaf reading a KV cache, or a
+# paged step's gather of each row's pages, read through the page table where the kernel loads it)
 ATTENTION = OpDecl("Attention", (
     ("batch", "elist"), ("m", "expr"), ("n", "expr"), ("k", "expr"), ("dv", "expr"),
     ("q_batch_strides", "elist"), ("q_stride_m", "expr"), ("q_stride_k", "expr"), ("q_offset", "expr"),
-    ("keys", "ir"), ("k_batch_strides", "elist"), ("k_stride_k", "expr"), ("k_stride_n", "expr"),
-    ("k_offset", "expr"),
+    ("k_batch_strides", "elist"), ("k_stride_k", "expr"), ("k_stride_n", "expr"), ("k_offset", "expr"),
     ("mask", "ir"), ("mask_view", "view"),
-    ("values", "ir"), ("v_batch_strides", "elist"), ("v_stride_n", "expr"), ("v_stride_j", "expr"),
-    ("v_offset", "expr"),
-    ("q_shape", "elist"), ("q_body", "scalar")),
+    ("v_batch_strides", "elist"), ("v_stride_n", "expr"), ("v_stride_j", "expr"), ("v_offset", "expr"),
+    ("q_shape", "elist"), ("q_body", "scalar"), ("k_shape", "elist"), ("k_body", "scalar"),
+    ("v_shape", "elist"), ("v_body", "scalar")),
     "softmax_2(Q @ K + mask) @ V, one op")
 # two products of one row-major-along-k operand A with weights G and U (rows contiguous along k,
 # as nn.Linear stores them), combined by SiLU·mul (products.egg recognises nn.silu_mul's

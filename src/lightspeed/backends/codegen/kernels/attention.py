@@ -23,7 +23,7 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import Expr, const, prod, sym
-from .region import Region
+from .region import Region, node_dtype
 from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import WARP, Point, Writer, finish
@@ -71,12 +71,33 @@ def nested(w: Writer, indent: str, make) -> str:
     return value
 
 
+class Operand:
+    """How the kernel reads keys or values: their body (``k_body``/``v_body``) is one leaf whose
+    view is its buffer's own row-major layout -- a pointer, read at the flat index (a KV cache) --
+    or anything else, computed per element where it is read (a paged step's gather: each row's
+    keys read through its page table, never copied)."""
+
+    def __init__(self, w: Writer, region: Region, body: tuple, in_dtypes: list[DType], var: str):
+        self.w, self.region, self.body, self.var = w, region, body, var
+        leaf = body[1] if body[0] == "leaf" else None
+        self.ptr = f"in{leaf}" if leaf is not None and region.views[leaf].is_contiguous else None
+        self.dtype = in_dtypes[leaf] if leaf is not None else node_dtype(body, in_dtypes)
+        w.index_vars.add(var)
+
+    def at(self, flat: str, indent: str) -> str:
+        """The element at flat index ``flat`` as a float expression (statements at ``indent``)."""
+        if self.ptr is not None:
+            return f"(float){load(self.dtype, f'{self.ptr}[{flat}]')}"
+        self.w.line(f"{indent}const long long {self.var} = {flat};")
+        return f"(float){nested(self.w, indent, lambda: self.region.value(self.body, self.var))}"
+
+
 def online_step(w: Writer, region: Region, at: Point | str, indent: str, mx: str, total: str) -> None:
-    """One key of a row: the mask (operand 1, read at ``at``: the key's flat index ``_ls_z``) added
+    """One key of a row: the mask (operand 0, read at ``at``: the key's flat index ``_ls_z``) added
     to its score ``_ls_x``, then the online softmax step on the row's running maximum ``mx`` and
     sum ``total``: a new maximum rescales what was summed (``_ls_sc``, exactly 1 when it stays) and
     the key gets the weight ``_ls_p`` (0 for a blocked key at -inf)."""
-    mask = nested(w, indent, lambda: region.leaf(1, at))
+    mask = nested(w, indent, lambda: region.leaf(0, at))
     w.line(f"{indent}_ls_x += (float){mask};")
     w.line(f"{indent}const float _ls_om = {mx}, _ls_nm = _ls_x > _ls_om ? _ls_x : _ls_om;")
     w.line(f"{indent}const float _ls_sc = _ls_nm == _ls_om ? 1.0f : ls_exp2f(_ls_om - _ls_nm);")
@@ -90,7 +111,6 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
     if dialect == "c" and not m.free_vars() and int(m.value) <= GROUP_ROWS:
         return grouped_attention_kernel(op, in_dtypes)
     a = op.args
-    dk_, dm, dv_ = in_dtypes[:3]  # keys, mask, values; then the queries' leaves
     w = Writer(dialect)
     batch = list(a["batch"])
     m, n = a["m"], a["n"]
@@ -107,9 +127,11 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
     qsm, qsk, ksk, ksn, vsn, vsj = (w.expr(a[f]) for f in ("q_stride_m", "q_stride_k", "k_stride_k", "k_stride_n",
                                                             "v_stride_n", "v_stride_j"))
     w.line(f"_ls_oq += _ls_mi * {qsm};")
-    # operand k is "in{k}"; leaf k of the queries' body reads operand k (3, 4, ...) through its view
-    views = [None, a["mask_view"], None, *op.leaf_views]  # keys and values are read by strides
+    # operand 0 is the mask; the bodies' leaves (queries, keys, values) operands 1, 2, ...
+    views = [a["mask_view"], *op.leaf_views]
     region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
+    keys = Operand(w, region, a["k_body"], in_dtypes, "_ls_kz")
+    values = Operand(w, region, a["v_body"], in_dtypes, "_ls_vz")
     w.index_vars.add("_ls_qz")
 
     def query(c: str) -> str:  # the query element c of this row, as the body computes it
@@ -143,8 +165,10 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
         w.line("  float _ls_x = 0.0f;")
         for t in range(qpl):
             c = f"lane + {t * WARP}"
-            key = load(dk_, f"in0[_ls_ok + ({c}) * {ksk} + _ls_l * {ksn}]")
-            w.line(f"  if ({c} < {hk}) _ls_x += _ls_q[{t}] * {key};")
+            w.line(f"  if ({c} < {hk}) {{")
+            key = keys.at(f"_ls_ok + ({c}) * {ksk} + _ls_l * {ksn}", "    ")
+            w.line(f"    _ls_x += _ls_q[{t}] * {key};")
+            w.line("  }")
         w.line(f"  for (int o = {WARP // 2}; o > 0; o >>= 1) _ls_x += __shfl_xor_sync(0xffffffffu, _ls_x, o);")
     else:
         w.line(f"float _ls_mx = {NINF}, _ls_sum = 0.0f, _ls_acc[{hv}], _ls_q[{hk}];")
@@ -154,17 +178,20 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
         w.line(f"  _ls_q[c] = (float){qv};")
         w.line("}")
         w.line(f"for (long long _ls_l = 0; _ls_l < {nn}; _ls_l++) {{")
-        w.line(f"  const {storage_type(dk_)}* _ls_kr = in0 + _ls_ok + _ls_l * {ksn};")
         w.line("  float _ls_x = 0.0f;")
-        w.line(f"  for (int c = 0; c < {hk}; c++) _ls_x += _ls_q[c] * {load(dk_, '_ls_kr[c * ' + ksk + ']')};")
+        w.line(f"  for (int c = 0; c < {hk}; c++) {{")
+        key = keys.at(f"_ls_ok + c * {ksk} + _ls_l * {ksn}", "    ")
+        w.line(f"    _ls_x += _ls_q[c] * {key};")
+        w.line("  }")
     w.line(f"  const long long _ls_z = _ls_item * {nn} + _ls_l;")
     online_step(w, region, at, "  ", "_ls_mx", "_ls_sum")
     if dialect == "cuda":
-        w.line(f"  const {storage_type(dv_)}* _ls_vr = in2 + _ls_ov + _ls_l * {vsn};")
         for t in range(vpl):
             j = f"lane + {t * WARP}"
-            w.line(f"  if ({j} < {hv}) _ls_acc[{t}] = _ls_acc[{t}] * _ls_sc + _ls_p * "
-                   f"{load(dv_, f'_ls_vr[({j}) * {vsj}]')};")
+            w.line(f"  if ({j} < {hv}) {{")
+            value = values.at(f"_ls_ov + _ls_l * {vsn} + ({j}) * {vsj}", "    ")
+            w.line(f"    _ls_acc[{t}] = _ls_acc[{t}] * _ls_sc + _ls_p * {value};")
+            w.line("  }")
         w.line("}")
         # merge the warps' partial results
         w.line(f"__shared__ float _ls_smx[{WARPS}], _ls_ssum[{WARPS}], _ls_sacc[{WARPS}][{vpl * WARP}];")
@@ -217,9 +244,10 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
             w.line("}")
             w.line("__syncthreads();")
     else:
-        w.line(f"  const {storage_type(dv_)}* _ls_vr = in2 + _ls_ov + _ls_l * {vsn};")
-        w.line(f"  for (int j = 0; j < {hv}; j++) _ls_acc[j] = _ls_acc[j] * _ls_sc + _ls_p * "
-               f"{load(dv_, f'_ls_vr[j * {vsj}]')};")
+        w.line(f"  for (int j = 0; j < {hv}; j++) {{")
+        value = values.at(f"_ls_ov + _ls_l * {vsn} + j * {vsj}", "    ")
+        w.line(f"    _ls_acc[j] = _ls_acc[j] * _ls_sc + _ls_p * {value};")
+        w.line("  }")
         w.line("}")
         w.line(f"for (int j = 0; j < {hv}; j++) out[_ls_item * {hv} + j] = {store(op.dtype, '_ls_acc[j] / _ls_sum')};")
     body = w.pop()
@@ -236,7 +264,6 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     and value's row converted once and used by every query row of the group; each row's sums in
     the same order as the row kernel's (the rows never depend on each other or on the batch)."""
     a = op.args
-    dk_, dm, dv_ = in_dtypes[:3]
     w = Writer("c")
     batch = list(a["batch"])
     m, n = int(a["m"].value), a["n"]
@@ -249,8 +276,10 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     coords = tuple(sym(x) for x in names) + (sym("_ls_mi"), sym("_ls_l"))
     qsm, qsk, ksk, ksn, vsn, vsj = (w.expr(a[f]) for f in ("q_stride_m", "q_stride_k", "k_stride_k", "k_stride_n",
                                                             "v_stride_n", "v_stride_j"))
-    views = [None, a["mask_view"], None, *op.leaf_views]  # keys and values are read by strides
+    views = [a["mask_view"], *op.leaf_views]  # the mask, then the bodies' leaves
     region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
+    keys = Operand(w, region, a["k_body"], in_dtypes, "_ls_kz")
+    values = Operand(w, region, a["v_body"], in_dtypes, "_ls_vz")
     shape = (*batch, a["m"], n)
     at = Point("_ls_z", sym("_ls_z"), tuple(shape), coords) if tuple(a["mask_view"].shape) == shape else "_ls_z"
     hk8 = -(-hk // 8) * 8  # the rows padded to whole 8-lane vectors (zeros)
@@ -270,10 +299,14 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("}")
     w.line(f"for (int c = {hk}; c < {hk8}; c++) _ls_kf[c] = 0.0f;")
     w.line(f"for (long long _ls_l = 0; _ls_l < {nn}; _ls_l++) {{")
-    w.line(f"  const {storage_type(dk_)}* _ls_kr = in0 + _ls_ok + _ls_l * {ksn};")
-    w.line(f"  const {storage_type(dv_)}* _ls_vr = in2 + _ls_ov + _ls_l * {vsn};")
-    w.line(f"  for (int c = 0; c < {hk}; c++) _ls_kf[c] = {load(dk_, '_ls_kr[c * ' + ksk + ']')};")
-    w.line(f"  for (int j = 0; j < {hv}; j++) _ls_vf[j] = {load(dv_, '_ls_vr[j * ' + vsj + ']')};")
+    w.line(f"  for (int c = 0; c < {hk}; c++) {{")
+    key = keys.at(f"_ls_ok + _ls_l * {ksn} + c * {ksk}", "    ")
+    w.line(f"    _ls_kf[c] = {key};")
+    w.line("  }")
+    w.line(f"  for (int j = 0; j < {hv}; j++) {{")
+    value = values.at(f"_ls_ov + _ls_l * {vsn} + j * {vsj}", "    ")
+    w.line(f"    _ls_vf[j] = {value};")
+    w.line("  }")
     w.line(f"  for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
     # 8 independent partial sums (one vector register; the same order for every row and batch)
     w.line("    float _ls_part[8] = {0};")
