@@ -27,13 +27,13 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 
 
-def ours(name: str, steps: int, prompt: int) -> dict:
+def random_llama(name: str):
+    """A Llama of the peer's shape ``name`` with seeded random bf16 weights (norm weights near 1):
+    (model, weights, the bytes of weights a decode step reads, the generator that made them)."""
     import ml_dtypes
     from peer_torch_decode import SHAPES
 
-    import lightspeed as ls
     from lightspeed.models import from_hf_config
-    from lightspeed.models.generate import Generator
 
     c = SHAPES[name]
     cfg = dict(model_type="llama", vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["inter"],
@@ -49,6 +49,17 @@ def ours(name: str, steps: int, prompt: int) -> dict:
             a = 1.0 + a
         weights[n] = a.astype(ml_dtypes.bfloat16)
     wbytes = sum(a.nbytes for n, a in weights.items() if c["tied"] or "embed" not in n)
+    return model, weights, wbytes, rng
+
+
+def ours(name: str, steps: int, prompt: int) -> dict:
+    from peer_torch_decode import SHAPES
+
+    import lightspeed as ls
+    from lightspeed.models.generate import Generator
+
+    c = SHAPES[name]
+    model, weights, wbytes, rng = random_llama(name)
     t0 = time.perf_counter()
     gen = Generator(model, weights, backend="cuda", search=ls.SearchOptions(budget=4, seed=0, progress=False))
     compile_s = time.perf_counter() - t0

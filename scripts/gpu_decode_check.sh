@@ -6,19 +6,7 @@
 # GPU_DECODE_SHAPES picks the shapes; an older tree's src carried as .before/src is measured at
 # the long context too (before/after in the same run).
 set -uo pipefail
-OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    > "$OUT/pip.log" 2>&1 || { echo "wheel install failed"; tail -5 "$OUT/pip.log"; }
-fi
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 LIGHTSPEED_CACHE_DIR=/tmp/ls-cache
-step() {  # name, timeout, command...
-  local name=$1 limit=$2; shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  echo "$name: rc=$? $(( $(date +%s) - t0 ))s :: $(tail -1 "$OUT/$name.log")"
-}
+source scripts/gpu_env.sh
 step tests "${GPU_TESTS_S:-150}" python3 -m pytest -o addopts="" tests/backends/test_attention.py tests/backends/test_cuda.py \
   tests/models/test_cuda_models.py -q -p no:cacheprovider -n 8
 step memcheck "${GPU_MEMCHECK_S:-120}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \

@@ -14,8 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -30,24 +28,15 @@ def profiled(fn, path: Path) -> None:
 
 
 def ours(name: str, steps: int, path: Path) -> None:
-    import ml_dtypes
+    from gpu_decode import random_llama
     from peer_torch_decode import SHAPES
 
     import lightspeed as ls
-    from lightspeed.models import from_hf_config
     from lightspeed.models.generate import Generator
 
-    c = SHAPES[name]
-    cfg = dict(model_type="llama", vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["inter"],
-               num_hidden_layers=c["layers"], num_attention_heads=c["nh"], num_key_value_heads=c["nkv"],
-               head_dim=c["hd"], rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=c["tied"],
-               bos_token_id=1, eos_token_id=-1, max_position_embeddings=4096)
-    model = from_hf_config(cfg, dtype="bfloat16")
-    rng = np.random.default_rng(0)
-    weights = {n: (rng.standard_normal(s, dtype=np.float32) * 0.02 + ("norm" in n)).astype(ml_dtypes.bfloat16)
-               for n, s in model.param_shapes().items()}
+    model, weights, _, rng = random_llama(name)
     gen = Generator(model, weights, backend="cuda", search=ls.SearchOptions(budget=4, seed=0, progress=False))
-    ids = list(rng.integers(0, c["vocab"], 32))
+    ids = list(rng.integers(0, SHAPES[name]["vocab"], 32))
     gen.generate(ids, max_new_tokens=4, stop_ids=[])
     profiled(lambda: gen.generate(ids, max_new_tokens=steps, stop_ids=[]), path)
 

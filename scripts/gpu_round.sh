@@ -5,17 +5,7 @@
 # empty: none), then benchmarks/gpu_decode.py beside PyTorch on GPU_DECODE_SHAPES, and with
 # GPU_ROUND_TRACE=1 the 1B step's kernels by op (scripts/trace_summary.py).  Logs under $OUT.
 set -uo pipefail
-OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  > "$OUT/pip.log" 2>&1 || { echo "wheel install failed"; tail -5 "$OUT/pip.log"; }
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 LIGHTSPEED_CACHE_DIR=/tmp/ls-cache
-step() {  # name, timeout, command...
-  local name=$1 limit=$2; shift 2
-  local t0=$(date +%s)
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  echo "$name: rc=$? $(( $(date +%s) - t0 ))s :: $(tail -1 "$OUT/$name.log")"
-}
+source scripts/gpu_env.sh
 # weight-file parts carried in this call, kept for a later call on the same warm machine
 # (scripts/gpu_real_weights.sh joins them)
 if [ -d .wparts ]; then mkdir -p /tmp/wparts && cp .wparts/*/* /tmp/wparts/ 2>/dev/null; fi

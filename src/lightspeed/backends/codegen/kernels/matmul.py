@@ -21,7 +21,7 @@ from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes, prefetch_fits, prefetch_rows
 
-__all__ = ["matmul_kernel", "glu_kernel", "stream_order", "RENDERERS", "VECTOR_DOT"]
+__all__ = ["matmul_kernel", "glu_kernel", "scatter_store", "stream_order", "RENDERERS", "VECTOR_DOT"]
 
 
 def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
@@ -150,22 +150,9 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     value = "acc"
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, ia),
             ("in1", storage_type(db), False, ib)]
-    if scatter:  # the product's element goes where the scatter puts it
-        # the indexes' leaves are operands 3, 4, ...: views and names by operand position
-        views = [None, None, None, *op.leaf_views]
-        region = Region(w, views, list(in_dtypes), False, names=[f"ix{k}" for k in range(len(in_dtypes))])
-        w.index_vars.add("_ls_oz")
-        w.line(f"if ({writer}) {{")
-        w.line(f"  const long long _ls_oz = {out_index};")
-        w.push()
-        at_idx = region.value(a["indexes"], "_ls_oz")
-        inner = w.pop()
-        w.scope.lines.extend("  " + ln for ln in inner)
-        w.line(f"  const long long _ls_at = (long long){at_idx};")
-        w.line(f"  if (_ls_at >= 0 && _ls_at < {w.expr(prod(op.shape))}) out[_ls_at] = {store(op.dtype, value)};")
-        w.line("}")
+    if scatter:  # the product's element goes where the scatter puts it (indexes: operands 3, ...)
+        bufs += scatter_store(w, op, in_dtypes, 3, writer, out_index, value)
         body = w.pop()
-        bufs += [(f"ix{k}", storage_type(d), False, k) for k, d in enumerate(in_dtypes) if k >= 3]
     elif "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
         region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
         w.index_vars.add("_ls_oz")
@@ -190,6 +177,27 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
             and prefetch_fits(n * k * db.itemsize)):
         prefetch = prefetch_rows([("in1", f"{off_b} + _ls_pfj * {sbn}", kk)], w.expr(m * n), f"_ls_pfw % {nn}")
     return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k, before_wait=prefetch)
+
+
+def scatter_store(w: Writer, op: LOp, in_dtypes: list[DType], first_leaf: int, writer: str, flat: str,
+                  value: str) -> list[tuple[str, str, bool, int]]:
+    """The statements storing a product's element ``value`` (flat index ``flat`` of its row-major
+    output) where a scatter puts it, ``out[indexes(flat)]`` (skipped outside the destination), by
+    the thread ``writer`` says; the indexes' leaves are operands ``first_leaf``, ... (the op's
+    leaf views in order).  Returns their buffers."""
+    views = [None] * first_leaf + list(op.leaf_views)
+    region = Region(w, views, list(in_dtypes), False, names=[f"ix{k}" for k in range(len(in_dtypes))])
+    w.index_vars.add("_ls_oz")
+    w.line(f"if ({writer}) {{")
+    w.line(f"  const long long _ls_oz = {flat};")
+    w.push()
+    at_idx = region.value(op.args["indexes"], "_ls_oz")
+    inner = w.pop()
+    w.scope.lines.extend("  " + ln for ln in inner)
+    w.line(f"  const long long _ls_at = (long long){at_idx};")
+    w.line(f"  if (_ls_at >= 0 && _ls_at < {w.expr(prod(op.shape))}) out[_ls_at] = {store(op.dtype, value)};")
+    w.line("}")
+    return [(f"ix{k}", storage_type(d), False, k) for k, d in enumerate(in_dtypes) if k >= first_leaf]
 
 
 def stream_order(axes: list[tuple[str, Expr]], strides: list) -> list[tuple[str, Expr]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....symbolic import Expr, const, prod, sym
-from .matmul import PREFETCH
+from .matmul import PREFETCH, scatter_store
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
@@ -178,20 +178,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         bufs += [(names[base + 6], storage_type(dc1), False, base + 6), (names[base + 7], storage_type(dc2), False,
                                                                         base + 7)]
     elif scatter:  # the element goes where the scatter puts it (the indexes' leaves: operands base + 5 on)
-        first_leaf = base + 5
-        views = [None] * first_leaf + list(op.leaf_views)
-        ixr = Region(w, views, list(in_dtypes), False, names=[f"ix{q}" for q in range(len(in_dtypes))])
-        w.index_vars.add("_ls_oz")
-        w.line(f"if ({writer}) {{")
-        w.line("  const long long _ls_oz = _ls_item;")
-        w.push()
-        at_idx = ixr.value(a["indexes"], "_ls_oz")
-        inner = w.pop()
-        w.scope.lines.extend("  " + ln for ln in inner)
-        w.line(f"  const long long _ls_at = (long long){at_idx};")
-        w.line(f"  if (_ls_at >= 0 && _ls_at < {w.expr(prod(op.shape))}) out[_ls_at] = {store(op.dtype, 'acc0 * r')};")
-        w.line("}")
-        bufs += [(f"ix{q}", storage_type(d), False, q) for q, d in enumerate(in_dtypes) if q >= first_leaf]
+        bufs += scatter_store(w, op, in_dtypes, base + 5, writer, "_ls_item", "acc0 * r")
     else:
         w.line(f"if ({writer}) out[_ls_item] = {store(op.dtype, 'acc0 * r')};")
     body = w.pop()
