@@ -17,7 +17,8 @@ _FROM = {**dict.fromkeys("DType ALL_DTYPES float64 float32 float16 bfloat16 floa
          **dict.fromkeys("LightspeedError ShapeError DTypeError InputError GraphError OperandError UnsupportedError"
                          .split(), "errors"),
          "Graph": "graph", "GraphTensor": "graph", "Program": "program", "SearchOptions": "search",
-         "Expr": "symbolic", "sym": "symbolic", "const": "symbolic"}  # the op functions (ls.softmax) come from hl
+         "Expr": "symbolic", "sym": "symbolic", "const": "symbolic",
+         "grad": "autograd"}  # the op functions (ls.softmax) come from hl
 
 
 def __getattr__(name: str) -> object:

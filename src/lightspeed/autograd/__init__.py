@@ -1,0 +1,154 @@
+"""Reverse-mode gradients as a graph transformation: ``ls.grad(loss, [w1, w2])`` appends to the
+loss's graph the nodes that compute d loss / d w, built from the 15 primitives like the forward
+pass, so the backward pass is compiled, searched and run by the same pipeline.
+
+Each primitive's vector-Jacobian product is one row of :data:`.vjp.VJPS` (a test checks that every
+primitive has one, or is declared not differentiable).  A VJP gives the gradient of each operand
+as the consumer reads it (in its view's shape); :func:`untranspose` carries it back through the
+view to the operand node's own shape: broadcast axes (stride 0) are summed, the rest of a view
+(permute, reshape, slice, pad, flip: each element read at most once) is a Scatter of the gradient
+to the indexes the view reads -- padding (masked reads) writes nowhere.  Gradients of a node read
+several times add up.  Symbolic dims stay symbolic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .. import dtypes as dt
+from ..errors import InputError, UnsupportedError
+from ..graph import GraphTensor
+from ..hl.common import cast, full, prim
+from ..shape import ShapeTracker, View, unflatten_index
+from ..symbolic import INDEX_VAR, const, prod, sym
+from .vjp import NOT_DIFFERENTIABLE, VJPS
+
+__all__ = ["grad", "untranspose", "VJPS", "NOT_DIFFERENTIABLE"]
+
+
+def grad(loss: GraphTensor, wrt: Sequence[GraphTensor]) -> list[GraphTensor]:
+    """d ``loss`` / d each tensor of ``wrt`` (one element, a float), as graph tensors of the wrt
+    tensors' shapes and dtypes; a tensor the loss does not depend on gets zeros."""
+    if not isinstance(loss, GraphTensor):
+        raise InputError(f"grad: loss must be a GraphTensor, got {type(loss).__name__}")
+    if isinstance(wrt, GraphTensor) or not all(isinstance(t, GraphTensor) for t in wrt):
+        raise InputError("grad: wrt must be a sequence of GraphTensors")
+    if not loss.dtype.is_float:
+        raise InputError(f"grad: the loss must be a float, got {loss.dtype.name}")
+    if not (loss.numel().is_const and loss.numel().value == 1):
+        raise InputError(f"grad: the loss must have one element, got shape {tuple(map(str, loss.shape))}")
+    g = loss.graph
+    for t in wrt:
+        if t.graph is not g:
+            raise InputError(f"grad: {t!r} belongs to another graph than the loss")
+        if not t.dtype.is_float:
+            raise InputError(f"grad: cannot differentiate with respect to {t.dtype.name} tensor {t!r}")
+    order = sorted(g.reachable([loss.node]), reverse=True)  # inputs precede their consumers
+    grads: dict[int, GraphTensor] = {
+        loss.node: untranspose(full(g, loss.shape, 1.0, loss.dtype), loss.st, g.nodes[loss.node].shape)}
+    for nid in order:
+        gout = grads.get(nid)
+        node = g.nodes[nid]
+        if gout is None or node.op.name in ("Input", "Constant", "Iota"):
+            continue
+        rule = VJPS.get(node.op.name)
+        if rule is None:
+            if node.op.name in NOT_DIFFERENTIABLE:
+                continue
+            raise UnsupportedError(f"grad: no vector-Jacobian product for {node.op.name}")
+        operands = [GraphTensor(g, i, st, g.nodes[i].dtype) for i, st in node.inputs]
+        out = GraphTensor(g, nid, ShapeTracker.contiguous(node.shape), node.dtype)
+        for (i, st), d in zip(node.inputs, rule(node, operands, out, gout)):
+            if d is None or not g.nodes[i].dtype.is_float:
+                continue
+            back = untranspose(d, st, g.nodes[i].shape)
+            grads[i] = back if i not in grads else grads[i] + back
+    return [_read_as(t, grads.get(t.node)) for t in wrt]
+
+
+def _read_as(t: GraphTensor, gnode: GraphTensor | None) -> GraphTensor:
+    """The gradient of node ``t.node`` read through ``t``'s view (zeros when there is none)."""
+    if gnode is None:
+        return full(t.graph, t.shape, 0.0, t.dtype)
+    if t.st.is_contiguous and tuple(t.shape) == tuple(gnode.shape):
+        return gnode
+    if not gnode.st.is_contiguous:  # give it its own buffer, laid out like the node
+        gnode = gnode + full(t.graph, gnode.shape, 0.0, gnode.dtype)
+    return gnode.with_view(t.st)
+
+
+def untranspose(d: GraphTensor, st: ShapeTracker, shape) -> GraphTensor:
+    """The gradient of a node of ``shape`` read through view ``st``, from ``d``, the gradient of
+    what the view read (``st``'s shape): each view of the stack undone, last first."""
+    if st.is_contiguous and tuple(st.shape) == tuple(shape):
+        return d
+    for k in range(len(st.views) - 1, -1, -1):
+        space = st.views[k - 1].shape if k > 0 else tuple(shape)
+        d = _untranspose_view(d, st.views[k], tuple(space))
+    return d
+
+
+def _untranspose_view(d: GraphTensor, v: View, space: tuple) -> GraphTensor:
+    shape, mask = list(v.shape), None if v.mask is None else list(v.mask)
+    broadcast = [k for k, (n, s) in enumerate(zip(v.shape, v.strides)) if s == 0 and n != 1]
+    if broadcast:  # every read of one element adds to its gradient (the reads inside the mask)
+        for k in broadcast:
+            if mask is not None and not (mask[k][0] == 0 and mask[k][1] == v.shape[k]):
+                lo, hi = mask[k]
+                inner = prod(v.shape[k + 1:])
+                at = (sym(INDEX_VAR) // inner) % v.shape[k]  # the read's position along axis k
+                d = d * cast(d.graph.iota(at.ge(lo) * at.lt(hi), tuple(v.shape), dt.int64), d.dtype)
+            shape[k] = const(1)
+            if mask is not None:
+                mask[k] = (const(0), const(1))
+        d = d.sum(broadcast, keepdim=True)
+    view = View(tuple(shape), v.strides, v.offset, None if mask is None else tuple(mask))
+    n = prod(space)
+    if view.is_contiguous and prod(shape) == n:
+        return d.reshape(*space)
+    split = _overlapping_axis(view)
+    if split is not None:  # windows that overlap (unfold): one injective view per window offset, summed
+        out = None
+        for i in range(view.shape[split].value):
+            if view.mask is not None and not (view.mask[split][0].value <= i < view.mask[split][1].value):
+                continue
+            part = View(_drop(view.shape, split), _drop(view.strides, split), view.offset + i * view.strides[split],
+                        None if view.mask is None else _drop(view.mask, split))
+            di = d[(slice(None),) * split + (i,)]  # d has the view's shape (size-1 axes where it broadcast)
+            term = _untranspose_view(di, part, space)
+            out = term if out is None else out + term
+        return out if out is not None else full(d.graph, space, 0.0, d.dtype)
+    index, valid = view.index_and_valid(unflatten_index(sym(INDEX_VAR), view.shape))
+    if valid != 1:  # padding reads nothing: its gradient goes to an index Scatter skips
+        index = index * valid + n * (1 - valid)
+    g = d.graph
+    # over d's own shape: the view's, maybe written differently (max(s - 1, 0) for s - 1)
+    src = d if d.ndim == len(view.shape) else d.reshape(*view.shape)
+    where = g.iota(index, src.shape, dt.int64)
+    dest = full(g, (n,), 0.0, d.dtype)
+    return prim("Scatter", dest, where, src).reshape(*space)
+
+
+def _drop(items, k: int) -> tuple:
+    return tuple(items[:k]) + tuple(items[k + 1:])
+
+
+def _overlapping_axis(v: View) -> int | None:
+    """An axis whose reads overlap another's (unfold's window axis: its stride is within the span
+    of the axes with smaller strides), the one of static size to split the view along, else None
+    (each element read at most once; views with symbolic strides are made by permute / reshape /
+    slice / pad / flip, which never overlap)."""
+    axes = sorted((abs(s.value), k) for k, (s, n) in enumerate(zip(v.strides, v.shape))
+                  if s.is_const and not (n.is_const and n.value <= 1))
+    if len(axes) != sum(1 for n in v.shape if not (n.is_const and n.value <= 1)):
+        return None
+    span = 0
+    for stride, k in axes:
+        if stride <= span:  # k overlaps the axes below it: split the smaller of k and the widest below
+            below = [j for s, j in axes if s < stride or (s == stride and j != k)]
+            choices = [j for j in (k, *below) if v.shape[j].is_const]
+            if not choices:
+                raise UnsupportedError("grad: overlapping windows of symbolic size have no gradient yet")
+            return min(choices, key=lambda j: v.shape[j].value)
+        span += stride * (v.shape[k].value - 1) if v.shape[k].is_const else 1 << 62
+    return None
