@@ -1,0 +1,75 @@
+"""Optimisers in the graph against ``torch.optim`` (float64), and a compiled training step that
+updates its parameters and optimiser state in place, step for step as PyTorch trains the same MLP."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import lightspeed as ls
+from lightspeed.autograd.optim import training_step
+
+BACKENDS = ["reference", "cpu", pytest.param("native", marks=pytest.mark.skipif(
+    not ls.backends.get_backend("native").available(), reason="no C compiler"))]
+
+
+def _mlp_graph(batch, d_in, hidden, d_out):
+    g = ls.Graph()
+    x = g.input("x", (batch, d_in), ls.float64)
+    y = g.input("y", (batch, d_out), ls.float64)
+    params = {"w1": g.input("w1", (d_in, hidden), ls.float64), "b1": g.input("b1", (hidden,), ls.float64),
+              "w2": g.input("w2", (hidden, d_out), ls.float64), "b2": g.input("b2", (d_out,), ls.float64)}
+    h = ls.tanh(x @ params["w1"] + params["b1"])
+    logits = h @ params["w2"] + params["b2"]
+    loss = -(ls.log_softmax(logits, -1) * y).sum() * (1.0 / batch)
+    return g, loss, params
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("optimizer,hparams", [
+    ("sgd", dict(lr=0.1, momentum=0.9, weight_decay=1e-3)),
+    ("adamw", dict(lr=0.01, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)),
+])
+def test_a_training_step_matches_torch_step_for_step(backend, optimizer, hparams):
+    batch, d_in, hidden, d_out = 8, 5, 7, 3
+    g, loss, params = _mlp_graph(batch, d_in, hidden, d_out)
+    training_step(g, loss, params, optimizer=optimizer, **hparams)
+    search = None if backend == "reference" else ls.SearchOptions(budget=2, seed=0, progress=False)
+    prog = g.compile(backend=backend, search=search) if search else g.compile(backend=backend)
+    rng = np.random.default_rng(0)
+    init = {"w1": rng.standard_normal((d_in, hidden)) * 0.5, "b1": rng.standard_normal(hidden) * 0.1,
+            "w2": rng.standard_normal((hidden, d_out)) * 0.5, "b2": rng.standard_normal(d_out) * 0.1}
+    state = {k: v.copy() for k, v in init.items()}
+    for k, v in init.items():
+        if optimizer == "adamw":
+            state[f"{k}.m"], state[f"{k}.v"] = np.zeros_like(v), np.zeros_like(v)
+        else:
+            state[f"{k}.velocity"] = np.zeros_like(v)
+    tparams = {k: torch.tensor(v, requires_grad=True) for k, v in init.items()}
+    opt = (torch.optim.AdamW(tparams.values(), **hparams) if optimizer == "adamw"
+           else torch.optim.SGD(tparams.values(), **hparams))
+    for step in range(1, 6):
+        x = rng.standard_normal((batch, d_in))
+        y = np.eye(d_out)[rng.integers(0, d_out, batch)]
+        extra = {"step": np.array(float(step))} if optimizer == "adamw" else {}
+        out = prog({"x": x, "y": y, **state, **extra})
+        # torch, the same step
+        opt.zero_grad()
+        tx, ty = torch.tensor(x), torch.tensor(y)
+        h = torch.tanh(tx @ tparams["w1"] + tparams["b1"])
+        tl = -(torch.log_softmax(h @ tparams["w2"] + tparams["b2"], -1) * ty).sum() / batch
+        tl.backward()
+        opt.step()
+        np.testing.assert_allclose(float(out["loss"]), tl.item(), rtol=1e-10)
+        for k, t in tparams.items():  # the inputs hold the updated parameters
+            np.testing.assert_allclose(state[k], t.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=f"{k} {step}")
+
+
+def test_training_step_refuses_what_it_cannot_update():
+    g, loss, params = _mlp_graph(2, 3, 4, 2)
+    with pytest.raises(ls.InputError, match="unknown optimizer"):
+        training_step(g, loss, params, optimizer="lion", lr=0.1)
+    g, loss, params = _mlp_graph(2, 3, 4, 2)
+    with pytest.raises(ls.InputError, match="must be the graph input"):
+        training_step(g, loss, {"w1": params["w1"].transpose(0, 1)}, lr=0.1)
