@@ -106,6 +106,9 @@ def _untranspose_view(d: GraphTensor, v: View, space: tuple) -> GraphTensor:
     n = prod(space)
     if view.is_contiguous and prod(shape) == n:
         return d.reshape(*space)
+    order = _permutation_of(view, space)
+    if order is not None:  # every element read once, in some order: the inverse is a view too
+        return d.reshape(*view.shape).permute(*order).reshape(*space)
     split = _overlapping_axis(view)
     if split is not None:  # windows that overlap (unfold): one injective view per window offset, summed
         out = None
@@ -127,6 +130,24 @@ def _untranspose_view(d: GraphTensor, v: View, space: tuple) -> GraphTensor:
     where = g.iota(index, src.shape, dt.int64)
     dest = full(g, (n,), 0.0, d.dtype)
     return prim("Scatter", dest, where, src).reshape(*space)
+
+
+def _permutation_of(v: View, space: tuple) -> list[int] | None:
+    """The axis order that lays view ``v`` out row-major, when ``v`` reads every element of
+    ``space`` exactly once (a permute of a reshape: no offset, no mask, its strides sorted the
+    contiguous strides of its own shape), else None."""
+    if v.mask is not None or v.offset != 0 or not all(s.is_const for s in v.strides) \
+            or not all(n.is_const for n in v.shape):
+        return None
+    order = sorted(range(len(v.shape)), key=lambda k: -v.strides[k].value)
+    expect = 1
+    for k in reversed(order):
+        n = v.shape[k].value
+        if n != 1 and v.strides[k].value != expect:
+            return None
+        expect *= n
+    total = prod(space)
+    return order if total.is_const and total.value == expect else None
 
 
 def _drop(items, k: int) -> tuple:
