@@ -101,7 +101,7 @@ def _untranspose_view(d: GraphTensor, v: View, space: tuple) -> GraphTensor:
             shape[k] = const(1)
             if mask is not None:
                 mask[k] = (const(0), const(1))
-        d = d.sum(broadcast, keepdim=True)
+        d = _sum_axes(d, broadcast)
     view = View(tuple(shape), v.strides, v.offset, None if mask is None else tuple(mask))
     n = prod(space)
     if view.is_contiguous and prod(shape) == n:
@@ -130,6 +130,25 @@ def _untranspose_view(d: GraphTensor, v: View, space: tuple) -> GraphTensor:
     where = g.iota(index, src.shape, dt.int64)
     dest = full(g, (n,), 0.0, d.dtype)
     return prim("Scatter", dest, where, src).reshape(*space)
+
+
+def _sum_axes(d: GraphTensor, axes: list[int]) -> GraphTensor:
+    """``d`` summed over ``axes``, keeping them as size 1.  A product just made by a VJP (a Mul
+    read whole) is made again with the summed axes last, so the sum is a reduction over the last
+    axis of a product: the form linalg.egg takes as a Matmul (the backward of a matmul is two
+    matmuls, not a broadcast product reduced in the middle)."""
+    g = d.graph
+    node = g.nodes[d.node]
+    if node.op.name == "Mul" and d.st.is_contiguous and tuple(d.shape) == tuple(node.shape):
+        keep = [k for k in range(d.ndim) if k not in axes]
+        order = keep + list(axes)
+        # the summed axes merged into one (a weight's gradient sums over batch and positions: one
+        # product over their count, not a product then another reduction)
+        flat = [*(d.shape[k] for k in keep), prod([d.shape[k] for k in axes])]
+        a, b = (GraphTensor(g, i, st, g.nodes[i].dtype).permute(*order).reshape(*flat) for i, st in node.inputs)
+        kept = [d.shape[k] if k in keep else 1 for k in range(d.ndim)]
+        return prim("Mul", a, b).sum(-1).reshape(*kept)
+    return d.sum(axes, keepdim=True)
 
 
 def _permutation_of(v: View, space: tuple) -> list[int] | None:
