@@ -294,7 +294,17 @@ SAMPLES: dict[str, list[Sample]] = {
     "aten._scaled_dot_product_flash_attention_for_cpu.default": [
         Sample(QKV_C, outputs=[0], name="plain"),
         Sample([TT((1, 2, 4, 8), nc=False)] * 3 + [0.0, True], outputs=[0], name="causal"),
-        Sample(QKV_C, {"attn_mask": TT((5, 6)), "scale": 0.3}, outputs=[0], name="mask_scale")],
+        Sample(QKV_C, {"attn_mask": TT((5, 6)), "scale": 0.3}, outputs=[0], name="mask_scale"),
+        # the logsumexp output (read by the backward in training)
+        Sample(QKV_C, outputs=[0, 1], name="logsumexp"),
+        Sample([TT((1, 2, 4, 8), nc=False)] * 3 + [0.0, True], outputs=[0, 1], name="causal_logsumexp")],
+    # its backward (training): gradients of q, k, v from the output's gradient, the output and the
+    # logsumexp (any values: the kernel's formula reads them as given)
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": [
+        Sample([TT((2, 4, 5, 8), nc=False), *QKV_C, TT((2, 4, 5, 8), nc=False), TT((2, 4, 5), f32, nc=False),
+                0.0, False], name="plain", f64=False),
+        Sample([TT((1, 2, 4, 8), nc=False)] * 5 + [TT((1, 2, 4), f32, nc=False), 0.0, True],
+               {"scale": 0.3}, name="causal_scale", f64=False)],
     # torch's CPU kernel wants 16-byte row strides (contiguous inputs, N = 8), no float64, and leaves
     # rows past the last offset uninitialised: offsets that cover every row
     "aten._grouped_mm.default": [Sample([TT((6, 4), nc=False), TT((3, 4, 8), nc=False),

@@ -575,11 +575,72 @@ def _sdpa(cx: Ctx, q: GraphTensor, k: GraphTensor, v: GraphTensor, attn_mask: Gr
 def _sdpa_flash_cpu(cx: Ctx, q: GraphTensor, k: GraphTensor, v: GraphTensor, dropout_p: float = 0.0,
                     is_causal: bool = False, *, attn_mask: GraphTensor | None = None,
                     scale: float | None = None) -> tuple:
-    """CPU flash attention: (output, logsumexp); the logsumexp output (kept for training) is not
-    computed, and reading it raises."""
-    if cx.uses(1):
-        raise UnsupportedError("the logsumexp output of _scaled_dot_product_flash_attention_for_cpu (training)")
-    return _sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale=scale), None
+    """CPU flash attention: (output, logsumexp [B, H, L] in float32, computed only where a later
+    op reads it: the backward of training)."""
+    out = _sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale=scale)
+    if not cx.uses(1):
+        return out, None
+    s = _sdpa_scores(q, k, attn_mask, is_causal, scale, dropout_p)
+    m = s.amax(-1, keepdim=True)
+    lse = ls.log(ls.exp(s - m).sum(-1)) + m.squeeze(-1)
+    return out, cast(lse, dt.float32)
+
+
+def _sdpa_scores(q: GraphTensor, k: GraphTensor, attn_mask: GraphTensor | None, is_causal: bool,
+                 scale: float | None, dropout_p: float) -> GraphTensor:
+    """The scaled scores of attention, the mask applied (-inf where a key is blocked)."""
+    if dropout_p:
+        raise UnsupportedError("attention with dropout in training")
+    k = _heads_like(k, q)
+    sc = scale if scale is not None else 1.0 / math.sqrt(int(q.shape[-1]))
+    s = ls.matmul(q, ls.transpose(k, -1, -2)) * sc
+    ninf = full(s.graph, s.shape, float("-inf"), s.dtype)
+    if is_causal:  # key j after query i (top-left aligned, as PyTorch)
+        lq, lk = s.shape[-2], s.shape[-1]
+        z = sym(INDEX_VAR)
+        after = cast(s.graph.iota((z % lk).gt((z // lk) % lq), s.shape, dt.int64), dt.bool_)
+        s = ls.where(after, ninf, s)
+    if attn_mask is not None:
+        s = ls.where(attn_mask, s, ninf) if attn_mask.dtype.is_bool else s + attn_mask
+    return s
+
+
+def _heads_like(k: GraphTensor, q: GraphTensor) -> GraphTensor:
+    """Keys (or values) [B, Hkv, L, d] repeated to the queries' heads [B, H, L, d] (grouped-query
+    attention: query head h reads KV head h // (H / Hkv))."""
+    if k.ndim < 3 or k.shape[-3] == q.shape[-3]:
+        return k
+    h, hkv = int(q.shape[-3]), int(k.shape[-3])
+    lead = tuple(k.shape[:-3])
+    wide = k.unsqueeze(-3).expand(*lead, hkv, h // hkv, *k.shape[-2:])
+    return wide.reshape(*lead, h, *k.shape[-2:])
+
+
+def _heads_back(d: GraphTensor, k: GraphTensor) -> GraphTensor:
+    """The gradient of :func:`_heads_like`: each KV head's query heads summed."""
+    if d.ndim < 3 or d.shape[-3] == k.shape[-3]:
+        return d
+    h, hkv = int(d.shape[-3]), int(k.shape[-3])
+    lead = tuple(d.shape[:-3])
+    return d.reshape(*lead, hkv, h // hkv, *d.shape[-2:]).sum(-3)
+
+
+def _sdpa_flash_cpu_backward(cx: Ctx, grad_out: GraphTensor, q: GraphTensor, k: GraphTensor, v: GraphTensor,
+                             out: GraphTensor, logsumexp: GraphTensor, dropout_p: float = 0.0,
+                             is_causal: bool = False, *, attn_mask: GraphTensor | None = None,
+                             scale: float | None = None) -> tuple:
+    """The gradients of CPU flash attention: P = exp(S - logsumexp); dV = P^T dO; dS = P * (dO V^T
+    - rowsum(dO * O)); dQ = dS K * scale; dK = dS^T Q * scale."""
+    sc = scale if scale is not None else 1.0 / math.sqrt(int(q.shape[-1]))
+    s = _sdpa_scores(q, k, attn_mask, is_causal, scale, dropout_p)
+    kq, vq = _heads_like(k, q), _heads_like(v, q)
+    p = ls.exp(s - cast(logsumexp, s.dtype).unsqueeze(-1))
+    dv = ls.matmul(ls.transpose(p, -1, -2), grad_out)
+    dp = ls.matmul(grad_out, ls.transpose(vq, -1, -2))
+    ds = p * (dp - (grad_out * out).sum(-1, keepdim=True))
+    dq = ls.matmul(ds, kq) * sc
+    dk = ls.matmul(ls.transpose(ds, -1, -2), q) * sc
+    return dq, _heads_back(dk, k), _heads_back(dv, v)
 
 
 def _sdpa_fused(n_out: int, has_bias: bool):
@@ -1102,6 +1163,7 @@ ATEN_TABLE: dict[str, Fn] = {
     # transformers' MoE experts (its default "grouped_mm" implementation) on CPU under torch.compile
     "transformers.grouped_mm_fallback.default": _grouped_mm,
     _a("_scaled_dot_product_flash_attention_for_cpu.default"): _sdpa_flash_cpu,
+    _a("_scaled_dot_product_flash_attention_for_cpu_backward.default"): _sdpa_flash_cpu_backward,
     # what SDPA becomes on a GPU
     _a("_scaled_dot_product_efficient_attention.default"): _sdpa_fused(4, True),
     _a("_scaled_dot_product_flash_attention.default"): _sdpa_fused(9, False),

@@ -6,7 +6,9 @@ inputs and buffers become extra outputs that AOTAutograd copies back into the ca
 each call), and :func:`~lightspeed.torch.translate.compile_fx` turns that into lightspeed programs.
 Parameters and buffers are graph inputs, read from the module's own tensors at every call.
 
-Inference only: a backward graph (when inputs require grad) runs in eager PyTorch.
+Training too: when inputs or parameters require grad, AOTAutograd splits the forward (which then
+also returns the activations the backward reads) from the backward graph, and both are compiled
+the same way, so ``loss.backward()`` runs lightspeed programs and gives PyTorch's gradients.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ def lightspeed_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         return make_boxed_func(compile_fx(fx_graph, inputs, opts, mutated=_mutated_outputs()))
 
     def backward_compiler(fx_graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> Callable:
-        return make_boxed_func(fx_graph.forward)  # training is out of scope: backward runs in eager PyTorch
+        # AOTAutograd's backward graph: core ATen ops like the forward's (the gradients' ops are
+        # decomposed by the same table), compiled the same way
+        return make_boxed_func(compile_fx(fx_graph, inputs, opts))
 
     aot = aot_autograd(fw_compiler=forward_compiler, inference_compiler=forward_compiler,
                        bw_compiler=backward_compiler, decompositions=decompositions())
