@@ -16,8 +16,8 @@ Reference semantics, stated precisely (they define every backend's correctness):
   integer division by zero (``div(..., rounding_mode=...)``, ``floor_divide``: computed through a
   float division) gives 0 on every backend (PyTorch's CPU raises instead).
 * Gather reads ``data_flat[idx]`` (``data_flat`` is the data operand's view in row-major order);
-  an index outside ``[0, numel)`` raises ``IndexOutOfRange`` (reference, cpu and native, which
-  raises after the call from an error word its kernels set; the cuda backend still reads 0).
+  an index outside ``[0, numel)`` raises ``IndexOutOfRange`` (native after the call, cuda where
+  the host next waits: from an error word their kernels set).
 * Scatter copies ``dest`` and writes ``out_flat[idx[i]] = src[i]``; indexes outside
   ``[0, numel)`` are skipped, which is how masked writes are expressed.  When several writes hit
   one element, which of them lands is unspecified.
