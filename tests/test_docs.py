@@ -31,7 +31,8 @@ def test_readme_opens_with_two_commands():
                     reason="ruff not installed")
 def test_ruff_clean():
     ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
-    r = subprocess.run([ruff, "check", "src", "tests", "scripts"], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run([ruff, "check", "src", "tests", "scripts", "benchmarks", "examples"], capture_output=True,
+                       text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
