@@ -29,7 +29,7 @@ class KernelBackend(Backend):
     rulesets = ("simplify", "cleanup", "inplace", "layout", "linalg", *fused.RULESETS, "fusion", "writes")
     ops = fused.FUSED_KERNEL_OPS
     rule_files = fused.RULE_FILES
-    fuse_dtypes = (dt.float32, dt.float64, dt.bfloat16, dt.float16, dt.int32, dt.int64)
+    fuse_dtypes = (dt.float32, dt.float64, dt.bfloat16, dt.float16, dt.int32, dt.int64, dt.bool_)
     matmul_dtypes = (dt.float32, dt.float64, dt.bfloat16, dt.float16)
     fused_kernel_dtypes = (dt.float32, dt.bfloat16, dt.float16)
     program_class: type[KernelProgram] = KernelProgram
