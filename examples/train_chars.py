@@ -23,9 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = dict(batch=8, context=32, dim=64, heads=4, layers=2, lr=3e-3, weight_decay=0.01)
 
 
-def corpus() -> tuple[np.ndarray, list[str]]:
-    """The docs' text as character ids (printable ASCII and newlines), and the characters."""
-    text = "".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
+def corpus(text: str | None = None) -> tuple[np.ndarray, list[str]]:
+    """``text`` (default: the docs') as character ids (printable ASCII and newlines), and the
+    characters."""
+    if text is None:
+        text = "".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
     text = "".join(c for c in text if c == "\n" or 32 <= ord(c) < 127)
     chars = sorted(set(text))
     table = {c: i for i, c in enumerate(chars)}
@@ -106,11 +108,11 @@ def torch_model(weights: dict[str, np.ndarray], c: dict):
 
 
 def run(backend: str = "native", steps: int = 200, peer: bool = True, seed: int = 0, verbose: bool = True,
-        torch_compile: bool = False, dtype: ls.DType = ls.float32) -> dict:
+        torch_compile: bool = False, dtype: ls.DType = ls.float32, text: str | None = None) -> dict:
     """Train ``steps`` steps on ``backend`` (and PyTorch eager beside it with ``peer``, plus
     torch.compile's default mode with ``torch_compile``): the losses and the median step times."""
     c = CONFIG
-    data, chars = corpus()
+    data, chars = corpus(text)
     vocab = len(chars)
     weights = init_weights(vocab, c, seed, dtype.np)
     t0 = time.perf_counter()

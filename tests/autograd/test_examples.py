@@ -27,7 +27,11 @@ def test_the_char_transformer_trains_as_pytorch_does():
 
     import lightspeed as ls
 
-    r64 = run("cpu", 30, peer=True, verbose=False, dtype=ls.float64)
+    # a fixed text (the docs change, and with them the data and the float32 drift)
+    rng = np.random.default_rng(7)
+    words = ["graph", "kernel", "search", "egglog", "tensor", "lightspeed", "decode", "prefill", "cache", "the"]
+    text = "\n".join(" ".join(rng.choice(words, 9)) + "." for _ in range(400))
+    r64 = run("cpu", 30, peer=True, verbose=False, dtype=ls.float64, text=text)
     np.testing.assert_allclose(r64["losses"], r64["torch_losses"], rtol=1e-9)
-    r32 = run("cpu", 60, peer=True, verbose=False)
+    r32 = run("cpu", 60, peer=True, verbose=False, text=text)
     assert r32["max_rel_diff"] < 0.02 and r32["losses"][-1] < r32["losses"][0] * 0.8
