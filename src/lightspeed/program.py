@@ -208,21 +208,11 @@ class Program:
         for name in (inputs if partial else self.input_args):
             arg = self.input_args[name]
             want, a = arg.dtype, inputs[name]
-            hit = memo.get(name)
-            if (hit is not None and hit[0]() is a and hit[1] == getattr(a, "shape", None)
-                    and hit[2] == getattr(a, "dtype", None) and not (name in self._aliased_inputs and not writable(a))):
-                # the array this input had last call, same shape: its dtype, layout and constant
-                # axes were checked then; only its dims are bound again
-                for ax, d, n in hit[3]:
-                    if d.kind == "var":
-                        prev = env.get(d.name)
-                        if prev is None:
-                            env[d.name] = n
-                        elif prev != n:
-                            raise InputError(f"input {name!r}: axis {ax} is dim {d.name!r} = {n}, but {d.name!r} "
-                                             f"is already bound to {prev}")
-                    else:
-                        deferred.append((name, ax, d, n))
+            axes = recall(memo, name, a)
+            if axes is not None and (name not in self._aliased_inputs or writable(a)):
+                # the array this input had last call: its dtype, layout and constant axes were
+                # checked then; only its dims are bound again
+                bind_axes(name, axes, env, deferred)
                 arrays[name] = a
                 continue
             given = a
@@ -240,29 +230,15 @@ class Program:
             if a.ndim != len(arg.shape):
                 raise InputError(f"input {name!r}: expected rank {len(arg.shape)} with shape "
                                  f"({', '.join(map(str, arg.shape))}), got shape {a.shape}")
-            symbolic = []
             for ax, (d, n) in enumerate(zip(arg.shape, a.shape)):
-                if d.is_const:
-                    if d.value != n:
-                        raise InputError(f"input {name!r}: axis {ax} must have size {d.value}, got {n} "
-                                         f"(shape {a.shape}, expected ({', '.join(map(str, arg.shape))}))")
-                    continue
-                symbolic.append((ax, d, int(n)))
-                if d.kind == "var":
-                    prev = env.get(d.name)
-                    if prev is None:
-                        env[d.name] = int(n)
-                    elif prev != n:
-                        raise InputError(f"input {name!r}: axis {ax} is dim {d.name!r} = {n}, but {d.name!r} "
-                                         f"is already bound to {prev}")
-                else:
-                    deferred.append((name, ax, d, int(n)))
+                if d.is_const and d.value != n:
+                    raise InputError(f"input {name!r}: axis {ax} must have size {d.value}, got {n} "
+                                     f"(shape {a.shape}, expected ({', '.join(map(str, arg.shape))}))")
+            axes = tuple((ax, d, int(n)) for ax, (d, n) in enumerate(zip(arg.shape, a.shape)) if not d.is_const)
+            bind_axes(name, axes, env, deferred)
             arrays[name] = a
             if a is given:  # remembered (weakly) while it lives: its next call checks only the dims
-                try:
-                    memo[name] = (weakref.ref(a), a.shape, a.dtype, tuple(symbolic))
-                except TypeError:
-                    pass
+                remember(memo, name, a, axes)
         for name, ax, d, n in deferred:
             unbound = d.free_vars() - env.keys()
             if unbound:
@@ -310,12 +286,7 @@ class Program:
                     self.store_back(out[k], res[k])
             res = {k: out.get(k, v) for k, v in res.items()}
         if fetch is not None:
-            if isinstance(fetch, str) or not all(isinstance(k, str) for k in fetch):
-                raise InputError(f"fetch must be a sequence of output names, got {fetch!r}")
-            unknown = [k for k in fetch if k not in res]
-            if unknown:
-                raise InputError(f"fetch: unknown output(s) {unknown}; outputs are {list(self.output_names)}")
-            res = {k: res[k] for k in fetch}
+            res = {k: res[k] for k in self.check_fetch(fetch)}
         return self.deliver(res, all_inputs)
 
     def execute(self, arrays: dict[str, Any], dims: dict[str, int],
@@ -331,7 +302,16 @@ class Program:
         as the backend holds it, to pass to a next call without a round trip (the decode step's
         token).  Host backends run the call before returning."""
         res = self(inputs, dims=dims)
-        return Pending(res, {k: np.asarray(res[k]) for k in fetch})
+        return Pending(res, {k: np.asarray(res[k]) for k in self.check_fetch(fetch)})
+
+    def check_fetch(self, fetch: Sequence[str]) -> Sequence[str]:
+        """``fetch`` (output names to return), checked."""
+        if isinstance(fetch, str) or not all(isinstance(k, str) for k in fetch):
+            raise InputError(f"fetch must be a sequence of output names, got {fetch!r}")
+        unknown = [k for k in fetch if k not in self.output_names]
+        if unknown:
+            raise InputError(f"fetch: unknown output(s) {unknown}; outputs are {list(self.output_names)}")
+        return fetch
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {a.dtype.name}[{', '.join(map(str, a.shape))}]" for n, a in self.input_args.items())
@@ -357,6 +337,35 @@ class Pending:
             wait()
             self._host = {k: np.array(v) for k, v in self._host.items()}  # out of the copy buffers
         return self._host
+
+
+def bind_axes(name: str, axes: Sequence[tuple[int, Expr, int]], env: dict[str, int],
+              deferred: list[tuple[str, int, Expr, int]]) -> None:
+    """Bind input ``name``'s symbolic axes (axis, dim, size): a dim named alone into ``env`` (it
+    must agree with an earlier binding), an expression of dims to check once all are bound."""
+    for ax, d, n in axes:
+        if d.kind != "var":
+            deferred.append((name, ax, d, n))
+        elif (prev := env.setdefault(d.name, n)) != n:
+            raise InputError(f"input {name!r}: axis {ax} is dim {d.name!r} = {n}, but {d.name!r} "
+                             f"is already bound to {prev}")
+
+
+def recall(memo: dict, key: Any, a: Any) -> Any:
+    """What :func:`remember` holds under ``key`` for this very array (same shape and dtype), or None."""
+    hit = memo.get(key)
+    if hit is not None and hit[0]() is a and hit[1:3] == (getattr(a, "shape", None), getattr(a, "dtype", None)):
+        return hit[3]
+    return None
+
+
+def remember(memo: dict, key: Any, a: Any, value: Any = True) -> None:
+    """Hold ``value`` for array ``a`` (weakly, with its shape and dtype: numpy moves an array's
+    memory only when its size changes, and never while it is weakly referenced) under ``key``."""
+    try:
+        memo[key] = (weakref.ref(a), getattr(a, "shape", None), getattr(a, "dtype", None), value)
+    except TypeError:  # not weakly referable: nothing remembered
+        memo.pop(key, None)
 
 
 def writable(a: Any) -> bool:

@@ -417,10 +417,7 @@ class GenerationState(TokenStream):
             if self._device_greedy():  # the token chosen on the device: no logits copied to the host
                 return self._greedy_step(p, t0)
             self._ahead = None  # a step queued ahead is dropped: this one needs its logits
-            self._inputs["input_ids"] = np.asarray([self.ids[-1]], dtype=np.int64)
-            if "positions" in gen.decode.input_args:
-                self._inputs["positions"] = np.asarray([p], dtype=np.int64)
-            out = gen.decode(self._inputs, dims={"p": p})
+            out = gen.decode(self._step_inputs(p, [self.ids[-1]]), dims={"p": p})
         return self.choose(out["logits"][-1], t0)
 
     def _greedy_step(self, p: int, t0: float) -> int:
@@ -436,12 +433,17 @@ class GenerationState(TokenStream):
         return self.chose(int(step.result()["next_token"].reshape(-1)[-1]), t0)
 
     def _launch(self, p: int, token: Any) -> Pending:
-        """The decode step at row ``p`` fed ``token`` (a host id, or the last step's output)."""
+        """The decode step at row ``p`` fed ``token``, queued (see :meth:`_step_inputs`)."""
+        return self.gen.decode.launch(self._step_inputs(p, token), dims={"p": p}, fetch=["next_token"])
+
+    def _step_inputs(self, p: int, token: Any) -> dict[str, Any]:
+        """The decode step's inputs at row ``p``: the caches, ``token`` (a host id list, or the last
+        step's ``next_token`` where the backend holds it) and, if the model reads them, positions."""
         inputs = dict(self._inputs)
         inputs["input_ids"] = last_row(token)
         if "positions" in self.gen.decode.input_args:
             inputs["positions"] = np.asarray([p], dtype=np.int64)
-        return self.gen.decode.launch(inputs, dims={"p": p}, fetch=["next_token"])
+        return inputs
 
     def _device_greedy(self) -> bool:
         """Whether this step's token may be the decode program's own argmax (``next_token``):

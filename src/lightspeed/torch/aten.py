@@ -577,13 +577,14 @@ def _sdpa_flash_cpu(cx: Ctx, q: GraphTensor, k: GraphTensor, v: GraphTensor, dro
                     scale: float | None = None) -> tuple:
     """CPU flash attention: (output, logsumexp [B, H, L] in float32, computed only where a later
     op reads it: the backward of training)."""
-    out = _sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale=scale)
     if not cx.uses(1):
-        return out, None
+        return _sdpa(cx, q, k, v, attn_mask, dropout_p, is_causal, scale=scale), None
+    # training: the output from the same scores as the logsumexp the backward reads
     s = _sdpa_scores(q, k, attn_mask, is_causal, scale, dropout_p)
     m = s.amax(-1, keepdim=True)
-    lse = ls.log(ls.exp(s - m).sum(-1)) + m.squeeze(-1)
-    return out, cast(lse, dt.float32)
+    lse = ls.log(ls.exp(s - m).sum(-1, keepdim=True)) + m
+    out = ls.matmul(ls.exp(s - lse), _heads_like(v, q))
+    return out, cast(lse.squeeze(-1), dt.float32)
 
 
 def _sdpa_scores(q: GraphTensor, k: GraphTensor, attn_mask: GraphTensor | None, is_causal: bool,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +38,7 @@ from ...dtypes import DType
 from ...egraph.llir import LOp, LProgram, liveness
 from ...errors import LightspeedError
 from ...graph import Graph
-from ...program import Program
+from ...program import Program, recall, remember
 from ...symbolic import Expr, compile_exprs, prod
 from .. import trace
 from .fused import IN_PLACE_OPS
@@ -342,10 +341,9 @@ class KernelProgram(Program):
         for s, k in self.dim_slot.items():
             table[k] = dims[s]
         ex = self.executor
-        # an input's table entries are written when it is not the object they were written for
+        # an input's table entries are written when it is not the array they were written for
         # (the weights and a generation's KV caches come back call after call: their addresses
         # stay in the table; a repeated decode step writes only its token's and positions')
-        # (the shape too: numpy's in-place resize moves an array's memory only when its size changes)
         local = self._local
         seen = local.seen
         bound = local.__dict__.pop("given", None)  # the names this call's bind was passed
@@ -360,9 +358,7 @@ class KernelProgram(Program):
             a = arrays[name]
             if name in resident:  # a resident input passed as another array: visit it next call too
                 (local.overridden.discard if a is resident[name] else local.overridden.add)(name)
-            shape = getattr(a, "shape", None)
-            ref = seen.get(name)
-            if ref is not None and ref[0]() is a and ref[1] == shape:
+            if recall(seen, name, a):
                 continue
             for slot in self._slots_of[name]:
                 v = a
@@ -371,23 +367,15 @@ class KernelProgram(Program):
                 table[slot] = ex.address(v)
             for slot, form in self._forms_of.get(name, ()):
                 table[slot] = ex.address(a.form(form))
-            try:
-                seen[name] = (weakref.ref(a), shape)
-            except TypeError:  # not weakly referable: written every call
-                seen.pop(name, None)
+            remember(seen, name, a)
         outputs: dict[str, Any] = {}
         for name, slot in self.output_slot.items():
             alias = self.output_aliases.get(name)
             if alias is not None:
                 arr = outputs[name] = arrays[alias]
-                key, shape = (OUTPUT, name), getattr(arr, "shape", None)
-                ref = seen.get(key)
-                if ref is not None and ref[0]() is arr and ref[1] == shape:
+                if recall(seen, (OUTPUT, name), arr):
                     continue  # the input it aliases is the one whose address the slot holds
-                try:
-                    seen[key] = (weakref.ref(arr), shape)
-                except TypeError:
-                    seen.pop(key, None)
+                remember(seen, (OUTPUT, name), arr)
             elif out is not None and name in out and ex.owns(out[name]):
                 arr = out[name]
             else:

@@ -159,13 +159,9 @@ class Device:
     def sync(self, stream: Any) -> None:
         check(bindings().cuStreamSynchronize(stream), "cuStreamSynchronize")
 
-    def wait_event(self, event: Any, destroy: bool = False) -> None:
-        """Block until the work before ``event``'s record has run (and free the event)."""
-        try:
-            check(bindings().cuEventSynchronize(event), "cuEventSynchronize")
-        finally:
-            if destroy:
-                bindings().cuEventDestroy(event)
+    def wait_event(self, event: Any) -> None:
+        """Block until the work before ``event``'s record has run."""
+        check(bindings().cuEventSynchronize(event), "cuEventSynchronize")
 
     def event(self) -> Any:
         return check(bindings().cuEventCreate(0), "cuEventCreate")

@@ -79,9 +79,7 @@ class CudaProgram(KernelProgram):
         if not isinstance(inputs, Mapping) or any(is_torch_cuda(v) for v in inputs.values()):
             return super().launch(inputs, dims=dims, fetch=fetch)  # torch's streams: run it as a call
         stream, dev = thread_stream(), driver.device()
-        unknown = [k for k in fetch if k not in self.output_names]
-        if unknown:
-            raise InputError(f"fetch: unknown output(s) {unknown}; outputs are {list(self.output_names)}")
+        self.check_fetch(fetch)
         staged = {k: v if isinstance(v, DeviceArray) else DeviceArray.from_host(self.as_array(v, f"input {k!r}"),
                                                                                   stream, wait=False)
                   for k, v in inputs.items()}

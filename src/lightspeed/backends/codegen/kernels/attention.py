@@ -18,6 +18,7 @@ key was seen, so padding a row's keys with blocked ones leaves its result bit fo
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from ....dtypes import DType
 from ....egraph.llir import LOp
@@ -84,12 +85,17 @@ class Operand:
         self.dtype = in_dtypes[leaf] if leaf is not None else node_dtype(body, in_dtypes)
         w.index_vars.add(var)
 
-    def at(self, flat: str, indent: str) -> str:
-        """The element at flat index ``flat`` as a float expression (statements at ``indent``)."""
+    def use(self, head: str, flat: str, statement: Callable[[str], str]) -> None:
+        """``head {`` (a loop or a guard, inside the key loop), the element at flat index ``flat``
+        as a float, ``statement`` of it, ``}``."""
+        self.w.line(f"  {head} {{")
         if self.ptr is not None:
-            return f"(float){load(self.dtype, f'{self.ptr}[{flat}]')}"
-        self.w.line(f"{indent}const long long {self.var} = {flat};")
-        return f"(float){nested(self.w, indent, lambda: self.region.value(self.body, self.var))}"
+            value = f"(float){load(self.dtype, f'{self.ptr}[{flat}]')}"
+        else:
+            self.w.line(f"    const long long {self.var} = {flat};")
+            value = f"(float){nested(self.w, '    ', lambda: self.region.value(self.body, self.var))}"
+        self.w.line(f"    {statement(value)}")
+        self.w.line("  }")
 
 
 def online_step(w: Writer, region: Region, at: Point | str, indent: str, mx: str, total: str) -> None:
@@ -165,10 +171,8 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
         w.line("  float _ls_x = 0.0f;")
         for t in range(qpl):
             c = f"lane + {t * WARP}"
-            w.line(f"  if ({c} < {hk}) {{")
-            key = keys.at(f"_ls_ok + ({c}) * {ksk} + _ls_l * {ksn}", "    ")
-            w.line(f"    _ls_x += _ls_q[{t}] * {key};")
-            w.line("  }")
+            keys.use(f"if ({c} < {hk})", f"_ls_ok + ({c}) * {ksk} + _ls_l * {ksn}",
+                     lambda k, t=t: f"_ls_x += _ls_q[{t}] * {k};")
         w.line(f"  for (int o = {WARP // 2}; o > 0; o >>= 1) _ls_x += __shfl_xor_sync(0xffffffffu, _ls_x, o);")
     else:
         w.line(f"float _ls_mx = {NINF}, _ls_sum = 0.0f, _ls_acc[{hv}], _ls_q[{hk}];")
@@ -179,19 +183,15 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
         w.line("}")
         w.line(f"for (long long _ls_l = 0; _ls_l < {nn}; _ls_l++) {{")
         w.line("  float _ls_x = 0.0f;")
-        w.line(f"  for (int c = 0; c < {hk}; c++) {{")
-        key = keys.at(f"_ls_ok + c * {ksk} + _ls_l * {ksn}", "    ")
-        w.line(f"    _ls_x += _ls_q[c] * {key};")
-        w.line("  }")
+        keys.use(f"for (int c = 0; c < {hk}; c++)", f"_ls_ok + c * {ksk} + _ls_l * {ksn}",
+                 lambda k: f"_ls_x += _ls_q[c] * {k};")
     w.line(f"  const long long _ls_z = _ls_item * {nn} + _ls_l;")
     online_step(w, region, at, "  ", "_ls_mx", "_ls_sum")
     if dialect == "cuda":
         for t in range(vpl):
             j = f"lane + {t * WARP}"
-            w.line(f"  if ({j} < {hv}) {{")
-            value = values.at(f"_ls_ov + _ls_l * {vsn} + ({j}) * {vsj}", "    ")
-            w.line(f"    _ls_acc[{t}] = _ls_acc[{t}] * _ls_sc + _ls_p * {value};")
-            w.line("  }")
+            values.use(f"if ({j} < {hv})", f"_ls_ov + _ls_l * {vsn} + ({j}) * {vsj}",
+                       lambda v, t=t: f"_ls_acc[{t}] = _ls_acc[{t}] * _ls_sc + _ls_p * {v};")
         w.line("}")
         # merge the warps' partial results
         w.line(f"__shared__ float _ls_smx[{WARPS}], _ls_ssum[{WARPS}], _ls_sacc[{WARPS}][{vpl * WARP}];")
@@ -244,10 +244,8 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
             w.line("}")
             w.line("__syncthreads();")
     else:
-        w.line(f"  for (int j = 0; j < {hv}; j++) {{")
-        value = values.at(f"_ls_ov + _ls_l * {vsn} + j * {vsj}", "    ")
-        w.line(f"    _ls_acc[j] = _ls_acc[j] * _ls_sc + _ls_p * {value};")
-        w.line("  }")
+        values.use(f"for (int j = 0; j < {hv}; j++)", f"_ls_ov + _ls_l * {vsn} + j * {vsj}",
+                   lambda v: f"_ls_acc[j] = _ls_acc[j] * _ls_sc + _ls_p * {v};")
         w.line("}")
         w.line(f"for (int j = 0; j < {hv}; j++) out[_ls_item * {hv} + j] = {store(op.dtype, '_ls_acc[j] / _ls_sum')};")
     body = w.pop()
@@ -299,14 +297,8 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("}")
     w.line(f"for (int c = {hk}; c < {hk8}; c++) _ls_kf[c] = 0.0f;")
     w.line(f"for (long long _ls_l = 0; _ls_l < {nn}; _ls_l++) {{")
-    w.line(f"  for (int c = 0; c < {hk}; c++) {{")
-    key = keys.at(f"_ls_ok + _ls_l * {ksn} + c * {ksk}", "    ")
-    w.line(f"    _ls_kf[c] = {key};")
-    w.line("  }")
-    w.line(f"  for (int j = 0; j < {hv}; j++) {{")
-    value = values.at(f"_ls_ov + _ls_l * {vsn} + j * {vsj}", "    ")
-    w.line(f"    _ls_vf[j] = {value};")
-    w.line("  }")
+    keys.use(f"for (int c = 0; c < {hk}; c++)", f"_ls_ok + _ls_l * {ksn} + c * {ksk}", lambda k: f"_ls_kf[c] = {k};")
+    values.use(f"for (int j = 0; j < {hv}; j++)", f"_ls_ov + _ls_l * {vsn} + j * {vsj}", lambda v: f"_ls_vf[j] = {v};")
     w.line(f"  for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
     # 8 independent partial sums (one vector register; the same order for every row and batch)
     w.line("    float _ls_part[8] = {0};")

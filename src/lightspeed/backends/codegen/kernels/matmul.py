@@ -10,8 +10,6 @@ memory order (``matmul_dot``), or, when B's rows are contiguous along n, the row
 
 from __future__ import annotations
 
-import os
-
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....symbolic import Expr, prod, sym
@@ -19,7 +17,7 @@ from .matmul_rows import LOAD8, batch_offset, matmul_rows_kernel
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes, prefetch_fits, prefetch_rows
+from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes, weight_prefetch
 
 __all__ = ["matmul_kernel", "glu_kernel", "scatter_store", "stream_order", "RENDERERS", "VECTOR_DOT"]
 
@@ -173,9 +171,8 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"if ({writer}) out[{out_index}] = {store(op.dtype, value)};")
         body = w.pop()
     prefetch = None
-    if (dialect == "cuda" and mode == "matmul_dot" and not batch and PREFETCH  # a weight product: its rows early
-            and prefetch_fits(n * k * db.itemsize)):
-        prefetch = prefetch_rows([("in1", f"{off_b} + _ls_pfj * {sbn}", kk)], w.expr(m * n), f"_ls_pfw % {nn}")
+    if mode == "matmul_dot" and not batch:  # a weight product: its rows early
+        prefetch = weight_prefetch(w, dialect, m, n, k, [("in1", db, a["b_offset"], a["b_stride_n"])])
     return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k, before_wait=prefetch)
 
 
@@ -216,10 +213,6 @@ def lane_sum8(v: str) -> str:
     """The sum of an 8-lane vector's lanes in a fixed tree (the same order wherever it is used)."""
     return f"(({v}[0] + {v}[1]) + ({v}[2] + {v}[3])) + (({v}[4] + {v}[5]) + ({v}[6] + {v}[7]))"
 
-
-# cuda: a warp-per-output product prefetches its weight rows into L2 before it waits on the
-# previous kernel (writer.prefetch_rows); LIGHTSPEED_CUDA_PREFETCH=0 renders it without (an A/B switch)
-PREFETCH = os.environ.get("LIGHTSPEED_CUDA_PREFETCH", "1") != "0"
 
 # 16-byte dot products of two rows (cuda dialect): elements per uint4, the prelude's function
 VECTOR_DOT = {"bfloat16": (8, "ls_dot8_bf16"), "float16": (8, "ls_dot8_f16"), "float32": (4, "ls_dot4_f32")}
@@ -303,10 +296,8 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(dg), False, 1), ("in2", storage_type(du), False, 2),
             ("in3", storage_type(dc1), False, 3), ("in4", storage_type(dc2), False, 4)]
-    prefetch = None
-    if dialect == "cuda" and PREFETCH and prefetch_fits(n * k * (dg.itemsize + du.itemsize)):  # rows into L2 early
-        prefetch = prefetch_rows([("in1", f"{goff} + _ls_pfj * {sgn}", kk), ("in2", f"{uoff} + _ls_pfj * {sun}", kk)],
-                                 w.expr(m * n), f"_ls_pfw % {nn}")
+    prefetch = weight_prefetch(w, dialect, m, n, k, [("in1", dg, a["g_offset"], a["g_stride_n"]),
+                                                      ("in2", du, a["u_offset"], a["u_stride_n"])])
     return finish(w, dialect, "matmul_dot", bufs, m * n, body, "matmul_glu", item_cost=2 * k, before_wait=prefetch)
 
 

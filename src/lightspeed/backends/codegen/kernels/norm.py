@@ -11,11 +11,11 @@ from __future__ import annotations
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....symbolic import Expr, const, prod, sym
-from .matmul import PREFETCH, scatter_store
+from .matmul import scatter_store
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import WARP, Point, Writer, finish, prefetch_fits, prefetch_rows
+from .writer import WARP, Point, Writer, finish, weight_prefetch
 
 __all__ = ["row_norm_kernel", "norm_product_kernel", "RENDERERS"]
 
@@ -182,10 +182,8 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     else:
         w.line(f"if ({writer}) out[_ls_item] = {store(op.dtype, 'acc0 * r')};")
     body = w.pop()
-    prefetch = None
-    if dialect == "cuda" and PREFETCH and prefetch_fits(n * k * sum(in_dtypes[q].itemsize for q in weights)):
-        prefetch = prefetch_rows([(names[q], f"{w.expr(a[o])} + _ls_pfj * {w.expr(a[st])}", kk)
-                                  for q, (st, o) in zip(weights, fields)], w.expr(m * n), f"_ls_pfw % {nn}")
+    prefetch = weight_prefetch(w, dialect, m, n, k, [(names[q], in_dtypes[q], a[o], a[st])
+                                                      for q, (st, o) in zip(weights, fields)])
     return finish(w, dialect, "matmul_dot", bufs, m * n, body, kind.lower(), item_cost=(2 + len(rows)) * k,
                   before_wait=prefetch)
 

@@ -19,17 +19,18 @@ the kernel's :class:`~.spec.LaunchShape` (:func:`launch_shape`).
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ....dtypes import DType
 from ....errors import LightspeedError
 from ....shape import ShapeTracker, contiguous_strides, unflatten_index
 from ....symbolic import INDEX_VAR, Expr, const, sym
 from .spec import KernelSpec, LaunchShape, grid_stride
 from .types import int_literal
 
-__all__ = ["Writer", "Point", "finish", "launch_shape", "loop_axes", "prefetch_rows", "prefetch_fits", "index_at",
-           "flat_of",
+__all__ = ["Writer", "Point", "finish", "launch_shape", "loop_axes", "weight_prefetch", "index_at", "flat_of",
            "index_in", "KINDS", "WARP", "THREADS", "TILE_N", "TILE_K"]
 
 WARP = 32
@@ -290,7 +291,7 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
     ``preludes``: the prelude parts the body calls beyond the dialect's own.  ``before_wait``
     (cuda): lines run before the wait on the previous kernel (programmatic dependent launch):
     they may read the table and the dims-only prologue, and must not read what a kernel writes
-    (a weight product's L2 prefetch of its rows: the predecessor still runs)."""
+    (:func:`weight_prefetch`: the predecessor still runs)."""
     n = w.expr(count)  # into the prologue
     work = w.expr(count * item_cost) if dialect == "c" else n
     nest = [(name, w.expr(e)) for name, e in axes] if axes and dialect == "c" else None
@@ -338,25 +339,28 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
 # a product prefetches its weights only when they fit a third of the L2 (50 MB on the H100, 60 on
 # the H200) with room to spare: a larger matrix's early lines would be evicted before they are read
 PREFETCH_MAX_BYTES = 16 << 20
+# LIGHTSPEED_CUDA_PREFETCH=0 renders the products without their prefetch (an A/B switch)
+PREFETCH = os.environ.get("LIGHTSPEED_CUDA_PREFETCH", "1") != "0"
 
 
-def prefetch_fits(weight_bytes: Expr) -> bool:
-    """Whether a product's weights (their size in bytes, static) are small enough to prefetch."""
-    return weight_bytes.is_const and weight_bytes.value <= PREFETCH_MAX_BYTES
-
-
-def prefetch_rows(rows: list[tuple[str, str, str]], items: str, elem: str) -> list[str]:
-    """Lines prefetching into L2, before the wait on the previous kernel, the weight rows of this
-    warp's first item of a warp-per-output product: ``rows`` are (buffer, address of the row of
-    output column ``_ls_pfj`` in elements, row length in elements); ``items`` the outputs, with
-    ``_ls_pfj`` the first item's column.  Weights are never written by a step, so their lines
-    stream in while the predecessor finishes (its tail, and this kernel's ramp, overlap)."""
+def weight_prefetch(w: Writer, dialect: str, m: Expr, n: Expr, k: Expr,
+                    weights: list[tuple[str, DType, Expr, Expr]]) -> list[str] | None:
+    """Lines (``finish``'s ``before_wait``) prefetching into L2, before the wait on the previous
+    kernel, the weight rows of this warp's first output of a warp-per-output product [m, n] over
+    k: ``weights`` are (buffer, dtype, offset, stride between rows; rows contiguous along k).
+    Weights are never written by a step, so their lines stream in while the predecessor finishes
+    (its tail and this kernel's ramp overlap).  None where nothing is prefetched: the c dialect,
+    ``LIGHTSPEED_CUDA_PREFETCH=0``, weights larger than PREFETCH_MAX_BYTES (or of symbolic size)."""
+    size = n * k * sum(d.itemsize for _, d, _, _ in weights)
+    if dialect != "cuda" or not PREFETCH or not (size.is_const and size.value <= PREFETCH_MAX_BYTES):
+        return None
+    kk = w.expr(k)
     lines = [f"const long long _ls_pfw = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / {WARP};",
-             f"if (_ls_pfw < {items}) {{",
-             f"  const long long _ls_pfj = {elem};"]
-    for buf, row, length in rows:
-        lines += [f"  {{ const char* _ls_pf = (const char*)({buf} + {row});",
-                  f"    const long long _ls_pfn = {length} * (long long)sizeof(*{buf});",
+             f"if (_ls_pfw < {w.expr(m * n)}) {{",
+             f"  const long long _ls_pfj = _ls_pfw % {w.expr(n)};"]
+    for buf, _, offset, stride in weights:
+        lines += [f"  {{ const char* _ls_pf = (const char*)({buf} + {w.expr(offset)} + _ls_pfj * {w.expr(stride)});",
+                  f"    const long long _ls_pfn = {kk} * (long long)sizeof(*{buf});",
                   f"    for (long long _ls_o = (threadIdx.x & {WARP - 1}) * 128; _ls_o < _ls_pfn;"
                   f" _ls_o += {WARP * 128})",
                   "      asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(_ls_pf + _ls_o)); }"]
