@@ -314,3 +314,63 @@ def test_repeated_calls_reuse_addresses_only_of_the_same_arrays():
     cache.flags.writeable = False
     with pytest.raises(ls.InputError, match="written in place"):
         prog(c=cache, r=rows, dims={"p": 3})
+
+
+def _fma_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b as one float32 fused multiply-add per term, in k order from 0 (a float32 product is
+    exact in float64, and the sum is rounded once to float32 after it)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    acc = np.zeros(a.shape[:-1] + (b.shape[-1],), np.float32)
+    for l in range(a.shape[-1]):
+        acc = (a64[..., :, l:l + 1] * b64[..., l:l + 1, :] + acc).astype(np.float32)
+    return acc
+
+
+@pytest.mark.parametrize("layout", ["rows", "rows-a-transposed", "packed", "packed-a-transposed"])
+@pytest.mark.parametrize("m,n,k,batch", [(37, 93, 33, ()), (8, 64, 64, (3,)), (33, 130, 17, (2,)), (64, 256, 100, ())])
+def test_float32_products_run_register_tiles_with_the_scalar_loops_sums(layout, m, n, k, batch):
+    """float32 products whose B rows are contiguous along n run 4 rows x 64 columns in vector
+    registers (``ls_mm_tile``); those whose B is contiguous along k (``dY @ W.T``, ``q @ k.T``)
+    with fixed rows first copy 64 columns of B into a panel.  Both give each output the
+    scalar loop's sum (one fma per term, in k order) bit for bit, whatever the tails of m and n."""
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.search import candidates
+    from tests.backends.harness import saturate
+
+    g = ls.Graph()
+    a_t, packed = layout.endswith("a-transposed"), layout.startswith("packed")
+    a = g.input("a", (*batch, k, m) if a_t else (*batch, m, k))
+    b = g.input("b", (*batch, n, k) if packed else (*batch, k, n))
+    g.output("y", (a.transpose(-1, -2) if a_t else a) @ (b.transpose(-1, -2) if packed else b))
+    _, enc, index, ser = saturate(NATIVE, g)
+    greedy = dict(candidates(index, ls.SearchOptions(budget=3, seed=0)))["greedy"]
+    prog = NATIVE.lower(g, decode_program(greedy, ser, enc.constants, NATIVE.declarations()))
+    sources = "\n".join(spec.source for spec in prog.kernels)
+    assert "ls_mm_tile(4" in sources and ("_ls_pk[" in sources) == packed
+    rng = np.random.default_rng(m + n + k)
+    xa = rng.standard_normal((*batch, k, m) if a_t else (*batch, m, k)).astype(np.float32)
+    xb = rng.standard_normal((*batch, n, k) if packed else (*batch, k, n)).astype(np.float32)
+    want = _fma_chain(np.swapaxes(xa, -1, -2) if a_t else xa, np.swapaxes(xb, -1, -2) if packed else xb)
+    np.testing.assert_array_equal(prog(a=xa, b=xb)["y"], want)
+
+
+def test_a_row_tile_gives_each_row_the_same_sums_whatever_the_row_count():
+    """Batch invariance of the tiled row kernel: with a symbolic row count, a row's outputs are
+    the same bit for bit whether it runs alone, in a full tile of 4 or in a tail."""
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 96)), g.input("w", (96, 80))
+    g.output("y", x @ w)
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.search import candidates
+    from tests.backends.harness import saturate
+
+    _, enc, index, ser = saturate(NATIVE, g)
+    greedy = dict(candidates(index, ls.SearchOptions(budget=3, seed=0)))["greedy"]
+    prog = NATIVE.lower(g, decode_program(greedy, ser, enc.constants, NATIVE.declarations()))
+    assert "ls_mm_tile(4" in "\n".join(spec.source for spec in prog.kernels)
+    rng = np.random.default_rng(5)
+    xs, ws = rng.standard_normal((11, 96)).astype(np.float32), rng.standard_normal((96, 80)).astype(np.float32)
+    full = prog(x=xs, w=ws)["y"]
+    for s in (1, 3, 4, 5, 9):
+        np.testing.assert_array_equal(prog(x=xs[:s], w=ws)["y"], full[:s], err_msg=f"s={s}")
+    np.testing.assert_array_equal(full, _fma_chain(xs, ws))

@@ -31,7 +31,9 @@ def _keep(g: GraphTensor, axis: int, shape) -> GraphTensor:
 def _max(node, ops, out, g):
     (x,), axis = ops, node.arg
     m = _keep(out, axis, x.shape)
-    hit = cast(eq(x, m), x.dtype)  # ties share the gradient evenly (as torch.amax)
+    # the elements equal to their max, which none exceeds: not below it (a NaN max, from a NaN
+    # element, gives every element a share); ties share the gradient evenly (as torch.amax)
+    hit = cast(logical_not(x < m), x.dtype)
     count = hit.sum(axis, keepdim=True).expand(*x.shape)
     return [_keep(g, axis, x.shape) * hit * reciprocal(count)]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....symbolic import Expr, prod, sym
-from .matmul_rows import LOAD8, batch_offset, matmul_rows_kernel
+from .matmul_rows import LOAD8, batch_offset, matmul_rows_kernel, packable
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
@@ -37,6 +37,8 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     dot = (a["a_stride_k"] == 1 and a["b_stride_k"] == 1)
     if dialect == "c" and not dot and a["b_stride_n"] == 1 and not scatter:
         return matmul_rows_kernel(op, in_dtypes)  # the c dialect's row items (matmul_rows.py)
+    if dialect == "c" and not scatter and packable(op, in_dtypes):
+        return matmul_rows_kernel(op, in_dtypes, packed=True)  # B copied into a panel per item
     mode = "matmul_dot" if dot else "matmul_tile"
     if dialect == "c":
         mode = "matmul_dot"

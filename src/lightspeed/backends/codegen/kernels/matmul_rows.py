@@ -13,7 +13,7 @@ from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import Point, Writer, finish, flat_of, loop_axes
 
-__all__ = ["matmul_rows_kernel", "batch_offset", "LOAD8", "ROW_CHUNK", "SPLIT_K_CHUNKS", "SPLIT_K_OUT",
+__all__ = ["matmul_rows_kernel", "packable", "batch_offset", "LOAD8", "ROW_CHUNK", "SPLIT_K_CHUNKS", "SPLIT_K_OUT",
            "SPLIT_K_MIN_K"]
 
 
@@ -29,6 +29,7 @@ LOAD8 = {"float32": "ls_ld8", "bfloat16": "ls_ld8_bf16", "float16": "ls_ld8_f16"
 
 
 ROW_CHUNK = 64  # outputs of one row a c-dialect row item accumulates at once
+TILE_ROWS = 4  # rows of A a float32 row item takes (prelude/c.h: LS_MR)
 
 # Each output's sum over k is written as explicit fused multiply-adds, in k order: left to the
 # compiler, ``acc += a * b`` was contracted to an fma in the scalar loop but not in the loop it
@@ -37,15 +38,35 @@ ROW_CHUNK = 64  # outputs of one row a c-dialect row item accumulates at once
 FMA = {"float": "__builtin_fmaf", "double": "__builtin_fma"}
 
 
-def matmul_rows_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+def packable(op: LOp, in_dtypes: list[DType]) -> bool:
+    """Whether a c-dialect product whose B is not contiguous along n (``dY @ W.T``, ``q @ k.T``) can
+    run as a packed row matmul: float32 operands, at least :data:`PACK_MIN_ROWS` rows of A and at
+    most :data:`PACK_MAX_K` terms, both fixed when the kernel is compiled (a decode step's
+    symbolic rows keep the dot kernel, which streams B once without a copy)."""
+    a = op.args
+    m, k = a["m"], a["k"]
+    return (in_dtypes[0].name == in_dtypes[1].name == "float32" and op.dtype.name != "float64"
+            and not m.free_vars() and not k.free_vars() and m.value >= PACK_MIN_ROWS and 0 < k.value <= PACK_MAX_K)
+
+
+PACK_ROWS = 32  # rows of A a packed item runs over one packed panel of B
+PACK_MIN_ROWS = 8
+PACK_MAX_K = 512  # the panel (k x 64 floats, 128 KiB at most) lives on the item's stack
+
+
+def matmul_rows_kernel(op: LOp, in_dtypes: list[DType], packed: bool = False) -> KernelSpec:
     """``Matmul`` in the c dialect when B's rows are contiguous along n (``x @ W`` with W row-major,
-    attention weights @ V): an item is up to 64 outputs of one row, accumulated over k as a vector
-    (``acc[q] += a[l] * B[l, j0 + q]``, which the compiler vectorises); each output's sum runs over
-    k in order, like the scalar loop."""
+    attention weights @ V): an item is up to 64 outputs of up to TILE_ROWS rows, accumulated over
+    k in vector registers (float32: ``ls_mm_tile``; else ``acc[q] += a[l] * B[l, j0 + q]``, which
+    the compiler vectorises); each output's sum runs over k in order, like the scalar loop.
+    ``packed`` (:func:`packable`: B contiguous along k or strided): an item first copies its 64
+    columns of B into a k x 64 panel on its stack (zeros past n), then runs the same tiles over
+    PACK_ROWS rows of A reading the panel."""
     a = op.args
     w = Writer("c")
     da, db = in_dtypes[0], in_dtypes[1]
     ct = "double" if op.dtype.name == "float64" else "float"
+    tiled = packed or (da.name == db.name == "float32" and ct == "float")
     batch = list(a["batch"])
     m, n, k = a["m"], a["n"], a["k"]
     w.index_vars |= {"_ls_item"}
@@ -53,50 +74,107 @@ def matmul_rows_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.push()
     axes, bcoords = loop_axes(batch, "_ls_b")
     nchunks = (n + (ROW_CHUNK - 1)) // ROW_CHUNK
-    axes += [("_ls_mi", m), ("_ls_jc", nchunks)]  # a loop nest: coordinates without divisions
-    w.index_vars |= {name for name, _ in axes} | {"_ls_nj0", "_ls_nq"}
+    # a loop nest: coordinates without divisions; a tiled item is TILE_ROWS rows of A
+    if packed:
+        rows_axis = ("_ls_mp", (m + (PACK_ROWS - 1)) // PACK_ROWS)
+    else:
+        rows_axis = ("_ls_mb", (m + (TILE_ROWS - 1)) // TILE_ROWS) if tiled else ("_ls_mi", m)
+    axes += [rows_axis, ("_ls_jc", nchunks)]
+    w.index_vars |= {name for name, _ in axes} | {"_ls_nj0", "_ls_nq", "_ls_mi", "_ls_r", "_ls_rows", "_ls_mb"}
     w.line(f"const long long _ls_nj0 = _ls_jc * {ROW_CHUNK};")
     w.line(f"const long long oa = {w.expr(batch_offset(a['a_offset'], bcoords, a['a_batch_strides']))}, "
            f"ob = {w.expr(batch_offset(a['b_offset'], bcoords, a['b_batch_strides']))};")
-    orow = w.expr(flat_of([*bcoords, sym("_ls_mi")], (*batch, m)) * n)
     sam, sak, sbk = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k"))
     if not n.free_vars() and (n.value % ROW_CHUNK == 0 or n.value < ROW_CHUNK):
         # a compile-time width: the accumulators stay in vector registers
         w.line(f"const long long jn = {min(int(n.value), ROW_CHUNK)};")
     else:
         w.line(f"const long long jn = {nn} - _ls_nj0 < {ROW_CHUNK} ? {nn} - _ls_nj0 : {ROW_CHUNK};")
-    w.line(f"{ct} acc[{ROW_CHUNK}];")
-    w.line(f"for (int _ls_nq = 0; _ls_nq < {ROW_CHUNK}; _ls_nq++) acc[_ls_nq] = 0;")
-    w.line(f"for (long long l = 0; l < {kk}; l++) {{")
-    w.line(f"  const {ct} av = ({ct}){load(da, f'in0[oa + _ls_mi * {sam} + l * {sak}]')};")
-    w.line(f"  const {storage_type(db)}* rb = in1 + ob + l * {sbk} + _ls_nj0;")
-    w.line(f"  for (long long _ls_nq = 0; _ls_nq < jn; _ls_nq++) "
-           f"acc[_ls_nq] = {FMA[ct]}(av, ({ct}){load(db, 'rb[_ls_nq]')}, acc[_ls_nq]);")
-    w.line("}")
+
+    def scalar_row(acc: str, first_row: str) -> None:  # one row's outputs, a scalar fma chain each
+        w.line(f"for (int _ls_nq = 0; _ls_nq < {ROW_CHUNK}; _ls_nq++) {acc}[_ls_nq] = 0;")
+        w.line(f"for (long long l = 0; l < {kk}; l++) {{")
+        w.line(f"  const {ct} av = ({ct}){load(da, f'in0[oa + ({first_row}) * {sam} + l * {sak}]')};")
+        w.line(f"  const {storage_type(db)}* rb = in1 + ob + l * {sbk} + _ls_nj0;")
+        w.line(f"  for (long long _ls_nq = 0; _ls_nq < jn; _ls_nq++) "
+               f"{acc}[_ls_nq] = {FMA[ct]}(av, ({ct}){load(db, 'rb[_ls_nq]')}, {acc}[_ls_nq]);")
+        w.line("}")
+
+    if tiled:
+        # TILE_ROWS rows x 64 columns in vector registers (prelude/c.h, ls_mm_tile); the same fma
+        # chain per output as the scalar loop, so a row's result does not depend on its neighbours
+        mm = w.expr(m)
+        panel, panel_k, full = "rb0", sbk, f"jn == {ROW_CHUNK}"
+        if packed:
+            sbn = w.expr(a["b_stride_n"])
+            w.line(f"float _ls_pk[{int(k.value)}][{ROW_CHUNK}] __attribute__((aligned(64)));")
+            # a transpose in blocks of 16 terms: the lines written stay in L1 while each column's
+            # 16 terms (one line of B when it is contiguous along k) are read
+            w.line(f"for (long long _ls_l0 = 0; _ls_l0 < {kk}; _ls_l0 += 16) {{")
+            w.line(f"  const long long _ls_l1 = _ls_l0 + 16 < {kk} ? _ls_l0 + 16 : {kk};")
+            w.line(f"  for (int _ls_q = 0; _ls_q < {ROW_CHUNK}; _ls_q++) {{")
+            w.line(f"    const float* bq = in1 + ob + (_ls_nj0 + _ls_q) * {sbn};")
+            w.line(f"    if (_ls_q < jn) for (long long l = _ls_l0; l < _ls_l1; l++) _ls_pk[l][_ls_q] = bq[l * {sbk}];")
+            w.line("    else for (long long l = _ls_l0; l < _ls_l1; l++) _ls_pk[l][_ls_q] = 0.0f;")
+            w.line("  }")
+            w.line("}")
+            per = PACK_ROWS // TILE_ROWS
+            w.line(f"for (long long _ls_mb = _ls_mp * {per}; _ls_mb < _ls_mp * {per} + {per} && "
+                   f"_ls_mb * {TILE_ROWS} < {mm}; _ls_mb++) {{")
+            w.push()
+            panel, panel_k, full = "&_ls_pk[0][0]", str(ROW_CHUNK), "1"  # zeros past n
+        w.line(f"const long long _ls_mi0 = _ls_mb * {TILE_ROWS};")
+        w.line(f"const long long _ls_rows = {mm} - _ls_mi0 < {TILE_ROWS} ? {mm} - _ls_mi0 : {TILE_ROWS};")
+        w.line(f"float acc[{TILE_ROWS}][{ROW_CHUNK}];")
+        w.line(f"const float* ra = in0 + oa + _ls_mi0 * {sam}; const float* rb0 = in1 + ob + _ls_nj0;")
+        w.line(f"if ({full} && _ls_rows == {TILE_ROWS}) "
+               f"ls_mm_tile({TILE_ROWS}, {kk}, ra, {sam}, {sak}, {panel}, {panel_k}, acc);")
+        w.line("else for (int _ls_r = 0; _ls_r < _ls_rows; _ls_r++) {")
+        w.line(f"  if ({full}) {{ ls_mm_tile(1, {kk}, ra + _ls_r * {sam}, {sam}, {sak}, {panel}, {panel_k}, "
+               "acc + _ls_r); continue; }")
+        w.push()
+        scalar_row("acc[_ls_r]", "_ls_mi0 + _ls_r")
+        w.scope.parent.lines.extend("  " + ln for ln in w.pop())
+        w.line("}")
+        w.line("for (int _ls_r = 0; _ls_r < _ls_rows; _ls_r++) {")
+        w.push()  # the row's own index expressions
+        w.line("const long long _ls_mi = _ls_mi0 + _ls_r;")
+        value = "acc[_ls_r][_ls_nq]"
+    else:
+        w.line(f"{ct} acc[{ROW_CHUNK}];")
+        scalar_row("acc", "_ls_mi")
+        value = "acc[_ls_nq]"
+    orow = w.expr(flat_of([*bcoords, sym("_ls_mi")], (*batch, m)) * n)
     w.line("for (long long _ls_nq = 0; _ls_nq < jn; _ls_nq++) {")
     w.index_vars.add("_ls_oz")
     w.line(f"  const long long _ls_oz = {orow} + _ls_nj0 + _ls_nq;")
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(db), False, 1)]
-    value = "acc[_ls_nq]"
     if "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
         region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
         w.push()
         r = region.leaf(0, Point("_ls_oz", sym("_ls_oz"), (*batch, m, n),
                                  (*bcoords, sym("_ls_mi"), sym("_ls_nj0") + sym("_ls_nq"))))
         w.scope.parent.lines.extend("  " + ln for ln in w.pop())
-        value = f"({ct})(acc[_ls_nq] + ({ct}){r})"
+        value = f"({ct})({value} + ({ct}){r})"
         bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
     w.line(f"  out[_ls_oz] = {store(op.dtype, value)};")
     w.line("}")
+    if tiled:
+        w.scope.parent.lines.extend("  " + ln for ln in w.pop())
+        w.line("}")
+    if packed:
+        w.scope.parent.lines.extend("  " + ln for ln in w.pop())
+        w.line("}")
     body = w.pop()
     # no split-k over a symbolic batch dim: such a batch holds independent problems (the
     # sequences of a paged step), and a split chosen by the total output size would make each
     # one's sums depend on how many others share the call
     static_batch = not any(d.free_vars() for d in batch)
-    early = split_k_rows(w, op, in_dtypes, ct) if ct == "float" and static_batch else None
-    return finish(w, "c", "matmul_rows", bufs, prod(batch) * m * nchunks, body, "matmul", axes, k * ROW_CHUNK,
-                   early=early)
+    early = split_k_rows(w, op, in_dtypes, ct) if ct == "float" and static_batch and not packed else None
+    rows = PACK_ROWS if packed else TILE_ROWS if tiled else 1
+    count = prod(batch) * ((m + (rows - 1)) // rows) * nchunks
+    return finish(w, "c", "matmul_rows", bufs, count, body, "matmul", axes, k * ROW_CHUNK * rows, early=early)
 
 
 SPLIT_K_CHUNKS = 8  # a fixed count: the partial sums, and so the result, do not depend on the threads
