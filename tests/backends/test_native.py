@@ -374,3 +374,34 @@ def test_a_row_tile_gives_each_row_the_same_sums_whatever_the_row_count():
     for s in (1, 3, 4, 5, 9):
         np.testing.assert_array_equal(prog(x=xs[:s], w=ws)["y"], full[:s], err_msg=f"s={s}")
     np.testing.assert_array_equal(full, _fma_chain(xs, ws))
+
+
+def test_sums_over_rows_put_the_columns_side_by_side():
+    """A reduction whose data are contiguous along an output axis but not along the reduced ones
+    (a bias's gradient: a sum over rows per column; a norm weight's: a product summed over rows,
+    also when the reduced axis is last in a permuted view; two nested sums) runs with the loops
+    exchanged (items of 32 columns, ``_ls_cq``): numpy's values, NaN winning a max, every
+    column count (tails), a symbolic row count."""
+    g = ls.Graph()
+    x, y = g.input("x", ("n", 32, 70)), g.input("y", ("n", 32, 70))
+    g.output("bias", x.sum((0, 1)))
+    g.output("weight", (x.permute(2, 0, 1) * y.permute(2, 0, 1)).reshape(70, -1).sum(-1))
+    g.output("max", x.amax(1))
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.search import candidates
+    from tests.backends.harness import saturate
+
+    _, enc, index, ser = saturate(NATIVE, g)
+    greedy = dict(candidates(index, ls.SearchOptions(budget=3, seed=0)))["greedy"]
+    prog = NATIVE.lower(g, decode_program(greedy, ser, enc.constants, NATIVE.declarations()))
+    assert sum("_ls_cq" in spec.source for spec in prog.kernels) >= 3
+    rng = np.random.default_rng(3)
+    for n in (1, 3):
+        xs, ys = rng.standard_normal((2, n, 32, 70)).astype(np.float32)
+        xs[0, 5, 9] = np.nan
+        out = prog(x=xs, y=ys)
+        x64, y64 = xs.astype(np.float64), ys.astype(np.float64)
+        np.testing.assert_allclose(out["bias"], x64.sum((0, 1)), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out["weight"], (x64 * y64).sum((0, 1)), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(out["max"], xs.max(1))
+        assert np.isnan(out["max"][0, 9]) and np.isnan(out["bias"][9])

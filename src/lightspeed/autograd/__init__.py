@@ -168,6 +168,13 @@ def _untranspose_view(d: GraphTensor, v: View, space: tuple) -> GraphTensor:
     order = _permutation_of(view, space)
     if order is not None:  # every element read once, in some order: the inverse is a view too
         return d.reshape(*view.shape).permute(*order).reshape(*space)
+    box = _box_in_permutation(view, space)
+    if box is not None:  # a box of a permuted layout (a slice, a split's part): padded back into it
+        order, pads = box
+        kept = [k for k, size in enumerate(view.shape) if not (size.is_const and size.value == 1)]
+        src = d.reshape(*[view.shape[k] for k in kept]) if len(kept) != d.ndim or d.ndim != len(view.shape) else d
+        padded = src.with_view(src.st.pad(pads))
+        return padded.permute(*order).reshape(*space)
     split = _overlapping_axis(view)
     if split is not None:  # windows that overlap (unfold): one injective view per window offset, summed
         out = None
@@ -226,6 +233,43 @@ def _permutation_of(v: View, space: tuple) -> list[int] | None:
         expect *= n
     total = prod(space)
     return order if total.is_const and total.value == expect else None
+
+
+def _box_in_permutation(v: View, space: tuple) -> tuple[list[int], list[tuple[int, int]]] | None:
+    """When view ``v`` reads a box of ``space`` laid out as some permutation of a reshape (each
+    element at most once: ``qkv[0]`` of a permuted [3, heads, ...] split, ``x[:, 64:128]``),
+    the axis order and the padding that put the box back: (order of v's axes of size > 1 from
+    the largest stride down, (before, after) per such axis), else None.  Each axis of size > 1
+    spans ``full`` elements of its stride (the next larger stride over its own; the last one
+    ``space`` over its stride), the box starting at the offset's coordinate on it."""
+    if v.mask is not None or not v.offset.is_const or not all(s.is_const for s in v.strides):
+        return None
+    n = prod(space)
+    if not n.is_const or not all(d.is_const for d in v.shape):
+        return None
+    axes = sorted((v.strides[k].value, v.shape[k].value, k) for k in range(len(v.shape)) if v.shape[k].value != 1)
+    if not axes or axes[0][0] != 1:
+        return None
+    fulls = []
+    for j, (stride, size, _) in enumerate(axes):
+        span = axes[j + 1][0] if j + 1 < len(axes) else n.value
+        if span % stride or span // stride < size:
+            return None
+        fulls.append(span // stride)
+    rem, starts = v.offset.value, [0] * len(axes)
+    for j in range(len(axes) - 1, -1, -1):
+        starts[j], rem = divmod(rem, axes[j][0])
+        if starts[j] + axes[j][1] > fulls[j]:
+            return None
+    if rem or all(f == size for f, (_, size, _) in zip(fulls, axes)):
+        return None  # (every element read once: a permutation, handled before)
+    kept = [k for k in range(len(v.shape)) if v.shape[k].value != 1]
+    pos = {k: kept.index(k) for k in kept}
+    pads = [(0, 0)] * len(kept)
+    for (_, size, k), f, st in zip(axes, fulls, starts):
+        pads[pos[k]] = (st, f - size - st)
+    order = [pos[k] for _, _, k in reversed(axes)]
+    return order, pads
 
 
 def _drop(items, k: int) -> tuple:

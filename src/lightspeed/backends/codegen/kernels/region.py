@@ -331,6 +331,9 @@ def region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dty
     """A kernel computing ``tree`` at every element of ``shape`` into a row-major ``out``; leaf k
     reads the op's operand ``operands[k]`` (default k); ``block_data``: gathered leaves held as
     packed blocks (see :func:`.block_matmul.render_block_gather`)."""
+    plan = _column_plan(tree, tuple(shape), views, leaf_dtypes) if dialect == "c" else None
+    if plan is not None:
+        return column_kernel(tree, plan, views, leaf_dtypes, out_dtype, tuple(shape), label, operands)
     w = Writer(dialect)
     cooperative = has_top_reduction(tree)
     mode = "warp" if cooperative and dialect == "cuda" else "elementwise"
@@ -359,6 +362,102 @@ def region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dty
                                                                for k, d in enumerate(leaf_dtypes)]
     return finish(w, dialect, mode, bufs, prod(shape), body, label, axes,
                   preludes=("ggml_blocks",) if block_data else ())
+
+
+COLUMNS = 32  # consecutive outputs a column-reduction item accumulates side by side
+_VEC = "_ls_vq"  # the vector coordinate while a column reduction is planned
+
+
+def _column_plan(tree: tuple, shape: tuple, views: list[ShapeTracker], leaf_dtypes: list[DType]):
+    """For a c-dialect region that is a float reduction (or reductions of one kind nested, such
+    as a sum over two axes) whose data are contiguous along an output axis but not along the
+    reduced ones (a bias's or a norm weight's gradient: sums over rows per column): (the output
+    axis to put side by side, the nested (axis, space) levels, the innermost child), else None.
+    Such items would walk their data at a stride, one load per cache line."""
+    if tree[0] not in ("SumReduce", "MaxReduce") or not shape or not any(
+            not (n.is_const and n.value == 1) for n in shape):
+        return None
+    tag = tree[0]
+    vo = max(k for k, n in enumerate(shape) if not (n.is_const and n.value == 1))
+    if shape[vo].is_const and shape[vo].value < 8:
+        return None
+    coords: list[Expr] = [sym(_VEC) if k == vo else sym(f"_ls_o{k}") for k in range(len(shape))]
+    pt_shape, levels, node = tuple(shape), [], tree
+    while node[0] == tag:
+        _, axis, space, child = node
+        sshape = tuple(space.shape)
+        pt = Point("_ls_plan", const(0), pt_shape, tuple(coords))
+        nxt = reduced_coords(pt, sshape, axis, f"_ls_red{len(levels)}")
+        if nxt is None:
+            return None
+        levels.append((axis, sshape))
+        coords, pt_shape, node = nxt, sshape, child
+    if not node_dtype(node, leaf_dtypes).is_float:
+        return None
+    vpos = [k for k, c in enumerate(coords) if c == sym(_VEC)]
+    inner = [k for k, c in enumerate(coords) if c == sym(f"_ls_red{len(levels) - 1}")]
+    if len(vpos) != 1 or len(inner) != 1:
+        return None
+    leaves = [st.views[-1] for st in views if len(st.views) == 1 and tuple(st.shape) == pt_shape]
+    if not any(v.strides[vpos[0]] == 1 for v in leaves) or any(v.strides[inner[0]] == 1 for v in leaves):
+        return None
+    return vo, levels, node
+
+
+def column_kernel(tree: tuple, plan, views: list[ShapeTracker], leaf_dtypes: list[DType], out_dtype: DType,
+                  shape: tuple, label: str, operands: list[int] | None) -> KernelSpec:
+    """A reduction whose data run along an output axis (:func:`_column_plan`) with the loops
+    exchanged: an item is COLUMNS consecutive outputs along that axis, the reductions run
+    outermost and the outputs side by side inside them (contiguous loads the compiler
+    vectorises), each output's value one chain over the reduced elements in order."""
+    vo, levels, child = plan
+    tag = tree[0]
+    w = Writer("c")
+    w.index_vars.add("_ls_item")
+    w.push()
+    region = Region(w, views, leaf_dtypes, False)
+    d = node_dtype(child, leaf_dtypes)
+    ct = compute_type(d)
+    width = shape[vo]
+    axes, coords = loop_axes(tuple(1 if k == vo else n for k, n in enumerate(shape)), "_ls_c")
+    chunks = (width + (COLUMNS - 1)) // COLUMNS
+    axes.append(("_ls_cq", chunks))
+    w.index_vars |= {name for name, _ in axes} | {"_ls_q0", "_ls_qq", "_ls_qn"}
+    ww = w.expr(width)
+    w.line(f"const long long _ls_q0 = _ls_cq * {COLUMNS};")
+    w.line(f"const long long _ls_qn = {ww} - _ls_q0 < {COLUMNS} ? {ww} - _ls_q0 : {COLUMNS};")
+    init = "(" + ct + ")0" if tag == "SumReduce" else min_value(d)
+    w.line(f"{ct} acc[{COLUMNS}]; for (int _ls_qq = 0; _ls_qq < {COLUMNS}; _ls_qq++) acc[_ls_qq] = {init};")
+    out_coords = [sym("_ls_q0") + sym("_ls_qq") if k == vo else c for k, c in enumerate(coords)]
+    pt = Point("_ls_oz", flat_of(out_coords, shape), tuple(shape), tuple(out_coords))
+    depth = 0
+    for axis, sshape in levels:  # the reduced coordinates, outermost level first
+        r = w.tmp("_ls_r")
+        w.index_vars.add(r)
+        w.line(f"{'  ' * depth}for (long long {r} = 0; {r} < {w.expr(sshape[axis])}; {r}++) {{")
+        nxt = reduced_coords(pt, sshape, axis, r)
+        pt = Point(w.tmp("_ls_zc"), flat_of(nxt, sshape), sshape, tuple(nxt))
+        depth += 1
+    w.line(f"{'  ' * depth}for (long long _ls_qq = 0; _ls_qq < _ls_qn; _ls_qq++) {{")
+    w.push()
+    v = region.value(child, pt)
+    w.line(f"acc[_ls_qq] = {combine(tag, d, 'acc[_ls_qq]', v)};")
+    w.scope.parent.lines.extend("  " * (depth + 1) + ln for ln in w.pop())
+    for k in range(depth, -1, -1):
+        w.line(f"{'  ' * k}}}")
+    w.line("for (long long _ls_qq = 0; _ls_qq < _ls_qn; _ls_qq++) {")
+    w.push()
+    oz = w.expr(flat_of(out_coords, shape))
+    w.line(f"out[{oz}] = {store(out_dtype, 'acc[_ls_qq]')};")
+    w.scope.parent.lines.extend("  " + ln for ln in w.pop())
+    w.line("}")
+    body = w.pop()
+    operands = operands if operands is not None else list(range(len(leaf_dtypes)))
+    bufs = [("out", storage_type(out_dtype), True, "out")] + [(f"in{k}", storage_type(dd), False, operands[k])
+                                                               for k, dd in enumerate(leaf_dtypes)]
+    reduced = prod([sshape[axis] for axis, sshape in levels])
+    return finish(w, "c", "elementwise", bufs, prod(shape) // width * chunks, body, label, axes,
+                  item_cost=reduced * COLUMNS)
 
 
 # ---------------------------------------------------------------------------- per op
