@@ -204,3 +204,38 @@ def test_a_paged_step_reads_keys_through_the_page_tables(backend):
     for k in want:
         w, g = np.asarray(want[k]), to_numpy(got[k])
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(w).max()), err_msg=k)
+
+
+@needs_native
+def test_keys_gathered_through_an_index_buffer_are_copied_as_runs():
+    """Keys and values gathered through a materialised index (a rolled paged step's: one index per
+    element, shared by the layers) are read a position's row at a time when its indexes are one
+    run inside the pool (checked, then vector loads), element by element otherwise (a scrambled
+    row here): the reference's values either way."""
+    s, n_kv, g, d, L, slots = 3, 2, 2, 16, 40, 128
+    graph = ls.Graph()
+    q = graph.input("q", (s, n_kv, g, d))
+    pool_k, pool_v = graph.input("pk", (slots, n_kv * d)), graph.input("pv", (slots, n_kv * d))
+    index = graph.input("index", (s, L, n_kv * d), ls.int64)
+    mask = graph.input("mask", (s, L))
+
+    def rows(pool):
+        return hl.gather(pool.reshape(-1), 0, index.reshape(-1)).reshape(s, L, n_kv, d)
+
+    graph.output("y", softmax_attention(q, rows(pool_k).permute(0, 2, 3, 1), rows(pool_v).permute(0, 2, 1, 3), mask))
+    progs = [lp for lp in _programs_with(NATIVE, graph)
+             if all(o.args["k_body"][0] == "gather" for o in lp.ops if o.op == "Attention")]
+    assert progs, "no candidate gathers the keys in the kernel"
+    prog = NATIVE.lower(graph, progs[-1])
+    assert any("_ls_one" in spec.source for spec in prog.kernels)
+    rng = np.random.default_rng(4)
+    table = rng.permutation(slots)[:s * L].reshape(s, L)
+    idx = table[:, :, None] * (n_kv * d) + np.arange(n_kv * d)
+    idx[2, 7] = rng.permutation(idx[2, 7])  # not a run: read element by element
+    inputs = {"q": rng.standard_normal((s, n_kv, g, d)).astype(np.float32),
+              "pk": rng.standard_normal((slots, n_kv * d)).astype(np.float32),
+              "pv": rng.standard_normal((slots, n_kv * d)).astype(np.float32),
+              "index": idx.astype(np.int64),
+              "mask": np.where(rng.random((s, L)) < 0.2, -1e30, 0.0).astype(np.float32)}
+    want = graph.compile(backend="reference")(inputs)["y"]
+    np.testing.assert_allclose(prog(inputs)["y"], want, rtol=1e-5, atol=1e-5)

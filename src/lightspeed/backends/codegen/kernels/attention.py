@@ -85,6 +85,39 @@ class Operand:
         self.dtype = in_dtypes[leaf] if leaf is not None else node_dtype(body, in_dtypes)
         w.index_vars.add(var)
 
+    def fill(self, dest: str, count: int, base: str, unit: bool) -> None:
+        """``dest[c] = `` the element at flat index ``base + c`` (``unit``: consecutive elements;
+        else ``use`` is called by the caller) for c < ``count``, as floats (c dialect).  A body that
+        gathers a contiguous buffer through a contiguous index buffer (a paged step's keys: each
+        position's row through its page table) first checks that the ``count`` indexes are one run
+        inside the data, then copies the run (vector loads); otherwise element by element."""
+        w, body = self.w, self.body
+        run = None
+        if unit and body[0] == "gather" and body[1][0] == "leaf":
+            ix, data = body[1][1], body[2]
+            views = self.region.views
+            if views[ix].is_contiguous and views[data].is_contiguous and not self.region.leaf_dtypes[ix].is_float:
+                run = ix, data
+        if run is None:
+            self.use(f"for (int c = 0; c < {count}; c++)", f"{base} + c", lambda v: f"{dest}[c] = {v};")
+            return
+        ix, data = run
+        size = w.expr(prod(self.region.views[data].shape))
+        names, dd = self.region.names, self.region.leaf_dtypes[data]
+        w.line("  {")
+        w.line(f"    const {storage_type(self.region.leaf_dtypes[ix])}* _ls_ix = {names[ix]} + ({base});")
+        w.line("    const long long _ls_r0 = (long long)_ls_ix[0];")
+        w.line(f"    int _ls_one = _ls_r0 >= 0 && _ls_r0 <= {size} - {count};")
+        w.line(f"    for (int c = 0; c < {count}; c++) _ls_one &= (long long)_ls_ix[c] == _ls_r0 + c;")
+        w.line("    if (_ls_one) {")
+        w.line(f"      for (int c = 0; c < {count}; c++) {dest}[c] = (float){load(dd, f'{names[data]}[_ls_r0 + c]')};")
+        w.line("    } else {")
+        w.push()
+        self.use(f"for (int c = 0; c < {count}; c++)", f"{base} + c", lambda v: f"{dest}[c] = {v};")
+        w.scope.parent.lines.extend("    " + ln for ln in w.pop())
+        w.line("    }")
+        w.line("  }")
+
     def use(self, head: str, flat: str, statement: Callable[[str], str]) -> None:
         """``head {`` (a loop or a guard, inside the key loop), the element at flat index ``flat``
         as a float, ``statement`` of it, ``}``."""
@@ -297,8 +330,16 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("}")
     w.line(f"for (int c = {hk}; c < {hk8}; c++) _ls_kf[c] = 0.0f;")
     w.line(f"for (long long _ls_l = 0; _ls_l < {nn}; _ls_l++) {{")
-    keys.use(f"for (int c = 0; c < {hk}; c++)", f"_ls_ok + _ls_l * {ksn} + c * {ksk}", lambda k: f"_ls_kf[c] = {k};")
-    values.use(f"for (int j = 0; j < {hv}; j++)", f"_ls_ov + _ls_l * {vsn} + j * {vsj}", lambda v: f"_ls_vf[j] = {v};")
+    if a["k_stride_k"] == 1:
+        keys.fill("_ls_kf", hk, f"_ls_ok + _ls_l * {ksn}", True)
+    else:
+        keys.use(f"for (int c = 0; c < {hk}; c++)", f"_ls_ok + _ls_l * {ksn} + c * {ksk}",
+                 lambda k: f"_ls_kf[c] = {k};")
+    if a["v_stride_j"] == 1:
+        values.fill("_ls_vf", hv, f"_ls_ov + _ls_l * {vsn}", True)
+    else:
+        values.use(f"for (int j = 0; j < {hv}; j++)", f"_ls_ov + _ls_l * {vsn} + j * {vsj}",
+                   lambda v: f"_ls_vf[j] = {v};")
     w.line(f"  for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
     # 8 independent partial sums (one vector register; the same order for every row and batch)
     w.line("    float _ls_part[8] = {0};")
