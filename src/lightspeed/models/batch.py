@@ -89,6 +89,7 @@ class PagedBatcher:
         if max_context < 2:
             raise ValueError(f"max_context must be >= 2, got {max_context}")
         self.model, self.backend = model, backend
+        self._logits: np.ndarray | None = None  # the logits' buffer, reused by every step
         self.max_rows, self.chunk, self.max_context = max_rows, chunk, max_context
         self.page = model.PAGE_SIZE
         self.max_pages = math.ceil(max_context / self.page)  # pages of the longest sequence
@@ -188,7 +189,12 @@ class PagedBatcher:
         """The paged program on ``inputs`` and the pools: the logits of the first ``logit_rows`` rows."""
         for i, (k, v) in enumerate(self.pools):
             inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
-        return self.program(inputs, dims={"r": logit_rows})["logits"]
+        if self._logits is None or self._logits.shape[0] < logit_rows:
+            # written in place every step: a fresh array per step (megabytes at a large vocabulary)
+            # had every step fault in zeroed pages and unmap them again
+            node = self.program.graph.nodes[self.program.graph.outputs["logits"]]
+            self._logits = np.empty((max(logit_rows, self.max_rows), self.model.config.vocab_size), node.dtype.np)
+        return self.program(inputs, dims={"r": logit_rows}, out={"logits": self._logits[:logit_rows]})["logits"]
 
     # ------------------------------------------------------------------ pages
     @property
