@@ -33,6 +33,7 @@ __all__ = ["attention_kernel", "RENDERERS", "WARPS"]
 
 WARPS = 8  # warps per query row (cuda); the block is (32, WARPS): lane, slice
 GROUP_ROWS = 16  # c: up to this many static query rows of a batch index share one item
+PREFETCH_KEYS = 4  # c: a gathered key's and value's rows are prefetched this many keys ahead
 NINF = "(-ls_inf())"
 # LIGHTSPEED_ATTENTION_CLUSTER=1: a query row's keys split over a thread-block cluster (sm_90,
 # kind ``attention_cluster``: CLUSTER blocks per row, merged through distributed shared memory),
@@ -85,7 +86,7 @@ class Operand:
         self.dtype = in_dtypes[leaf] if leaf is not None else node_dtype(body, in_dtypes)
         w.index_vars.add(var)
 
-    def fill(self, dest: str, count: int, base: str, unit: bool) -> None:
+    def fill(self, dest: str, count: int, base: str, unit: bool, ahead: tuple[str, str] | None = None) -> None:
         """``dest[c] = `` the element at flat index ``base + c`` (``unit``: consecutive elements;
         else ``use`` is called by the caller) for c < ``count``, as floats (c dialect).  A body that
         gathers a contiguous buffer through a contiguous index buffer (a paged step's keys: each
@@ -109,6 +110,13 @@ class Operand:
         w.line("    const long long _ls_r0 = (long long)_ls_ix[0];")
         w.line(f"    int _ls_one = _ls_r0 >= 0 && _ls_r0 <= {size} - {count};")
         w.line(f"    for (int c = 0; c < {count}; c++) _ls_one &= (long long)_ls_ix[c] == _ls_r0 + c;")
+        if ahead is not None:  # (condition, index offset): a later key's row, fetched while this one is used
+            cond, off = ahead
+            w.line(f"    if ({cond}) {{")
+            w.line(f"      const long long _ls_pf = (long long)_ls_ix[{off}];")
+            w.line(f"      if (_ls_pf >= 0 && _ls_pf <= {size} - {count})")
+            w.line(f"        for (int c = 0; c < {count}; c += 16) __builtin_prefetch({names[data]} + _ls_pf + c);")
+            w.line("    }")
         w.line("    if (_ls_one) {")
         w.line(f"      for (int c = 0; c < {count}; c++) {dest}[c] = (float){load(dd, f'{names[data]}[_ls_r0 + c]')};")
         w.line("    } else {")
@@ -330,13 +338,15 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("}")
     w.line(f"for (int c = {hk}; c < {hk8}; c++) _ls_kf[c] = 0.0f;")
     w.line(f"for (long long _ls_l = 0; _ls_l < {nn}; _ls_l++) {{")
+    ahead_k = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {ksn}")
+    ahead_v = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {vsn}")
     if a["k_stride_k"] == 1:
-        keys.fill("_ls_kf", hk, f"_ls_ok + _ls_l * {ksn}", True)
+        keys.fill("_ls_kf", hk, f"_ls_ok + _ls_l * {ksn}", True, ahead_k)
     else:
         keys.use(f"for (int c = 0; c < {hk}; c++)", f"_ls_ok + _ls_l * {ksn} + c * {ksk}",
                  lambda k: f"_ls_kf[c] = {k};")
     if a["v_stride_j"] == 1:
-        values.fill("_ls_vf", hv, f"_ls_ov + _ls_l * {vsn}", True)
+        values.fill("_ls_vf", hv, f"_ls_ov + _ls_l * {vsn}", True, ahead_v)
     else:
         values.use(f"for (int j = 0; j < {hv}; j++)", f"_ls_ov + _ls_l * {vsn} + j * {vsj}",
                    lambda v: f"_ls_vf[j] = {v};")
