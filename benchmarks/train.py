@@ -37,6 +37,9 @@ def main() -> None:
                      res["torch_compile_max_rel_diff"]))
     print(f"tiny char transformer (vocab {res['vocab']}), {steps} AdamW steps, {torch.get_num_threads()} threads; "
           f"lightspeed compile {res['compile_s']:.1f} s")
+    if "arena_bytes" in res:
+        print(f"lightspeed's intermediates: {res['arena_bytes'] / 2**20:.2f} MiB in the arena, "
+              f"{res['value_bytes'] / 2**20:.2f} MiB if no two values shared a place (forward and backward liveness)")
     print(f"{'system':<22} {'step ms':>9} {'x eager':>8} {'final loss':>11} {'max rel diff vs ours':>21}")
     for name, ms, final, diff in rows:
         print(f"{name:<22} {ms:>9.2f} {ms / eager:>7.2f}x {final:>11.4f} {diff:>21.2e}")

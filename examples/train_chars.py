@@ -133,6 +133,8 @@ def run(backend: str = "native", steps: int = 200, peer: bool = True, seed: int 
         ours_s.append(time.perf_counter() - t)
         ours.append(float(out["loss"]))
     res = {"vocab": vocab, "compile_s": compile_s, "losses": ours, "step_ms": 1e3 * float(np.median(ours_s))}
+    if hasattr(prog, "arena_bytes") and hasattr(prog, "value_bytes"):  # kernel backends: the liveness plan
+        res["arena_bytes"], res["value_bytes"] = prog.arena_bytes(), prog.value_bytes()
     for mode in (["eager"] if peer else []) + (["compile"] if torch_compile else []):
         import torch
 

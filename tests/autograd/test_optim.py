@@ -73,3 +73,23 @@ def test_training_step_refuses_what_it_cannot_update():
     g, loss, params = _mlp_graph(2, 3, 4, 2)
     with pytest.raises(ls.InputError, match="must be the graph input"):
         training_step(g, loss, {"w1": params["w1"].transpose(0, 1)}, lr=0.1)
+
+
+@pytest.mark.skipif(not ls.backends.get_backend("native").available(), reason="no C compiler")
+def test_a_training_steps_activations_share_the_arena_by_liveness():
+    """The forward pass's activations live until the backward pass reads them for the last time,
+    then their places are reused: a deeper MLP's training step needs far less arena than the sum
+    of its computed values, and no less than what is live where the backward pass begins (every
+    activation)."""
+    g = ls.Graph()
+    batch, width, depth = 64, 96, 6
+    x = g.input("x", (batch, width))
+    params = {f"w{i}": g.input(f"w{i}", (width, width)) for i in range(depth)}
+    h = x
+    for i in range(depth):
+        h = ls.tanh(h @ params[f"w{i}"])
+    training_step(g, (h * h).sum(), params, optimizer="sgd", lr=0.1)
+    prog = g.compile(backend="native", search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    arena, values = prog.arena_bytes(), prog.value_bytes()
+    activation = batch * width * 4
+    assert depth * activation <= arena < values / 2, (arena, values)  # every activation is live at the turn

@@ -396,6 +396,13 @@ class KernelProgram(Program):
     def arena_bytes(self, dims: Mapping[str, int] | None = None) -> int:
         return self._plan_for({**(self._plan.bounds if self._plan else {}), **(dims or {})}).nbytes
 
+    def value_bytes(self, dims: Mapping[str, int] | None = None) -> int:
+        """The bytes of every value the kernels compute, as if none shared a place: beside
+        :meth:`arena_bytes`, what the liveness plan saves (a training step's activations are
+        freed as the backward pass reads them for the last time)."""
+        plan = self._plan_for({**(self._plan.bounds if self._plan else {}), **(dims or {})})
+        return sum(-(-max(1, plan.caps[i]) // ALIGN) * ALIGN for i in self.computed if i in plan.caps)
+
     @property
     def kernels(self) -> list[KernelSpec]:
         return [launch.spec for launch in self.launches]
