@@ -7,11 +7,13 @@ import dataclasses
 import importlib.util
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...dtypes import DType
+from ...egraph.decl import MATMUL, MATMUL_ADD, OpDecl
 from ...egraph.llir import LOp
 from ...errors import InputError, LightspeedError
 from ...program import Program
@@ -28,19 +30,27 @@ __all__ = ["CudaBackend", "CUBLASLT_MODES"]
 
 
 CUBLASLT_MODES = ("search", "always", "off")
+# tensor-core tiles for bfloat16/float16 products (kernels/matmul_mma.py), offered to the search with
+# LIGHTSPEED_CUDA_MMA=1 (or CudaBackend(mma=True)): off by default until a GPU run has checked and
+# measured them
+MATMUL_MMA = OpDecl("MatmulMma", MATMUL.fields, "Matmul on the tensor cores (cuda backend, bfloat16/float16)")
+MATMUL_ADD_MMA = OpDecl("MatmulAddMma", MATMUL_ADD.fields, "MatmulAdd on the tensor cores (cuda backend)")
+MMA_RULE_FILE = Path(__file__).with_name("mma.egg")
 _LIBRARY_ONLY = ("LtMatmulEpi", "LtMatmulBias", "LtMatmulFp8")  # no generated kernel computes these
 
 
 class CudaBackend(KernelBackend):
     """``cublaslt``: ``search`` (cuBLASLt matmuls offered to the search as ``LtMatmul``),
     ``always`` (also every generic matmul it can compute lowered to it) or ``off``; default
-    ``$LIGHTSPEED_CUBLASLT``, else ``search`` where nvmath-python is installed."""
+    ``$LIGHTSPEED_CUBLASLT``, else ``search`` where nvmath-python is installed.  ``mma``: offer
+    tensor-core tiles for bfloat16/float16 products (``MatmulMma``; default
+    ``$LIGHTSPEED_CUDA_MMA=1``, off until measured on a GPU)."""
 
     name = "cuda"
     program_class = CudaProgram
     device_memory = True
 
-    def __init__(self, cublaslt: str | None = None) -> None:
+    def __init__(self, cublaslt: str | None = None, mma: bool | None = None) -> None:
         mode = cublaslt or os.environ.get("LIGHTSPEED_CUBLASLT", "search")
         mode = {"1": "always", "0": "off"}.get(mode, mode)
         if mode not in CUBLASLT_MODES:
@@ -53,6 +63,12 @@ class CudaBackend(KernelBackend):
             self.rule_files = (lt.RULE_FILE, *fused.RULE_FILES)
             rs = KernelBackend.rulesets
             self.rulesets = (*rs[:rs.index("linalg") + 1], "cublaslt", *rs[rs.index("linalg") + 1:])
+        self.mma = os.environ.get("LIGHTSPEED_CUDA_MMA", "0") == "1" if mma is None else mma
+        if self.mma:
+            self.ops = (*self.ops, MATMUL_MMA, MATMUL_ADD_MMA)
+            self.rule_files = (*self.rule_files, MMA_RULE_FILE)
+            rs = self.rulesets
+            self.rulesets = (*rs[:rs.index("linalg") + 1], "mma", *rs[rs.index("linalg") + 1:])
         self.executor = GpuExecutor()
         if mode != "off":  # cuBLASLt's ops (and, always, the generic matmuls) as library calls
             library_ops = [d.name for d in lt.LT_OPS] + (["Matmul", "MatmulAdd"] if mode == "always" else [])

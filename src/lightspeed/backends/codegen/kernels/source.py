@@ -20,7 +20,7 @@ __all__ = ["DIALECTS", "prelude", "prelude_part", "module_source"]
 DIALECTS = ("cuda", "c")
 _FOLDER = Path(__file__).parent / "prelude"
 _DIALECT_FILE = {"cuda": "cuda.cuh", "c": "c.h"}
-_PARTS = {"ggml_blocks": "ggml_blocks.h"}
+_PARTS = {"ggml_blocks": "ggml_blocks.h", "mma": "mma.cuh"}
 
 
 @cache

@@ -75,6 +75,7 @@ _CUDA_WORK: dict[str, tuple[str, int, tuple[int, int, int]]] = {
     "attention": ("block", 1, (WARP, 8, 1)),  # a query row per block, its keys over 8 warps (kernels/attention.py)
     "row": ("block", 1, (WARP, 8, 1)),  # a row per block of 8 warps (kernels/norm.py)
     "attention_cluster": ("cluster", 1, (WARP, 8, 1)),  # a query row per cluster of CLUSTER blocks
+    "matmul_mma": ("block", 1, (128, 1, 1)),  # a 64 x 64 tile of C per block of 4 warps (kernels/matmul_mma.py)
 }
 KINDS = (*_CUDA_WORK, "matmul_rows")  # matmul_rows: the c dialect's row items (kernels/matmul_rows.py)
 

@@ -1,0 +1,142 @@
+"""Tensor-core tiles (cuda dialect, sm_80+): ``MatmulMma`` / ``MatmulAddMma``, a bfloat16 or float16
+``Matmul`` / ``MatmulAdd`` (operands and result of one dtype) accumulated in float32 by the warp
+matrix instruction ``mma.sync.aligned.m16n8k16`` -- the prompt's products, where the warp-per-output
+kernels leave the tensor cores idle.
+
+A block of 4 warps (``matmul_mma``: 128 threads) computes a 64 x 64 tile of C, one item of a
+grid-stride loop over (batch, row tile, column tile).  Per 32-wide step of k, the threads copy the
+step's 64 x 32 part of A and 32 x 64 part of B into shared memory (element by element through the
+operands' strides, the contiguous axis fastest; zeros past m, n and k, so every size works), as
+``As[m][k]`` and ``Bs[n][k]``; each warp then multiplies its 32 x 32 quarter as 2 x 4 instructions
+per 16 of k, its fragments read from shared memory in the instruction's layout (PTX ISA,
+"Matrix Fragments for mma.m16n8k16": thread t of the warp holds rows t / 4 and t / 4 + 8, columns
+2 (t % 4) and the next of A's 16 x 16 and B's 16 x 8; C the same rows, columns 2 (t % 4) + 0, 1).
+The float32 sums are rounded once into the result's dtype (plus the addend, in float, for
+``MatmulAddMma``).  The search measures the tiles against the generic kernels; ``LIGHTSPEED_CUDA_MMA=1``
+offers them (off by default until measured on a GPU: see docs/kernels.md).
+"""
+
+from __future__ import annotations
+
+from ....dtypes import DType
+from ....egraph.llir import LOp
+from ....errors import LightspeedError
+from ....symbolic import prod
+from .region import Region
+from .spec import KernelSpec
+from .types import storage_type, store
+from .writer import Writer, finish
+
+__all__ = ["mma_kernel", "MMA_DTYPES", "TILE", "STEP_K"]
+
+MMA_DTYPES = {"bfloat16": "bf16", "float16": "f16"}
+TILE = 64  # rows and columns of C a block computes
+STEP_K = 32  # k per shared-memory step
+PAD = 8  # elements after each shared row (bank spread; keeps 4-byte pairs aligned)
+THREADS = 128
+
+
+def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
+    if dialect != "cuda":
+        raise LightspeedError(f"{op.op}: tensor-core tiles exist only in the cuda dialect")
+    a = op.args
+    da, db = in_dtypes[0], in_dtypes[1]
+    if not (da == db == op.dtype and da.name in MMA_DTYPES):
+        raise LightspeedError(f"{op.op}: operands and result must share bfloat16 or float16, got "
+                              f"{da.name}, {db.name} -> {op.dtype.name}")
+    kind = MMA_DTYPES[da.name]
+    w = Writer("cuda")
+    w.index_vars |= {"_ls_item"}
+    batch = list(a["batch"])
+    m, n, k = a["m"], a["n"], a["k"]
+    mm, nn, kk = w.expr(m), w.expr(n), w.expr(k)
+    tiles_n = w.expr((n + (TILE - 1)) // TILE)
+    tiles_m = w.expr((m + (TILE - 1)) // TILE)
+    sam, sak, sbk, sbn = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k", "b_stride_n"))
+    st = storage_type(da)
+    w.push()
+    w.line(f"const long long _ls_tn = _ls_item % {tiles_n};")
+    w.line(f"const long long _ls_tm = (_ls_item / {tiles_n}) % {tiles_m};")
+    w.line(f"long long _ls_rest = _ls_item / ({tiles_n} * {tiles_m});")
+    w.line("const long long bi = _ls_rest;")
+    w.line(f"long long oa = {w.expr(a['a_offset'])}, ob = {w.expr(a['b_offset'])};")
+    for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
+        s = w.expr(size)
+        w.line(f"{{ const long long q = _ls_rest % {s}; _ls_rest /= {s}; "
+               f"oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+    w.line(f"__shared__ __align__(16) {st} _ls_as[{TILE}][{STEP_K + PAD}];")
+    w.line(f"__shared__ __align__(16) {st} _ls_bs[{TILE}][{STEP_K + PAD}];")
+    w.line("const int _ls_t = threadIdx.x, _ls_warp = _ls_t >> 5, _ls_lane = _ls_t & 31;")
+    w.line("const int _ls_wm = (_ls_warp >> 1) * 32, _ls_wn = (_ls_warp & 1) * 32;")
+    w.line("const int _ls_g = _ls_lane >> 2, _ls_tg = (_ls_lane & 3) * 2;")
+    w.line("float _ls_c[2][4][4];")
+    w.line("for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int e = 0; e < 4; e++) _ls_c[i][j][e] = 0.0f;")
+    w.line(f"const long long _ls_m0 = _ls_tm * {TILE}, _ls_n0 = _ls_tn * {TILE};")
+    w.line(f"for (long long _ls_k0 = 0; _ls_k0 < {kk}; _ls_k0 += {STEP_K}) {{")
+    # the operands' parts of this step, the contiguous axis fastest across the threads (coalesced)
+    per = TILE * STEP_K // THREADS
+    for name, buf, other, stride_o, stride_k, base, bound in (
+            ("a", "_ls_as", "_ls_m0", sam, sak, "oa", mm), ("b", "_ls_bs", "_ls_n0", sbn, sbk, "ob", nn)):
+        src = "in0" if name == "a" else "in1"
+        k_fast = a[f"{name}_stride_k"] == 1 or a[f"{name}_stride_{'m' if name == 'a' else 'n'}"] != 1
+        w.line(f"  for (int _ls_e = 0; _ls_e < {per}; _ls_e++) {{")
+        w.line(f"    const int _ls_x = _ls_t + {THREADS} * _ls_e;")
+        if k_fast:
+            w.line(f"    const int _ls_r = _ls_x / {STEP_K}, _ls_q = _ls_x % {STEP_K};")
+        else:
+            w.line(f"    const int _ls_q = _ls_x / {TILE}, _ls_r = _ls_x % {TILE};")
+        w.line(f"    const long long _ls_gr = {other} + _ls_r, _ls_gk = _ls_k0 + _ls_q;")
+        w.line(f"    {buf}[_ls_r][_ls_q] = _ls_gr < {bound} && _ls_gk < {kk} ? "
+               f"{src}[{base} + _ls_gr * {stride_o} + _ls_gk * {stride_k}] : ({st})0;")
+        w.line("  }")
+    w.line("  __syncthreads();")
+    w.line(f"  for (int _ls_kk = 0; _ls_kk < {STEP_K}; _ls_kk += 16) {{")
+    w.line("    unsigned int _ls_fa[2][4], _ls_fb[4][2];")
+    w.line("    for (int i = 0; i < 2; i++) {")
+    w.line("      const int r = _ls_wm + 16 * i + _ls_g, c = _ls_kk + _ls_tg;")
+    w.line("      _ls_fa[i][0] = *(const unsigned int*)&_ls_as[r][c];")
+    w.line("      _ls_fa[i][1] = *(const unsigned int*)&_ls_as[r + 8][c];")
+    w.line("      _ls_fa[i][2] = *(const unsigned int*)&_ls_as[r][c + 8];")
+    w.line("      _ls_fa[i][3] = *(const unsigned int*)&_ls_as[r + 8][c + 8];")
+    w.line("    }")
+    w.line("    for (int j = 0; j < 4; j++) {")
+    w.line("      const int r = _ls_wn + 8 * j + _ls_g, c = _ls_kk + _ls_tg;")
+    w.line("      _ls_fb[j][0] = *(const unsigned int*)&_ls_bs[r][c];")
+    w.line("      _ls_fb[j][1] = *(const unsigned int*)&_ls_bs[r][c + 8];")
+    w.line("    }")
+    w.line(f"    for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) ls_mma_{kind}(_ls_c[i][j], _ls_fa[i], "
+           "_ls_fb[j]);")
+    w.line("  }")
+    w.line("  __syncthreads();")
+    w.line("}")
+    # the result: thread (g, tg) holds rows g and g + 8, columns tg and tg + 1 of each 16 x 8
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", st, False, 0), ("in1", st, False, 1)]
+    region = None
+    if "r_view" in a:
+        region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
+        bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
+    w.index_vars |= {"_ls_oz"}
+    w.line("for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int e = 0; e < 4; e++) {")
+    w.line("  const long long _ls_row = _ls_m0 + _ls_wm + 16 * i + _ls_g + (e >> 1) * 8;")
+    w.line("  const long long _ls_col = _ls_n0 + _ls_wn + 8 * j + _ls_tg + (e & 1);")
+    w.line(f"  if (_ls_row < {mm} && _ls_col < {nn}) {{")
+    w.line(f"    const long long _ls_oz = (bi * {mm} + _ls_row) * {nn} + _ls_col;")
+    value = "_ls_c[i][j][e]"
+    if region is not None:
+        w.push()
+        r = region.leaf(0, "_ls_oz")
+        w.scope.parent.lines.extend("    " + ln for ln in w.pop())
+        value = f"(_ls_c[i][j][e] + (float){r})"
+    w.line(f"    out[_ls_oz] = {store(op.dtype, value)};")
+    w.line("  }")
+    w.line("}")
+    body = w.pop()
+    count = prod(batch) * ((m + (TILE - 1)) // TILE) * ((n + (TILE - 1)) // TILE)
+    return finish(w, "cuda", "matmul_mma", bufs, count, body, "matmul_mma", preludes=("mma",))
+
+
+def _mma(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [mma_kernel(op, in_dtypes, dialect)]
+
+
+RENDERERS = {"MatmulMma": _mma, "MatmulAddMma": _mma}

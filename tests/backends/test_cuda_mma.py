@@ -1,0 +1,93 @@
+"""Tensor-core tiles (``MatmulMma`` / ``MatmulAddMma``, kernels/matmul_mma.py) of the cuda backend:
+offered by the ``mma`` ruleset for bfloat16/float16 products, compiled for sm_90 by NVRTC (CI, no
+GPU needed), and on a GPU equal to the float64 product of the same rounded inputs at row counts
+that fill no tile, one tile and several, with tails in n and k."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import lightspeed as ls
+from lightspeed.backends.cuda.backend import CudaBackend
+from lightspeed.egraph import Candidate
+from lightspeed.egraph.llir import decode_program
+from tests.backends.harness import saturate
+
+MMA = CudaBackend(mma=True)
+
+
+def _graph(dtype, transposed: bool, add: bool, batch: tuple = ()) -> ls.Graph:
+    g = ls.Graph()
+    x = g.input("x", (*batch, "s", 96), dtype)
+    w = g.input("w", (80, 96) if transposed else (96, 80), dtype)
+    y = x @ (w.transpose(0, 1) if transposed else w)
+    if add:
+        y = y + g.input("r", (*batch, "s", 80), dtype)
+    g.output("y", y)
+    return g
+
+
+def _with_tiles(g: ls.Graph):
+    """An LLIR program of ``g`` whose products are all tensor-core tiles (random candidates of the
+    saturated e-graph until one is)."""
+    _, enc, index, ser = saturate(MMA, g)
+    for seed in range(200):
+        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, MMA.declarations())
+        products = [o.op for o in lp.ops if "Matmul" in o.op]
+        if products and all(p.endswith("Mma") for p in products):
+            return lp
+    raise AssertionError("the mma rules offered no candidate with tensor-core tiles")
+
+
+CASES = [(ls.bfloat16, True, False, ()), (ls.bfloat16, False, True, ()), (ls.float16, True, True, ()),
+         (ls.bfloat16, True, False, (3,))]
+
+
+@pytest.mark.parametrize("dtype,transposed,add,batch", CASES)
+def test_tiles_are_offered_and_compile_for_sm90(dtype, transposed, add, batch):
+    nvrtc = pytest.importorskip("lightspeed.backends.cuda.nvrtc")
+    try:
+        nvrtc.nvrtc_version()
+    except Exception as e:  # noqa: BLE001 - no NVRTC library here
+        pytest.skip(f"NVRTC unavailable: {e}")
+    from lightspeed.backends.codegen.kernels import module_source, render
+
+    lp = _with_tiles(_graph(dtype, transposed, add, batch))
+    for op in lp.ops:
+        if op.op.endswith("Mma"):
+            specs = render(op, [lp.ops[i].dtype for i in op.inputs], "cuda")
+            assert specs[0].launch.kind == "matmul_mma" and "ls_mma_" in specs[0].source
+            assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
+
+
+def test_no_tiles_without_the_switch_or_for_float32():
+    assert "mma" not in CudaBackend(mma=False).rulesets and "mma" in MMA.rulesets
+    _, enc, index, ser = saturate(MMA, _graph(ls.float32, True, True))
+    seen = set()
+    for seed in range(40):
+        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, MMA.declarations())
+        seen |= {o.op for o in lp.ops}
+    assert {"Matmul", "MatmulAdd"} & seen and not {"MatmulMma", "MatmulAddMma"} & seen
+
+
+@pytest.mark.skipif(not MMA.available(), reason="no GPU")
+@pytest.mark.parametrize("dtype,transposed,add,batch", CASES)
+def test_tiles_equal_the_float64_product(dtype, transposed, add, batch):
+    g = _graph(dtype, transposed, add, batch)
+    prog = MMA.lower(g, _with_tiles(g))
+    rng = np.random.default_rng(0)
+    for s in (1, 17, 64, 130):
+        ins = {"x": rng.standard_normal((*batch, s, 96)).astype(dtype.np),
+               "w": rng.standard_normal((80, 96) if transposed else (96, 80)).astype(dtype.np)}
+        if add:
+            ins["r"] = rng.standard_normal((*batch, s, 80)).astype(dtype.np)
+        w64 = ins["w"].astype(np.float64)
+        want = ins["x"].astype(np.float64) @ (w64.T if transposed else w64)
+        if add:
+            want = want + ins["r"].astype(np.float64)
+        got = np.asarray(prog(ins)["y"]).astype(np.float64)
+        tol = 1e-2 if dtype == ls.bfloat16 else 2e-3
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=f"s={s}")
