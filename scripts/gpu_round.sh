@@ -3,7 +3,9 @@
 # (GPU_TEST_FILES; kernels, attention, models, launch), the decode timeline of lightspeed
 # (scripts/gpu_profile.py on GPU_PROFILE_SHAPES, PDL off so kernel durations are the kernels' own;
 # empty: none), then benchmarks/gpu_decode.py beside PyTorch on GPU_DECODE_SHAPES, and with
-# GPU_ROUND_TRACE=1 the 1B step's kernels by op (scripts/trace_summary.py).  Logs under $OUT.
+# GPU_ROUND_TRACE=1 the 1B step's kernels by op (scripts/trace_summary.py); with GPU_ROUND_MMA=1
+# the tensor-core tiles' GPU tests and a 512-token prefill of the 1B shape with and without them
+# (LIGHTSPEED_CUDA_MMA=1) beside torch.compile's.  Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
 # weight-file parts carried in this call, kept for a later call on the same warm machine
@@ -27,4 +29,15 @@ if [ "${GPU_ROUND_TRACE:-0}" = 1 ]; then
   LIGHTSPEED_TRACE=$OUT/trace.json step trace 60 python3 benchmarks/gpu_decode.py llama-3.2-1b --no-peer --steps 2
   python3 scripts/trace_summary.py "$OUT/trace.json" > "$OUT/trace_summary.txt" 2>&1; rm -f "$OUT/trace.json"
   head -30 "$OUT/trace_summary.txt"
+fi
+# the tensor-core tiles (kernels/matmul_mma.py, never run before): their tests, then prefill A/B
+if [ "${GPU_ROUND_MMA:-0}" = 1 ]; then
+  LIGHTSPEED_CUDA_MMA=1 step mma_tests 120 python3 -m pytest -o addopts="" tests/backends/test_cuda_mma.py -q \
+    -p no:cacheprovider
+  tail -3 "$OUT/mma_tests.log"
+  step prefill_generic 150 python3 benchmarks/gpu_decode.py llama-3.2-1b --prompt 512 --no-peer --steps 4
+  LIGHTSPEED_CUDA_MMA=1 step prefill_mma 150 python3 benchmarks/gpu_decode.py llama-3.2-1b --prompt 512 --no-peer \
+    --steps 4
+  step prefill_peer 150 python3 benchmarks/peer_torch_decode.py llama-3.2-1b --prefill 512
+  for f in prefill_generic prefill_mma prefill_peer; do echo "== $f"; tail -6 "$OUT/$f.log"; done
 fi
