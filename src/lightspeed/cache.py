@@ -9,6 +9,13 @@ Writes go to a fresh ``mkstemp`` file (0600) in the cache directory (0700) and a
 entry with ``os.replace``: a concurrent reader sees the old entry or the new one, never half a file,
 and nothing an attacker links into the directory is written through.
 
+What the checksum is not: a signature.  It catches corruption, truncation and an entry copied under
+another key; an entry rewritten with a recomputed checksum by someone who can write the private
+folder is trusted (a changed e-graph can then give a wrong program).  Only the user (or root) can
+write there -- a shared or foreign-owned folder is refused -- and such a writer could as well edit
+the installed package, so the cache is exactly as trustworthy as the user's own files; a key kept
+beside the entries would not change that.
+
 Root: ``$LIGHTSPEED_CACHE_DIR``, else ``$XDG_CACHE_HOME/lightspeed``, else ``~/.cache/lightspeed``;
 ``LIGHTSPEED_CACHE=0`` turns the compile cache off. Default model weights live under `root()` too
 (see `lightspeed.weights.fetch`)."""
