@@ -309,3 +309,35 @@ def test_the_pipeline_takes_a_backend_or_its_name_and_keeps_the_errors(tmp_path,
         _mlp_graph().compile("reference", seed=0)
     with pytest.raises(ls.LightspeedError, match="graph has no outputs"):
         pipeline.compile(ls.Graph(), "cpu")
+
+
+def test_a_decision_measured_beside_other_busy_processes_is_used_but_not_cached(tmp_path, monkeypatch):
+    """A host backend's candidates timed while other processes kept the CPUs busy (here: the
+    probe says 60% of them) give this process its program, but no cached decision: the next
+    compile measures again (a loaded machine once crowned an 8x slower candidate for good)."""
+    from lightspeed import search
+
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LIGHTSPEED_SEARCH_CONTENDED", str(search.CONTENDED))
+    monkeypatch.setattr(search, "others_busy", lambda before, after, wall: 0.6)
+    opts = ls.SearchOptions(budget=2, seed=0, roll=False)
+    first = _mlp_graph().compile(backend="cpu", search=opts)
+    assert first.search_report.contention == 0.6 and "60% of the CPUs busy" in first.search_report.format()
+    assert not list(tmp_path.glob("search-*.json"))
+    monkeypatch.setattr(search, "others_busy", lambda before, after, wall: 0.0)
+    second = _mlp_graph().compile(backend="cpu", search=opts)
+    assert not second.search_report.decision_cached and list(tmp_path.glob("search-*.json"))
+    assert _mlp_graph().compile(backend="cpu", search=opts).search_report.decision_cached
+
+
+def test_the_load_probe_counts_only_other_processes():
+    from lightspeed import search
+
+    ncpu = os.cpu_count() or 1
+    # 2 s of wall time; the machine's CPUs were busy ncpu * 1 s, of which this process used 0.5 s
+    assert search.others_busy((10.0, 1.0), (10.0 + ncpu, 1.5), 2.0) == pytest.approx((ncpu - 0.5) / (2.0 * ncpu))
+    assert search.others_busy((10.0, 1.0), (10.5, 1.5), 2.0) == 0.0  # only this process worked
+    assert search.others_busy(None, (1.0, 1.0), 1.0) == 0.0  # no /proc/stat: unknown, cached
+    assert search.others_busy((10.0, 1.0), (10.0 + ncpu, 1.0), 0.1) == 0.0  # too short to tell
+    ticks = search._cpu_ticks()
+    assert ticks is None or (ticks[0] >= 0 and ticks[1] >= 0)

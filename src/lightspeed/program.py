@@ -399,6 +399,9 @@ class SearchReport:
     rulesets: dict[str, tuple[float, int, str]] = field(default_factory=dict)  # seconds, iterations, stop
     program: LProgram | None = None
     lower: float = 0.0  # seconds preparing the kernels (Backend.lower), after the search's phases
+    # the share of the CPUs other processes kept busy while a host backend's candidates ran (over
+    # search.CONTENDED: the decision was not cached)
+    contention: float = 0.0
 
     def format(self) -> str:
         phases = {**self.phases, "lower": self.lower}
@@ -409,7 +412,9 @@ class SearchReport:
                    for rs, (sec, its, why) in self.rulesets.items()),
                  f"  profiled with dims {self.profile_dims}"
                  + ("; saturated e-graph from the cache" if self.egraph_cached else "")
-                 + ("; decision from the cache (same graph, rules, seed and options)" if self.decision_cached else "")]
+                 + ("; decision from the cache (same graph, rules, seed and options)" if self.decision_cached else "")
+                 + (f"; measured while other processes kept {self.contention:.0%} of the CPUs busy"
+                    if self.contention > 0.05 else "")]
         for c in self.candidates:
             mark = "*" if c.index == self.winner else " "
             t = f"{c.seconds * 1e3:8.3f} ms" if c.seconds is not None else f"rejected: {c.error}"

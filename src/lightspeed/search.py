@@ -87,6 +87,45 @@ TIE = 1.05  # re-timed finalists this close to the fastest are a tie
 _SEARCH_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
+# a host backend's decision measured while other processes kept more than this share of the CPUs
+# busy is used but not cached (a compile beside another job once cached an 8x slower program);
+# $LIGHTSPEED_SEARCH_CONTENDED overrides it (1.0: always cache)
+CONTENDED = 0.15
+
+
+def contended_limit() -> float:
+    try:
+        return float(os.environ.get("LIGHTSPEED_SEARCH_CONTENDED", CONTENDED))
+    except ValueError:
+        return CONTENDED
+
+
+def _cpu_ticks() -> tuple[float, float] | None:
+    """(busy seconds of every CPU, CPU seconds of this process) now, or None where /proc/stat is
+    not readable (the check is then skipped)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    t = os.times()
+    return (sum(fields[:8]) - idle) / hz, t.user + t.system
+
+
+PROBE_MIN_SECONDS = 0.5  # shorter searches are not judged: the kernel counts CPU time in 10 ms ticks
+
+
+def others_busy(before: tuple[float, float] | None, after: tuple[float, float] | None, wall: float) -> float:
+    """The share of the machine's CPUs other processes kept busy between two :func:`_cpu_ticks`
+    over ``wall`` seconds (0 where unknown or too short to tell)."""
+    if before is None or after is None or wall < PROBE_MIN_SECONDS:
+        return 0.0
+    others = (after[0] - before[0]) - (after[1] - before[1])
+    return min(1.0, max(0.0, others / (wall * (os.cpu_count() or 1))))
+
+
 def _log(kind: str) -> bool:
     return kind in os.environ.get("LIGHTSPEED_LOG", "").split(",")
 
@@ -391,6 +430,7 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
 
     t_extract = t_profile = 0.0
     t_start = time.perf_counter()
+    ticks = _cpu_ticks() if not getattr(backend, "device_memory", False) else None  # host timings only
     inputs: dict[str, Any] | None = None  # made on the device once, when the first candidate runs
     best: _Measured | None = None
     finalists: list[_Measured] = []
@@ -472,9 +512,18 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
     rep.winner = best.index
     rep.program_text = str(best.lprog)
     rep.program = best.lprog
-    cache.store(f"search-{decision_key}", {"choice": {c: n.id for c, n in best.cand.choice.items()},
-                                            "winner": rep.winner,
-                                            "candidates": [dataclasses.asdict(c) for c in rep.candidates]})
+    rep.contention = others_busy(ticks, _cpu_ticks() if ticks is not None else None, time.perf_counter() - t_start)
+    limit = contended_limit()
+    if limit >= 1.0 or rep.contention <= limit:
+        cache.store(f"search-{decision_key}", {"choice": {c: n.id for c, n in best.cand.choice.items()},
+                                                "winner": rep.winner,
+                                                "candidates": [dataclasses.asdict(c) for c in rep.candidates]})
+    else:
+        msg = (f"other processes kept {rep.contention:.0%} of the CPUs busy while the candidates ran: "
+               "the decision is used, not cached (the next compile measures again)")
+        progress(opts, msg)
+        if _log("search") or _log("cache"):
+            print(f"[search] {msg}", file=sys.stderr)
     if _log("search"):
         print(rep.format(), file=sys.stderr)
     return best.lprog, rep
