@@ -19,10 +19,10 @@ from tests.backends.harness import saturate
 MMA = CudaBackend(mma=True)
 
 
-def _graph(dtype, transposed: bool, add: bool, batch: tuple = ()) -> ls.Graph:
+def _graph(dtype, transposed: bool, add: bool, batch: tuple = (), k: int = 96) -> ls.Graph:
     g = ls.Graph()
-    x = g.input("x", (*batch, "s", 96), dtype)
-    w = g.input("w", (80, 96) if transposed else (96, 80), dtype)
+    x = g.input("x", (*batch, "s", k), dtype)
+    w = g.input("w", (80, k) if transposed else (k, 80), dtype)
     y = x @ (w.transpose(0, 1) if transposed else w)
     if add:
         y = y + g.input("r", (*batch, "s", 80), dtype)
@@ -42,12 +42,13 @@ def _with_tiles(g: ls.Graph):
     raise AssertionError("the mma rules offered no candidate with tensor-core tiles")
 
 
-CASES = [(ls.bfloat16, True, False, ()), (ls.bfloat16, False, True, ()), (ls.float16, True, True, ()),
-         (ls.bfloat16, True, False, (3,))]
+# k = 96: whole 16-byte loads; 104: rows of whole 8s but a partial last step; 100: element loads
+CASES = [(ls.bfloat16, True, False, (), 96), (ls.bfloat16, False, True, (), 100), (ls.float16, True, True, (), 104),
+         (ls.bfloat16, True, False, (3,), 96)]
 
 
-@pytest.mark.parametrize("dtype,transposed,add,batch", CASES)
-def test_tiles_are_offered_and_compile_for_sm90(dtype, transposed, add, batch):
+@pytest.mark.parametrize("dtype,transposed,add,batch,k", CASES)
+def test_tiles_are_offered_and_compile_for_sm90(dtype, transposed, add, batch, k):
     nvrtc = pytest.importorskip("lightspeed.backends.cuda.nvrtc")
     try:
         nvrtc.nvrtc_version()
@@ -55,11 +56,13 @@ def test_tiles_are_offered_and_compile_for_sm90(dtype, transposed, add, batch):
         pytest.skip(f"NVRTC unavailable: {e}")
     from lightspeed.backends.codegen.kernels import module_source, render
 
-    lp = _with_tiles(_graph(dtype, transposed, add, batch))
+    lp = _with_tiles(_graph(dtype, transposed, add, batch, k))
     for op in lp.ops:
         if op.op.endswith("Mma"):
             specs = render(op, [lp.ops[i].dtype for i in op.inputs], "cuda")
             assert specs[0].launch.kind == "matmul_mma" and "ls_mma_" in specs[0].source
+            # rows contiguous along k in whole 8s: 16-byte loads (A's always here, B's when transposed)
+            assert specs[0].source.count("*(const uint4*)") == (0 if k % 8 else 1 + transposed)
             assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
 
 
@@ -74,14 +77,14 @@ def test_no_tiles_without_the_switch_or_for_float32():
 
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
-@pytest.mark.parametrize("dtype,transposed,add,batch", CASES)
-def test_tiles_equal_the_float64_product(dtype, transposed, add, batch):
-    g = _graph(dtype, transposed, add, batch)
+@pytest.mark.parametrize("dtype,transposed,add,batch,k", CASES)
+def test_tiles_equal_the_float64_product(dtype, transposed, add, batch, k):
+    g = _graph(dtype, transposed, add, batch, k)
     prog = MMA.lower(g, _with_tiles(g))
     rng = np.random.default_rng(0)
     for s in (1, 17, 64, 130):
-        ins = {"x": rng.standard_normal((*batch, s, 96)).astype(dtype.np),
-               "w": rng.standard_normal((80, 96) if transposed else (96, 80)).astype(dtype.np)}
+        ins = {"x": rng.standard_normal((*batch, s, k)).astype(dtype.np),
+               "w": rng.standard_normal((80, k) if transposed else (k, 80)).astype(dtype.np)}
         if add:
             ins["r"] = rng.standard_normal((*batch, s, 80)).astype(dtype.np)
         w64 = ins["w"].astype(np.float64)

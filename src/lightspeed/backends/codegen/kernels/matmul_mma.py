@@ -34,6 +34,7 @@ TILE = 64  # rows and columns of C a block computes
 STEP_K = 32  # k per shared-memory step
 PAD = 8  # elements after each shared row (bank spread; keeps 4-byte pairs aligned)
 THREADS = 128
+VEC = 8  # 16-bit elements per 16-byte load
 
 
 def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
@@ -78,7 +79,27 @@ def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Kernel
     for name, buf, other, stride_o, stride_k, base, bound in (
             ("a", "_ls_as", "_ls_m0", sam, sak, "oa", mm), ("b", "_ls_bs", "_ls_n0", sbn, sbk, "ob", nn)):
         src = "in0" if name == "a" else "in1"
-        k_fast = a[f"{name}_stride_k"] == 1 or a[f"{name}_stride_{'m' if name == 'a' else 'n'}"] != 1
+        row_stride = a[f"{name}_stride_{'m' if name == 'a' else 'n'}"]
+        if a[f"{name}_stride_k"] == 1 and row_stride.is_const and row_stride.value % VEC == 0:
+            # rows contiguous along k, every row start a multiple of 8 elements from the base (checked
+            # at run time with the offset and the pointer): 16-byte loads of 8 elements, a row's
+            # last partial 8 (k past the step or the operand) element by element
+            w.line(f"  if ((((unsigned long long)({src} + {base})) & 15) == 0) {{")
+            w.line(f"    for (int _ls_e = 0; _ls_e < {per // VEC}; _ls_e++) {{")
+            w.line(f"      const int _ls_x = _ls_t + {THREADS} * _ls_e;")
+            w.line(f"      const int _ls_r = _ls_x / {STEP_K // VEC}, _ls_q = (_ls_x % {STEP_K // VEC}) * {VEC};")
+            w.line(f"      const long long _ls_gr = {other} + _ls_r, _ls_gk = _ls_k0 + _ls_q;")
+            w.line(f"      const {st}* _ls_p = {src} + {base} + _ls_gr * {stride_o} + _ls_gk;")
+            w.line(f"      if (_ls_gr < {bound} && _ls_gk + {VEC} <= {kk}) {{")
+            w.line(f"        *(uint4*)&{buf}[_ls_r][_ls_q] = *(const uint4*)_ls_p;")
+            w.line("      } else {")
+            w.line(f"        for (int _ls_v = 0; _ls_v < {VEC}; _ls_v++)")
+            w.line(f"          {buf}[_ls_r][_ls_q + _ls_v] = _ls_gr < {bound} && _ls_gk + _ls_v < {kk} ? "
+                   f"_ls_p[_ls_v] : ({st})0;")
+            w.line("      }")
+            w.line("    }")
+            w.line("  } else")
+        k_fast = a[f"{name}_stride_k"] == 1 or row_stride != 1
         w.line(f"  for (int _ls_e = 0; _ls_e < {per}; _ls_e++) {{")
         w.line(f"    const int _ls_x = _ls_t + {THREADS} * _ls_e;")
         if k_fast:
