@@ -287,6 +287,7 @@ def decision_validator(nodes: Mapping[str, Mapping[str, Any]]) -> Callable[[Any]
             node = nodes.get(nid) if isinstance(nid, str) else None
             _require(node is not None, f"choice {cid!r} -> {nid!r}: no such node in the e-graph")
             _require(node.get("eclass") == cid, f"choice {cid!r} -> {nid!r}: the node is of another class")
+        _require(isinstance(data.get("recomputed", False), bool), "recomputed is not a boolean")
         _require(isinstance(cands, list) and cands, "candidates is not a non-empty list")
         for c in cands:
             _require(_is_str_dict(c) and set(c) <= set(_CANDIDATE_FIELDS) and

@@ -372,6 +372,7 @@ class _Measured:
     cand: Candidate
     prog: Program
     need: int  # bytes of intermediates at the profiling dims
+    recomputed: bool = False  # cheap values recomputed for late readers (LProgram.rematerialized)
 
 
 def measure(graph: Graph, backend: Any, lprog: LProgram, inputs: Mapping[str, Any], dims: Mapping[str, int],
@@ -423,6 +424,8 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
         t0 = time.perf_counter()
         cand = Candidate(sat.index, {c: by_id[nid] for c, nid in decided["choice"].items()})
         rep.program = decode_program(cand, sat.ser, sat.enc.constants, sat.decls)
+        if decided.get("recomputed"):  # the winner recomputed cheap values to fit max_memory
+            rep.program = rep.program.rematerialized()
         rep.phases["extract"], rep.phases["profile"] = time.perf_counter() - t0, 0.0
         rep.candidates = [CandidateResult(**c) for c in decided["candidates"]]
         rep.winner, rep.decision_cached, rep.program_text = decided["winner"], True, str(rep.program)
@@ -461,6 +464,13 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
         t0 = time.perf_counter()
         ops = lprog.count()
         need = lprog.peak_bytes(dims)
+        recomputed = False
+        if need > opts.max_memory:  # recompute cheap values for their late readers: does it fit then?
+            lean = lprog.rematerialized()
+            if lean is not lprog:
+                lean_need = lean.peak_bytes(dims)
+                if lean_need <= opts.max_memory:
+                    lprog, need, recomputed, ops = lean, lean_need, True, lean.count()
         if need > opts.max_memory:
             why = (f"needs {need / 2**20:.0f} MiB of intermediates at dims {dims} "
                    f"(max_memory {opts.max_memory / 2**20:.0f} MiB)")
@@ -475,8 +485,8 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
         try:
             cutoff = CUTOFF * best.seconds if best is not None else None
             prog, sec = measure(graph, backend, lprog, inputs, dims, opts.repeats, cutoff)
-            rep.candidates.append(CandidateResult(i, origin, ops, sec))
-            m = _Measured(sec, i, lprog, cand, prog, need)
+            rep.candidates.append(CandidateResult(i, origin + ("+recompute" if recomputed else ""), ops, sec))
+            m = _Measured(sec, i, lprog, cand, prog, need, recomputed)
             leanest = need if leanest is None else min(leanest, need)
             finalists = sorted([*finalists, m], key=lambda f: f.seconds)[:3]  # only these keep their programs
             if best is None or sec < best.seconds:
@@ -516,7 +526,7 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
     limit = contended_limit()
     if limit >= 1.0 or rep.contention <= limit:
         cache.store(f"search-{decision_key}", {"choice": {c: n.id for c, n in best.cand.choice.items()},
-                                                "winner": rep.winner,
+                                                "winner": rep.winner, "recomputed": best.recomputed,
                                                 "candidates": [dataclasses.asdict(c) for c in rep.candidates]})
     else:
         msg = (f"other processes kept {rep.contention:.0%} of the CPUs busy while the candidates ran: "

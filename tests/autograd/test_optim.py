@@ -93,3 +93,74 @@ def test_a_training_steps_activations_share_the_arena_by_liveness():
     arena, values = prog.arena_bytes(), prog.value_bytes()
     activation = batch * width * 4
     assert depth * activation <= arena < values / 2, (arena, values)  # every activation is live at the turn
+
+
+def _relu_mlp_step(depth: int = 6, batch: int = 64, width: int = 96) -> ls.Graph:
+    g = ls.Graph()
+    x = g.input("x", (batch, width))
+    params = {f"w{i}": g.input(f"w{i}", (width, width)) for i in range(depth)}
+    h = x
+    for i in range(depth):
+        h = ls.relu(h @ params[f"w{i}"])
+    training_step(g, (h * h).sum(), params, optimizer="sgd", lr=0.01)
+    return g
+
+
+def test_recomputing_cheap_activations_keeps_the_values_and_frees_memory():
+    """``LProgram.rematerialized``: element-wise values (a relu's output, read by the next layer and
+    again by the backward pass) computed a second time just before their late readers, from values
+    alive there anyway: a lower peak of live intermediates, more ops, and a training step whose
+    results are bit for bit the original program's (the same computations, kept for less time)."""
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.search import candidates
+    from tests.backends.harness import saturate
+
+    g = _relu_mlp_step()
+    backend = ls.backends.get_backend("cpu")
+    _, enc, index, ser = saturate(backend, g)
+    greedy = dict(candidates(index, ls.SearchOptions(budget=3, seed=0)))["greedy"]
+    lprog = decode_program(greedy, ser, enc.constants, backend.declarations())
+    lean = lprog.rematerialized()
+    assert len(lean.ops) > len(lprog.ops) and lean.peak_bytes({}) < lprog.peak_bytes({})
+    assert lean.rematerialized(min_gap=10**9) is lean  # nothing left far enough apart
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((64, 96)).astype(np.float32),
+             **{f"w{i}": (rng.standard_normal((96, 96)) * 0.1).astype(np.float32) for i in range(6)}}
+    a, b = backend.lower(g, lprog), backend.lower(g, lean)
+    fa, fb = ({k: v.copy() for k, v in feeds.items()} for _ in range(2))
+    for _ in range(3):
+        out_a, out_b = a(fa), b(fb)
+        np.testing.assert_array_equal(out_a["loss"], out_b["loss"])
+    for k in feeds:
+        np.testing.assert_array_equal(fa[k], fb[k])
+
+
+def test_the_search_recomputes_under_a_memory_budget():
+    """With ``max_memory`` below a candidate's live intermediates but above them recomputed, the
+    search measures that candidate recomputed (origin ``+recompute``) instead of rejecting it; a
+    cached decision recomputes again; the step computes what the unconstrained one does."""
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.search import candidates
+    from tests.backends.harness import saturate
+
+    g = _relu_mlp_step()
+    backend = ls.backends.get_backend("cpu")
+    _, enc, index, ser = saturate(backend, g)
+    greedy = decode_program(dict(candidates(index, ls.SearchOptions(budget=3, seed=0)))["greedy"], ser,
+                            enc.constants, backend.declarations())
+    budget = (greedy.peak_bytes({}) + greedy.rematerialized().peak_bytes({})) // 2
+    opts = ls.SearchOptions(budget=3, seed=0, roll=False, progress=False, max_memory=budget)
+    prog = _relu_mlp_step().compile(backend="cpu", search=opts)
+    rep = prog.search_report
+    assert any(c.origin.endswith("+recompute") and c.seconds is not None for c in rep.candidates), rep.format()
+    assert all(c.seconds is None or "intermediates" not in (c.error or "") for c in rep.candidates)
+    again = _relu_mlp_step().compile(backend="cpu", search=opts)
+    assert again.search_report.decision_cached and again.search_report.program_text == rep.program_text
+    free = _relu_mlp_step().compile(backend="cpu", search=ls.SearchOptions(budget=3, seed=0, roll=False))
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((64, 96)).astype(np.float32),
+             **{f"w{i}": (rng.standard_normal((96, 96)) * 0.1).astype(np.float32) for i in range(6)}}
+    fa, fb = ({k: v.copy() for k, v in feeds.items()} for _ in range(2))
+    np.testing.assert_allclose(prog(fa)["loss"], free(fb)["loss"], rtol=1e-5)
+    for k in feeds:
+        np.testing.assert_allclose(fa[k], fb[k], rtol=1e-5, atol=1e-6)

@@ -64,6 +64,40 @@ def liveness(inputs_per_op: list[tuple[int, ...]]) -> dict[int, list[int]]:
     return out
 
 
+REMAT_GAP = 8  # ops between two readers of a value before recomputing it for the later one pays
+
+# element-wise primitives (no reductions, views, gathers or writes): what a recomputation repeats
+_ELEMENTWISE = frozenset(n for n, p in PRIMITIVES.items() if p.category in ("unary", "binary")) | {"Cast"}
+
+
+REMAT_AXIS = 4  # a reduction over this many elements or fewer is cheap to compute again
+REMAT_DEPTH = 3  # values computed again together for one late reader, at most
+
+
+def _cheap(o: LOp) -> bool:
+    if o.op in _ELEMENTWISE:
+        return True
+    if o.op in ("SumReduce", "MaxReduce"):
+        n = o.args["x_view"].shape[o.args["axis"]]
+        return n.is_const and n.value <= REMAT_AXIS
+    return o.op == FUSED.name and _elementwise_tree(o.args.get("body"))
+
+
+def _elementwise_tree(node: Any) -> bool:
+    if not isinstance(node, tuple) or not node:
+        return False
+    if node[0] in ("leaf", "const", "iota"):
+        return True
+    if node[0] in ("SumReduce", "MaxReduce"):
+        n = node[2].shape[node[1]]
+        return n.is_const and n.value <= REMAT_AXIS and _elementwise_tree(node[3])
+    if node[0] == "gather":
+        return False
+    if node[0] == "Cast":
+        return _elementwise_tree(node[2])
+    return all(_elementwise_tree(c) for c in node[1:])
+
+
 # A decoded region body (the fusion language of egraph/decl.py), evaluated at one flat index z of
 # an index space (the region's shape at the root):
 #   ("leaf", k)                      input k read through the op's k-th view at z
@@ -116,6 +150,67 @@ class LProgram:
             for j in free.get(i, ()):
                 live -= size.pop(j, 0)
         return peak
+
+    def rematerialized(self, min_gap: int = REMAT_GAP) -> LProgram:
+        """The same program with cheap values computed again for their late readers instead of
+        kept alive in between (activation recomputation: a training step's activations, read by the
+        forward pass and again by the backward pass).  A value qualifies when its op is cheap
+        (element-wise, or a reduction over at most :data:`REMAT_AXIS` elements such as a
+        maximum's stack), it is no output's, at least ``min_gap`` ops lie between two of its
+        readers, and it can be computed again just before the later one from values alive there
+        anyway (graph inputs, constants, values read there or later, or cheap values computed
+        again with it, up to :data:`REMAT_DEPTH` deep).  The copies run just before that reader,
+        which (and every reader after it) reads them: the same values, kept for less time."""
+        last: dict[int, int] = {}
+        readers: dict[int, list[int]] = {}
+        for i, o in enumerate(self.ops):
+            for j in o.inputs:
+                last[j] = i
+                readers.setdefault(j, []).append(i)
+        out_of = {o.inputs[0] for o in self.ops if o.op == "Output"}
+
+        def chain(v: int, at: int, depth: int, into: list[int]) -> bool:
+            """Append to ``into`` (inputs first) what computes ``v`` again at ``at``."""
+            if v in into:
+                return True
+            for j in self.ops[v].inputs:
+                o = self.ops[j]
+                if o.op in ("Input", "Constant") or last[j] >= at:
+                    continue
+                if depth >= REMAT_DEPTH or j in out_of or not _cheap(o) or not chain(j, at, depth + 1, into):
+                    return False
+            into.append(v)
+            return True
+
+        before: dict[int, list[tuple[int, list[int]]]] = {}  # reader -> (value, its chain) copied before it
+        for i, o in enumerate(self.ops):
+            if i in out_of or not _cheap(o) or i not in readers:
+                continue
+            rs = sorted(set(readers[i]))
+            gaps = [(b - a, b) for a, b in zip(rs, rs[1:]) if b - a >= min_gap]
+            if not gaps:
+                continue
+            at = max(gaps)[1]
+            steps: list[int] = []
+            if chain(i, at, 0, steps):
+                before.setdefault(at, []).append((i, steps))
+        if not before:
+            return self
+        ops: list[LOp] = []
+        new_of: dict[int, int] = {}  # old index -> new index of the value as read from here on
+        for i, o in enumerate(self.ops):
+            for root, steps in before.get(i, ()):
+                local: dict[int, int] = {}  # the chain's copies, read by the chain only
+                for v in steps:
+                    src = self.ops[v]
+                    ops.append(LOp(src.op, src.args, tuple(local.get(j, new_of[j]) for j in src.inputs), src.shape,
+                                   src.dtype, src.leaf_views))
+                    local[v] = len(ops) - 1
+                new_of[root] = local[root]  # readers from here on read the copy
+            ops.append(LOp(o.op, o.args, tuple(new_of[j] for j in o.inputs), o.shape, o.dtype, o.leaf_views))
+            new_of[i] = len(ops) - 1
+        outputs = {name: new_of[k] for name, k in self.outputs.items()}
+        return LProgram(ops, outputs, self.constants, self.decls)
 
     def to_dot(self, produced_by: Mapping[str, list[str]] | None = None) -> str:
         """Graphviz DOT: one box per op (backend ops filled, labelled with the rules they came from)."""
