@@ -8,6 +8,7 @@ it.  Start with :class:`Graph`; see README.md for a tour.  Public names load on 
 from __future__ import annotations
 
 import importlib as _il
+import importlib.util
 import sys as _sys
 
 __version__ = "0.1.0"
@@ -24,6 +25,11 @@ _FROM = {**dict.fromkeys("DType ALL_DTYPES float64 float32 float16 bfloat16 floa
 def __getattr__(name: str) -> object:
     if name.startswith("__") and name != "__all__":
         raise AttributeError(name)
+    if "__all__" not in globals() and name not in _FROM and _il.util.find_spec(f"{__name__}.{name}") is not None:
+        # a submodule asked for before the public names are loaded (``from . import dtypes`` inside
+        # a module the op library imports): loading the op library first would import that
+        # module again while it is half initialised
+        return _il.import_module(f".{name}", __name__)
     if "__all__" not in globals():  # the first use: the op library registers the GraphTensor methods
         hl = _il.import_module(".hl", __name__)
         globals().update({n: getattr(_il.import_module(f".{m}", __name__), n) for n, m in _FROM.items()},
