@@ -1,4 +1,5 @@
-"""Train a tiny character-level transformer on the project's own docs with lightspeed, beside the
+"""Train a tiny character-level transformer on the project's own docs (a frozen copy,
+examples/data) with lightspeed, beside the
 same model in PyTorch from the same initial weights and the same batches.
 
     python examples/train_chars.py [--backend native] [--steps 200] [--no-peer]
@@ -23,11 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = dict(batch=8, context=32, dim=64, heads=4, layers=2, lr=3e-3, weight_decay=0.01)
 
 
+# the project's docs as they were on 2026-12-05, frozen so that loss curves and step times compare
+# across sessions (the docs themselves change every session)
+CORPUS = ROOT / "examples" / "data" / "docs-2026-12-05.txt"
+
+
 def corpus(text: str | None = None) -> tuple[np.ndarray, list[str]]:
-    """``text`` (default: the docs') as character ids (printable ASCII and newlines), and the
+    """``text`` (default: :data:`CORPUS`) as character ids (printable ASCII and newlines), and the
     characters."""
     if text is None:
-        text = "".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
+        text = CORPUS.read_text()
     text = "".join(c for c in text if c == "\n" or 32 <= ord(c) < 127)
     chars = sorted(set(text))
     table = {c: i for i, c in enumerate(chars)}

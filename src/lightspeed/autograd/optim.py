@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from .. import dtypes as dt
 from ..errors import InputError
 from ..graph import Graph, GraphTensor
+from ..hl.common import cast
 from ..hl.elementwise import exp2, reciprocal, sqrt
 from . import grad
 
@@ -47,8 +49,11 @@ def adamw(params: Sequence[GraphTensor], grads: Sequence[GraphTensor], m: Sequen
     p = p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps), ``step`` t (a scalar tensor,
     counted from 1).  Returns (new parameters, new m, new v)."""
     b1, b2 = betas
-    c1 = reciprocal(1.0 - exp2(step * math.log2(b1)))  # bias corrections, from the step number
-    c2 = reciprocal(1.0 - exp2(step * math.log2(b2)))
+    # the bias corrections from the step number, in float64 (as torch's, in Python floats): 1 - b2^t
+    # is ~1e-3 early on, so a float32 power's rounding became a 1e-4 relative error of every update
+    t = cast(step, dt.float64)
+    c1 = cast(reciprocal(1.0 - exp2(t * math.log2(b1))), step.dtype)
+    c2 = cast(reciprocal(1.0 - exp2(t * math.log2(b2))), step.dtype)
     out_p, out_m, out_v = [], [], []
     for p, g, mk, vk in zip(params, grads, m, v):
         mk = mk * b1 + g * (1.0 - b1)

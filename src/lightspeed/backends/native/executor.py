@@ -50,11 +50,15 @@ from ..codegen.program import Executor, Launch
 
 __all__ = ["HostExecutor", "compiler", "available"]
 
-# -march=native: kernels are compiled on the machine that runs them (the cache key names its CPU);
-# no -ffast-math: float results must match the reference's rounding.  -fopenmp where the compiler
-# has OpenMP (gcc, most clangs); without it the kernels run on the calling thread.
 PROGRAM = "__program__"  # the handle of the function that runs a program's whole launch list
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-strict-aliasing", "-fwrapv", "-std=gnu11")
+PROGRAM_TIMED = "__program_timed__"  # ... and of its twin that times each kernel (LIGHTSPEED_TRACE)
+# -march=native: kernels are compiled on the machine that runs them (the cache key names its CPU);
+# no -ffast-math: float results must match the reference's rounding.  -fno-math-errno: sqrtf and the
+# like need not set errno (nothing reads it), so loops calling them vectorise (an AdamW update
+# region did not); their results are the same.  -fopenmp where the compiler has OpenMP (gcc, most
+# clangs); without it the kernels run on the calling thread.
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fno-strict-aliasing", "-fwrapv", "-fno-math-errno",
+         "-std=gnu11")
 
 
 def _cpu_id() -> str:
@@ -287,16 +291,25 @@ def _modules(specs: list[KernelSpec]) -> list[list[KernelSpec]]:
 
 def _runner(launches: list[Launch]) -> tuple[str, str, list[str]]:
     """C source of one function running ``launches`` in order, each kernel called through a table
-    of function addresses (``K``, in the order of the returned names); and the function's name."""
+    of function addresses (``K``, in the order of the returned names); and the function's name.
+    Beside it, ``<name>_timed`` does the same and writes the monotonic clock before the first
+    kernel and after each one into ``S`` (``LIGHTSPEED_TRACE``: each kernel timed where it runs,
+    not through a Python call per kernel, whose own cost had doubled a short kernel's time)."""
     slot: dict[str, int] = {}
-    body = []
+    calls = []
     for launch in launches:
         k = slot.setdefault(launch.spec.name, len(slot))
         params = ", ".join(["const long long*"] + ["int"] * len(launch.args))
-        body.append(f"  ((void (*)({params}))K[{k}])(T, {', '.join(map(str, launch.args))});\n")
-    text = "".join(body)
+        calls.append(f"  ((void (*)({params}))K[{k}])(T, {', '.join(map(str, launch.args))});\n")
+    text = "".join(calls)
     name = f"ls_program_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-    return name, f"void {name}(void* const* K, const long long* T) {{\n{text}}}\n", list(slot)
+    timed = "".join(f"{c}  ls_now(S + {i + 1});\n" for i, c in enumerate(calls))
+    source = ("#include <time.h>\n"
+              "static void ls_now(double* s) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); "
+              "*s = t.tv_sec + 1e-9 * t.tv_nsec; }\n"
+              f"void {name}(void* const* K, const long long* T) {{\n{text}}}\n"
+              f"void {name}_timed(void* const* K, const long long* T, double* S) {{\n  ls_now(S);\n{timed}}}\n")
+    return name, source, list(slot)
 
 
 class _State:
@@ -350,6 +363,9 @@ class HostExecutor(Executor):
             fn.restype, fn.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p]
             table = (ctypes.c_void_p * len(order))(*(ctypes.cast(functions[k], ctypes.c_void_p).value for k in order))
             handles[PROGRAM] = functools.partial(fn, table)  # (the partial keeps the table alive)
+            timed = getattr(_build(source)[0], f"{name}_timed")
+            timed.restype, timed.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            handles[PROGRAM_TIMED] = functools.partial(timed, table)
         return handles
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -382,6 +398,12 @@ class HostExecutor(Executor):
 
     def run_traced(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]
                    ) -> list[tuple[Launch, float, float]]:
+        timed = handles.get(PROGRAM_TIMED)
+        if timed is not None:  # the clock read in C around each kernel (CLOCK_MONOTONIC: perf_counter's)
+            stamps = np.zeros(len(launches) + 1, np.float64)
+            timed(state.table_address, stamps.ctypes.data)
+            state.check()
+            return [(launch, float(stamps[i]), float(stamps[i + 1] - stamps[i])) for i, launch in enumerate(launches)]
         out, t = [], state.table_address
         for launch in launches:
             start = time.perf_counter()
