@@ -341,3 +341,39 @@ def test_the_load_probe_counts_only_other_processes():
     assert search.others_busy((10.0, 1.0), (10.0 + ncpu, 1.0), 0.1) == 0.0  # too short to tell
     ticks = search._cpu_ticks()
     assert ticks is None or (ticks[0] >= 0 and ticks[1] >= 0)
+
+
+def test_the_load_probe_counts_this_processes_children_as_its_own():
+    """The C compiler a native compile runs is this process's work, not another's: a child that
+    burns a CPU for half a second leaves the probe's share of other processes near 0 (it was
+    counted as other work, and every native decision would have been left out of the cache)."""
+    import subprocess
+    import time
+
+    from lightspeed import search
+
+    before, t0 = search._cpu_ticks(), time.perf_counter()
+    if before is None:
+        pytest.skip("no /proc/stat")
+    burn = "import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < 0.6: pass"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    busy = search.others_busy(before, search._cpu_ticks(), time.perf_counter() - t0)
+    assert busy < 0.2, busy
+
+
+def test_a_float_copy_of_gguf_blocks_counts_as_a_candidates_memory():
+    """``LProgram.dequantised_bytes``: a program that reads a block-dtype weight as float values
+    (the loader keeps the copy) needs its float32 bytes; the search adds them to the candidate's
+    intermediates, so a candidate reading the blocks wins a near tie (LEAN_TIE)."""
+    from lightspeed.egraph.llir import LOp, LProgram
+
+    q = LOp("Input", {"name": "w"}, (), (ls.sym("n"), ls.const(64)), ls.q4_1)
+    cast = LOp("Cast", {"to": ls.float32}, (0,), (ls.sym("n"), ls.const(64)), ls.float32)
+    out = LOp("Output", {"name": "y"}, (1,), cast.shape, ls.float32)
+    prog = LProgram([q, cast, out], {"y": 2})
+    assert prog.dequantised_bytes({"n": 10}) == 10 * 64 * 4
+    floats = LProgram([LOp("Input", {"name": "x"}, (), (ls.const(8),), ls.float32),
+                       LOp("Cast", {"to": ls.float16}, (0,), (ls.const(8),), ls.float16)], {})
+    assert floats.dequantised_bytes({}) == 0
+    from lightspeed import search
+    assert search.LEAN_TIE > search.TIE

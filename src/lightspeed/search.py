@@ -84,6 +84,8 @@ class SearchOptions:
 SEARCH_VERSION = 4
 CUTOFF = 3.0  # a candidate whose first timed run is this many times the best so far gets no more runs
 TIE = 1.05  # re-timed finalists this close to the fastest are a tie
+# ... and one at most half as many bytes (a float copy of GGUF blocks not made) within this much
+LEAN_TIE = 1.25
 _SEARCH_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
@@ -101,17 +103,19 @@ def contended_limit() -> float:
 
 
 def _cpu_ticks() -> tuple[float, float] | None:
-    """(busy seconds of every CPU, CPU seconds of this process) now, or None where /proc/stat is
-    not readable (the check is then skipped)."""
+    """(busy seconds of every CPU, CPU seconds of this process and its children) now, or None
+    where /proc/stat is not readable (the check is then skipped)."""
     try:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
         hz = os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    t = os.times()
-    return (sum(fields[:8]) - idle) / hz, t.user + t.system
+    # user, nice, system, irq, softirq: the CPUs' work (not idle, iowait, nor a hypervisor's steal,
+    # which is no process here and would keep a busy host's every decision out of the cache)
+    busy = sum(fields[i] for i in (0, 1, 2, 5, 6) if i < len(fields))
+    t = os.times()  # this process's threads and its finished children (the C compiler of the kernels)
+    return busy / hz, t.user + t.system + t.children_user + t.children_system
 
 
 PROBE_MIN_SECONDS = 0.5  # shorter searches are not judged: the kernel counts CPU time in 10 ms ticks
@@ -463,12 +467,12 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
         t_extract += time.perf_counter() - t0
         t0 = time.perf_counter()
         ops = lprog.count()
-        need = lprog.peak_bytes(dims)
+        need = lprog.peak_bytes(dims) + lprog.dequantised_bytes(dims)
         recomputed = False
         if need > opts.max_memory:  # recompute cheap values for their late readers: does it fit then?
             lean = lprog.rematerialized()
             if lean is not lprog:
-                lean_need = lean.peak_bytes(dims)
+                lean_need = lean.peak_bytes(dims) + lean.dequantised_bytes(dims)
                 if lean_need <= opts.max_memory:
                     lprog, need, recomputed, ops = lean, lean_need, True, lean.count()
         if need > opts.max_memory:
@@ -508,8 +512,11 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
                 again[f.index] = min(again[f.index], backend.time(f.prog, inputs, dims, 1))
         # within TIE of the fastest is a tie, won by the fewest intermediate bytes: noise must not
         # crown a broadcast product over the Matmul that block kernels (native) read
-        tied = [f for f in finalists if again[f.index] <= TIE * min(again.values())]
-        best = min(tied, key=lambda f: (f.need, again[f.index], f.index))
+        fastest = min(again.values())
+        tied = [f for f in finalists if again[f.index] <= TIE * fastest]
+        lean = [f for f in finalists if again[f.index] <= LEAN_TIE * fastest
+                and 2 * f.need <= min(t.need for t in tied)]
+        best = min(lean or tied, key=lambda f: (f.need, again[f.index], f.index))
         for c in rep.candidates:
             if c.index in again:
                 c.seconds = again[c.index]

@@ -151,6 +151,19 @@ class LProgram:
                 live -= size.pop(j, 0)
         return peak
 
+    def dequantised_bytes(self, dims: Mapping[str, int]) -> int:
+        """Bytes of the float copies this program makes of block-dtype inputs (a Cast of GGML
+        blocks read as float values: the loader keeps the dequantised copy), which a program
+        reading the blocks themselves does not need."""
+        total = 0
+        for o in self.ops:
+            if o.op == "Cast" and self.ops[o.inputs[0]].op == "Input" and self.ops[o.inputs[0]].dtype.block is not None:
+                n = 1
+                for d in o.shape:
+                    n *= int(d.evaluate(dims))
+                total += n * o.dtype.itemsize
+        return total
+
     def rematerialized(self, min_gap: int = REMAT_GAP) -> LProgram:
         """The same program with cheap values computed again for their late readers instead of
         kept alive in between (activation recomputation: a training step's activations, read by the
