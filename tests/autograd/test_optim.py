@@ -81,29 +81,34 @@ def test_a_training_steps_activations_share_the_arena_by_liveness():
     then their places are reused: a deeper MLP's training step needs far less arena than the sum
     of its computed values, and no less than what is live where the backward pass begins (every
     activation)."""
-    g = ls.Graph()
     batch, width, depth = 64, 96, 6
-    x = g.input("x", (batch, width))
-    params = {f"w{i}": g.input(f"w{i}", (width, width)) for i in range(depth)}
-    h = x
-    for i in range(depth):
-        h = ls.tanh(h @ params[f"w{i}"])
-    training_step(g, (h * h).sum(), params, optimizer="sgd", lr=0.1)
+    g = _mlp_step(ls.tanh, depth, batch, width, lr=0.1)
     prog = g.compile(backend="native", search=ls.SearchOptions(budget=2, seed=0, progress=False))
     arena, values = prog.arena_bytes(), prog.value_bytes()
     activation = batch * width * 4
     assert depth * activation <= arena < values / 2, (arena, values)  # every activation is live at the turn
 
 
-def _relu_mlp_step(depth: int = 6, batch: int = 64, width: int = 96) -> ls.Graph:
+def _mlp_step(act, depth: int = 6, batch: int = 64, width: int = 96, lr: float = 0.01) -> ls.Graph:
+    """An SGD step of ``depth`` square layers ``act(h @ w)`` on the loss sum(h^2)."""
     g = ls.Graph()
     x = g.input("x", (batch, width))
     params = {f"w{i}": g.input(f"w{i}", (width, width)) for i in range(depth)}
     h = x
     for i in range(depth):
-        h = ls.relu(h @ params[f"w{i}"])
-    training_step(g, (h * h).sum(), params, optimizer="sgd", lr=0.01)
+        h = act(h @ params[f"w{i}"])
+    training_step(g, (h * h).sum(), params, optimizer="sgd", lr=lr)
     return g
+
+
+def _relu_mlp_step() -> ls.Graph:
+    return _mlp_step(ls.relu)
+
+
+def _mlp_feeds(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((64, 96)).astype(np.float32),
+            **{f"w{i}": (rng.standard_normal((96, 96)) * 0.1).astype(np.float32) for i in range(6)}}
 
 
 def test_recomputing_cheap_activations_keeps_the_values_and_frees_memory():
@@ -123,9 +128,7 @@ def test_recomputing_cheap_activations_keeps_the_values_and_frees_memory():
     lean = lprog.rematerialized()
     assert len(lean.ops) > len(lprog.ops) and lean.peak_bytes({}) < lprog.peak_bytes({})
     assert lean.rematerialized(min_gap=10**9) is lean  # nothing left far enough apart
-    rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal((64, 96)).astype(np.float32),
-             **{f"w{i}": (rng.standard_normal((96, 96)) * 0.1).astype(np.float32) for i in range(6)}}
+    feeds = _mlp_feeds(0)
     a, b = backend.lower(g, lprog), backend.lower(g, lean)
     fa, fb = ({k: v.copy() for k, v in feeds.items()} for _ in range(2))
     for _ in range(3):
@@ -157,9 +160,7 @@ def test_the_search_recomputes_under_a_memory_budget():
     again = _relu_mlp_step().compile(backend="cpu", search=opts)
     assert again.search_report.decision_cached and again.search_report.program_text == rep.program_text
     free = _relu_mlp_step().compile(backend="cpu", search=ls.SearchOptions(budget=3, seed=0, roll=False))
-    rng = np.random.default_rng(1)
-    feeds = {"x": rng.standard_normal((64, 96)).astype(np.float32),
-             **{f"w{i}": (rng.standard_normal((96, 96)) * 0.1).astype(np.float32) for i in range(6)}}
+    feeds = _mlp_feeds(1)
     fa, fb = ({k: v.copy() for k, v in feeds.items()} for _ in range(2))
     np.testing.assert_allclose(prog(fa)["loss"], free(fb)["loss"], rtol=1e-5)
     for k in feeds:

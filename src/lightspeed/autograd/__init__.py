@@ -13,12 +13,15 @@ several times add up.  Symbolic dims stay symbolic.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 
 from .. import dtypes as dt
 from ..errors import InputError, UnsupportedError
 from ..graph import GraphTensor
 from ..hl.common import cast, full, prim
+from ..hl.elementwise import logical_not, reciprocal
 from ..shape import ShapeTracker, View, unflatten_index
 from ..symbolic import INDEX_VAR, const, prod, sym
 from .vjp import NOT_DIFFERENTIABLE, VJPS
@@ -101,17 +104,13 @@ def _stacked_max(g, node, nid: int, gout: GraphTensor, grads: dict[int, GraphTen
     gk = gout.reshape(*keep)
     reads = [GraphTensor(g, i, vst, g.nodes[i].dtype)[(slice(None),) * axis + (slice(p, p + 1),)]
              for i, vst, p in slots]
-    hits = [cast(prim("LessThan", prim("LessThan", r, m), full(g, keep, True, dt.bool_)), out.dtype)
-            for r in reads]
-    count = hits[0]
-    for h in hits[1:]:
-        count = count + h
-    share = gk * prim("Recip", count)
+    hits = [cast(logical_not(r < m), out.dtype) for r in reads]
+    share = gk * reciprocal(functools.reduce(operator.add, hits))
     for (i, vst, p), h in zip(slots, hits):
         if not g.nodes[i].dtype.is_float:
             continue
-        d = (share * h).with_view((share * h).st.pad([(0, 0)] * axis + [(p, size.value - 1 - p)]
-                                                    + [(0, 0)] * (len(keep) - axis - 1)))
+        mine = share * h
+        d = mine.with_view(mine.st.pad([(0, 0)] * axis + [(p, size.value - 1 - p)] + [(0, 0)] * (len(keep) - axis - 1)))
         back = untranspose(d, vst, g.nodes[i].shape)
         grads[i] = back if i not in grads else grads[i] + back
     return True
@@ -171,8 +170,7 @@ def _untranspose_view(d: GraphTensor, v: View, space: tuple) -> GraphTensor:
     box = _box_in_permutation(view, space)
     if box is not None:  # a box of a permuted layout (a slice, a split's part): padded back into it
         order, pads = box
-        kept = [k for k, size in enumerate(view.shape) if not (size.is_const and size.value == 1)]
-        src = d.reshape(*[view.shape[k] for k in kept]) if len(kept) != d.ndim or d.ndim != len(view.shape) else d
+        src = d.reshape(*[n for n in view.shape if not (n.is_const and n.value == 1)])  # the axes box pads
         padded = src.with_view(src.st.pad(pads))
         return padded.permute(*order).reshape(*space)
     split = _overlapping_axis(view)

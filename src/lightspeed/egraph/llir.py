@@ -64,12 +64,16 @@ def liveness(inputs_per_op: list[tuple[int, ...]]) -> dict[int, list[int]]:
     return out
 
 
-REMAT_GAP = 8  # ops between two readers of a value before recomputing it for the later one pays
+def _nbytes(o: LOp, dims: Mapping[str, int]) -> int:
+    n = 1
+    for d in o.shape:
+        n *= int(d.evaluate(dims))
+    return n * o.dtype.itemsize
 
+
+REMAT_GAP = 8  # ops between two readers of a value before recomputing it for the later one pays
 # element-wise primitives (no reductions, views, gathers or writes): what a recomputation repeats
 _ELEMENTWISE = frozenset(n for n, p in PRIMITIVES.items() if p.category in ("unary", "binary")) | {"Cast"}
-
-
 REMAT_AXIS = 4  # a reduction over this many elements or fewer is cheap to compute again
 REMAT_DEPTH = 3  # values computed again together for one late reader, at most
 
@@ -141,10 +145,7 @@ class LProgram:
         size: dict[int, int] = {}
         for i, o in enumerate(self.ops):
             if o.op not in ("Input", "Constant", "Output"):
-                n = 1
-                for d in o.shape:
-                    n *= int(d.evaluate(dims))
-                size[i] = n * o.dtype.itemsize
+                size[i] = _nbytes(o, dims)
                 live += size[i]
                 peak = max(peak, live)
             for j in free.get(i, ()):
@@ -155,14 +156,8 @@ class LProgram:
         """Bytes of the float copies this program makes of block-dtype inputs (a Cast of GGML
         blocks read as float values: the loader keeps the dequantised copy), which a program
         reading the blocks themselves does not need."""
-        total = 0
-        for o in self.ops:
-            if o.op == "Cast" and self.ops[o.inputs[0]].op == "Input" and self.ops[o.inputs[0]].dtype.block is not None:
-                n = 1
-                for d in o.shape:
-                    n *= int(d.evaluate(dims))
-                total += n * o.dtype.itemsize
-        return total
+        return sum(_nbytes(o, dims) for o in self.ops if o.op == "Cast" and self.ops[o.inputs[0]].op == "Input"
+                   and self.ops[o.inputs[0]].dtype.block is not None)
 
     def rematerialized(self, min_gap: int = REMAT_GAP) -> LProgram:
         """The same program with cheap values computed again for their late readers instead of

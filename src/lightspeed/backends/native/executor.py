@@ -359,11 +359,12 @@ class HostExecutor(Executor):
                 handles[s.name] = fn
         if launches:
             name, source, order = _runner(launches)
-            fn = getattr(_build(source)[0], name)
+            lib = _build(source)[0]
+            fn = getattr(lib, name)
             fn.restype, fn.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p]
             table = (ctypes.c_void_p * len(order))(*(ctypes.cast(functions[k], ctypes.c_void_p).value for k in order))
             handles[PROGRAM] = functools.partial(fn, table)  # (the partial keeps the table alive)
-            timed = getattr(_build(source)[0], f"{name}_timed")
+            timed = getattr(lib, f"{name}_timed")
             timed.restype, timed.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
             handles[PROGRAM_TIMED] = functools.partial(timed, table)
         return handles

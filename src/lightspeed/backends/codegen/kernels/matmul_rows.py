@@ -104,7 +104,7 @@ def matmul_rows_kernel(op: LOp, in_dtypes: list[DType], packed: bool = False) ->
         # TILE_ROWS rows x 64 columns in vector registers (prelude/c.h, ls_mm_tile); the same fma
         # chain per output as the scalar loop, so a row's result does not depend on its neighbours
         mm = w.expr(m)
-        panel, panel_k, full = "rb0", sbk, f"jn == {ROW_CHUNK}"
+        panel, panel_k = "rb0", sbk
         if packed:
             sbn = w.expr(a["b_stride_n"])
             w.line(f"float _ls_pk[{int(k.value)}][{ROW_CHUNK}] __attribute__((aligned(64)));")
@@ -122,20 +122,28 @@ def matmul_rows_kernel(op: LOp, in_dtypes: list[DType], packed: bool = False) ->
             w.line(f"for (long long _ls_mb = _ls_mp * {per}; _ls_mb < _ls_mp * {per} + {per} && "
                    f"_ls_mb * {TILE_ROWS} < {mm}; _ls_mb++) {{")
             w.push()
-            panel, panel_k, full = "&_ls_pk[0][0]", str(ROW_CHUNK), "1"  # zeros past n
+            panel, panel_k = "&_ls_pk[0][0]", str(ROW_CHUNK)
         w.line(f"const long long _ls_mi0 = _ls_mb * {TILE_ROWS};")
         w.line(f"const long long _ls_rows = {mm} - _ls_mi0 < {TILE_ROWS} ? {mm} - _ls_mi0 : {TILE_ROWS};")
         w.line(f"float acc[{TILE_ROWS}][{ROW_CHUNK}];")
-        w.line(f"const float* ra = in0 + oa + _ls_mi0 * {sam}; const float* rb0 = in1 + ob + _ls_nj0;")
-        w.line(f"if ({full} && _ls_rows == {TILE_ROWS}) "
-               f"ls_mm_tile({TILE_ROWS}, {kk}, ra, {sam}, {sak}, {panel}, {panel_k}, acc);")
-        w.line("else for (int _ls_r = 0; _ls_r < _ls_rows; _ls_r++) {")
-        w.line(f"  if ({full}) {{ ls_mm_tile(1, {kk}, ra + _ls_r * {sam}, {sam}, {sak}, {panel}, {panel_k}, "
-               "acc + _ls_r); continue; }")
-        w.push()
-        scalar_row("acc[_ls_r]", "_ls_mi0 + _ls_r")
-        w.scope.parent.lines.extend("  " + ln for ln in w.pop())
-        w.line("}")
+        w.line(f"const float* ra = in0 + oa + _ls_mi0 * {sam};")
+
+        def tile(rows: int, a_rows: str, out: str) -> str:
+            return f"ls_mm_tile({rows}, {kk}, {a_rows}, {sam}, {sak}, {panel}, {panel_k}, {out});"
+
+        if packed:  # the panel holds zeros past n: every column chunk is a whole tile
+            w.line(f"if (_ls_rows == {TILE_ROWS}) {tile(TILE_ROWS, 'ra', 'acc')}")
+            row_tile = tile(1, f"ra + _ls_r * {sam}", "acc + _ls_r")
+            w.line(f"else for (int _ls_r = 0; _ls_r < _ls_rows; _ls_r++) {row_tile}")
+        else:  # a chunk past n: the scalar loop
+            w.line("const float* rb0 = in1 + ob + _ls_nj0;")
+            w.line(f"if (jn == {ROW_CHUNK} && _ls_rows == {TILE_ROWS}) {tile(TILE_ROWS, 'ra', 'acc')}")
+            w.line("else for (int _ls_r = 0; _ls_r < _ls_rows; _ls_r++) {")
+            w.line(f"  if (jn == {ROW_CHUNK}) {{ {tile(1, f'ra + _ls_r * {sam}', 'acc + _ls_r')} continue; }}")
+            w.push()
+            scalar_row("acc[_ls_r]", "_ls_mi0 + _ls_r")
+            w.scope.parent.lines.extend("  " + ln for ln in w.pop())
+            w.line("}")
         w.line("for (int _ls_r = 0; _ls_r < _ls_rows; _ls_r++) {")
         w.push()  # the row's own index expressions
         w.line("const long long _ls_mi = _ls_mi0 + _ls_r;")

@@ -357,11 +357,15 @@ def region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dty
     w.line({"warp": f"if (lane == 0) {store_line}", "row": f"if (lane == 0 && slice == 0) {store_line}"}
            .get(mode, store_line))
     body = w.pop()
-    operands = operands if operands is not None else list(range(len(leaf_dtypes)))
-    bufs = [("out", storage_type(out_dtype), True, "out")] + [(f"in{k}", storage_type(d), False, operands[k])
-                                                               for k, d in enumerate(leaf_dtypes)]
-    return finish(w, dialect, mode, bufs, prod(shape), body, label, axes,
+    return finish(w, dialect, mode, _buffers(out_dtype, leaf_dtypes, operands), prod(shape), body, label, axes,
                   preludes=("ggml_blocks",) if block_data else ())
+
+
+def _buffers(out_dtype: DType, leaf_dtypes: list[DType], operands: list[int] | None) -> list[tuple]:
+    """A region kernel's buffers: ``out``, then leaf k as ``in<k>`` reading operand ``operands[k]``."""
+    operands = operands if operands is not None else list(range(len(leaf_dtypes)))
+    return [("out", storage_type(out_dtype), True, "out")] + [(f"in{k}", storage_type(d), False, operands[k])
+                                                             for k, d in enumerate(leaf_dtypes)]
 
 
 COLUMNS = 32  # consecutive outputs a column-reduction item accumulates side by side
@@ -452,12 +456,9 @@ def column_kernel(tree: tuple, plan, views: list[ShapeTracker], leaf_dtypes: lis
     w.scope.parent.lines.extend("  " + ln for ln in w.pop())
     w.line("}")
     body = w.pop()
-    operands = operands if operands is not None else list(range(len(leaf_dtypes)))
-    bufs = [("out", storage_type(out_dtype), True, "out")] + [(f"in{k}", storage_type(dd), False, operands[k])
-                                                               for k, dd in enumerate(leaf_dtypes)]
     reduced = prod([sshape[axis] for axis, sshape in levels])
-    return finish(w, "c", "elementwise", bufs, prod(shape) // width * chunks, body, label, axes,
-                  item_cost=reduced * COLUMNS)
+    return finish(w, "c", "elementwise", _buffers(out_dtype, leaf_dtypes, operands), prod(shape) // width * chunks,
+                  body, label, axes, item_cost=reduced * COLUMNS)
 
 
 # ---------------------------------------------------------------------------- per op

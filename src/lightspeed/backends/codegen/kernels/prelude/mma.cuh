@@ -2,19 +2,14 @@
 // times 16 x 8 (B, k-major) of 16-bit floats into 16 x 8 float32 sums, as PTX's
 // mma.sync.aligned.m16n8k16 with float32 accumulation (sm_80 and later).  a: the four 32-bit
 // registers of A's fragment, b: B's two, c: the thread's four sums, updated in place.
-static LS_INLINE void ls_mma_bf16(float* c, const unsigned int* a, const unsigned int* b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-               "{%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#define LS_MMA_ASM(T)                                                                                  \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0, %1, %2, %3}, "              \
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                                          \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                         \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+#else
+#define LS_MMA_ASM(T)
 #endif
-}
-static LS_INLINE void ls_mma_f16(float* c, const unsigned int* a, const unsigned int* b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-               "{%8, %9}, {%0, %1, %2, %3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-}
+static LS_INLINE void ls_mma_bf16(float* c, const unsigned int* a, const unsigned int* b) { LS_MMA_ASM("bf16"); }
+static LS_INLINE void ls_mma_f16(float* c, const unsigned int* a, const unsigned int* b) { LS_MMA_ASM("f16"); }
