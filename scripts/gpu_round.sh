@@ -5,7 +5,8 @@
 # empty: none), then benchmarks/gpu_decode.py beside PyTorch on GPU_DECODE_SHAPES, and with
 # GPU_ROUND_TRACE=1 the 1B step's kernels by op (scripts/trace_summary.py); with GPU_ROUND_MMA=1
 # the tensor-core tiles' GPU tests and a 512-token prefill of the 1B shape with and without them
-# (LIGHTSPEED_CUDA_MMA=1) beside torch.compile's.  Logs under $OUT.
+# (LIGHTSPEED_CUDA_MMA=1) beside torch.compile's; with GPU_ROUND_SERVE=1 benchmarks/gpu_serve.py (32 streams
+# of the 1B shape, paged).  Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
 # weight-file parts carried in this call, kept for a later call on the same warm machine
@@ -40,4 +41,9 @@ if [ "${GPU_ROUND_MMA:-0}" = 1 ]; then
     --steps 4
   step prefill_peer 150 python3 benchmarks/peer_torch_decode.py llama-3.2-1b --prefill 512
   for f in prefill_generic prefill_mma prefill_peer; do echo "== $f"; tail -6 "$OUT/$f.log"; done
+fi
+# batched paged decode (issue 24's GPU figure): 1, 8, 32 streams of the 1B shape, batch invariance
+if [ "${GPU_ROUND_SERVE:-0}" = 1 ]; then
+  step serve "${GPU_SERVE_S:-240}" python3 benchmarks/gpu_serve.py llama-3.2-1b --streams 1,8,32 --check 4
+  tail -8 "$OUT/serve.log"
 fi
