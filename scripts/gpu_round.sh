@@ -2,7 +2,7 @@
 # One GPU round on the device host, from the repository root: the cuda tests that cover decode
 # (GPU_TEST_FILES; kernels, attention, models, launch), the decode timeline of lightspeed
 # (scripts/gpu_profile.py on GPU_PROFILE_SHAPES, PDL off so kernel durations are the kernels' own;
-# empty: none), then benchmarks/gpu_decode.py beside PyTorch on GPU_DECODE_SHAPES, and with
+# empty: none), then benchmarks/gpu_decode.py beside PyTorch on GPU_DECODE_SHAPES (empty: none), and with
 # GPU_ROUND_TRACE=1 the 1B step's kernels by op (scripts/trace_summary.py); with GPU_ROUND_MMA=1
 # the tensor-core tiles' GPU tests and a 512-token prefill of the 1B shape with and without them
 # (LIGHTSPEED_CUDA_MMA=1) beside torch.compile's; with GPU_ROUND_SERVE=1 benchmarks/gpu_serve.py (32 streams
@@ -22,9 +22,11 @@ if [ -n "${GPU_PROFILE_SHAPES-llama-3.2-1b}" ]; then
     ${GPU_PROFILE_SHAPES-llama-3.2-1b} --no-peer --steps 24
   grep -v Warning "$OUT/profile.log" | grep -v warn | head -${GPU_PROFILE_LINES:-40}
 fi
-step decode "${GPU_DECODE_S:-300}" python3 benchmarks/gpu_decode.py ${GPU_DECODE_SHAPES:-smollm2-135m llama-3.2-1b} \
-  --steps "${GPU_DECODE_STEPS:-64}"
-sed -n '/^shape/,$p' "$OUT/decode.log"
+if [ -n "${GPU_DECODE_SHAPES-smollm2-135m llama-3.2-1b}" ]; then
+  step decode "${GPU_DECODE_S:-300}" python3 benchmarks/gpu_decode.py ${GPU_DECODE_SHAPES-smollm2-135m llama-3.2-1b} \
+    --steps "${GPU_DECODE_STEPS:-64}"
+  sed -n '/^shape/,$p' "$OUT/decode.log"
+fi
 # the 1B step kernel by kernel with op names (LIGHTSPEED_TRACE: plain launches between events)
 if [ "${GPU_ROUND_TRACE:-0}" = 1 ]; then
   LIGHTSPEED_TRACE=$OUT/trace.json step trace 60 python3 benchmarks/gpu_decode.py llama-3.2-1b --no-peer --steps 2
@@ -36,10 +38,10 @@ if [ "${GPU_ROUND_MMA:-0}" = 1 ]; then
   LIGHTSPEED_CUDA_MMA=1 step mma_tests 120 python3 -m pytest -o addopts="" tests/backends/test_cuda_mma.py -q \
     -p no:cacheprovider
   tail -3 "$OUT/mma_tests.log"
-  step prefill_generic 150 python3 benchmarks/gpu_decode.py llama-3.2-1b --prompt 512 --no-peer --steps 4
-  LIGHTSPEED_CUDA_MMA=1 step prefill_mma 150 python3 benchmarks/gpu_decode.py llama-3.2-1b --prompt 512 --no-peer \
+  step prefill_generic "${GPU_PREFILL_S:-150}" python3 benchmarks/gpu_decode.py llama-3.2-1b --prompt 512 --no-peer --steps 4
+  LIGHTSPEED_CUDA_MMA=1 step prefill_mma "${GPU_PREFILL_S:-150}" python3 benchmarks/gpu_decode.py llama-3.2-1b --prompt 512 --no-peer \
     --steps 4
-  step prefill_peer 150 python3 benchmarks/peer_torch_decode.py llama-3.2-1b --prefill 512
+  step prefill_peer "${GPU_PREFILL_S:-150}" python3 benchmarks/peer_torch_decode.py llama-3.2-1b --prefill 512
   for f in prefill_generic prefill_mma prefill_peer; do echo "== $f"; tail -6 "$OUT/$f.log"; done
 fi
 # batched paged decode (issue 24's GPU figure): 1, 8, 32 streams of the 1B shape, batch invariance
