@@ -2,7 +2,9 @@
 lightspeed backend beside PyTorch eager and torch.compile, same weights, same batches, same
 process and threads; also how far apart the loss curves are.
 
-    python benchmarks/train.py [--backend native] [--steps 200] [--no-compile] [--no-f64]
+    python benchmarks/train.py [--backend native] [--steps 200] [--dtype float32] [--no-compile] [--no-f64]
+
+With ``--backend cuda`` PyTorch runs on the GPU too; ``--dtype bfloat16`` trains both in bf16.
 
 Prints one row per system: median step time (ms), its ratio to PyTorch eager, the final loss and
 the largest relative difference of its loss curve from lightspeed's; then (unless ``--no-f64``)
@@ -28,8 +30,13 @@ def main() -> None:
     args = sys.argv[1:]
     backend = args[args.index("--backend") + 1] if "--backend" in args else "native"
     steps = int(args[args.index("--steps") + 1]) if "--steps" in args else 200
+    import lightspeed as ls
+
+    dtype = ls.dtypes.as_dtype(args[args.index("--dtype") + 1]) if "--dtype" in args else ls.float32
+    device = "cuda" if backend == "cuda" else "cpu"
     torch.set_num_threads(os.cpu_count() or 1)
-    res = run(backend, steps, peer=True, verbose=False, torch_compile="--no-compile" not in args)
+    res = run(backend, steps, peer=True, verbose=False, torch_compile="--no-compile" not in args, dtype=dtype,
+              torch_device=device)
     eager = res["torch_step_ms"]
     rows = [(f"lightspeed {backend}", res["step_ms"], res["losses"][-1], 0.0),
             ("PyTorch eager", eager, res["torch_losses"][-1], res["torch_max_rel_diff"])]
@@ -50,9 +57,7 @@ def main() -> None:
         # nearer the exact training
         import numpy as np
 
-        import lightspeed as ls
-
-        exact = np.array(run(backend, steps, peer=True, verbose=False, dtype=ls.float64)["torch_losses"])
+        exact = np.array(run("native", steps, peer=True, verbose=False, dtype=ls.float64)["torch_losses"])
         print("largest relative difference from the float64 curve:")
         for name, key in ((f"lightspeed {backend}", "losses"), ("PyTorch eager", "torch_losses"),
                           ("torch.compile", "torch_compile_losses")):
@@ -60,7 +65,7 @@ def main() -> None:
                 print(f"  {name:<22} {float(np.max(np.abs(np.array(res[key]) - exact) / exact)):.2e}")
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "train.json"), "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d"), "backend": backend, "steps": steps,
+            json.dump({"date": time.strftime("%Y-%m-%d"), "backend": backend, "steps": steps, "dtype": dtype.name,
                        **{k: v for k, v in res.items() if not k.endswith("losses")}}, f, indent=1)
 
 

@@ -88,12 +88,14 @@ def build(vocab: int, c: dict, dtype: ls.DType = ls.float32) -> ls.Graph:
     return g
 
 
-def torch_model(weights: dict[str, np.ndarray], c: dict):
+def torch_model(weights: dict[str, np.ndarray], c: dict, device: str = "cpu"):
     import torch
 
-    params = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
+    # (bfloat16 through float32: torch.tensor does not take ml_dtypes' arrays)
+    params = {k: torch.tensor(v.astype(np.float32), device=device).to(torch_dtype(v.dtype)).requires_grad_()
+              for k, v in weights.items()}
     B, T, d, H = c["batch"], c["context"], c["dim"], c["heads"]
-    mask = torch.triu(torch.full((T, T), -1e9, dtype=params["embed"].dtype), 1)
+    mask = torch.triu(torch.full((T, T), -1e9, dtype=params["embed"].dtype, device=device), 1)
     F = torch.nn.functional
 
     def loss_of(ids, targets):
@@ -113,10 +115,21 @@ def torch_model(weights: dict[str, np.ndarray], c: dict):
     return loss_of, opt
 
 
+def torch_dtype(dtype: np.dtype):
+    import torch
+
+    return {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+            "float16": torch.float16}[np.dtype(dtype).name]
+
+
 def run(backend: str = "native", steps: int = 200, peer: bool = True, seed: int = 0, verbose: bool = True,
-        torch_compile: bool = False, dtype: ls.DType = ls.float32, text: str | None = None) -> dict:
+        torch_compile: bool = False, dtype: ls.DType = ls.float32, text: str | None = None,
+        torch_device: str = "cpu") -> dict:
     """Train ``steps`` steps on ``backend`` (and PyTorch eager beside it with ``peer``, plus
-    torch.compile's default mode with ``torch_compile``): the losses and the median step times."""
+    torch.compile's default mode with ``torch_compile``, on ``torch_device``): the losses and the
+    median step times.  On ``cuda`` the parameters and optimiser state live on the device (the
+    step updates them in place); a step's time includes reading its loss back, as PyTorch's
+    ``loss.item()`` does."""
     c = CONFIG
     data, chars = corpus(text)
     vocab = len(chars)
@@ -127,6 +140,8 @@ def run(backend: str = "native", steps: int = 200, peer: bool = True, seed: int 
     state = {k: v.copy() for k, v in weights.items()}
     for k, v in weights.items():
         state[f"{k}.m"], state[f"{k}.v"] = np.zeros_like(v), np.zeros_like(v)
+    if hasattr(prog, "to_device"):  # a device backend: the state stays resident, updated in place
+        state = {k: prog.to_device(v) for k, v in state.items()}
     rng = np.random.default_rng(seed + 1)
     starts = rng.integers(0, len(data) - c["context"] - 1, (steps, c["batch"]))
     eye = np.eye(vocab, dtype=dtype.np)
@@ -137,20 +152,21 @@ def run(backend: str = "native", steps: int = 200, peer: bool = True, seed: int 
         t = time.perf_counter()
         out = prog({"ids": ids, "target": eye[nxt], "step": np.array(step + 1, dtype.np), **state})
         ours_s.append(time.perf_counter() - t)
-        ours.append(float(out["loss"]))
+        loss = out["loss"]
+        ours.append(float(loss.numpy() if hasattr(loss, "numpy") else loss))
     res = {"vocab": vocab, "compile_s": compile_s, "losses": ours, "step_ms": 1e3 * float(np.median(ours_s))}
     if hasattr(prog, "arena_bytes") and hasattr(prog, "value_bytes"):  # kernel backends: the liveness plan
         res["arena_bytes"], res["value_bytes"] = prog.arena_bytes(), prog.value_bytes()
     for mode in (["eager"] if peer else []) + (["compile"] if torch_compile else []):
         import torch
 
-        loss_of, opt = torch_model(weights, c)
+        loss_of, opt = torch_model(weights, c, torch_device)
         if mode == "compile":
             loss_of = torch.compile(loss_of)
         theirs, theirs_s = [], []
         for step in range(steps):
-            ids = torch.from_numpy(np.stack([data[s:s + c["context"]] for s in starts[step]]))
-            nxt = torch.from_numpy(np.stack([data[s + 1:s + c["context"] + 1] for s in starts[step]]))
+            ids = torch.from_numpy(np.stack([data[s:s + c["context"]] for s in starts[step]])).to(torch_device)
+            nxt = torch.from_numpy(np.stack([data[s + 1:s + c["context"] + 1] for s in starts[step]])).to(torch_device)
             t = time.perf_counter()
             opt.zero_grad()
             loss = loss_of(ids, nxt)

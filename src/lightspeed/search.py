@@ -271,12 +271,13 @@ def _prefer_primitives(cid, nodes):
     return prims[0] if prims else nodes[0]
 
 
-def _prefer_backend(index: EGraphIndex, absorb: bool):
+def _prefer_backend(index: EGraphIndex, absorb: bool, avoid: frozenset[str] = frozenset()):
     """Every backend op the rules offered, one region per op.  Among a class's backend ops of one
     rank, ``absorb`` takes the one reading the earliest values (the smallest height of its
     children: a product that normalises its A itself, from x, over the product of the normed
     rows), else the one reading the latest (the ops it could absorb stay ops of their own): the
-    greedy and fused candidates differ there, so the search measures both."""
+    greedy and fused candidates differ there, so the search measures both.  Ops named in
+    ``avoid`` come last (the few-rows candidate: no tensor-core tiles)."""
     levels = index._levels
 
     def height(n: ENode) -> int:
@@ -294,7 +295,7 @@ def _prefer_backend(index: EGraphIndex, absorb: bool):
         # region of Mul) is offered for every matmul-shaped SumReduce, and materialises the product;
         # a backend's own op (BlockMatmul, LtMatmul) before the generic one it specialises
         ops = sorted((n for n in nodes if n.op not in PRIMITIVES),
-                     key=lambda n: (n.op == "Fused", n.op in _GENERIC, height(n)))
+                     key=lambda n: (n.op in avoid, n.op == "Fused", n.op in _GENERIC, height(n)))
         return ops[0] if ops else nodes[0]
     return pick
 
@@ -333,18 +334,28 @@ def _fuse_single_use(first: Candidate, backend_pick):
     return pick
 
 
-def candidates(index: EGraphIndex, opts: SearchOptions) -> Iterator[tuple[str, Candidate]]:
+def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str] = frozenset()
+               ) -> Iterator[tuple[str, Candidate]]:
     """The candidates to measure, in order, as a function of the e-graph, the options and the seed
     alone (never of measured times, so a search is reproducible): the primitive-only default, the
-    greedy one (every backend op), the fused one (regions over single-reader producers), then
-    alternately random draws and mutations of the fused one (a fraction of its real choices
-    flipped).  Duplicates are skipped; at most ``opts.budget`` are yielded."""
+    greedy one (every backend op), where the e-graph holds ops named in ``many_rows``
+    (tensor-core tiles) the fused one without them (``few-rows``: the greedy and fused ones take
+    the tiles wherever offered, which a decode row runs far slower than the warp kernels), the
+    fused one (regions over single-reader producers), then alternately random draws and mutations of the
+    fused one (a fraction of its real choices flipped).  Duplicates are skipped; at most
+    ``opts.budget`` are yielded."""
     rng = random.Random(opts.seed)
     seen: set[tuple] = set()
     default = Candidate.build(index, _prefer_primitives)
     greedy = Candidate.build(index, _prefer_backend(index, absorb=False))
     fused = Candidate.build(index, _fuse_single_use(greedy, _prefer_backend(index, absorb=True)))
     fixed = [("default", default), ("greedy", greedy), ("fused", fused)]
+    if many_rows and any(n.op in many_rows for n in fused.choice.values()):
+        # third, before the fused one (a budget of 3 measures greedy, few-rows and default): the
+        # fused candidate with tiles mixes norm-absorbing products with tiles, rarely the fastest
+        few = Candidate.build(index, _prefer_backend(index, absorb=False, avoid=many_rows))
+        fixed.insert(2, ("few-rows", Candidate.build(
+            index, _fuse_single_use(few, _prefer_backend(index, absorb=True, avoid=many_rows)))))
     open_ = sorted(c for c in fused.choice if len(index.ir_nodes(c)) > 1)
     tries = 0
     while len(seen) < max(1, opts.budget) and tries < 4 * max(1, opts.budget) + 3:
@@ -443,7 +454,8 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
     finalists: list[_Measured] = []
     first_error: Exception | None = None
     leanest: int | None = None  # the fewest intermediate bytes of a candidate that ran
-    listed = candidates(sat.index, opts)  # measured with the default after greedy and fused: it is cut short
+    many_rows = frozenset(name for name, d in sat.decls.items() if getattr(d, "many_rows", False))
+    listed = candidates(sat.index, opts, many_rows)  # the default measured after greedy and fused: it is cut short
     head = list(enumerate(itertools.islice(listed, 3)))
     stream = itertools.chain(head[1:], head[:1], enumerate(listed, start=len(head)))
     n_measured = 0

@@ -76,6 +76,32 @@ def test_no_tiles_without_the_switch_or_for_float32():
     assert {"Matmul", "MatmulAdd"} & seen and not {"MatmulMma", "MatmulAddMma"} & seen
 
 
+def test_few_rows_candidate_runs_the_products_without_tiles():
+    """The greedy and fused candidates take the tiles wherever offered; a decode row runs them far
+    slower than the warp kernels (a 1B decode step 1.5 -> 11 ms on the H100, 2026-12-05), so the
+    search also measures the fused candidate without them -- and only where tiles are offered."""
+    from lightspeed.search import SearchOptions, candidates
+
+    many = frozenset(n for n, d in MMA.declarations().items() if d.many_rows)
+    assert many == {"MatmulMma", "MatmulAddMma"}
+
+    def products(cand) -> list[str]:
+        lp = decode_program(cand, ser, enc.constants, MMA.declarations())
+        return [o.op for o in lp.ops if "Matmul" in o.op]
+
+    _, enc, index, ser = saturate(MMA, _graph(ls.bfloat16, True, True))
+    # within a budget of 3 (the model programs' default): default, greedy, few-rows
+    listed = dict(candidates(index, SearchOptions(budget=3, seed=0), many))
+    assert list(listed) == ["default", "greedy", "few-rows"]
+    tiled = products(listed["greedy"])
+    assert tiled and all(p.endswith("Mma") for p in tiled)
+    few = products(listed["few-rows"])
+    assert few and not any(p.endswith("Mma") for p in few)
+    # float32: no tiles offered, no extra candidate (the list of every other graph is unchanged)
+    _, enc, index, ser = saturate(MMA, _graph(ls.float32, True, True))
+    assert "few-rows" not in dict(candidates(index, SearchOptions(budget=8, seed=0), many))
+
+
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
 @pytest.mark.parametrize("dtype,transposed,add,batch,k", CASES)
 def test_tiles_equal_the_float64_product(dtype, transposed, add, batch, k):

@@ -137,6 +137,38 @@ def test_greedy_decode_steps_choose_on_the_device(backend, monkeypatch):
     assert len(calls) == 5  # one per step after the prefill's token, none past the budget
 
 
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("native", marks=pytest.mark.skipif(
+    not ls.backends.get_backend("native").available(), reason="no C compiler"))])
+def test_prompts_long_and_short_run_their_own_prefill(backend, monkeypatch):
+    """Where a backend declares many-rows kernels (cuda's tensor-core tiles), the prefill is two
+    programs searched at 16 and 128 rows, a prompt of 64 tokens or more running the second; the
+    logits equal one program's (here a host backend told it has such kernels)."""
+    from lightspeed.backends.cuda.backend import MATMUL_MMA
+    from lightspeed.models import generate as gen_mod
+
+    model = from_hf_config({**TINY, "max_position_embeddings": 256})
+    weights = tiny_weights(model, seed=5)
+    prompts = [[1, *range(3, 12)], [1] + [int(t) for t in np.random.default_rng(0).integers(3, 32, 79)]]
+    plain = Generator(model, weights, backend=backend)
+    assert not gen_mod.prompt_buckets(backend, "prefill", gen_mod.profile_options("prefill"))
+    want = [plain.generate(p, 3, stop_ids=(), keep_logits=True) for p in prompts]
+    be = type(ls.backends.get_backend(backend))
+    monkeypatch.setattr(be, "ops", (*be.ops, MATMUL_MMA))  # declared, never offered: no rule makes it
+    buckets = gen_mod.prompt_buckets(backend, "prefill", gen_mod.profile_options("prefill"))
+    assert buckets == [({"s": (1, 63)}, 16), ({"s": (64, 1 << 31)}, 128)]
+    assert not gen_mod.prompt_buckets(backend, "decode", gen_mod.profile_options("decode"))
+    split = Generator(model, weights, backend=backend, search=ls.SearchOptions(budget=3, seed=1))
+    assert isinstance(split.prefill, ls.search.BucketedProgram)
+    calls = []
+    for _, prog in split.prefill.buckets:
+        monkeypatch.setattr(prog, "execute", lambda *a, _e=prog.execute, _p=prog, **k: calls.append(_p) or _e(*a, **k))
+    for p, w in zip(prompts, want):
+        got = split.generate(p, 3, stop_ids=(), keep_logits=True)
+        assert got.new_ids == w.new_ids
+        np.testing.assert_allclose(np.array(got.logits), np.array(w.logits), rtol=1e-5, atol=1e-5)
+    assert calls == [split.prefill.buckets[0][1], split.prefill.buckets[1][1]]
+
+
 def test_fetch_returns_only_the_outputs_asked_for():
     g = ls.Graph()
     x = g.input("x", (3,))

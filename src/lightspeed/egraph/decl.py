@@ -23,11 +23,15 @@ KIND_SORT = {"i64": "i64", "str": "String", "expr": "Expr", "elist": "EList", "d
 
 @dataclass(frozen=True)
 class OpDecl:
-    """An IR constructor: its name, its fields ``(name, kind)`` in egglog argument order, a doc line."""
+    """An IR constructor: its name, its fields ``(name, kind)`` in egglog argument order, a doc line.
+    ``many_rows``: a kernel that pays off only for products of many rows (tensor-core tiles): the
+    search also measures its candidates with such ops swapped for the class's other backend ops
+    (search.candidates' ``few-rows`` candidate), so a decode row never inherits a prompt's tiles."""
 
     name: str
     fields: tuple[tuple[str, str], ...]
     doc: str = ""
+    many_rows: bool = False
 
     def __post_init__(self) -> None:
         names = [n for n, _ in self.fields]

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..backends import get_backend
 from ..errors import InputError
-from ..program import Pending, Program
+from ..program import BucketedProgram, Pending, Program
 from ..search import SearchOptions
 from .base import DecoderLM
 
@@ -121,9 +121,16 @@ def sample_token(logits: np.ndarray, rng: np.random.Generator, history: Sequence
 _PROGRAMS: dict[tuple, Program] = {}
 
 
+# a prompt of at least this many tokens runs a prefill program searched at PROMPT_ROWS[1] rows,
+# where the backend offers kernels for many rows only (tensor-core tiles: OpDecl.many_rows); a
+# shorter one the program searched at PROMPT_ROWS[0] (the tiles' 64 rows would be mostly padding)
+PROMPT_ROWS = (16, 128)
+LONG_PROMPT = 64
+
+
 # profile at the shapes the programs will see: a 16-token prompt; one token after 64 cached ones
 # the paged step (models/batch.py) is profiled at a busy step: decode rows and a prompt chunk
-_PROFILE_DIMS = {"prefill": {"s": 16}, "decode": {"s": 1, "p": 64, "M": 128},
+_PROFILE_DIMS = {"prefill": {"s": PROMPT_ROWS[0]}, "decode": {"s": 1, "p": 64, "M": 128},
                  "paged": {"s": 8, "NP": 4, "N": 16, "r": 8}}
 
 
@@ -134,11 +141,22 @@ def profile_options(mode: str, search: SearchOptions | None = None) -> SearchOpt
     return opts if opts.dims is not None else dataclasses.replace(opts, dims=_PROFILE_DIMS[mode])
 
 
+def prompt_buckets(backend: str, mode: str, opts: SearchOptions) -> list[tuple[dict[str, tuple[int, int]], int]]:
+    """``[(ranges of s, the s it is searched at)]`` of the prefill program: two buckets where the
+    backend declares many-rows kernels and the options name no buckets, else none."""
+    if mode != "prefill" or opts.dim_buckets or (opts.dims or {}).get("s") != PROMPT_ROWS[0]:
+        return []  # (dims named by the caller: searched where asked)
+    if not any(d.many_rows for d in get_backend(backend).declarations().values()):
+        return []
+    return [({"s": (1, LONG_PROMPT - 1)}, PROMPT_ROWS[0]), ({"s": (LONG_PROMPT, 1 << 31)}, PROMPT_ROWS[1])]
+
+
 def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: SearchOptions | None = None,
                   all_logits: bool = False, storage: Mapping[str, Any] | None = None) -> Program:
     """The compiled prefill or decode program of ``model``, cached in-process by (model class,
     config, dtype, mode, backend, search options, weight storage dtypes): programs do not depend
-    on weight values."""
+    on weight values.  A prefill on a backend with many-rows kernels is two programs, for short
+    and long prompts (:func:`prompt_buckets`), each searched at its own row count."""
     opts = profile_options(mode, search)
     stored = tuple(sorted((n, d.name) for n, d in (storage or {}).items()))
     # on a device, greedy steps fetch the program's own argmax instead of the logits
@@ -149,7 +167,12 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
         t0 = time.perf_counter()
         g = model.build_graph(mode, all_logits, storage, next_token=token)
         built = time.perf_counter() - t0
-        prog = g.compile(backend=backend, search=opts)
+        buckets = prompt_buckets(backend, mode, opts)
+        if buckets:
+            prog = BucketedProgram(g, [(ranges, g.compile(backend=backend, search=dataclasses.replace(
+                opts, dims={**opts.dims, "s": rows}))) for ranges, rows in buckets])
+        else:
+            prog = g.compile(backend=backend, search=opts)
         record_build(prog, built)
         _PROGRAMS[key] = prog
     return prog

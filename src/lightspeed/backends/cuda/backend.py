@@ -33,8 +33,10 @@ CUBLASLT_MODES = ("search", "always", "off")
 # tensor-core tiles for bfloat16/float16 products (kernels/matmul_mma.py), offered to the search with
 # LIGHTSPEED_CUDA_MMA=1 (or CudaBackend(mma=True)): off by default until a GPU run has checked and
 # measured them
-MATMUL_MMA = OpDecl("MatmulMma", MATMUL.fields, "Matmul on the tensor cores (cuda backend, bfloat16/float16)")
-MATMUL_ADD_MMA = OpDecl("MatmulAddMma", MATMUL_ADD.fields, "MatmulAdd on the tensor cores (cuda backend)")
+MATMUL_MMA = OpDecl("MatmulMma", MATMUL.fields, "Matmul on the tensor cores (cuda backend, bfloat16/float16)",
+                    many_rows=True)
+MATMUL_ADD_MMA = OpDecl("MatmulAddMma", MATMUL_ADD.fields, "MatmulAdd on the tensor cores (cuda backend)",
+                        many_rows=True)
 MMA_RULE_FILE = Path(__file__).with_name("mma.egg")
 _LIBRARY_ONLY = ("LtMatmulEpi", "LtMatmulBias", "LtMatmulFp8")  # no generated kernel computes these
 
