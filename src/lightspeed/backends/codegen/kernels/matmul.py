@@ -32,6 +32,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     ia, ib = (1, 2) if scatter else (0, 1)  # A's and B's operand positions
     da, db = in_dtypes[ia], in_dtypes[ib]
     ct = "double" if op.dtype.name == "float64" else "float"
+    vec = VECTOR_DOT.get(da.name) if da == db and ct == "float" else None
     batch = list(a["batch"])
     m, n, k = a["m"], a["n"], a["k"]
     dot = (a["a_stride_k"] == 1 and a["b_stride_k"] == 1)
@@ -42,6 +43,9 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     mode = "matmul_dot" if dot else "matmul_tile"
     if dialect == "c":
         mode = "matmul_dot"
+    # cuda, no batch, both operands contiguous along k: a warp takes ROW_GROUP rows of one column
+    # and reads the column's weight row once for all of them (a batch of decode rows, a prompt)
+    grouped = dialect == "cuda" and mode == "matmul_dot" and vec is not None and not batch
     w.index_vars |= {"_ls_item"}
     nn, mm, kk = w.expr(n), w.expr(m), w.expr(k)
     w.push()
@@ -60,6 +64,10 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         axes, bcoords = loop_axes(batch, "_ls_b")
         axes = stream_order(axes + [("_ls_nj", n)], [*a["b_batch_strides"], a["b_stride_n"]]) + [("_ls_mi", m)]
         w.index_vars |= {name for name, _ in axes}
+    elif grouped:  # _ls_item = (group of ROW_GROUP rows, column)
+        w.line(f"const long long _ls_nj = _ls_item % {nn};")
+        w.line(f"const long long _ls_g0 = (_ls_item / {nn}) * {ROW_GROUP};")
+        count = n * ((m + (ROW_GROUP - 1)) // ROW_GROUP)
     else:
         w.line(f"const long long _ls_nj = _ls_item % {nn};")
         w.line(f"const long long _ls_mi = (_ls_item / {nn}) % {mm};")
@@ -69,6 +77,8 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     if axes is not None:
         w.line(f"const long long oa = {w.expr(batch_offset(a['a_offset'], bcoords, a['a_batch_strides']))}, "
                f"ob = {w.expr(batch_offset(a['b_offset'], bcoords, a['b_batch_strides']))};")
+    elif grouped:
+        w.line(f"const long long oa = {off_a}, ob = {off_b}, bi = 0;")
     else:  # batch offsets: unflatten bi over the batch dims
         w.line(f"long long oa = {off_a}, ob = {off_b}, rest = bi;")
         for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
@@ -76,6 +86,8 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
             w.line(f"{{ const long long q = rest % {s}; rest /= {s}; "
                    f"oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
     sam, sak, sbk, sbn = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k", "b_stride_n"))
+    if grouped:
+        w.push()  # one row's code (_ls_mi), run for each row of a group that cannot go together
     w.line(f"{ct} acc = 0;")
     valid_j = "_ls_nj < " + nn if mode == "matmul_tile" else "1"
     if mode == "matmul_tile":
@@ -87,7 +99,6 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     scalar = (f"for (long long l = {first}; l < {kk}; l += {step})\n"
               f"    acc += ({ct}){load(da, f'in0[oa + _ls_mi * {sam} + l * {sak}]')} * "
               f"({ct}){load(db, f'in1[ob + l * {sbk} + _ls_nj * {sbn}]')};")
-    vec = VECTOR_DOT.get(da.name) if da == db and ct == "float" else None
     if dialect == "c" and dot and ct == "float":
         # 32 partial sums: the compiler keeps them in 4 SIMD registers, 4 independent chains of
         # fused multiply-adds (a float sum cannot be vectorised otherwise without reassociating
@@ -150,32 +161,78 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     value = "acc"
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, ia),
             ("in1", storage_type(db), False, ib)]
-    if scatter:  # the product's element goes where the scatter puts it (indexes: operands 3, ...)
-        bufs += scatter_store(w, op, in_dtypes, 3, writer, out_index, value)
-        body = w.pop()
-    elif "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
-        region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
-        w.index_vars.add("_ls_oz")
-        w.line(f"if ({writer}) {{")
-        w.line(f"  const long long _ls_oz = {out_index};")
-        w.push()
-        at: Point | str = "_ls_oz"
-        if axes is not None:
-            at = Point("_ls_oz", sym("_ls_oz"), (*batch, m, n), (*bcoords, sym("_ls_mi"), sym("_ls_nj")))
-        r = region.leaf(0, at)
-        inner = w.pop()
-        w.scope.lines.extend("  " + ln for ln in inner)
-        w.line(f"  out[_ls_oz] = {store(op.dtype, f'({ct})(acc + ({ct}){r})')};")
-        w.line("}")
-        body = w.pop()
-        bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
-    else:
+
+    def emit_store() -> list[tuple[str, str, bool, str | int]]:  # the output element ``acc``; its buffers
+        if scatter:  # the product's element goes where the scatter puts it (indexes: operands 3, ...)
+            return scatter_store(w, op, in_dtypes, 3, writer, out_index, value)
+        if "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
+            region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
+            w.index_vars.add("_ls_oz")
+            w.line(f"if ({writer}) {{")
+            w.line(f"  const long long _ls_oz = {out_index};")
+            w.push()
+            at: Point | str = "_ls_oz"
+            if axes is not None:
+                at = Point("_ls_oz", sym("_ls_oz"), (*batch, m, n), (*bcoords, sym("_ls_mi"), sym("_ls_nj")))
+            r = region.leaf(0, at)
+            inner = w.pop()
+            w.scope.lines.extend("  " + ln for ln in inner)
+            w.line(f"  out[_ls_oz] = {store(op.dtype, f'({ct})(acc + ({ct}){r})')};")
+            w.line("}")
+            return [("in2", storage_type(in_dtypes[2]), False, 2)]
         w.line(f"if ({writer}) out[{out_index}] = {store(op.dtype, value)};")
-        body = w.pop()
+        return []
+
+    extra = emit_store()
+    if grouped:
+        per_row = w.pop()
+        _grouped_rows(w, vec, mm, kk, sam, sbn, da, db)
+        emit_store()
+        w.line("  }")
+        w.line("} else for (int _ls_t = 0; _ls_t < _ls_rows; _ls_t++) {")
+        w.line("  const long long _ls_mi = _ls_g0 + _ls_t;")
+        w.scope.lines.extend("  " + ln for ln in per_row)
+        w.line("}")
+    body = w.pop()
+    bufs += extra
     prefetch = None
     if mode == "matmul_dot" and not batch:  # a weight product: its rows early
         prefetch = weight_prefetch(w, dialect, m, n, k, [("in1", db, a["b_offset"], a["b_stride_n"])])
     return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k, before_wait=prefetch)
+
+
+ROW_GROUP = 8  # cuda: rows of A one warp takes for a column of B (grouped weight products)
+
+
+def _grouped_rows(w: Writer, vec: tuple[int, str], mm: str, kk: str, sam: str, sbn: str, da: DType,
+                  db: DType) -> None:
+    """The opening of a grouped product's item (rows _ls_g0 + t of A, column _ls_nj of B): when
+    the group is whole and every row takes the 16-byte path, each 16 bytes of B's row loaded once
+    and dotted with the group's rows, each row's sum in its own register; then, per row, the
+    warp's reduction into ``acc`` (the caller stores it and closes the row loop and the branch).
+    Each output's sums are exactly those of the one-row path (lane l's partial sums in the same
+    order, the same shuffles), so a row's result never depends on the rows beside it."""
+    width, dot8 = vec
+    w.line(f"const long long _ls_rows = {mm} - _ls_g0 < {ROW_GROUP} ? {mm} - _ls_g0 : {ROW_GROUP};")
+    w.line(f"const {storage_type(db)}* _ls_rb = in1 + ob + _ls_nj * {sbn};")
+    w.line(f"const {storage_type(da)}* _ls_ra = in0 + oa + _ls_g0 * {sam};")
+    w.line(f"if (_ls_rows == {ROW_GROUP} && {kk} % {width} == 0 && (((unsigned long long)_ls_ra | "
+           f"(unsigned long long)_ls_rb | (unsigned long long)(({sam}) * (long long)sizeof(*_ls_ra))) & 15) == 0) {{")
+    w.line(f"  float _ls_acc[{ROW_GROUP}];")
+    w.line("  #pragma unroll")
+    w.line(f"  for (int _ls_t = 0; _ls_t < {ROW_GROUP}; _ls_t++) _ls_acc[_ls_t] = 0.0f;")
+    w.line("  #pragma unroll 2")
+    w.line(f"  for (long long l = lane * {width}; l < {kk}; l += {WARP * width}) {{")
+    w.line("    const uint4 _ls_bv = *(const uint4*)(_ls_rb + l);")
+    w.line("    #pragma unroll")
+    w.line(f"    for (int _ls_t = 0; _ls_t < {ROW_GROUP}; _ls_t++)")
+    w.line(f"      _ls_acc[_ls_t] += {dot8}(*(const uint4*)(_ls_ra + _ls_t * {sam} + l), _ls_bv);")
+    w.line("  }")
+    w.line("  #pragma unroll")
+    w.line(f"  for (int _ls_t = 0; _ls_t < {ROW_GROUP}; _ls_t++) {{")
+    w.line("    const long long _ls_mi = _ls_g0 + _ls_t;")
+    w.line("    float acc = _ls_acc[_ls_t];")
+    w.line(f"    for (int o = {WARP // 2}; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
 
 
 def scatter_store(w: Writer, op: LOp, in_dtypes: list[DType], first_leaf: int, writer: str, flat: str,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....symbolic import Expr, const, prod, sym
-from .matmul import scatter_store
+from .matmul import ROW_GROUP, scatter_store
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
@@ -110,8 +110,15 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     m, n, k = a["m"], a["n"], a["k"]
     w.index_vars |= {"_ls_item", "_ls_l"}
     nn, kk = w.expr(n), w.expr(k)
+    vec = _VECTOR3.get(dx.name) if all(d == dx for d in [dwt, *(in_dtypes[q] for q in weights)]) else None
+    woff = _row_weight(a["w_view"], k)
+    # cuda with 16-byte rows: a warp takes ROW_GROUP rows of one column, its weight rows read once
+    grouped = dialect == "cuda" and vec is not None and woff is not None
     w.push()
-    w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_mi = _ls_item / {nn};")
+    if grouped:
+        w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_g0 = (_ls_item / {nn}) * {ROW_GROUP};")
+    else:
+        w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_mi = _ls_item / {nn};")
     names = {i: f"in{i}" for i in range(len(in_dtypes))}
     rows = []  # B's (G's, U's) row j
     fields = [("g_stride_n", "g_offset"), ("u_stride_n", "u_offset")] if glu else [("b_stride_n", "b_offset")]
@@ -119,12 +126,13 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         w.line(f"const {storage_type(in_dtypes[q])}* rb{len(rows)} = {names[q]} + {w.expr(a[f_o])} + "
                f"_ls_nj * {w.expr(a[f_s])};")
         rows.append(f"rb{len(rows)}")
+    if grouped:
+        w.push()  # one row's code (_ls_mi), run for each row of a group that cannot go together
     w.line(f"const {storage_type(dx)}* rx = {names[ix]} + _ls_mi * {kk};")
     accs = [f"acc{q}" for q in range(len(rows))]
     w.line("float ss = 0.0f" + "".join(f", {acc} = 0.0f" for acc in accs) + ";")
     region = Region(w, [a["c_view"], a["eps_view"], a["w_view"]], [in_dtypes[ic], in_dtypes[ie], dwt], False,
                     names=[names[ic], names[ie], names[iw]])
-    woff = _row_weight(a["w_view"], k)
     first, step = ("lane", WARP) if dialect == "cuda" else ("0", 1)
 
     def scalar(start: str, indent: str) -> None:  # any layout: the weight through its view
@@ -139,7 +147,6 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
             w.line(f"{indent}  {acc} += xw * {load(in_dtypes[q], f'{r}[_ls_l]')};")
         w.line(f"{indent}}}")
 
-    vec = _VECTOR3.get(dx.name) if all(d == dx for d in [dwt, *(in_dtypes[q] for q in weights)]) else None
     if dialect == "cuda" and vec is not None and woff is not None:
         width, dot3, dot2 = vec
         w.line(f"const {storage_type(dwt)}* rw = {names[iw]} + {w.expr(woff)};")
@@ -157,34 +164,78 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         w.line("}")
     else:
         scalar(first, "")
-    if dialect == "cuda":
-        sums = ["ss", *accs]
-        w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ "
-               + " ".join(f"{v} += __shfl_xor_sync(0xffffffffu, {v}, o);" for v in sums) + " }")
-    c = region.leaf(0, "_ls_mi")
-    e = region.leaf(1, "_ls_mi")
-    w.line(f"const float r = 1.0f / sqrtf(ss * (float){c} + (float){e});")
     writer = "lane == 0" if dialect == "cuda" else "1"
     bufs = [("out", storage_type(op.dtype), True, "out")]
     bufs += [(names[i], storage_type(in_dtypes[i]), False, i) for i in [ix, ic, ie, iw, *weights]]
-    if glu:
-        dc1, dc2 = in_dtypes[base + 6], in_dtypes[base + 7]
-        gq, uq = (load(op.dtype, store(op.dtype, f"{acc} * r")) for acc in accs)
-        c1, c2 = load(dc1, f"{names[base + 6]}[0]"), load(dc2, f"{names[base + 7]}[0]")
-        w.line(f"if ({writer}) {{")
-        w.line(f"  const float gr = {gq}, ur = {uq};")
-        w.line(f"  out[_ls_item] = {store(op.dtype, f'gr * ur / (ls_exp2f(gr * {c1}) + {c2})')};")
+    flat = f"(_ls_mi * {nn} + _ls_nj)"  # the output element (i, j)
+
+    def emit_tail() -> list[tuple[str, str, bool, int]]:
+        """The warp's reductions of ``ss`` and the sums, the row's scale, the store; the buffers."""
+        if dialect == "cuda":
+            sums = ["ss", *accs]
+            w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ "
+                   + " ".join(f"{v} += __shfl_xor_sync(0xffffffffu, {v}, o);" for v in sums) + " }")
+        c = region.leaf(0, "_ls_mi")
+        e = region.leaf(1, "_ls_mi")
+        w.line(f"const float r = 1.0f / sqrtf(ss * (float){c} + (float){e});")
+        if glu:
+            dc1, dc2 = in_dtypes[base + 6], in_dtypes[base + 7]
+            gq, uq = (load(op.dtype, store(op.dtype, f"{acc} * r")) for acc in accs)
+            c1, c2 = load(dc1, f"{names[base + 6]}[0]"), load(dc2, f"{names[base + 7]}[0]")
+            w.line(f"if ({writer}) {{")
+            w.line(f"  const float gr = {gq}, ur = {uq};")
+            w.line(f"  out[{flat}] = {store(op.dtype, f'gr * ur / (ls_exp2f(gr * {c1}) + {c2})')};")
+            w.line("}")
+            return [(names[base + 6], storage_type(dc1), False, base + 6),
+                    (names[base + 7], storage_type(dc2), False, base + 7)]
+        if scatter:  # the element goes where the scatter puts it (the indexes' leaves: operands base + 5 on)
+            return scatter_store(w, op, in_dtypes, base + 5, writer, flat, "acc0 * r")
+        w.line(f"if ({writer}) out[{flat}] = {store(op.dtype, 'acc0 * r')};")
+        return []
+
+    extra = emit_tail()
+    if grouped:
+        per_row = w.pop()
+        width, dot3, dot2 = vec
+        mm = w.expr(m)
+        w.line(f"const long long _ls_rows = {mm} - _ls_g0 < {ROW_GROUP} ? {mm} - _ls_g0 : {ROW_GROUP};")
+        w.line(f"const {storage_type(dwt)}* _ls_rw = {names[iw]} + {w.expr(woff)};")
+        w.line(f"const {storage_type(dx)}* _ls_rx = {names[ix]} + _ls_g0 * {kk};")
+        ptrs = " | ".join(f"(unsigned long long){p}" for p in ["_ls_rx", "_ls_rw", *rows])
+        # every row's start is 16-byte aligned when the first is and a row is a multiple of 16 bytes
+        w.line(f"if (_ls_rows == {ROW_GROUP} && {kk} % {width} == 0 && (({ptrs} | (unsigned long long)"
+               f"({kk} * (long long)sizeof(*_ls_rx))) & 15) == 0) {{")
+        w.line(f"  float _ls_ss[{ROW_GROUP}]" + "".join(f", _ls_{acc}[{ROW_GROUP}]" for acc in accs) + ";")
+        w.line("  #pragma unroll")
+        w.line(f"  for (int _ls_t = 0; _ls_t < {ROW_GROUP}; _ls_t++) {{ _ls_ss[_ls_t] = 0.0f;"
+               + "".join(f" _ls_{acc}[_ls_t] = 0.0f;" for acc in accs) + " }")
+        w.line(f"  for (long long _ls_l = lane * {width}; _ls_l < {kk}; _ls_l += {WARP * width}) {{")
+        w.line("    const uint4 wv = *(const uint4*)(_ls_rw + _ls_l)"
+               + "".join(f", bv{q} = *(const uint4*)({r} + _ls_l)" for q, r in enumerate(rows)) + ";")
+        w.line("    #pragma unroll")
+        w.line(f"    for (int _ls_t = 0; _ls_t < {ROW_GROUP}; _ls_t++) {{")
+        w.line(f"      const uint4 xv = *(const uint4*)(_ls_rx + _ls_t * {kk} + _ls_l);")
+        w.line(f"      _ls_ss[_ls_t] += {dot2}(xv, xv);")
+        for q, acc in enumerate(accs):
+            w.line(f"      _ls_{acc}[_ls_t] += {dot3}(xv, wv, bv{q});")
+        w.line("    }")
+        w.line("  }")
+        w.line("  #pragma unroll")
+        w.line(f"  for (int _ls_t = 0; _ls_t < {ROW_GROUP}; _ls_t++) {{")
+        w.line("    const long long _ls_mi = _ls_g0 + _ls_t;")
+        w.line("    float ss = _ls_ss[_ls_t]" + "".join(f", {acc} = _ls_{acc}[_ls_t]" for acc in accs) + ";")
+        emit_tail()
+        w.line("  }")
+        w.line("} else for (int _ls_t = 0; _ls_t < _ls_rows; _ls_t++) {")
+        w.line("  const long long _ls_mi = _ls_g0 + _ls_t;")
+        w.scope.lines.extend("  " + ln for ln in per_row)
         w.line("}")
-        bufs += [(names[base + 6], storage_type(dc1), False, base + 6), (names[base + 7], storage_type(dc2), False,
-                                                                        base + 7)]
-    elif scatter:  # the element goes where the scatter puts it (the indexes' leaves: operands base + 5 on)
-        bufs += scatter_store(w, op, in_dtypes, base + 5, writer, "_ls_item", "acc0 * r")
-    else:
-        w.line(f"if ({writer}) out[_ls_item] = {store(op.dtype, 'acc0 * r')};")
     body = w.pop()
+    bufs += extra
     prefetch = weight_prefetch(w, dialect, m, n, k, [(names[q], in_dtypes[q], a[o], a[st])
                                                       for q, (st, o) in zip(weights, fields)])
-    return finish(w, dialect, "matmul_dot", bufs, m * n, body, kind.lower(), item_cost=(2 + len(rows)) * k,
+    count = n * ((m + (ROW_GROUP - 1)) // ROW_GROUP) if grouped else m * n
+    return finish(w, dialect, "matmul_dot", bufs, count, body, kind.lower(), item_cost=(2 + len(rows)) * k,
                   before_wait=prefetch)
 
 
