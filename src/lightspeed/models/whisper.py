@@ -174,9 +174,15 @@ def _attend(q: GraphTensor, keys: Sequence[GraphTensor], values: Sequence[GraphT
     return out.permute(1, 0, 2)  # (s, heads, hd)
 
 
-def _causal_mask(g: Graph, s: Any) -> GraphTensor:
-    """(s, s) bool, True above the diagonal (the future positions a query may not see)."""
-    col, row = g.iota(f"z % ({s})", (s, s), dt.int64), g.iota(f"z // ({s})", (s, s), dt.int64)
+def _causal_mask(g: Graph, s: Any, p: Any = None) -> GraphTensor:
+    """(s, s) bool, True above the diagonal (the future positions a query may not see); with ``p``
+    cached positions before the new ones, (s, p + s): True where key position > p + query row."""
+    if p is None:
+        col, row = g.iota(f"z % ({s})", (s, s), dt.int64), g.iota(f"z // ({s})", (s, s), dt.int64)
+        return col > row
+    width = f"({p} + {s})"
+    col = g.iota(f"z % {width}", (s, width), dt.int64)
+    row = g.iota(f"z // {width} + {p}", (s, width), dt.int64)
     return col > row
 
 
@@ -242,9 +248,13 @@ def build_decoder_graph(cfg: WhisperConfig, past: bool) -> Graph:
     cached ones.  Decoding feeds ``s = 1``; ``s`` stays symbolic because the cpu backend's matmul
     rule does not match a constant single-row product (so a constant 1 would cost BLAS).
 
-    Inputs: ``input_ids`` (int64), the weights, ``cross_k.i``/``cross_v.i`` and, with ``past``,
-    ``past_k.i``/``past_v.i`` of shape (p, heads, head_dim).  Outputs: ``logits`` and the new rows
-    ``k.i``/``v.i`` for the caller's cache."""
+    Inputs: ``input_ids`` (int64), the weights, ``cross_k.i``/``cross_v.i``.  The prefill outputs
+    ``logits`` and the prompt's rows ``k.i``/``v.i`` (the caller writes them into its cache).  With
+    ``past``, also ``cache.i.k``/``cache.i.v``: the whole preallocated self-attention cache
+    (max_target_positions, heads, head_dim) of which rows [0, p) are filled; the step writes its
+    rows at [p, p + s) in place (the outputs ``cache.i.k/v`` alias the inputs, as the text
+    models' caches) and attends over rows [0, p + s) of the updated cache: nothing of the cache
+    moves between host and device per step."""
     g = Graph()
     w = _Weights(g, cfg)
     h = cfg.decoder_attention_heads
@@ -255,20 +265,24 @@ def build_decoder_graph(cfg: WhisperConfig, past: bool) -> Graph:
     emb = w("model.decoder.embed_tokens.weight")
     # learned positions start..start+s: a view of the table, no gather
     x = hl.embedding(ids, emb) + w("model.decoder.embed_positions.weight").narrow(0, start, s)
-    mask = _causal_mask(g, s)  # among the new tokens; every cached token is visible to all of them
+    # (s, p + s) with a cache: every cached token visible, causal among the new ones
+    mask = _causal_mask(g, s, "p" if past else None)
     for i in range(cfg.decoder_layers):
         p = f"model.decoder.layers.{i}"
         y = w.layer_norm(x, f"{p}.self_attn_layer_norm")
         q = _heads(w.linear(y, f"{p}.self_attn.q_proj") * (hd ** -0.5), h).permute(1, 0, 2)
         k = _heads(w.linear(y, f"{p}.self_attn.k_proj", bias=False), h)
         v = _heads(w.linear(y, f"{p}.self_attn.v_proj"), h)
-        g.output(f"k.{i}", k)
-        g.output(f"v.{i}", v)
         if past:
-            pk = g.input(f"past_k.{i}", ("p", h, hd), dt.float32)
-            pv = g.input(f"past_v.{i}", ("p", h, hd), dt.float32)
-            a = _attend(q, [pk, k], [pv, v], [None, mask])
+            ck = g.input(f"cache.{i}.k", (cfg.max_target_positions, h, hd), dt.float32)
+            cv = g.input(f"cache.{i}.v", (cfg.max_target_positions, h, hd), dt.float32)
+            ck, cv = hl.slice_scatter(ck, k, 0, "p"), hl.slice_scatter(cv, v, 0, "p")
+            g.output(f"cache.{i}.k", ck, aliases=f"cache.{i}.k")
+            g.output(f"cache.{i}.v", cv, aliases=f"cache.{i}.v")
+            a = _attend(q, [ck.narrow(0, 0, "p + s")], [cv.narrow(0, 0, "p + s")], [mask])
         else:
+            g.output(f"k.{i}", k)
+            g.output(f"v.{i}", v)
             a = _attend(q, [k], [v], [mask])
         x = x + w.linear(a.reshape(s, cfg.d_model), f"{p}.self_attn.out_proj")
         y = w.layer_norm(x, f"{p}.encoder_attn_layer_norm")
@@ -312,11 +326,12 @@ def _compile(g_fn: Any, cfg: WhisperConfig, kind: str, backend: str, search: Sea
 
 @dataclass
 class WhisperDecoderState:
-    """One utterance's decoder cache: preallocated self-attention K/V and the encoder's cross K/V."""
+    """One utterance's decoder cache: preallocated self-attention K/V and the encoder's cross K/V,
+    arrays of the program's backend (on a GPU they stay in device memory for the utterance)."""
 
-    cross: dict[str, np.ndarray]
-    k: list[np.ndarray]
-    v: list[np.ndarray]
+    cross: dict[str, Any]
+    k: list[Any]
+    v: list[Any]
     length: int = 0  # tokens cached so far (the next token's position)
     timings: dict[str, float] = field(default_factory=lambda: {"prefill_s": 0.0, "decode_s": 0.0, "decode_steps": 0})
 
@@ -344,16 +359,18 @@ class WhisperModel:
         self.search = search
         t0 = time.perf_counter()
         c = self.cfg
-        self.encoder = _compile(lambda: build_encoder_graph(c), c, "encoder", backend, self.search)
-        self.prefill = _compile(lambda: build_decoder_graph(c, past=False), c, "prefill", backend, self.search)
-        self.decode = _compile(lambda: build_decoder_graph(c, past=True), c, "decode", backend, self.search)
+        progs = [_compile(lambda: build_encoder_graph(c), c, "encoder", backend, self.search),
+                 _compile(lambda: build_decoder_graph(c, past=False), c, "prefill", backend, self.search),
+                 _compile(lambda: build_decoder_graph(c, past=True), c, "decode", backend, self.search)]
+        # the weights resident (on a GPU uploaded once, shared by the three programs)
+        resident = {n: progs[2].to_device(a) for n, a in self.weights.items()}
+        self.encoder, self.prefill, self.decode = (
+            prog.persist({n: resident[n] for n in prog.input_args if n in resident}) for prog in progs)
         self.compile_s = time.perf_counter() - t0
 
-    def _run(self, prog: Any, extra: Mapping[str, np.ndarray], dims: Mapping[str, int] | None = None
-             ) -> dict[str, np.ndarray]:
-        inputs = {n: self.weights[n] for n in prog.input_args if n in self.weights}
-        inputs.update(extra)
-        return prog(inputs, dims=dims)
+    def _run(self, prog: Any, extra: Mapping[str, np.ndarray], dims: Mapping[str, int] | None = None,
+             fetch: list[str] | None = None) -> dict[str, np.ndarray]:
+        return prog(dict(extra), dims=dims, fetch=fetch)  # (the weights are resident)
 
     def encode(self, features: np.ndarray) -> dict[str, np.ndarray]:
         """``last_hidden_state`` and the cross-attention ``cross_k.i``/``cross_v.i`` of one window."""
@@ -369,9 +386,10 @@ class WhisperModel:
         c = self.cfg
         h = c.decoder_attention_heads
         shape = (c.max_target_positions, h, c.d_model // h)
-        cross = {n: a for n, a in encoded.items() if n.startswith("cross_")}
-        return WhisperDecoderState(cross, [np.empty(shape, np.float32) for _ in range(c.decoder_layers)],
-                                   [np.empty(shape, np.float32) for _ in range(c.decoder_layers)])
+        device = self.decode.to_device  # once per utterance: the steps pass them without copies
+        cross = {n: device(np.ascontiguousarray(a)) for n, a in encoded.items() if n.startswith("cross_")}
+        return WhisperDecoderState(cross, [device(np.zeros(shape, np.float32)) for _ in range(c.decoder_layers)],
+                                   [device(np.zeros(shape, np.float32)) for _ in range(c.decoder_layers)])
 
     def step(self, state: WhisperDecoderState, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
         """Feed tokens; returns their logits (len(tokens), vocab) and extends the cache in place."""
@@ -387,18 +405,22 @@ class WhisperModel:
             self._store(state, out, 0, n)
             state.timings["prefill_s"] += time.perf_counter() - t0
             return logits
-        past = {f"past_{kv}.{i}": buf[i][:p] for kv, buf in (("k", state.k), ("v", state.v))
-                for i in range(self.cfg.decoder_layers)}  # prefix views of the cache: no copies
-        out = self._run(self.decode, {"input_ids": ids, **state.cross, **past}, dims={"p": p})
-        self._store(state, out, p, n)
+        caches = {f"cache.{i}.{kv}": buf[i] for kv, buf in (("k", state.k), ("v", state.v))
+                  for i in range(self.cfg.decoder_layers)}  # written in place at rows [p, p + n)
+        out = self._run(self.decode, {"input_ids": ids, **state.cross, **caches}, dims={"p": p}, fetch=["logits"])
+        state.length = p + n
         state.timings["decode_s"] += time.perf_counter() - t0
         state.timings["decode_steps"] += n
         return out["logits"]
 
     def _store(self, state: WhisperDecoderState, out: Mapping[str, np.ndarray], at: int, n: int) -> None:
+        """The prefill's rows into the cache (``Backend.write_rows``: a device copy on a GPU)."""
+        from ..backends import get_backend
+
+        write = get_backend(self.backend).write_rows
         for i in range(self.cfg.decoder_layers):
-            state.k[i][at:at + n] = out[f"k.{i}"]
-            state.v[i][at:at + n] = out[f"v.{i}"]
+            write(state.k[i], at, out[f"k.{i}"])
+            write(state.v[i], at, out[f"v.{i}"])
         state.length = at + n
 
 
