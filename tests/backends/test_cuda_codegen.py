@@ -161,8 +161,6 @@ def test_the_products_that_normalise_their_rows_compile(dtype):
     assert len(specs) >= 3 and all("prefetch.global.L2" in s.source for s in specs)
     if dtype != "float32":
         assert all("_3(xv, wv" in s.source for s in specs)  # the 16-byte path
-    # a warp takes 8 rows of a column (a batch of decode rows reads each weight row once)
-    assert all("_ls_g0" in s.source and "_ls_ss[_ls_t] +=" in s.source for s in specs)
     images = nvrtc.compile_many([module_source([s], "cuda") for s in specs], "sm_90")
     assert all(len(img) > 1000 for img in images)
 

@@ -10,6 +10,8 @@ memory order (``matmul_dot``), or, when B's rows are contiguous along n, the row
 
 from __future__ import annotations
 
+import os
+
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....symbolic import Expr, prod, sym
@@ -45,7 +47,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         mode = "matmul_dot"
     # cuda, no batch, both operands contiguous along k: a warp takes ROW_GROUP rows of one column
     # and reads the column's weight row once for all of them (a batch of decode rows, a prompt)
-    grouped = dialect == "cuda" and mode == "matmul_dot" and vec is not None and not batch
+    grouped = dialect == "cuda" and mode == "matmul_dot" and vec is not None and not batch and ROW_GROUP > 1
     w.index_vars |= {"_ls_item"}
     nn, mm, kk = w.expr(n), w.expr(m), w.expr(k)
     w.push()
@@ -201,7 +203,11 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k, before_wait=prefetch)
 
 
-ROW_GROUP = 8  # cuda: rows of A one warp takes for a column of B (grouped weight products)
+# cuda: rows of A one warp takes for a column of B (grouped weight products), 1 = a warp per
+# output.  Off by default until measured on a GPU: the grouped path raises a kernel's registers
+# for every row count (a 1B decode step's NormMatmulGLU 48 -> 97 at 4, 176 at 8: 5 -> 2 or 1
+# blocks per SM), which may cost a decode step more than it saves a batch of rows
+ROW_GROUP = max(1, int(os.environ.get("LIGHTSPEED_CUDA_ROW_GROUP", "1")))
 
 
 def _grouped_rows(w: Writer, vec: tuple[int, str], mm: str, kk: str, sam: str, sbn: str, da: DType,

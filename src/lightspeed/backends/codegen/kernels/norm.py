@@ -113,7 +113,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     vec = _VECTOR3.get(dx.name) if all(d == dx for d in [dwt, *(in_dtypes[q] for q in weights)]) else None
     woff = _row_weight(a["w_view"], k)
     # cuda with 16-byte rows: a warp takes ROW_GROUP rows of one column, its weight rows read once
-    grouped = dialect == "cuda" and vec is not None and woff is not None
+    grouped = dialect == "cuda" and vec is not None and woff is not None and ROW_GROUP > 1
     w.push()
     if grouped:
         w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_g0 = (_ls_item / {nn}) * {ROW_GROUP};")
