@@ -11,9 +11,12 @@ operands' strides, the contiguous axis fastest; zeros past m, n and k, so every 
 per 16 of k, its fragments read from shared memory in the instruction's layout (PTX ISA,
 "Matrix Fragments for mma.m16n8k16": thread t of the warp holds rows t / 4 and t / 4 + 8, columns
 2 (t % 4) and the next of A's 16 x 16 and B's 16 x 8; C the same rows, columns 2 (t % 4) + 0, 1).
-The float32 sums are rounded once into the result's dtype (plus the addend, in float, for
-``MatmulAddMma``).  The search measures the tiles against the generic kernels; ``LIGHTSPEED_CUDA_MMA=1``
-offers them (off by default until measured on a GPU: see docs/kernels.md).
+Operands whose rows both run along k in whole 8s (a prompt's ``x @ W.T``) take, when 16-byte
+aligned, a loop with STAGES shared buffers filled by ``cp.async`` instead, the next steps' copies
+in flight during this step's products.  The float32 sums are rounded once into the result's
+dtype (plus the addend, in float, for ``MatmulAddMma``).  The search measures the tiles against
+the generic kernels; ``LIGHTSPEED_CUDA_MMA=1`` offers them (off by default until measured on a
+GPU: see docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ STEP_K = 32  # k per shared-memory step
 PAD = 8  # elements after each shared row (bank spread; keeps 4-byte pairs aligned)
 THREADS = 128
 VEC = 8  # 16-bit elements per 16-byte load
+STAGES = 3  # k steps in shared memory at once on the cp.async path (3 x 2 x 5 KiB)
 
 
 def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
@@ -73,6 +77,15 @@ def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Kernel
     w.line("float _ls_c[2][4][4];")
     w.line("for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int e = 0; e < 4; e++) _ls_c[i][j][e] = 0.0f;")
     w.line(f"const long long _ls_m0 = _ls_tm * {TILE}, _ls_n0 = _ls_tn * {TILE};")
+    # both operands with rows contiguous along k in whole 8s: STAGES steps of k in flight through
+    # cp.async (the next steps' copies overlap this step's products), when both pointers are
+    # 16-byte aligned at run time; else the synchronous loop below
+    vec = {name: a[f"{name}_stride_k"] == 1 and row.is_const and row.value % VEC == 0
+           for name, row in (("a", a["a_stride_m"]), ("b", a["b_stride_n"]))}
+    pipelined = vec["a"] and vec["b"] and k.is_const and k.value % VEC == 0
+    if pipelined:
+        _pipelined(w, kind, st, kk, mm, nn, sam, sbn)
+        w.line("else {")
     w.line(f"for (long long _ls_k0 = 0; _ls_k0 < {kk}; _ls_k0 += {STEP_K}) {{")
     # the operands' parts of this step, the contiguous axis fastest across the threads (coalesced)
     per = TILE * STEP_K // THREADS
@@ -111,25 +124,11 @@ def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Kernel
                f"{src}[{base} + _ls_gr * {stride_o} + _ls_gk * {stride_k}] : ({st})0;")
         w.line("  }")
     w.line("  __syncthreads();")
-    w.line(f"  for (int _ls_kk = 0; _ls_kk < {STEP_K}; _ls_kk += 16) {{")
-    w.line("    unsigned int _ls_fa[2][4], _ls_fb[4][2];")
-    w.line("    for (int i = 0; i < 2; i++) {")
-    w.line("      const int r = _ls_wm + 16 * i + _ls_g, c = _ls_kk + _ls_tg;")
-    w.line("      _ls_fa[i][0] = *(const unsigned int*)&_ls_as[r][c];")
-    w.line("      _ls_fa[i][1] = *(const unsigned int*)&_ls_as[r + 8][c];")
-    w.line("      _ls_fa[i][2] = *(const unsigned int*)&_ls_as[r][c + 8];")
-    w.line("      _ls_fa[i][3] = *(const unsigned int*)&_ls_as[r + 8][c + 8];")
-    w.line("    }")
-    w.line("    for (int j = 0; j < 4; j++) {")
-    w.line("      const int r = _ls_wn + 8 * j + _ls_g, c = _ls_kk + _ls_tg;")
-    w.line("      _ls_fb[j][0] = *(const unsigned int*)&_ls_bs[r][c];")
-    w.line("      _ls_fb[j][1] = *(const unsigned int*)&_ls_bs[r][c + 8];")
-    w.line("    }")
-    w.line(f"    for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) ls_mma_{kind}(_ls_c[i][j], _ls_fa[i], "
-           "_ls_fb[j]);")
-    w.line("  }")
+    _step_products(w, kind, "_ls_as", "_ls_bs", "  ")
     w.line("  __syncthreads();")
     w.line("}")
+    if pipelined:
+        w.line("}")
     # the result: thread (g, tg) holds rows g and g + 8, columns tg and tg + 1 of each 16 x 8
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", st, False, 0), ("in1", st, False, 1)]
     region = None
@@ -154,6 +153,72 @@ def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Kernel
     body = w.pop()
     count = prod(batch) * ((m + (TILE - 1)) // TILE) * ((n + (TILE - 1)) // TILE)
     return finish(w, "cuda", "matmul_mma", bufs, count, body, "matmul_mma", preludes=("mma",))
+
+
+def _step_products(w: Writer, kind: str, As: str, Bs: str, ind: str) -> None:
+    """One STEP_K of k: each warp's 2 x 4 instructions per 16 of k from the shared tiles ``As``
+    ([m][k]) and ``Bs`` ([n][k]), fragments in the PTX layout."""
+    w.line(f"{ind}for (int _ls_kk = 0; _ls_kk < {STEP_K}; _ls_kk += 16) {{")
+    w.line(f"{ind}  unsigned int _ls_fa[2][4], _ls_fb[4][2];")
+    w.line(f"{ind}  for (int i = 0; i < 2; i++) {{")
+    w.line(f"{ind}    const int r = _ls_wm + 16 * i + _ls_g, c = _ls_kk + _ls_tg;")
+    w.line(f"{ind}    _ls_fa[i][0] = *(const unsigned int*)&{As}[r][c];")
+    w.line(f"{ind}    _ls_fa[i][1] = *(const unsigned int*)&{As}[r + 8][c];")
+    w.line(f"{ind}    _ls_fa[i][2] = *(const unsigned int*)&{As}[r][c + 8];")
+    w.line(f"{ind}    _ls_fa[i][3] = *(const unsigned int*)&{As}[r + 8][c + 8];")
+    w.line(f"{ind}  }}")
+    w.line(f"{ind}  for (int j = 0; j < 4; j++) {{")
+    w.line(f"{ind}    const int r = _ls_wn + 8 * j + _ls_g, c = _ls_kk + _ls_tg;")
+    w.line(f"{ind}    _ls_fb[j][0] = *(const unsigned int*)&{Bs}[r][c];")
+    w.line(f"{ind}    _ls_fb[j][1] = *(const unsigned int*)&{Bs}[r][c + 8];")
+    w.line(f"{ind}  }}")
+    w.line(f"{ind}  for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) ls_mma_{kind}(_ls_c[i][j], _ls_fa[i], "
+           "_ls_fb[j]);")
+    w.line(f"{ind}}}")
+
+
+def _pipelined(w: Writer, kind: str, st: str, kk: str, mm: str, nn: str, sam: str, sbn: str) -> None:
+    """The tile's loop over k with STAGES shared buffers filled by cp.async: steps s + 1 ...
+    s + STAGES - 1 are in flight while step s's products run.  A chunk of 8 elements past m, n
+    or k is zero-filled (its source clamped to the operand's start).  Opens the run-time branch
+    (``if (aligned) { ... }``); the caller appends the synchronous ``else``."""
+    chunks = TILE * STEP_K // VEC // THREADS  # 16-byte chunks per thread per operand and step
+    w.line(f"__shared__ __align__(16) {st} _ls_ap[{STAGES}][{TILE}][{STEP_K + PAD}];")
+    w.line(f"__shared__ __align__(16) {st} _ls_bp[{STAGES}][{TILE}][{STEP_K + PAD}];")
+    w.line("if (((((unsigned long long)(in0 + oa)) | ((unsigned long long)(in1 + ob))) & 15) == 0) {")
+    w.line(f"  const long long _ls_steps = ({kk} + {STEP_K - 1}) / {STEP_K};")
+    w.push()
+    for name, buf, other, stride, base, bound in (("a", "_ls_ap", "_ls_m0", sam, "oa", mm),
+                                                  ("b", "_ls_bp", "_ls_n0", sbn, "ob", nn)):
+        src = "in0" if name == "a" else "in1"
+        w.line(f"for (int _ls_e = 0; _ls_e < {chunks}; _ls_e++) {{")
+        w.line(f"  const int _ls_x = _ls_t + {THREADS} * _ls_e;")
+        w.line(f"  const int _ls_r = _ls_x / {STEP_K // VEC}, _ls_q = (_ls_x % {STEP_K // VEC}) * {VEC};")
+        w.line(f"  const long long _ls_gr = {other} + _ls_r, _ls_gk = _ls_ks + _ls_q;")
+        w.line(f"  const bool _ls_in = _ls_gr < {bound} && _ls_gk < {kk};")
+        w.line(f"  ls_cp_async16(&{buf}[_ls_sb][_ls_r][_ls_q], {src} + {base} + "
+               f"(_ls_in ? _ls_gr * {stride} + _ls_gk : 0), _ls_in ? 16 : 0);")
+        w.line("}")
+    issue = w.pop()
+
+    def copy_step(step: str, ind: str) -> None:  # the copies of step ``step`` (if any), one group
+        w.line(f"{ind}if ({step} < _ls_steps) {{")
+        w.line(f"{ind}  const int _ls_sb = (int)(({step}) % {STAGES}); const long long _ls_ks = ({step}) * {STEP_K};")
+        w.scope.lines.extend(f"{ind}  " + ln for ln in issue)
+        w.line(f"{ind}}}")
+        w.line(f"{ind}ls_cp_commit();")  # (an empty group past the last step keeps the count)
+
+    for s0 in range(STAGES - 1):
+        copy_step(str(s0), "  ")
+    w.line("  for (long long _ls_s = 0; _ls_s < _ls_steps; _ls_s++) {")
+    copy_step(f"_ls_s + {STAGES - 1}", "    ")
+    w.line(f"    LS_CP_WAIT({STAGES - 1});")  # all but the newest STAGES - 1 groups: step s is here
+    w.line("    __syncthreads();")
+    w.line(f"    const int _ls_cb = (int)(_ls_s % {STAGES});")
+    _step_products(w, kind, "_ls_ap[_ls_cb]", "_ls_bp[_ls_cb]", "    ")
+    w.line("    __syncthreads();")  # before a later step's copies overwrite this buffer
+    w.line("  }")
+    w.line("}")
 
 
 def _mma(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:

@@ -13,3 +13,18 @@
 #endif
 static LS_INLINE void ls_mma_bf16(float* c, const unsigned int* a, const unsigned int* b) { LS_MMA_ASM("bf16"); }
 static LS_INLINE void ls_mma_f16(float* c, const unsigned int* a, const unsigned int* b) { LS_MMA_ASM("f16"); }
+// Asynchronous copies (sm_80+): 16 bytes from global to shared memory without passing through
+// registers, `bytes` of them read (the rest zero-filled: 0 for a chunk past the operand's
+// edge, whose source must still be a valid address), grouped by commit and waited for as groups.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+static LS_INLINE void ls_cp_async16(void* smem, const void* gmem, int bytes) {
+  const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes) : "memory");
+}
+static LS_INLINE void ls_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+#define LS_CP_WAIT(N) asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory")
+#else
+static LS_INLINE void ls_cp_async16(void* smem, const void* gmem, int bytes) {}
+static LS_INLINE void ls_cp_commit() {}
+#define LS_CP_WAIT(N)
+#endif
