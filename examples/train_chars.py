@@ -91,9 +91,11 @@ def build(vocab: int, c: dict, dtype: ls.DType = ls.float32) -> ls.Graph:
 def torch_model(weights: dict[str, np.ndarray], c: dict, device: str = "cpu"):
     import torch
 
-    # (bfloat16 through float32: torch.tensor does not take ml_dtypes' arrays)
-    params = {k: torch.tensor(v.astype(np.float32), device=device).to(torch_dtype(v.dtype)).requires_grad_()
-              for k, v in weights.items()}
+    def param(v: np.ndarray):  # bfloat16 through float32 (exact): torch does not take ml_dtypes' arrays
+        t = torch.tensor(v.astype(np.float32) if v.dtype.name == "bfloat16" else v, device=device)
+        return t.to(torch_dtype(v.dtype)).requires_grad_()
+
+    params = {k: param(v) for k, v in weights.items()}
     B, T, d, H = c["batch"], c["context"], c["dim"], c["heads"]
     mask = torch.triu(torch.full((T, T), -1e9, dtype=params["embed"].dtype, device=device), 1)
     F = torch.nn.functional

@@ -169,6 +169,35 @@ def test_prompts_long_and_short_run_their_own_prefill(backend, monkeypatch):
     assert calls == [split.prefill.buckets[0][1], split.prefill.buckets[1][1]]
 
 
+@pytest.mark.parametrize("backend", ["reference", "cpu", pytest.param("native", marks=pytest.mark.skipif(
+    not ls.backends.get_backend("native").available(), reason="no C compiler"))])
+def test_a_long_prompt_is_prefilled_in_chunks_with_the_same_tokens(backend):
+    """A prompt longer than ``prefill_chunk`` runs its first chunk through the prefill program
+    and the rest through the extend program after the cached rows: no program call sees more
+    rows than a chunk, and the logits and greedy tokens are a whole prompt's."""
+    model = from_hf_config({**TINY, "max_position_embeddings": 256})
+    weights = tiny_weights(model, seed=7)
+    whole = Generator(model, weights, backend=backend)
+    chunked = Generator(model, weights, backend=backend, prefill_chunk=16)
+    rows = []
+    for prog in (chunked.prefill, chunked.extend):
+        call = type(prog).__call__
+        prog.__class__ = type("Spy", (type(prog),), {
+            "__call__": lambda self, inputs=None, *a, _c=call, **k: rows.append(len(inputs["input_ids"])) or _c(
+                self, inputs, *a, **k)})
+    rng = np.random.default_rng(1)
+    for n in (16, 17, 40, 48):
+        prompt = [1] + [int(t) for t in rng.integers(3, 32, n - 1)]
+        rows.clear()
+        want = whole.generate(prompt, 6, stop_ids=(), keep_logits=True)
+        got = chunked.generate(prompt, 6, stop_ids=(), keep_logits=True)
+        assert got.new_ids == want.new_ids, n
+        np.testing.assert_allclose(np.array(got.logits), np.array(want.logits), rtol=1e-4, atol=1e-4)
+        assert rows == [16] if n == 16 else rows[0] == 16 and max(rows) <= 16 and sum(rows) == n, (n, rows)
+    with pytest.raises(InputError, match="prefill_chunk"):
+        Generator(model, weights, backend=backend, prefill_chunk=0)
+
+
 def test_fetch_returns_only_the_outputs_asked_for():
     g = ls.Graph()
     x = g.input("x", (3,))

@@ -130,8 +130,13 @@ LONG_PROMPT = 64
 
 # profile at the shapes the programs will see: a 16-token prompt; one token after 64 cached ones
 # the paged step (models/batch.py) is profiled at a busy step: decode rows and a prompt chunk
+# an ``extend`` program (the decode graph run over a long prompt's later chunks) at a chunk's rows
 _PROFILE_DIMS = {"prefill": {"s": PROMPT_ROWS[0]}, "decode": {"s": 1, "p": 64, "M": 128},
-                 "paged": {"s": 8, "NP": 4, "N": 16, "r": 8}}
+                 "paged": {"s": 8, "NP": 4, "N": 16, "r": 8}, "extend": {"s": 64, "p": 64, "M": 192}}
+# prompts longer than this are prefilled in chunks of it: the first by the prefill program, the
+# others by the extend program after the cached rows, so a prefill's intermediates stay bounded
+# by the chunk whatever the prompt's length (Generator(prefill_chunk=...))
+PREFILL_CHUNK = 2048
 
 
 def profile_options(mode: str, search: SearchOptions | None = None) -> SearchOptions:
@@ -158,6 +163,7 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
     on weight values.  A prefill on a backend with many-rows kernels is two programs, for short
     and long prompts (:func:`prompt_buckets`), each searched at its own row count."""
     opts = profile_options(mode, search)
+    graph_mode = "decode" if mode == "extend" else mode  # the same graph, searched at a chunk's rows
     stored = tuple(sorted((n, d.name) for n, d in (storage or {}).items()))
     # on a device, greedy steps fetch the program's own argmax instead of the logits
     token = get_backend(backend).device_memory
@@ -165,7 +171,7 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
     prog = _PROGRAMS.get(key)
     if prog is None:
         t0 = time.perf_counter()
-        g = model.build_graph(mode, all_logits, storage, next_token=token)
+        g = model.build_graph(graph_mode, all_logits, storage, next_token=token)
         built = time.perf_counter() - t0
         buckets = prompt_buckets(backend, mode, opts)
         if buckets:
@@ -219,6 +225,8 @@ class RankPrograms:
     prefill: Program
     decode: Program
     group: Any = None
+    # the extend program (a long prompt's later chunks), compiled on first use; None: none
+    extend: Callable[[], Program] | None = None
 
 
 def one_process(model: DecoderLM, weights: Mapping[str, Any], backend: str, search: SearchOptions | None
@@ -230,7 +238,10 @@ def one_process(model: DecoderLM, weights: Mapping[str, Any], backend: str, sear
     storage = model.block_storage(checked, backend)
     prefill = compile_model(model, "prefill", backend, search, storage=storage).persist(checked)
     decode = compile_model(model, "decode", backend, search, storage=storage).persist(checked)
-    return RankPrograms(model, checked, prefill, decode)
+
+    def extend() -> Program:
+        return compile_model(model, "extend", backend, search, storage=storage).persist(checked)
+    return RankPrograms(model, checked, prefill, decode, extend=extend)
 
 
 class Generator:
@@ -239,12 +250,17 @@ class Generator:
     ``programs(model, weights, backend, search)`` makes this process's :class:`RankPrograms`: by
     default :func:`one_process`; ``lightspeed.parallel.tensor_parallel_generator`` passes a tensor-
     parallel rank's (this module knows nothing of tensor parallel).  ``close()`` stops the ranks this
-    generator leads, if any."""
+    generator leads, if any.  ``prefill_chunk``: a longer prompt is prefilled in chunks of this
+    many tokens (the first by the prefill program, the rest by the extend program, compiled when
+    first needed), so its intermediates are bounded by the chunk (the KV cache grows with the
+    prompt); ranks without an extend program prefill whole prompts."""
 
     def __init__(self, model: DecoderLM, weights: Mapping[str, Any], *, backend: str = "cpu",
                  search: SearchOptions | None = None,
                  programs: Callable[[DecoderLM, Mapping[str, Any], str, SearchOptions | None], RankPrograms]
-                 = one_process) -> None:
+                 = one_process, prefill_chunk: int = PREFILL_CHUNK) -> None:
+        if prefill_chunk < 1:
+            raise InputError(f"prefill_chunk must be at least 1, got {prefill_chunk}")
         self.model = model
         self.backend = backend
         t0 = time.perf_counter()
@@ -252,7 +268,23 @@ class Generator:
         self.shard = mine.model  # the model whose graphs and KV cache this process runs
         self.weights, self.prefill, self.decode = mine.weights, mine.prefill, mine.decode
         self.group = mine.group  # the tensor-parallel ranks this process leads
+        self._make_extend, self._extend = mine.extend, None
+        self.prefill_chunk = prefill_chunk if mine.extend is not None else None
         self.compile_s = time.perf_counter() - t0
+
+    @property
+    def extend(self) -> Program:
+        """The program that runs a long prompt's later chunks after the cached rows (compiled on
+        first use: the decode graph searched at a chunk's rows)."""
+        if self._extend is None:
+            if self._make_extend is None:
+                raise InputError("this generator has no extend program (prompts are prefilled whole)")
+            self._extend = self._make_extend()
+        return self._extend
+
+    def chunked(self, prompt_len: int) -> bool:
+        """Whether a prompt of ``prompt_len`` tokens is prefilled in chunks."""
+        return self.prefill_chunk is not None and prompt_len > self.prefill_chunk
 
     def close(self) -> None:
         """Stop the tensor-parallel ranks this generator leads (nothing on one process)."""
@@ -275,9 +307,13 @@ class Generator:
                               **params)
         max_len = len(prompt) + max_new_tokens
         if reserve:  # plan once for the longest prompt and cache this call can reach: no step prepares anything
-            self.prefill.reserve(s=len(prompt))
+            chunk = min(len(prompt), self.prefill_chunk or len(prompt))
+            self.prefill.reserve(s=chunk)
             self.decode.reserve(**{k: v for k, v in {"p": max_len, "M": max_len}.items()
                                    if k in self.decode.symbols})
+            if self.chunked(len(prompt)):
+                self.extend.reserve(**{k: v for k, v in {"s": chunk, "p": max_len, "M": max_len}.items()
+                                       if k in self.extend.symbols})
         return GenerationState(self, prompt, max_new_tokens, stops, np.random.default_rng(seed), params,
                                [] if keep_logits else None)
 
@@ -425,16 +461,23 @@ class GenerationState(TokenStream):
             # on the decode program's device (a GPU backend keeps the cache there)
             kbuf = [gen.decode.to_device(np.zeros(shape, gen.model.dtype.np)) for shape in shapes]
             vbuf = [gen.decode.to_device(np.zeros(shape, gen.model.dtype.np)) for shape in shapes]
-            first = {"input_ids": np.asarray(self.prompt, dtype=np.int64)}
+            head = min(n, gen.prefill_chunk) if gen.chunked(n) else n  # a long prompt: its first chunk
+            first = {"input_ids": np.asarray(self.prompt[:head], dtype=np.int64)}
             if "positions" in gen.prefill.input_args:  # models may derive positions from the dims instead
-                first["positions"] = np.arange(n, dtype=np.int64)
+                first["positions"] = np.arange(head, dtype=np.int64)
             out = gen.prefill(first)
-            gen._store(out, kbuf, vbuf, 0, n)
-            self.prefill_s = time.perf_counter() - t0
+            gen._store(out, kbuf, vbuf, 0, head)
             inputs: dict[str, Any] = {}
             for i in range(len(kbuf)):  # the whole buffers: each step writes its row into them
                 inputs[f"cache.{i}.k"], inputs[f"cache.{i}.v"] = kbuf[i], vbuf[i]
             self._inputs = inputs
+            for p in range(head, n, gen.prefill_chunk or n):  # the other chunks after the cached rows
+                s = min(gen.prefill_chunk, n - p)
+                rest = dict(inputs, input_ids=np.asarray(self.prompt[p:p + s], dtype=np.int64))
+                if "positions" in gen.extend.input_args:
+                    rest["positions"] = np.arange(p, p + s, dtype=np.int64)
+                out = gen.extend(rest, dims={"p": p}, fetch=["logits"])
+            self.prefill_s = time.perf_counter() - t0
         else:
             p = len(self.ids) - 1  # rows in the cache: every id but the last, which this step feeds
             if self._device_greedy():  # the token chosen on the device: no logits copied to the host
