@@ -39,7 +39,7 @@ def random_llama(name: str):
     cfg = dict(model_type="llama", vocab_size=c["vocab"], hidden_size=c["dim"], intermediate_size=c["inter"],
                num_hidden_layers=c["layers"], num_attention_heads=c["nh"], num_key_value_heads=c["nkv"],
                head_dim=c["hd"], rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=c["tied"],
-               bos_token_id=1, eos_token_id=-1, max_position_embeddings=4096)
+               bos_token_id=1, eos_token_id=-1, max_position_embeddings=131072)
     model = from_hf_config(cfg, dtype="bfloat16")
     rng = np.random.default_rng(0)
     weights = {}
@@ -68,9 +68,14 @@ def ours(name: str, steps: int, prompt: int) -> dict:
     res = gen.generate(ids, max_new_tokens=steps, stop_ids=[])
     tpot = float(np.median(res.step_s)) * 1e3
     kernels = kernels_per_step(gen.decode)
+    from lightspeed.backends.cuda.driver import device
+
+    # device memory this process took from the driver at its peak (weights, caches, arenas)
+    peak = device().peak_bytes
     return dict(tpot_ms=round(tpot, 4), tok_s=round(1000 / tpot, 1), ttft_ms=round(res.ttft_s * 1e3, 2),
                 compile_s=round(compile_s, 1), weight_bytes=wbytes, kernels=kernels,
-                kernels_per_layer=kernels_per_layer(gen.decode))
+                kernels_per_layer=kernels_per_layer(gen.decode), device_peak_MB=round(peak / 2**20, 1),
+                prefill_chunks=-(-prompt // gen.prefill_chunk) if gen.prefill_chunk else 1)
 
 
 def kernels_per_layer(prog) -> int | None:

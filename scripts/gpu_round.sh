@@ -57,3 +57,11 @@ if [ "${GPU_ROUND_SERVE:-0}" = 1 ]; then
   step serve "${GPU_SERVE_S:-240}" python3 benchmarks/gpu_serve.py llama-3.2-1b --streams 1,8,32 --check 4
   tail -8 "$OUT/serve.log"
 fi
+# long prompts (issue 28): device memory at its peak for 4k and 16k tokens of the 1B shape,
+# prefilled in chunks of 2048 (the peak should grow with the KV cache only)
+if [ "${GPU_ROUND_LONG:-0}" = 1 ]; then
+  for n in 4096 16384; do
+    step "long_$n" "${GPU_LONG_S:-240}" python3 benchmarks/gpu_decode.py llama-3.2-1b --prompt $n --no-peer --steps 4
+    grep "lightspeed {" "$OUT/long_$n.log"
+  done
+fi

@@ -82,6 +82,9 @@ class Device:
         self._free: dict[int, list[int]] = {}
         self._pinned_free: dict[int, list[int]] = {}
         self._alloc_lock = threading.Lock()
+        # bytes held from the driver (in use or cached for reuse) and their peak: this process's
+        # device memory beside the context's own (benchmarks report the peak)
+        self.held_bytes = self.peak_bytes = 0
         self._modules: dict[str, Any] = {}
         self.bind()
 
@@ -103,6 +106,9 @@ class Device:
             except CudaError:
                 self.trim()
                 ptr = int(check(bindings().cuMemAlloc(size), f"cuMemAlloc({size} bytes)"))
+            with self._alloc_lock:
+                self.held_bytes += size
+                self.peak_bytes = max(self.peak_bytes, self.held_bytes)
         return _Block(self, ptr, size)
 
     def pinned(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -132,9 +138,10 @@ class Device:
     def trim(self) -> None:
         """Return every cached free block to the driver."""
         with self._alloc_lock:
-            blocks = [p for ps in self._free.values() for p in ps]
+            blocks = [(p, size) for size, ps in self._free.items() for p in ps]
             self._free.clear()
-        for p in blocks:
+            self.held_bytes -= sum(size for _, size in blocks)
+        for p, _ in blocks:
             check(bindings().cuMemFree(p), "cuMemFree")
 
     # ------------------------------------------------------------------ copies
