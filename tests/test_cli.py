@@ -111,6 +111,27 @@ def test_run_gemma_alias_random(capsys):
     assert out.endswith("\n")
 
 
+def test_run_warms_a_device_backend_up_before_the_first_token(capsys, monkeypatch):
+    """On a device backend a program's first call at new dims captures and plans; `lightspeed
+    run` does that before the prompt (reported with the compile time), at the prompt's length,
+    and the text is the same as without it (here a host backend told it is a device)."""
+    from lightspeed.backends import get_backend
+    from lightspeed.models.generate import Generator
+
+    args = ("run", "qwen3", "--random", "The capital of France is", "--max-tokens", "4", "--backend", "cpu")
+    code, plain, err = run(capsys, *args)
+    assert code == 0, err
+    warmed = []
+    real = Generator.warm_up
+    monkeypatch.setattr(Generator, "warm_up", lambda self, n: warmed.append(n) or real(self, n))
+    code, out, err = run(capsys, *args)
+    assert code == 0 and warmed == [] and out == plain  # a host backend: no warm-up
+    monkeypatch.setattr(type(get_backend("cpu")), "device_memory", True)
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    assert len(warmed) == 1 and warmed[0] >= 5 and out == plain  # the prompt's tokens, the same text
+
+
 def test_run_dtype_bfloat16_builds_a_bfloat16_model(capsys):
     from lightspeed import bfloat16
     from lightspeed.models.run import load_text_model

@@ -282,6 +282,16 @@ class Generator:
             self._extend = self._make_extend()
         return self._extend
 
+    def warm_up(self, prompt_len: int) -> float:
+        """Run a throwaway prompt of ``prompt_len`` tokens and a decode step, so what a device
+        backend does on a program's first call at these dims (plans, graph captures, lazily
+        loaded kernels, library plans) happens here and not in the next request's TTFT (the CLI
+        reports it with the compile time); returns its seconds.  Requests after it are unchanged:
+        each gets its own cache and sampler."""
+        t0 = time.perf_counter()
+        self.generate([0] * max(1, prompt_len), 2, stop_ids=())
+        return time.perf_counter() - t0
+
     def chunked(self, prompt_len: int) -> bool:
         """Whether a prompt of ``prompt_len`` tokens is prefilled in chunks."""
         return self.prefill_chunk is not None and prompt_len > self.prefill_chunk

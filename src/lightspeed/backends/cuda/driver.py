@@ -9,6 +9,7 @@ driver's error.  Nothing here is imported until the cuda backend is used.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import weakref
 from typing import Any
@@ -60,6 +61,9 @@ class Device:
 
     def __init__(self) -> None:
         drv = bindings()
+        # kernels loaded when their module is (at compile time), not at their first launch (the
+        # CUDA 12 default, lazy, put every kernel's load into a cached program's first call)
+        os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
         try:
             check(drv.cuInit(0), "cuInit")
         except RuntimeError as e:  # the bindings could not load libcuda
