@@ -271,13 +271,15 @@ def _prefer_primitives(cid, nodes):
     return prims[0] if prims else nodes[0]
 
 
-def _prefer_backend(index: EGraphIndex, absorb: bool, avoid: frozenset[str] = frozenset()):
+def _prefer_backend(index: EGraphIndex, absorb: bool, avoid: frozenset[str] = frozenset(),
+                    prefer: frozenset[str] = frozenset()):
     """Every backend op the rules offered, one region per op.  Among a class's backend ops of one
     rank, ``absorb`` takes the one reading the earliest values (the smallest height of its
     children: a product that normalises its A itself, from x, over the product of the normed
     rows), else the one reading the latest (the ops it could absorb stay ops of their own): the
     greedy and fused candidates differ there, so the search measures both.  Ops named in
-    ``avoid`` come last (the few-rows candidate: no tensor-core tiles)."""
+    ``avoid`` come last (the few-rows candidate: no tensor-core tiles), in ``prefer`` first (the
+    others: the tiles where offered, beside an op of the same rank such as Attention)."""
     levels = index._levels
 
     def height(n: ENode) -> int:
@@ -295,7 +297,7 @@ def _prefer_backend(index: EGraphIndex, absorb: bool, avoid: frozenset[str] = fr
         # region of Mul) is offered for every matmul-shaped SumReduce, and materialises the product;
         # a backend's own op (BlockMatmul, LtMatmul) before the generic one it specialises
         ops = sorted((n for n in nodes if n.op not in PRIMITIVES),
-                     key=lambda n: (n.op in avoid, n.op == "Fused", n.op in _GENERIC, height(n)))
+                     key=lambda n: (n.op in avoid, n.op not in prefer, n.op == "Fused", n.op in _GENERIC, height(n)))
         return ops[0] if ops else nodes[0]
     return pick
 
@@ -347,8 +349,8 @@ def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str
     rng = random.Random(opts.seed)
     seen: set[tuple] = set()
     default = Candidate.build(index, _prefer_primitives)
-    greedy = Candidate.build(index, _prefer_backend(index, absorb=False))
-    fused = Candidate.build(index, _fuse_single_use(greedy, _prefer_backend(index, absorb=True)))
+    greedy = Candidate.build(index, _prefer_backend(index, absorb=False, prefer=many_rows))
+    fused = Candidate.build(index, _fuse_single_use(greedy, _prefer_backend(index, absorb=True, prefer=many_rows)))
     fixed = [("default", default), ("greedy", greedy), ("fused", fused)]
     if many_rows and any(n.op in many_rows for n in fused.choice.values()):
         # third, before the fused one (a budget of 3 measures greedy, few-rows and default): the

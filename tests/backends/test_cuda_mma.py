@@ -83,7 +83,7 @@ def test_few_rows_candidate_runs_the_products_without_tiles():
     from lightspeed.search import SearchOptions, candidates
 
     many = frozenset(n for n, d in MMA.declarations().items() if d.many_rows)
-    assert many == {"MatmulMma", "MatmulAddMma"}
+    assert many == {"MatmulMma", "MatmulAddMma", "AttentionMma"}
 
     def products(cand) -> list[str]:
         lp = decode_program(cand, ser, enc.constants, MMA.declarations())
@@ -120,3 +120,74 @@ def test_tiles_equal_the_float64_product(dtype, transposed, add, batch, k):
         got = np.asarray(prog(ins)["y"]).astype(np.float64)
         tol = 1e-2 if dtype == ls.bfloat16 else 2e-3
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=f"s={s}")
+
+
+# ------------------------------------------------------------------ attention on the tensor cores
+def _attention_graph(d: int, dtype=ls.bfloat16) -> ls.Graph:
+    """softmax_2(q k^T + mask) v over 2 batch indexes, m query rows and L keys (symbolic): the
+    chain the attention rules make one ``Attention`` op of (nn.softmax_attention's form)."""
+    from lightspeed import hl
+
+    g = ls.Graph()
+    q = g.input("q", (2, "m", d), dtype)
+    k = g.input("k", (2, "L", d), dtype)
+    v = g.input("v", (2, "L", d), dtype)
+    mask = g.input("mask", ("m", "L"), dtype)
+    scores = q @ k.permute(0, 2, 1) + mask.reshape(1, "m", "L")
+    e = hl.exp2(scores + scores.amax(-1, keepdim=True) * -1.0)
+    g.output("o", (e @ v) * hl.reciprocal(e.sum(-1, keepdim=True)))
+    return g
+
+
+def _flash(g: ls.Graph):
+    """The greedy candidate's program (AttentionMma) and the few-rows one's (Attention)."""
+    from lightspeed.search import SearchOptions, candidates
+
+    _, enc, index, ser = saturate(MMA, g)
+    many = frozenset(n for n, d in MMA.declarations().items() if d.many_rows)
+    listed = dict(candidates(index, SearchOptions(budget=3, seed=0), many))
+    return tuple(decode_program(listed[o], ser, enc.constants, MMA.declarations()) if o in listed else None
+                 for o in ("greedy", "few-rows"))
+
+
+@pytest.mark.parametrize("d", [16, 64, 128])
+def test_attention_tiles_are_offered_and_compile_for_sm90(d):
+    nvrtc = pytest.importorskip("lightspeed.backends.cuda.nvrtc")
+    try:
+        nvrtc.nvrtc_version()
+    except Exception as e:  # noqa: BLE001 - no NVRTC library here
+        pytest.skip(f"NVRTC unavailable: {e}")
+    from lightspeed.backends.codegen.kernels import module_source, render
+
+    tiles, plain = _flash(_attention_graph(d))
+    assert [o.op for o in tiles.ops if o.op.startswith("Attention")] == ["AttentionMma"]
+    assert [o.op for o in plain.ops if o.op.startswith("Attention")] == ["Attention"]
+    op = next(o for o in tiles.ops if o.op == "AttentionMma")
+    specs = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")
+    assert specs[0].launch.kind == "matmul_mma" and "ls_mma_bf16" in specs[0].source
+    assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
+    # float32 (no tensor-core dtype): no tiles, and so no few-rows candidate
+    tiles, plain = _flash(_attention_graph(d, ls.float32))
+    assert plain is None and not any(o.op == "AttentionMma" for o in tiles.ops)
+
+
+@pytest.mark.skipif(not MMA.available(), reason="no GPU")
+@pytest.mark.parametrize("d", [64, 128])
+def test_attention_tiles_match_the_reference(d):
+    import ml_dtypes
+
+    g = _attention_graph(d)
+    tiles = MMA.lower(g, _flash(g)[0])
+    ref = g.compile(backend="reference")
+    rng = np.random.default_rng(d)
+    bf = ml_dtypes.bfloat16
+    lowest = float(ml_dtypes.finfo(bf).min)
+    for m, n in ((1, 5), (17, 64), (64, 100), (130, 130)):
+        # a causal mask over the last m of n keys: row i sees keys <= n - m + i (the most negative
+        # value blocks a key, as the models' masks do)
+        mask = np.where(np.arange(n)[None, :] > (n - m + np.arange(m))[:, None], lowest, 0.0).astype(bf)
+        ins = {"q": (rng.standard_normal((2, m, d)) * 0.3).astype(bf), "k": rng.standard_normal((2, n, d)).astype(bf),
+               "v": rng.standard_normal((2, n, d)).astype(bf), "mask": mask}
+        want = np.asarray(ref(ins)["o"], np.float32)
+        got = np.asarray(tiles(ins)["o"], np.float32)
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max(), err_msg=f"m={m} n={n}")

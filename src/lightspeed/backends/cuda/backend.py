@@ -37,6 +37,9 @@ MATMUL_MMA = OpDecl("MatmulMma", MATMUL.fields, "Matmul on the tensor cores (cud
                     many_rows=True)
 MATMUL_ADD_MMA = OpDecl("MatmulAddMma", MATMUL_ADD.fields, "MatmulAdd on the tensor cores (cuda backend)",
                         many_rows=True)
+# a prompt's attention as flash-attention tiles on the tensor cores (kernels/attention_mma.py)
+ATTENTION_MMA = OpDecl("AttentionMma", fused.ATTENTION.fields, "Attention on the tensor cores (cuda backend, "
+                       "bfloat16/float16, equal head dims of 16 ... 128)", many_rows=True)
 MMA_RULE_FILE = Path(__file__).with_name("mma.egg")
 _LIBRARY_ONLY = ("LtMatmulEpi", "LtMatmulBias", "LtMatmulFp8")  # no generated kernel computes these
 
@@ -67,10 +70,10 @@ class CudaBackend(KernelBackend):
             self.rulesets = (*rs[:rs.index("linalg") + 1], "cublaslt", *rs[rs.index("linalg") + 1:])
         self.mma = os.environ.get("LIGHTSPEED_CUDA_MMA", "0") == "1" if mma is None else mma
         if self.mma:
-            self.ops = (*self.ops, MATMUL_MMA, MATMUL_ADD_MMA)
+            self.ops = (*self.ops, MATMUL_MMA, MATMUL_ADD_MMA, ATTENTION_MMA)
             self.rule_files = (*self.rule_files, MMA_RULE_FILE)
             rs = self.rulesets
-            self.rulesets = (*rs[:rs.index("linalg") + 1], "mma", *rs[rs.index("linalg") + 1:])
+            self.rulesets = (*rs[:rs.index("linalg") + 1], "mma", *rs[rs.index("linalg") + 1:], "mma_attention")
         self.executor = GpuExecutor()
         if mode != "off":  # cuBLASLt's ops (and, always, the generic matmuls) as library calls
             library_ops = [d.name for d in lt.LT_OPS] + (["Matmul", "MatmulAdd"] if mode == "always" else [])

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
-from . import attention, matmul, matmul_mma, norm, region, scatter
+from . import attention, attention_mma, matmul, matmul_mma, norm, region, scatter
 from .source import DIALECTS, module_source, prelude
 from .spec import KernelSpec, LaunchShape
 from .types import compute_type, storage_type
@@ -42,7 +42,8 @@ __all__ = ["KERNELS", "Renderer", "render", "KernelSpec", "LaunchShape", "module
 Renderer = Callable[[LOp, list[DType], str], list[KernelSpec]]
 
 KERNELS: dict[str, Renderer] = {**region.RENDERERS, **scatter.RENDERERS, **matmul.RENDERERS,
-                               **attention.RENDERERS, **norm.RENDERERS, **matmul_mma.RENDERERS}
+                               **attention.RENDERERS, **norm.RENDERERS, **matmul_mma.RENDERERS,
+                               **attention_mma.RENDERERS}
 
 
 def render(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:

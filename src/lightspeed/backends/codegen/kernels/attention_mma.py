@@ -1,0 +1,203 @@
+"""Attention on the tensor cores (cuda dialect, sm_80+): ``AttentionMma``, the ``Attention`` op
+(semantics in ``codegen/fused.py``) of a bfloat16 or float16 result with equal static key and
+value head dims (a multiple of 16, at most 128), as a flash-attention tile -- a prompt's attention,
+where the one-block-per-row kernel (:mod:`.attention`) runs every score on the CUDA cores.
+
+A block of 4 warps (kind ``matmul_mma``: 128 threads) takes 64 query rows of one batch index
+(16 per warp), one item of a grid-stride loop over (batch index, row tile).  The queries are
+evaluated through their body once, rounded to the dtype, into shared memory and then into each
+warp's ``mma.sync.m16n8k16`` A fragments; per tile of BN keys the keys ([key][c]) and the values,
+transposed ([j][key]), go through their bodies into shared memory, the scores S = Q K^T come
+out of the tensor cores in float32, the mask is added per score, and an online softmax in base 2
+(running maximum per row, shared by the row's 4 threads through shuffles) rescales the running
+output; the probabilities, rounded to the dtype, are the A fragments of O += P V (the S
+accumulators' layout is the A layout of the next product, so P never leaves the registers).  At
+the end each row is divided by its sum.  Keys past n score minus infinity (an exact 0).
+
+Numerics differ from the CUDA-core kernel by the dtype rounding of the bodies' queries, keys and
+values (already of the dtype when they are leaves) and of the probabilities: bf16's tolerance.
+A row's result depends only on its own scores (batch invariance), but its key order is the tile
+order, not the other kernel's: the search compares them against the reference, not bit for bit.
+"""
+
+from __future__ import annotations
+
+from ....dtypes import DType
+from ....egraph.llir import LOp
+from ....errors import LightspeedError
+from ....symbolic import prod, sym
+from .attention import NINF, batch_offsets, nested
+from .region import Region
+from .spec import KernelSpec
+from .types import storage_type, store
+from .writer import Point, Writer, finish
+
+__all__ = ["attention_mma_kernel", "RENDERERS", "ROWS"]
+
+ROWS = 64  # query rows per block (16 per warp)
+MMA_DTYPES = {"bfloat16": "bf16", "float16": "f16"}
+PAD = 8  # elements after each shared row (bank spread; 4-byte pairs stay aligned)
+
+
+def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
+    if dialect != "cuda":
+        raise LightspeedError(f"{op.op}: tensor-core attention exists only in the cuda dialect")
+    a = op.args
+    if op.dtype.name not in MMA_DTYPES:
+        raise LightspeedError(f"{op.op}: the result must be bfloat16 or float16, got {op.dtype.name}")
+    if a["k"].free_vars() or a["dv"].free_vars():
+        raise LightspeedError(f"{op.op}: the head dims must be static, got {a['k']} and {a['dv']}")
+    d, dv = int(a["k"].value), int(a["dv"].value)
+    if d != dv or d % 16 or not 16 <= d <= 128:
+        raise LightspeedError(f"{op.op}: key and value head dims must be equal multiples of 16 up to 128, "
+                              f"got {d} and {dv}")
+    kind = MMA_DTYPES[op.dtype.name]
+    bn = 64 if d <= 64 else 32  # keys per tile: the three shared tiles stay within 48 KiB
+    st = storage_type(op.dtype)
+    w = Writer("cuda")
+    batch = list(a["batch"])
+    m, n = a["m"], a["n"]
+    mm, nn = w.expr(m), w.expr(n)
+    tiles = w.expr((m + (ROWS - 1)) // ROWS)
+    w.index_vars |= {"_ls_item", "_ls_mi", "_ls_l", "_ls_z"}
+    w.push()
+    w.line(f"const long long _ls_tile = _ls_item % {tiles};")
+    w.line(f"long long _ls_rest = _ls_item / {tiles};")
+    w.line("const long long _ls_bflat = _ls_rest;  // the batch index, flat")
+    names = batch_offsets(w, a, batch)
+    qsm, qsk, ksk, ksn, vsn, vsj = (w.expr(a[f]) for f in ("q_stride_m", "q_stride_k", "k_stride_k", "k_stride_n",
+                                                            "v_stride_n", "v_stride_j"))
+    views = [a["mask_view"], *op.leaf_views]
+    region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
+    w.line("const int _ls_t = threadIdx.x, _ls_warp = _ls_t >> 5, _ls_lane = _ls_t & 31;")
+    w.line("const int _ls_g = _ls_lane >> 2, _ls_tg = (_ls_lane & 3) * 2;")
+    w.line(f"const long long _ls_m0 = _ls_tile * {ROWS};")
+    w.line(f"__shared__ __align__(16) {st} _ls_qs[{ROWS}][{d + PAD}];")
+    w.line(f"__shared__ __align__(16) {st} _ls_ks[{bn}][{d + PAD}];")
+    w.line(f"__shared__ __align__(16) {st} _ls_vt[{d}][{bn + PAD}];")
+    w.line("__syncthreads();  // an earlier item's readers are done with the tiles")
+
+    def stage(what: str, count: str, row: str, valid: str, flat: str, dest: str) -> None:
+        """Fill a shared tile: element _ls_e -> (row, col), its value the body's at ``flat``."""
+        w.line(f"for (int _ls_e = _ls_t; _ls_e < {count}; _ls_e += 128) {{")
+        w.line(f"  const int _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
+        w.line(f"  {row}")
+        w.line("  float _ls_v = 0.0f;")
+        w.line(f"  if ({valid}) {{")
+        w.line(f"    const long long _ls_{what}z = {flat};")
+        value = nested(w, "    ", lambda: region.value(a[f"{what}_body"], f"_ls_{what}z"))
+        w.line(f"    _ls_v = (float){value};")
+        w.line("  }")
+        w.line(f"  {dest} = {store(op.dtype, '_ls_v')};")
+        w.line("}")
+
+    w.index_vars |= {"_ls_qz", "_ls_kz", "_ls_vz"}
+    stage("q", f"{ROWS * d}", "const long long _ls_mi = _ls_m0 + _ls_r;", f"_ls_mi < {mm}",
+          f"_ls_oq + _ls_mi * {qsm} + _ls_c * {qsk}", "_ls_qs[_ls_r][_ls_c]")
+    w.line("__syncthreads();")
+    # the warp's 16 query rows as A fragments, once
+    w.line(f"unsigned int _ls_qf[{d // 16}][4];")
+    w.line(f"for (int _ls_kk = 0; _ls_kk < {d // 16}; _ls_kk++) {{")
+    w.line("  const int r = _ls_warp * 16 + _ls_g, c = _ls_kk * 16 + _ls_tg;")
+    w.line("  _ls_qf[_ls_kk][0] = *(const unsigned int*)&_ls_qs[r][c];")
+    w.line("  _ls_qf[_ls_kk][1] = *(const unsigned int*)&_ls_qs[r + 8][c];")
+    w.line("  _ls_qf[_ls_kk][2] = *(const unsigned int*)&_ls_qs[r][c + 8];")
+    w.line("  _ls_qf[_ls_kk][3] = *(const unsigned int*)&_ls_qs[r + 8][c + 8];")
+    w.line("}")
+    w.line(f"float _ls_o[{d // 8}][4];")
+    w.line(f"for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) for (int e = 0; e < 4; e++) _ls_o[_ls_j][e] = 0.0f;")
+    w.line(f"float _ls_mx[2] = {{{NINF}, {NINF}}}, _ls_sum[2] = {{0.0f, 0.0f}};")
+    w.line(f"for (long long _ls_l0 = 0; _ls_l0 < {nn}; _ls_l0 += {bn}) {{")
+    w.line("  __syncthreads();  // the last tile's products are done with the shared tiles")
+    w.push()
+    stage("k", f"{bn * d}", "const long long _ls_l = _ls_l0 + _ls_r;", f"_ls_l < {nn}",
+          f"_ls_ok + _ls_c * {ksk} + _ls_l * {ksn}", "_ls_ks[_ls_r][_ls_c]")
+    # the values transposed ([j][key]: B's layout for O += P V), element (key _ls_r, column _ls_c)
+    stage("v", f"{bn * d}", "const long long _ls_l = _ls_l0 + _ls_r;", f"_ls_l < {nn}",
+          f"_ls_ov + _ls_l * {vsn} + _ls_c * {vsj}", "_ls_vt[_ls_c][_ls_r]")
+    tile_fill = w.pop()
+    w.scope.lines.extend("  " + ln for ln in tile_fill)
+    w.line("  __syncthreads();")
+    # S = Q K^T: BN / 8 tiles of 16 x 8 per warp
+    w.line(f"  float _ls_s[{bn // 8}][4];")
+    w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) {{")
+    w.line("    for (int e = 0; e < 4; e++) _ls_s[nt][e] = 0.0f;")
+    w.line(f"    for (int _ls_kk = 0; _ls_kk < {d // 16}; _ls_kk++) {{")
+    w.line("      const int r = nt * 8 + _ls_g, c = _ls_kk * 16 + _ls_tg;")
+    w.line("      const unsigned int _ls_kf[2] = {*(const unsigned int*)&_ls_ks[r][c], "
+           "*(const unsigned int*)&_ls_ks[r][c + 8]};")
+    w.line(f"      ls_mma_{kind}(_ls_s[nt], _ls_qf[_ls_kk], _ls_kf);")
+    w.line("    }")
+    w.line("  }")
+    # the mask, keys past n blocked, the tile's row maxima (rows g and g + 8 of the warp's 16)
+    shape = (*batch, m, n)
+    coords = [sym(x) for x in names] + [sym("_ls_mi"), sym("_ls_l")]
+    mask_view = a["mask_view"]
+    at = Point("_ls_z", sym("_ls_z"), tuple(shape), tuple(coords)) if tuple(mask_view.shape) == shape else "_ls_z"
+    w.line(f"  float _ls_tmx[2] = {{{NINF}, {NINF}}};")
+    w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
+    w.line("    const int _ls_h = e >> 1;")
+    w.line("    const long long _ls_mi = _ls_m0 + _ls_warp * 16 + _ls_g + _ls_h * 8;")
+    w.line("    const long long _ls_l = _ls_l0 + nt * 8 + _ls_tg + (e & 1);")
+    w.line(f"    float _ls_x = {NINF};")
+    w.line(f"    if (_ls_l < {nn} && _ls_mi < {mm}) {{")
+    w.line(f"      const long long _ls_z = (_ls_bflat * {mm} + _ls_mi) * {nn} + _ls_l;")
+    mask = nested(w, "      ", lambda: region.leaf(0, at))
+    w.line(f"      _ls_x = _ls_s[nt][e] + (float){mask};")
+    w.line("    }")
+    w.line("    _ls_s[nt][e] = _ls_x;")
+    w.line("    _ls_tmx[_ls_h] = _ls_x > _ls_tmx[_ls_h] ? _ls_x : _ls_tmx[_ls_h];")
+    w.line("  }")
+    # the new running maxima (a row's 4 threads agree through shuffles), the rescaled output
+    w.line("  for (int _ls_h = 0; _ls_h < 2; _ls_h++) {")
+    w.line("    float t = _ls_tmx[_ls_h];")
+    w.line("    for (int o = 1; o < 4; o <<= 1) { const float u = __shfl_xor_sync(0xffffffffu, t, o); "
+           "t = u > t ? u : t; }")
+    w.line("    const float mnew = t > _ls_mx[_ls_h] ? t : _ls_mx[_ls_h];")
+    w.line(f"    const float sc = mnew == {NINF} ? 1.0f : ls_exp2f(_ls_mx[_ls_h] - mnew);")
+    w.line("    _ls_mx[_ls_h] = mnew; _ls_sum[_ls_h] *= sc;")
+    w.line(f"    for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) {{ _ls_o[_ls_j][2 * _ls_h] *= sc; "
+           "_ls_o[_ls_j][2 * _ls_h + 1] *= sc; }")
+    w.line("  }")
+    w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
+    w.line("    const int _ls_h = e >> 1;")
+    w.line(f"    const float p = _ls_s[nt][e] == {NINF} ? 0.0f : ls_exp2f(_ls_s[nt][e] - _ls_mx[_ls_h]);")
+    w.line("    _ls_s[nt][e] = p; _ls_sum[_ls_h] += p;")
+    w.line("  }")
+
+    def pack(lo: str, hi: str) -> str:  # two probabilities as one A register (lo in the low half)
+        return f"((unsigned int){store(op.dtype, lo)} | ((unsigned int){store(op.dtype, hi)} << 16))"
+
+    # O += P V: the S tiles 2t, 2t + 1 are the A fragment of keys 16t ... 16t + 15
+    w.line(f"  for (int t = 0; t < {bn // 16}; t++) {{")
+    w.line(f"    const unsigned int _ls_pf[4] = {{{pack('_ls_s[2 * t][0]', '_ls_s[2 * t][1]')}, "
+           f"{pack('_ls_s[2 * t][2]', '_ls_s[2 * t][3]')}, {pack('_ls_s[2 * t + 1][0]', '_ls_s[2 * t + 1][1]')}, "
+           f"{pack('_ls_s[2 * t + 1][2]', '_ls_s[2 * t + 1][3]')}}};")
+    w.line(f"    for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) {{")
+    w.line("      const int r = _ls_j * 8 + _ls_g, c = t * 16 + _ls_tg;")
+    w.line("      const unsigned int _ls_vf[2] = {*(const unsigned int*)&_ls_vt[r][c], "
+           "*(const unsigned int*)&_ls_vt[r][c + 8]};")
+    w.line(f"      ls_mma_{kind}(_ls_o[_ls_j], _ls_pf, _ls_vf);")
+    w.line("    }")
+    w.line("  }")
+    w.line("}")
+    # each row's sum over its 4 threads, the rows written
+    w.line("for (int _ls_h = 0; _ls_h < 2; _ls_h++) for (int o = 1; o < 4; o <<= 1)")
+    w.line("  _ls_sum[_ls_h] += __shfl_xor_sync(0xffffffffu, _ls_sum[_ls_h], o);")
+    w.line(f"for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) for (int e = 0; e < 4; e++) {{")
+    w.line("  const int _ls_h = e >> 1;")
+    w.line("  const long long _ls_mi = _ls_m0 + _ls_warp * 16 + _ls_g + _ls_h * 8;")
+    w.line(f"  if (_ls_mi < {mm}) out[(_ls_bflat * {mm} + _ls_mi) * {dv} + _ls_j * 8 + _ls_tg + (e & 1)] = "
+           f"{store(op.dtype, '_ls_o[_ls_j][e] / _ls_sum[_ls_h]')};")
+    w.line("}")
+    body = w.pop()
+    bufs = [("out", st, True, "out")] + [(f"in{k}", storage_type(t), False, k) for k, t in enumerate(in_dtypes)]
+    count = (prod(batch) if batch else 1) * ((m + (ROWS - 1)) // ROWS)
+    return finish(w, "cuda", "matmul_mma", bufs, count, body, "attention_mma", preludes=("mma",))
+
+
+def _attention_mma(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [attention_mma_kernel(op, in_dtypes, dialect)]
+
+
+RENDERERS = {"AttentionMma": _attention_mma}
