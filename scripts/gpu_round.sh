@@ -65,3 +65,8 @@ if [ "${GPU_ROUND_LONG:-0}" = 1 ]; then
     grep "lightspeed {" "$OUT/long_$n.log"
   done
 fi
+# every family on cuda beside transformers (issue 26's table): GPU_MODELS_ROWS, peer GPU_MODELS_PEER
+if [ "${GPU_ROUND_MODELS:-0}" = 1 ]; then
+  step models "${GPU_MODELS_S:-420}" python3 benchmarks/gpu_models.py ${GPU_MODELS_ROWS:-} --peer "${GPU_MODELS_PEER:-eager}"
+  sed -n '/^cuda /,$p' "$OUT/models.log"
+fi
