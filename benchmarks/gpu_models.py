@@ -3,6 +3,7 @@ process: TTFT, decode TPOT and % of the HBM floor per family (issue 26's table).
 
     python benchmarks/gpu_models.py [ROW ...] [--backend cuda] [--dtype bfloat16] [--steps 32]
                                     [--prompt 64] [--peer eager|compile|none] [--small]
+                                    [--file ROW=PATH ...]
 
 ROW (default all): ``smollm2`` and ``gemma3`` (the shipped GGUF files, their weights as the dtype:
 the peer cannot read GGUF blocks), ``qwen3`` (Qwen3-0.6B's shape), ``qwen3_moe`` (Qwen3-30B-A3B's
@@ -14,7 +15,9 @@ same weights: ``eager`` runs its forward with a dynamic cache; ``compile`` its `
 a static cache (transformers compiles the decode step itself).  TPOT is the median decode step
 (ours: ``Generator.generate``'s, with the token chosen on the device where it can be); the floor
 is the weights a step reads over the copy bandwidth measured in the same run (a GPU; none on a
-CPU).  Writes ``$OUT/gpu_models.json`` when ``$OUT`` is set.
+CPU).  ``--file ROW=PATH``: where a file row's weights are (a GPU host has no package index:
+the GGUF files or the Whisper directory carried in parts); default the installed packages'.
+Writes ``$OUT/gpu_models.json`` when ``$OUT`` is set.
 """
 
 from __future__ import annotations
@@ -44,13 +47,14 @@ ROWS = ("smollm2", "gemma3", "qwen3", "qwen3_moe", "gemma4_moe", "whisper")
 FILE_FAMILY = {"smollm2": "llama", "gemma3": "gemma3"}
 
 
-def text_model(row: str, dtype: str, small: bool) -> tuple[Any, dict[str, Any], dict[str, Any], str]:
+def text_model(row: str, dtype: str, small: bool, path: str | None = None
+               ) -> tuple[Any, dict[str, Any], dict[str, Any], str]:
     """(model, weights by HF name as float arrays, HF config dict, family) of a text row."""
     from lightspeed.models import get
     from lightspeed.models.run import load_text_model, random_config, random_weights
 
     if row in FILE_FAMILY:
-        tm = load_text_model(FILE_FAMILY[row], dtype=dtype, progress=False)
+        tm = load_text_model(FILE_FAMILY[row], path, dtype=dtype, progress=False)
         tensors = {n: np.asarray(v, np.float32) for n, v in tm.tensors.items()}  # GGUF blocks: their values
         return tm.model, tensors, dict(tm.config), FILE_FAMILY[row]
     cfg = random_config(row) if small else {**random_config(row), **SHAPES[row]}
@@ -129,12 +133,12 @@ def peer_text(hf: Any, prompt: list[int], steps: int, mode: str, device: str) ->
         return dict(ttft_ms=ttft * 1e3, tpot_ms=float(np.median(times)) * 1e3)
 
 
-def whisper_row(backend: str, steps: int, peer: str, device: str) -> dict:
+def whisper_row(backend: str, steps: int, peer: str, device: str, path: str | None = None) -> dict:
     """tiny.en on ``backend``: a synthetic 30 s window, greedy tokens; per-token decode time."""
     from lightspeed.models.whisper import find_model_dir, load_model, prompt_tokens
     from lightspeed.weights.ctranslate2 import load_whisper
 
-    model, _ = load_model(None, backend)
+    model, _ = load_model(path, backend)
     rng = np.random.default_rng(0)
     feats = (rng.standard_normal((model.cfg.num_mel_bins, model.cfg.n_frames)) * 0.5).astype(np.float32)
     ids = prompt_tokens(model.cfg)  # <|startoftranscript|><|notimestamps|> (English-only)
@@ -158,7 +162,7 @@ def whisper_row(backend: str, steps: int, peer: str, device: str) -> dict:
         import torch
         import transformers as tf
 
-        cfg, sd = load_whisper(find_model_dir(None))
+        cfg, sd = load_whisper(find_model_dir(path))
         hf = tf.WhisperForConditionalGeneration(tf.WhisperConfig(**cfg)).eval()
         hf.load_state_dict({k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in sd.items()}, strict=False)
         hf = hf.to(device)
@@ -185,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--peer", choices=("eager", "compile", "none"), default="eager")
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--file", action="append", default=[], metavar="ROW=PATH")
     args = ap.parse_args(argv)
+    files = dict(f.split("=", 1) for f in args.file)
+    if set(files) - {"smollm2", "gemma3", "whisper"}:
+        ap.error(f"--file names rows with files (smollm2, gemma3, whisper), got {sorted(files)}")
     dtype = args.dtype or ("bfloat16" if args.backend == "cuda" else "float32")
     device = "cuda" if args.backend == "cuda" else "cpu"
     bandwidth = None
@@ -200,10 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     for row in args.rows:
         try:
             if row == "whisper":
-                r = whisper_row(args.backend, args.steps, args.peer, device)
+                r = whisper_row(args.backend, args.steps, args.peer, device, files.get("whisper"))
                 wb = None
             else:
-                model, weights, cfg, family = text_model(row, dtype, args.small)
+                model, weights, cfg, family = text_model(row, dtype, args.small, files.get(row))
                 vocab = model.config.vocab_size
                 prompt = [int(t) for t in np.random.default_rng(1).integers(3, vocab - 1, args.prompt)]
                 r = {"ours": ours_text(model, weights, args.backend, prompt, args.steps)}
