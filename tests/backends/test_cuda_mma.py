@@ -123,17 +123,24 @@ def test_tiles_equal_the_float64_product(dtype, transposed, add, batch, k):
 
 
 # ------------------------------------------------------------------ attention on the tensor cores
-def _attention_graph(d: int, dtype=ls.bfloat16) -> ls.Graph:
+def _attention_graph(d: int, dtype=ls.bfloat16, grouped: bool = False) -> ls.Graph:
     """softmax_2(q k^T + mask) v over 2 batch indexes, m query rows and L keys (symbolic): the
-    chain the attention rules make one ``Attention`` op of (nn.softmax_attention's form)."""
+    chain the attention rules make one ``Attention`` op of (nn.softmax_attention's form).
+    ``grouped``: a decode step's layout instead -- queries [m, 2, 4, d] (positions, KV heads, the
+    group's heads), keys and values per KV head broadcast over the positions, the mask per
+    position: the Attention is batched over (m, 2) with 4 rows, and the tiles fold m into them."""
     from lightspeed import hl
 
     g = ls.Graph()
-    q = g.input("q", (2, "m", d), dtype)
     k = g.input("k", (2, "L", d), dtype)
     v = g.input("v", (2, "L", d), dtype)
     mask = g.input("mask", ("m", "L"), dtype)
-    scores = q @ k.permute(0, 2, 1) + mask.reshape(1, "m", "L")
+    if grouped:
+        q = g.input("q", ("m", 2, 4, d), dtype)
+        scores = q @ k.permute(0, 2, 1) + mask.reshape("m", 1, 1, "L")
+    else:
+        q = g.input("q", (2, "m", d), dtype)
+        scores = q @ k.permute(0, 2, 1) + mask.reshape(1, "m", "L")
     e = hl.exp2(scores + scores.amax(-1, keepdim=True) * -1.0)
     g.output("o", (e @ v) * hl.reciprocal(e.sum(-1, keepdim=True)))
     return g
@@ -150,8 +157,8 @@ def _flash(g: ls.Graph):
                  for o in ("greedy", "few-rows"))
 
 
-@pytest.mark.parametrize("d", [16, 64, 128])
-def test_attention_tiles_are_offered_and_compile_for_sm90(d):
+@pytest.mark.parametrize("d,grouped", [(16, False), (64, False), (128, False), (64, True)])
+def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped):
     nvrtc = pytest.importorskip("lightspeed.backends.cuda.nvrtc")
     try:
         nvrtc.nvrtc_version()
@@ -159,12 +166,14 @@ def test_attention_tiles_are_offered_and_compile_for_sm90(d):
         pytest.skip(f"NVRTC unavailable: {e}")
     from lightspeed.backends.codegen.kernels import module_source, render
 
-    tiles, plain = _flash(_attention_graph(d))
+    tiles, plain = _flash(_attention_graph(d, grouped=grouped))
     assert [o.op for o in tiles.ops if o.op.startswith("Attention")] == ["AttentionMma"]
     assert [o.op for o in plain.ops if o.op.startswith("Attention")] == ["Attention"]
     op = next(o for o in tiles.ops if o.op == "AttentionMma")
     specs = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")
     assert specs[0].launch.kind == "matmul_mma" and "ls_mma_bf16" in specs[0].source
+    # grouped: the positions folded into the rows (a block per 64 of m x 4 rows of a KV head)
+    assert str(specs[0].launch.grid[0]) == ("2*((4*m + 63) // 64)" if grouped else "2*((m + 63) // 64)")
     assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
     # float32 (no tensor-core dtype): no tiles, and so no few-rows candidate
     tiles, plain = _flash(_attention_graph(d, ls.float32))
@@ -172,11 +181,11 @@ def test_attention_tiles_are_offered_and_compile_for_sm90(d):
 
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
-@pytest.mark.parametrize("d", [64, 128])
-def test_attention_tiles_match_the_reference(d):
+@pytest.mark.parametrize("d,grouped", [(64, False), (128, False), (64, True), (128, True)])
+def test_attention_tiles_match_the_reference(d, grouped):
     import ml_dtypes
 
-    g = _attention_graph(d)
+    g = _attention_graph(d, grouped=grouped)
     tiles = MMA.lower(g, _flash(g)[0])
     ref = g.compile(backend="reference")
     rng = np.random.default_rng(d)
@@ -186,7 +195,8 @@ def test_attention_tiles_match_the_reference(d):
         # a causal mask over the last m of n keys: row i sees keys <= n - m + i (the most negative
         # value blocks a key, as the models' masks do)
         mask = np.where(np.arange(n)[None, :] > (n - m + np.arange(m))[:, None], lowest, 0.0).astype(bf)
-        ins = {"q": (rng.standard_normal((2, m, d)) * 0.3).astype(bf), "k": rng.standard_normal((2, n, d)).astype(bf),
+        qshape = (m, 2, 4, d) if grouped else (2, m, d)
+        ins = {"q": (rng.standard_normal(qshape) * 0.3).astype(bf), "k": rng.standard_normal((2, n, d)).astype(bf),
                "v": rng.standard_normal((2, n, d)).astype(bf), "mask": mask}
         want = np.asarray(ref(ins)["o"], np.float32)
         got = np.asarray(tiles(ins)["o"], np.float32)

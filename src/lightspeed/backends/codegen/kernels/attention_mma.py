@@ -14,6 +14,11 @@ output; the probabilities, rounded to the dtype, are the A fragments of O += P V
 accumulators' layout is the A layout of the next product, so P never leaves the registers).  At
 the end each row is divided by its sum.  Keys past n score minus infinity (an exact 0).
 
+Batch axes along which the keys and the values do not move (batch stride 0 for both: a decode
+or extend step's query positions, batched with the KV heads and m = the heads of a group) are
+folded into the rows: a tile's 64 rows run over (those axes, m), so a chunk of 2048 positions of
+a GQA model fills its tiles (2048 x 4 rows per KV head on a 1B) instead of 4 rows of 64.
+
 Numerics differ from the CUDA-core kernel by the dtype rounding of the bodies' queries, keys and
 values (already of the dtype when they are leaves) and of the probabilities: bf16's tolerance.
 A row's result depends only on its own scores (batch invariance), but its key order is the tile
@@ -26,7 +31,7 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import prod, sym
-from .attention import NINF, batch_offsets, nested
+from .attention import NINF, nested
 from .region import Region
 from .spec import KernelSpec
 from .types import storage_type, store
@@ -58,15 +63,49 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     batch = list(a["batch"])
     m, n = a["m"], a["n"]
     mm, nn = w.expr(m), w.expr(n)
-    tiles = w.expr((m + (ROWS - 1)) // ROWS)
-    w.index_vars |= {"_ls_item", "_ls_mi", "_ls_l", "_ls_z"}
+
+    def zero(e) -> bool:
+        return not e.free_vars() and int(e.value) == 0
+    folded = [x for x in range(len(batch)) if zero(a["k_batch_strides"][x]) and zero(a["v_batch_strides"][x])]
+    kept = [x for x in range(len(batch)) if x not in folded]
+    rows = prod([batch[x] for x in folded]) * m if folded else m  # a tile's row space: (folded axes, m)
+    rr = w.expr(rows)
+    tiles = w.expr((rows + (ROWS - 1)) // ROWS)
+    names = [f"_ls_b{x}" for x in range(len(batch))]
+    w.index_vars |= {"_ls_item", "_ls_mi", "_ls_l", "_ls_z", *names}
     w.push()
     w.line(f"const long long _ls_tile = _ls_item % {tiles};")
     w.line(f"long long _ls_rest = _ls_item / {tiles};")
-    w.line("const long long _ls_bflat = _ls_rest;  // the batch index, flat")
-    names = batch_offsets(w, a, batch)
+    # the kept axes' coordinates (the keys' and values' offsets: one set per item)
+    oq, ok_, ov = (w.expr(a[f]) for f in ("q_offset", "k_offset", "v_offset"))
+    w.line(f"long long _ls_oq = {oq}, _ls_ok = {ok_}, _ls_ov = {ov};")
+    for x in reversed(kept):
+        size = w.expr(batch[x])
+        w.line(f"const long long {names[x]} = _ls_rest % {size}; _ls_rest /= {size};")
+        w.line(f"_ls_oq += {names[x]} * {w.expr(a['q_batch_strides'][x])}; "
+               f"_ls_ok += {names[x]} * {w.expr(a['k_batch_strides'][x])}; "
+               f"_ls_ov += {names[x]} * {w.expr(a['v_batch_strides'][x])};")
     qsm, qsk, ksk, ksn, vsn, vsj = (w.expr(a[f]) for f in ("q_stride_m", "q_stride_k", "k_stride_k", "k_stride_n",
                                                             "v_stride_n", "v_stride_j"))
+
+    def row_coords(r: str, suffix: str) -> None:
+        """Row ``r`` of the tile's row space: ``_ls_i<suffix>`` (its row of m), the folded axes'
+        coordinates ``_ls_b<x><suffix>``, its queries' offset ``_ls_q<suffix>`` and its output
+        row ``_ls_o<suffix>`` (the flat index of (batch, i) in [*batch, m])."""
+        w.line(f"long long _ls_f{suffix} = {r};")
+        w.line(f"const long long _ls_i{suffix} = _ls_f{suffix} % {mm}; _ls_f{suffix} /= {mm};")
+        for x in reversed(folded):
+            size = w.expr(batch[x])
+            w.line(f"const long long {names[x]}{suffix} = _ls_f{suffix} % {size}; _ls_f{suffix} /= {size};")
+        q = " + ".join([f"_ls_oq + _ls_i{suffix} * {qsm}"]
+                       + [f"{names[x]}{suffix} * {w.expr(a['q_batch_strides'][x])}" for x in folded])
+        w.line(f"const long long _ls_q{suffix} = {q};")
+        flat = "0"
+        for x in range(len(batch)):
+            coord = names[x] + (suffix if x in folded else "")
+            flat = f"({flat}) * {w.expr(batch[x])} + {coord}"
+        w.line(f"const long long _ls_o{suffix} = ({flat}) * {mm} + _ls_i{suffix};")
+
     views = [a["mask_view"], *op.leaf_views]
     region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
     w.line("const int _ls_t = threadIdx.x, _ls_warp = _ls_t >> 5, _ls_lane = _ls_t & 31;")
@@ -76,6 +115,10 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line(f"__shared__ __align__(16) {st} _ls_ks[{bn}][{d + PAD}];")
     w.line(f"__shared__ __align__(16) {st} _ls_vt[{d}][{bn + PAD}];")
     w.line("__syncthreads();  // an earlier item's readers are done with the tiles")
+    # this thread's two rows of the scores (g and g + 8 of its warp's 16)
+    for h in (0, 1):
+        row_coords(f"_ls_m0 + _ls_warp * 16 + _ls_g + {8 * h}", f"_{h}")
+        w.line(f"const bool _ls_in_{h} = _ls_m0 + _ls_warp * 16 + _ls_g + {8 * h} < {rr};")
 
     def stage(what: str, count: str, row: str, valid: str, flat: str, dest: str) -> None:
         """Fill a shared tile: element _ls_e -> (row, col), its value the body's at ``flat``."""
@@ -92,8 +135,11 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line("}")
 
     w.index_vars |= {"_ls_qz", "_ls_kz", "_ls_vz"}
-    stage("q", f"{ROWS * d}", "const long long _ls_mi = _ls_m0 + _ls_r;", f"_ls_mi < {mm}",
-          f"_ls_oq + _ls_mi * {qsm} + _ls_c * {qsk}", "_ls_qs[_ls_r][_ls_c]")
+    w.push()
+    row_coords("_ls_m0 + _ls_r", "_r")
+    q_row = w.pop()
+    stage("q", f"{ROWS * d}", "\n  ".join(q_row), f"_ls_m0 + _ls_r < {rr}", f"_ls_q_r + _ls_c * {qsk}",
+          "_ls_qs[_ls_r][_ls_c]")
     w.line("__syncthreads();")
     # the warp's 16 query rows as A fragments, once
     w.line(f"unsigned int _ls_qf[{d // 16}][4];")
@@ -137,11 +183,13 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line(f"  float _ls_tmx[2] = {{{NINF}, {NINF}}};")
     w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
     w.line("    const int _ls_h = e >> 1;")
-    w.line("    const long long _ls_mi = _ls_m0 + _ls_warp * 16 + _ls_g + _ls_h * 8;")
+    w.line("    const long long _ls_mi = _ls_h ? _ls_i_1 : _ls_i_0;")
+    for x in folded:
+        w.line(f"    const long long {names[x]} = _ls_h ? {names[x]}_1 : {names[x]}_0;")
     w.line("    const long long _ls_l = _ls_l0 + nt * 8 + _ls_tg + (e & 1);")
     w.line(f"    float _ls_x = {NINF};")
-    w.line(f"    if (_ls_l < {nn} && _ls_mi < {mm}) {{")
-    w.line(f"      const long long _ls_z = (_ls_bflat * {mm} + _ls_mi) * {nn} + _ls_l;")
+    w.line(f"    if (_ls_l < {nn} && (_ls_h ? _ls_in_1 : _ls_in_0)) {{")
+    w.line(f"      const long long _ls_z = (_ls_h ? _ls_o_1 : _ls_o_0) * {nn} + _ls_l;")
     mask = nested(w, "      ", lambda: region.leaf(0, at))
     w.line(f"      _ls_x = _ls_s[nt][e] + (float){mask};")
     w.line("    }")
@@ -186,13 +234,12 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line("  _ls_sum[_ls_h] += __shfl_xor_sync(0xffffffffu, _ls_sum[_ls_h], o);")
     w.line(f"for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) for (int e = 0; e < 4; e++) {{")
     w.line("  const int _ls_h = e >> 1;")
-    w.line("  const long long _ls_mi = _ls_m0 + _ls_warp * 16 + _ls_g + _ls_h * 8;")
-    w.line(f"  if (_ls_mi < {mm}) out[(_ls_bflat * {mm} + _ls_mi) * {dv} + _ls_j * 8 + _ls_tg + (e & 1)] = "
-           f"{store(op.dtype, '_ls_o[_ls_j][e] / _ls_sum[_ls_h]')};")
+    w.line(f"  if (_ls_h ? _ls_in_1 : _ls_in_0) out[(_ls_h ? _ls_o_1 : _ls_o_0) * {dv} + _ls_j * 8 + _ls_tg "
+           f"+ (e & 1)] = {store(op.dtype, '_ls_o[_ls_j][e] / _ls_sum[_ls_h]')};")
     w.line("}")
     body = w.pop()
     bufs = [("out", st, True, "out")] + [(f"in{k}", storage_type(t), False, k) for k, t in enumerate(in_dtypes)]
-    count = (prod(batch) if batch else 1) * ((m + (ROWS - 1)) // ROWS)
+    count = (prod([batch[x] for x in kept]) if kept else 1) * ((rows + (ROWS - 1)) // ROWS)
     return finish(w, "cuda", "matmul_mma", bufs, count, body, "attention_mma", preludes=("mma",))
 
 
