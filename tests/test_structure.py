@@ -45,8 +45,9 @@ AROUND = ("hl", "nn", "models", "weights", "torch", "backends", "parallel", "ser
 # cache's threat model in its docstring, and the package's lazy names importing a submodule
 # directly (``import lightspeed.primitives`` first failed); + 20: a float copy of GGUF blocks counted
 # as a candidate's memory (`LProgram.dequantised_bytes`, the search's LEAN_TIE); + 11: the few-rows
-# candidate (`OpDecl.many_rows`: a decode row took the prompt's tensor-core tiles, 7x slower)
-CORE_BUDGET = 5083 + 23 + 22 + 44 + 41 + 4 + 13 + 29 + 9 + 82 + 21 + 9 + 173 + 20 + 11
+# candidate (`OpDecl.many_rows`: a decode row took the prompt's tensor-core tiles, 7x slower), + 4:
+# many-rows ops preferred by the greedy and fused candidates over a same-rank op (Attention)
+CORE_BUDGET = 5083 + 23 + 22 + 44 + 41 + 4 + 13 + 29 + 9 + 82 + 21 + 9 + 173 + 20 + 11 + 4
 # a string "lightspeed.module:Name" names a module loaded by name (an entry point)
 ENTRY_POINT = re.compile(r"lightspeed(\.\w+)*:\w+")
 
