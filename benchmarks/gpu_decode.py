@@ -108,11 +108,11 @@ def ours_file(spec: str, steps: int, prompt: int, backend: str, dtype: str) -> t
     """A real weight file (``FAMILY`` or ``FAMILY:PATH``) as ``lightspeed run`` loads and compiles
     it: (its name, the measurement, the bytes of weights a decode step reads)."""
     import lightspeed as ls
-    from lightspeed.models.run import compile_generator, load_text_model
+    from lightspeed.models.run import blocks_for, compile_generator, load_text_model
 
     family, _, path = spec.partition(":")
     # on a host the GGUF blocks stay blocks (lazy: native reads them); cuda gets the dtype's values
-    tm = load_text_model(family, path or None, dtype=dtype, progress=False, lazy=backend != "cuda")
+    tm = load_text_model(family, path or None, dtype=dtype, progress=False, lazy=blocks_for(backend))
     t0 = time.perf_counter()
     gen = compile_generator(tm, backend, ls.SearchOptions(budget=4, seed=0, progress=False))
     compile_s = time.perf_counter() - t0

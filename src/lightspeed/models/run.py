@@ -18,6 +18,7 @@ Nothing heavy is imported until a function needs it (``lightspeed --help`` stays
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -227,6 +228,14 @@ class TextModel:
     config: Mapping[str, Any]
 
 
+def blocks_for(backend: str) -> bool:
+    """Whether ``lightspeed run`` keeps a GGUF file's quantised matrices as blocks on ``backend``:
+    on native always (its block kernels win every matrix), on cuda with
+    ``LIGHTSPEED_CUDA_BLOCKS=1`` (the cuda block kernels are new: measured before they become
+    the default)."""
+    return backend == "native" or (backend == "cuda" and os.environ.get("LIGHTSPEED_CUDA_BLOCKS", "0") == "1")
+
+
 def load_text_model(family: str, weights: str | Path | None = None, random: bool = False, seed: int = 0,
                     progress: bool = True, dtype: str = "float32", lazy: bool = False) -> TextModel:
     """What ``lightspeed run`` generates with: ``random`` builds the family's small random model,
@@ -394,7 +403,7 @@ def generate_text(family: str, opts: RunOptions) -> int:
     from ..search import SearchOptions
 
     tm = load_text_model(family, opts.weights, opts.random, opts.seed, dtype=opts.dtype or "float32",
-                         lazy=opts.backend == "native")
+                         lazy=blocks_for(opts.backend))
     ids = encode_prompt(tm, opts.prompt, opts.chat, opts.system)
     search = SearchOptions(budget=opts.search_budget, seed=opts.seed)
     t0 = time.perf_counter()

@@ -47,7 +47,7 @@ def served_model(opts: ServeOptions, family: str, say: Any = None) -> Any:
     from .engine import Engine
 
     tm = library.load_text_model(family, opts.weights, opts.random, opts.seed, dtype=opts.dtype,
-                                 lazy=opts.backend == "native")
+                                 lazy=library.blocks_for(opts.backend))
     limit = tm.model.config.max_position_embeddings
     if limit is not None and opts.max_context > limit:
         raise library.RunError(f"--max-context {opts.max_context} exceeds the model's {limit} positions")

@@ -32,6 +32,7 @@ from .kernels.block_matmul import (
     block_matmul_ok,
     render_block_gather,
     render_block_matmul,
+    render_block_matmul_cuda,
 )
 from .lowering import VALUES, FormedValue, Lowered, generated
 
@@ -66,17 +67,20 @@ PACKED = "packed"  # the form of a block input its block kernels read (BlockValu
 
 def _block_op(op: LOp, in_dtypes: list[DType], dialect: str) -> Lowered:
     """A :data:`BLOCK_OPS` op: its block kernel reading the packed blocks of its block operand
-    (the c dialect), else its generic op over the operand's float32 values."""
+    (the c dialect; on cuda the matmuls whose weights are B and the gathers), else its generic op over
+    the operand's float32 values."""
     side = next(i for i, d in enumerate(in_dtypes) if d.block)
     generic = dataclasses.replace(op, op=GENERIC_OP[op.op])
     floats = [dt.float32 if d.block else d for d in in_dtypes]
     qtype = KERNEL_QTYPE.get(in_dtypes[side].name, in_dtypes[side].name)
     spec = None
-    if dialect == "c" and op.op == "BlockGather":
-        spec = render_block_gather(generic, floats, qtype) if block_gather_ok(generic, floats) else None
+    if op.op == "BlockGather":
+        spec = render_block_gather(generic, floats, qtype, dialect) if block_gather_ok(generic, floats) else None
     elif dialect == "c":
         spec = (render_block_matmul(generic, floats, qtype, block_activations(), side)
                 if block_matmul_ok(generic, floats, side) else None)
+    elif dialect == "cuda" and side == 1 and block_matmul_ok(generic, floats, 1):
+        spec = render_block_matmul_cuda(generic, floats, qtype)
     if spec is None:
         return generated(generic, floats, dialect)
     return Lowered([spec], {side: PACKED})

@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from ... import dtypes as dt
 from ...dtypes import DType
 from ...egraph.decl import MATMUL, MATMUL_ADD, OpDecl
 from ...egraph.llir import LOp
 from ...errors import InputError, LightspeedError
 from ...program import Program
-from ..codegen import fused
+from ..codegen import blocks, fused
 from ..codegen.backend import KernelBackend
 from ..codegen.lowering import Lowered, OpTable, generated
 from . import cublaslt as lt
@@ -54,6 +55,7 @@ class CudaBackend(KernelBackend):
     name = "cuda"
     program_class = CudaProgram
     device_memory = True
+    block_dtypes = dt.BLOCK_DTYPES
 
     def __init__(self, cublaslt: str | None = None, mma: bool | None = None) -> None:
         mode = cublaslt or os.environ.get("LIGHTSPEED_CUBLASLT", "search")
@@ -63,10 +65,17 @@ class CudaBackend(KernelBackend):
         if cublaslt is None and mode == "search" and importlib.util.find_spec("nvmath") is None:
             mode = "off"  # by default offered only where nvmath-python is installed
         self.cublaslt = mode
+        # GGUF weights kept as blocks (a lazily loaded file): matmuls and gathers that decode
+        # them in registers, offered beside the Cast + float kernels (codegen/blocks.py)
+        self.ops = (*blocks.BLOCK_OPS, *fused.FUSED_KERNEL_OPS)
+        self.rule_files = (blocks.RULE_FILE, *fused.RULE_FILES)
+        rs = KernelBackend.rulesets
+        self.rulesets = (*rs[:rs.index("linalg") + 1], "blocks", *rs[rs.index("linalg") + 1:])
+        table = OpTable(blocks.BLOCK_LOWERINGS, placers=(blocks.place_blocks,))
         if mode != "off":
-            self.ops = (*lt.LT_OPS, *fused.FUSED_KERNEL_OPS)
-            self.rule_files = (lt.RULE_FILE, *fused.RULE_FILES)
-            rs = KernelBackend.rulesets
+            self.ops = (*lt.LT_OPS, *self.ops)
+            self.rule_files = (lt.RULE_FILE, *self.rule_files)
+            rs = self.rulesets
             self.rulesets = (*rs[:rs.index("linalg") + 1], "cublaslt", *rs[rs.index("linalg") + 1:])
         self.mma = os.environ.get("LIGHTSPEED_CUDA_MMA", "0") == "1" if mma is None else mma
         if self.mma:
@@ -77,7 +86,8 @@ class CudaBackend(KernelBackend):
         self.executor = GpuExecutor()
         if mode != "off":  # cuBLASLt's ops (and, always, the generic matmuls) as library calls
             library_ops = [d.name for d in lt.LT_OPS] + (["Matmul", "MatmulAdd"] if mode == "always" else [])
-            self.op_table = OpTable({name: self._cublaslt for name in library_ops})
+            table = table.extended({name: self._cublaslt for name in library_ops})
+        self.op_table = table
 
     def _cublaslt(self, op: LOp, in_dtypes: list[DType], dialect: str) -> Lowered:
         """A matmul cuBLASLt can compute as one library launch inside the graph; else the generated

@@ -14,8 +14,8 @@ from .spec import KernelSpec
 from .types import storage_type
 from .writer import Point, Writer, finish
 
-__all__ = ["block_matmul_ok", "render_block_matmul", "block_gather_ok", "render_block_gather", "BLOCK_ACTIVATIONS",
-           "BLOCK_CODE", "BLOCK_TYPES"]
+__all__ = ["block_matmul_ok", "render_block_matmul", "render_block_matmul_cuda", "block_gather_ok",
+           "render_block_gather", "BLOCK_ACTIVATIONS", "BLOCK_CODE", "BLOCK_TYPES"]
 
 
 def block_matmul_ok(op: LOp, in_dtypes: list[DType], side: int = 1) -> bool:
@@ -163,6 +163,92 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
                   preludes=("ggml_blocks",))
 
 
+def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSpec:
+    """The cuda dialect's ``Matmul``/``MatmulAdd`` whose B (buffer ``in1``) is a weight matrix
+    [n, k] kept as GGML ``qtype`` blocks (the packed layout, or GGUF's for the K-quants): a warp
+    per output (i, j), each lane taking whole groups of 32 weights of row j (lane, lane + 32, ...:
+    a warp reads 32 consecutive groups at once), decoding them in registers and dotting them with
+    x's float32 row in float -- a decode step reads the blocks (4.5 bits a weight for Q4_1)
+    instead of float copies.  Activations stay float32: the float32 weights' result up to the
+    summation order.  Requires :func:`block_matmul_ok` with ``side`` 1."""
+    from ....weights.quant import BLOCK_BYTES, BLOCK_WEIGHTS, QK
+
+    if not block_matmul_ok(op, in_dtypes, 1) or qtype not in BLOCK_TYPES:
+        raise LightspeedError(f"kernel renderer: no cuda {qtype} block kernel for this {op.op}")
+    a = op.args
+    m, n, k = a["m"], a["n"], a["k"]
+    code = BLOCK_CODE[qtype]
+    nb = int(k.value) // QK
+    row_bytes = int(k.value) // BLOCK_WEIGHTS.get(qtype, QK) * BLOCK_BYTES[qtype]
+    w = Writer("cuda")
+    w.index_vars |= {"_ls_item", "_ls_mi", "_ls_nj"}
+    nn = w.expr(n)
+    w.push()
+    w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_mi = _ls_item / {nn};")
+    w.line(f"const unsigned char* rb = (const unsigned char*)in1 + _ls_nj * {row_bytes}LL;")
+    w.line(f"const float* xr = in0 + {w.expr(a['a_offset'])} + _ls_mi * {w.expr(a['a_stride_m'])};")
+    w.line("float acc = 0.0f;")
+    w.line(f"for (long long g = lane; g < {nb}; g += 32) {{")
+    w.line("  const float4* xv = (const float4*)(xr + 32 * g);")
+    w.line("  float x[32];")
+    w.line("  if ((((unsigned long long)xv) & 15) == 0) {")
+    w.line("    for (int t = 0; t < 8; t++) { const float4 v = xv[t]; x[4 * t] = v.x; x[4 * t + 1] = v.y; "
+           "x[4 * t + 2] = v.z; x[4 * t + 3] = v.w; }")
+    w.line("  } else {")
+    w.line("    for (int t = 0; t < 32; t++) x[t] = xr[32 * g + t];")
+    w.line("  }")
+    if code < 3:  # the packed layout: the row's nb scales, (q4_1) nb mins, then the integers
+        w.line("  const float d = ls_hx(rb, g);")
+        if code == 2:
+            w.line(f"  const signed char* q = (const signed char*)(rb + {2 * nb}LL + 32 * g);")
+            w.line("  float s = 0.0f;")
+            w.line("  for (int t = 0; t < 32; t++) s += (float)q[t] * x[t];")
+            w.line("  acc += d * s;")
+        else:
+            w.line(f"  const uint4 raw = *(const uint4*)(rb + {(4 if code == 1 else 2) * nb}LL + 16 * g);")
+            w.line("  const unsigned int words[4] = {raw.x, raw.y, raw.z, raw.w};")
+            w.line("  float s = 0.0f, sx = 0.0f;")
+            w.line("  for (int t = 0; t < 16; t++) {")
+            w.line("    const unsigned int byte = (words[t >> 2] >> (8 * (t & 3))) & 255u;")
+            w.line("    s += (float)(byte & 15u) * x[t] + (float)(byte >> 4) * x[t + 16];")
+            w.line("    sx += x[t] + x[t + 16];")
+            w.line("  }")
+            if code == 1:  # value = d q + m
+                w.line(f"  acc += d * s + ls_hx(rb, {nb}LL + g) * sx;")
+            else:  # value = d (q - 8)
+                w.line("  acc += d * (s - 8.0f * sx);")
+    else:  # K-quants: a group's unsigned weights and its halves' affine maps (ls_kgroup)
+        w.line("  unsigned char u[32]; float sc[2], of[2];")
+        w.line(f"  ls_kgroup(rb, {code}, g, u, sc, of);")
+        w.line("  for (int h = 0; h < 2; h++) {")
+        w.line("    float s = 0.0f, sx = 0.0f;")
+        w.line("    for (int t = 16 * h; t < 16 * h + 16; t++) { s += (float)u[t] * x[t]; sx += x[t]; }")
+        if code == 5:  # Q6_K: value = s (u - 32)
+            w.line("    acc += sc[h] * (s - 32.0f * sx);")
+        else:
+            w.line("    acc += sc[h] * s + of[h] * sx;")
+        w.line("  }")
+    w.line("}")
+    w.line("for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
+    bufs = [("out", "float", True, "out"), ("in0", "float", False, 0), ("in1", "unsigned char", False, 1)]
+    if op.op == "MatmulAdd":
+        region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
+        w.index_vars.add("_ls_oz")
+        w.line("if (lane == 0) {")
+        w.line(f"  const long long _ls_oz = _ls_mi * {nn} + _ls_nj;")
+        w.push()
+        rv = region.leaf(0, Point("_ls_oz", sym("_ls_oz"), (m, n), (sym("_ls_mi"), sym("_ls_nj"))))
+        inner = w.pop()
+        w.scope.lines.extend("  " + ln for ln in inner)
+        w.line(f"  out[_ls_oz] = acc + {rv};")
+        w.line("}")
+        bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
+    else:
+        w.line(f"if (lane == 0) out[_ls_mi * {nn} + _ls_nj] = acc;")
+    body = w.pop()
+    return finish(w, "cuda", "matmul_dot", bufs, m * n, body, f"{qtype}matmul_cuda", preludes=("ggml_blocks",))
+
+
 QUANT_ROWS_MAX = 64  # rows of x (a batch of decode rows, a short prompt) quantised like a decode row
 
 
@@ -243,13 +329,13 @@ def block_gather_ok(op: LOp, in_dtypes: list[DType]) -> bool:
             and len(st.shape) == 2 and not any(d.free_vars() for d in st.shape) and st.shape[1].value % 32 == 0)
 
 
-def render_block_gather(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSpec:
-    """The c dialect's ``Gather`` whose data (buffer ``in1``) is a matrix kept as packed GGML
-    ``qtype`` blocks (an embedding table): each gathered element decoded from its block, the
-    float32 weight exactly.  Requires :func:`block_gather_ok`."""
+def render_block_gather(op: LOp, in_dtypes: list[DType], qtype: str, dialect: str = "c") -> KernelSpec:
+    """``Gather`` whose data (buffer ``in1``) is a matrix kept as packed GGML ``qtype`` blocks
+    (an embedding table): each gathered element decoded from its block, the float32 weight
+    exactly (both dialects: ``ls_blk_at`` is plain C).  Requires :func:`block_gather_ok`."""
     if not block_gather_ok(op, in_dtypes) or qtype not in BLOCK_TYPES:
         raise LightspeedError(f"kernel renderer: no {qtype} block gather for this {op.op}")
     cols = int(op.args["data_view"].shape[1].value)
     code = BLOCK_CODE[qtype]
-    return region_kernel("c", ("gather", ("leaf", 0), 1), [op.args["indexes_view"], op.args["data_view"]],
+    return region_kernel(dialect, ("gather", ("leaf", 0), 1), [op.args["indexes_view"], op.args["data_view"]],
                           in_dtypes, op.dtype, op.shape, f"{qtype}gather", block_data={1: (code, cols)})

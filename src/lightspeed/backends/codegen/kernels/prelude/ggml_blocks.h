@@ -1,5 +1,7 @@
 
+#ifndef __CUDACC_RTC__  /* NVRTC has no C library headers; the decoders need none there */
 #include <stdlib.h>
+#endif
 static LS_INLINE float ls_half(const unsigned char* p) { return ls_h2f((unsigned short)(p[0] | p[1] << 8)); }
 /* Packed block rows (weights.quant.Blocks.packed): per weight row, the nb float16 scales d, then
    (q4_1) the nb float16 mins m, then the integers, 16 bytes of nibbles (q4_*: low nibbles are
@@ -72,6 +74,7 @@ static LS_INLINE float ls_blk_at(const unsigned char* packed, long long nb, int 
   const int v = t < 16 ? q & 15 : q >> 4;
   return qtype == 1 ? (float)v * d + ls_hx(row, nb + b) : (float)(v - 8) * d;
 }
+#ifndef __CUDACC_RTC__  /* the host's vector decoders and integer dots (cuda: the scalar part above) */
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 typedef __m256 ls_f8;
@@ -662,3 +665,4 @@ static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int 
   for (int r = 0; r < 4; r++) out[r] = ls_qdot(row, nb, qtype, 16, y + r * ystride, xd + r * xstride, xs + r * xstride);
 }
 #endif
+#endif  /* __CUDACC_RTC__ */
