@@ -205,11 +205,11 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
             w.line("  for (int t = 0; t < 32; t++) s += (float)q[t] * x[t];")
             w.line("  acc += d * s;")
         else:
-            w.line(f"  const uint4 raw = *(const uint4*)(rb + {(4 if code == 1 else 2) * nb}LL + 16 * g);")
-            w.line("  const unsigned int words[4] = {raw.x, raw.y, raw.z, raw.w};")
+            # byte loads: a row of Q4_0 blocks (18 bytes each) starts at any even address
+            w.line(f"  const unsigned char* q = rb + {(4 if code == 1 else 2) * nb}LL + 16 * g;")
             w.line("  float s = 0.0f, sx = 0.0f;")
             w.line("  for (int t = 0; t < 16; t++) {")
-            w.line("    const unsigned int byte = (words[t >> 2] >> (8 * (t & 3))) & 255u;")
+            w.line("    const unsigned int byte = q[t];")
             w.line("    s += (float)(byte & 15u) * x[t] + (float)(byte >> 4) * x[t + 16];")
             w.line("    sx += x[t] + x[t + 16];")
             w.line("  }")
