@@ -43,6 +43,19 @@ def random_inputs(g: ls.Graph, dims: dict, seed=0) -> dict[str, np.ndarray]:
     return out
 
 
+def nvrtc_or_skip():
+    """The NVRTC module (``lightspeed.backends.cuda.nvrtc``), or skip the test where NVRTC cannot
+    run (no cuda-python bindings or no NVRTC library): the cuda kernels' compile checks."""
+    import pytest
+
+    nvrtc = pytest.importorskip("lightspeed.backends.cuda.nvrtc")
+    try:
+        nvrtc.nvrtc_version()
+    except Exception as e:  # noqa: BLE001 - no NVRTC library here
+        pytest.skip(f"NVRTC unavailable: {e}")
+    return nvrtc
+
+
 def saturate(backend, g: ls.Graph):
     """``g`` saturated with the backend's rules and schedule: (runner, encoded, index, serialised)."""
     enc = encode_graph(g)

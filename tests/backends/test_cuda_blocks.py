@@ -15,7 +15,7 @@ from lightspeed.backends.cuda.backend import CudaBackend
 from lightspeed.egraph import Candidate
 from lightspeed.egraph.llir import decode_program
 from lightspeed.weights.quant import Blocks, QuantTensor
-from tests.backends.harness import saturate
+from tests.backends.harness import nvrtc_or_skip, saturate
 from tests.weights.quant_ref import dequant, make_blocks
 
 CUDA = CudaBackend()
@@ -54,11 +54,7 @@ def _with_block_op(g: ls.Graph, kind: str):
 @pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("kind", ["BlockMatmul", "BlockMatmulAdd", "BlockGather"])
 def test_block_kernels_render_and_compile_for_sm90(qtype, kind):
-    nvrtc = pytest.importorskip("lightspeed.backends.cuda.nvrtc")
-    try:
-        nvrtc.nvrtc_version()
-    except Exception as e:  # noqa: BLE001 - no NVRTC library here
-        pytest.skip(f"NVRTC unavailable: {e}")
+    nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source
 
     k = 512 if qtype in PER_BLOCK else 96

@@ -14,7 +14,7 @@ import lightspeed as ls
 from lightspeed.backends.cuda.backend import CudaBackend
 from lightspeed.egraph import Candidate
 from lightspeed.egraph.llir import decode_program
-from tests.backends.harness import saturate
+from tests.backends.harness import nvrtc_or_skip, saturate
 
 MMA = CudaBackend(mma=True)
 
@@ -49,11 +49,7 @@ CASES = [(ls.bfloat16, True, False, (), 96), (ls.bfloat16, False, True, (), 100)
 
 @pytest.mark.parametrize("dtype,transposed,add,batch,k", CASES)
 def test_tiles_are_offered_and_compile_for_sm90(dtype, transposed, add, batch, k):
-    nvrtc = pytest.importorskip("lightspeed.backends.cuda.nvrtc")
-    try:
-        nvrtc.nvrtc_version()
-    except Exception as e:  # noqa: BLE001 - no NVRTC library here
-        pytest.skip(f"NVRTC unavailable: {e}")
+    nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
 
     lp = _with_tiles(_graph(dtype, transposed, add, batch, k))
@@ -159,11 +155,7 @@ def _flash(g: ls.Graph):
 
 @pytest.mark.parametrize("d,grouped", [(16, False), (64, False), (128, False), (64, True)])
 def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped):
-    nvrtc = pytest.importorskip("lightspeed.backends.cuda.nvrtc")
-    try:
-        nvrtc.nvrtc_version()
-    except Exception as e:  # noqa: BLE001 - no NVRTC library here
-        pytest.skip(f"NVRTC unavailable: {e}")
+    nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
 
     tiles, plain = _flash(_attention_graph(d, grouped=grouped))

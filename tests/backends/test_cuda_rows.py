@@ -16,7 +16,7 @@ from lightspeed.backends.codegen.program import KernelProgram
 from lightspeed.egraph.llir import decode_program
 from lightspeed.models import from_hf_config
 from lightspeed.search import candidates
-from tests.backends.harness import saturate
+from tests.backends.harness import nvrtc_or_skip, saturate
 from tests.backends.test_conformance import TINY
 
 CUDA = get_backend("cuda")
@@ -33,11 +33,7 @@ def row_group(monkeypatch):
 
 @pytest.mark.parametrize("group", [4, 8])
 def test_grouped_products_render_and_compile_for_sm90(row_group, group):
-    nvrtc = pytest.importorskip("lightspeed.backends.cuda.nvrtc")
-    try:
-        nvrtc.nvrtc_version()
-    except Exception as e:  # noqa: BLE001 - no NVRTC library here
-        pytest.skip(f"NVRTC unavailable: {e}")
+    nvrtc = nvrtc_or_skip()
     from tests.backends.test_cuda_codegen import _Recorder
 
     row_group(group)

@@ -191,10 +191,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         _grouped_rows(w, vec, mm, kk, sam, sbn, da, db)
         emit_store()
         w.line("  }")
-        w.line("} else for (int _ls_t = 0; _ls_t < _ls_rows; _ls_t++) {")
-        w.line("  const long long _ls_mi = _ls_g0 + _ls_t;")
-        w.scope.lines.extend("  " + ln for ln in per_row)
-        w.line("}")
+        rows_one_by_one(w, per_row)
     body = w.pop()
     bufs += extra
     prefetch = None
@@ -208,6 +205,15 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
 # for every row count (a 1B decode step's NormMatmulGLU 48 -> 97 at 4, 176 at 8: 5 -> 2 or 1
 # blocks per SM), which may cost a decode step more than it saves a batch of rows
 ROW_GROUP = max(1, int(os.environ.get("LIGHTSPEED_CUDA_ROW_GROUP", "1")))
+
+
+def rows_one_by_one(w: Writer, per_row: list[str]) -> None:
+    """A grouped kernel's other branch (closing the whole-group one): the group's rows each
+    through the one-row code ``per_row`` (which reads ``_ls_mi``)."""
+    w.line("} else for (int _ls_t = 0; _ls_t < _ls_rows; _ls_t++) {")
+    w.line("  const long long _ls_mi = _ls_g0 + _ls_t;")
+    w.scope.lines.extend("  " + ln for ln in per_row)
+    w.line("}")
 
 
 def _grouped_rows(w: Writer, vec: tuple[int, str], mm: str, kk: str, sam: str, sbn: str, da: DType,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....symbolic import Expr, const, prod, sym
-from .matmul import ROW_GROUP, scatter_store
+from .matmul import ROW_GROUP, rows_one_by_one, scatter_store
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
@@ -226,10 +226,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         w.line("    float ss = _ls_ss[_ls_t]" + "".join(f", {acc} = _ls_{acc}[_ls_t]" for acc in accs) + ";")
         emit_tail()
         w.line("  }")
-        w.line("} else for (int _ls_t = 0; _ls_t < _ls_rows; _ls_t++) {")
-        w.line("  const long long _ls_mi = _ls_g0 + _ls_t;")
-        w.scope.lines.extend("  " + ln for ln in per_row)
-        w.line("}")
+        rows_one_by_one(w, per_row)
     body = w.pop()
     bufs += extra
     prefetch = weight_prefetch(w, dialect, m, n, k, [(names[q], in_dtypes[q], a[o], a[st])
