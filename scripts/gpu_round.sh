@@ -15,7 +15,8 @@ source scripts/gpu_env.sh
 if [ -d .wparts ]; then mkdir -p /tmp/wparts && cp .wparts/*/* /tmp/wparts/ 2>/dev/null; fi
 if [ "${GPU_ROUND_TESTS:-1}" = 1 ]; then
   step tests "${GPU_TESTS_S:-170}" python3 -m pytest -o addopts="" ${GPU_TEST_FILES:-tests/backends/test_attention.py \
-    tests/backends/test_cuda.py tests/models/test_cuda_models.py tests/models/test_generate.py} -q -p no:cacheprovider -n 8
+    tests/backends/test_cuda.py tests/models/test_cuda_models.py tests/models/test_generate.py \
+    tests/backends/test_cuda_blocks.py tests/backends/test_cuda_rows.py} -q -p no:cacheprovider -n 8
   grep -E "FAILED|Error" "$OUT/tests.log" | head -20
 fi
 if [ -n "${GPU_PROFILE_SHAPES-llama-3.2-1b}" ]; then
