@@ -71,3 +71,14 @@ def test_every_path_a_doc_names_exists():
             if not any(f == path or f.endswith("/" + path) for f in files):
                 bad.append(f"{doc.name}: {path}")
     assert not bad, "docs name files that do not exist:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_every_environment_setting_is_documented():
+    """Each LIGHTSPEED_* variable the package reads is a row of docs/environment.md, and the
+    page names none it no longer reads."""
+    used = set()
+    for path in (ROOT / "src" / "lightspeed").rglob("*.py"):
+        used |= set(re.findall(r"\bLIGHTSPEED_[A-Z0-9_]+", path.read_text()))
+    rows = set(re.findall(r"^\| `(LIGHTSPEED_[A-Z0-9_]+)`", (ROOT / "docs" / "environment.md").read_text(), re.M))
+    assert used - rows == set(), f"read but not documented in docs/environment.md: {sorted(used - rows)}"
+    assert rows - used == set(), f"documented but never read: {sorted(rows - used)}"
