@@ -146,11 +146,15 @@ def profile_options(mode: str, search: SearchOptions | None = None) -> SearchOpt
     return opts if opts.dims is not None else dataclasses.replace(opts, dims=_PROFILE_DIMS[mode])
 
 
-def prompt_buckets(backend: str, mode: str, opts: SearchOptions) -> list[tuple[dict[str, tuple[int, int]], int]]:
+def prompt_buckets(backend: str, mode: str, search: SearchOptions | None
+                   ) -> list[tuple[dict[str, tuple[int, int]], int]]:
     """``[(ranges of s, the s it is searched at)]`` of the prefill program: two buckets where the
-    backend declares many-rows kernels and the options name no buckets, else none."""
-    if mode != "prefill" or opts.dim_buckets or (opts.dims or {}).get("s") != PROMPT_ROWS[0]:
-        return []  # (dims named by the caller: searched where asked)
+    backend declares many-rows kernels and the caller's options name no dims nor buckets (else
+    it is searched where asked), none otherwise.  Whole programs per bucket, not
+    ``SearchOptions.dim_buckets``: those bucket a rolled model's template part, which a kernel
+    backend then cannot stitch into one program (one CUDA graph per step)."""
+    if mode != "prefill" or (search is not None and (search.dims is not None or search.dim_buckets)):
+        return []
     if not any(d.many_rows for d in get_backend(backend).declarations().values()):
         return []
     return [({"s": (1, LONG_PROMPT - 1)}, PROMPT_ROWS[0]), ({"s": (LONG_PROMPT, 1 << 31)}, PROMPT_ROWS[1])]
@@ -173,7 +177,7 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
         t0 = time.perf_counter()
         g = model.build_graph(graph_mode, all_logits, storage, next_token=token)
         built = time.perf_counter() - t0
-        buckets = prompt_buckets(backend, mode, opts)
+        buckets = prompt_buckets(backend, mode, search)
         if buckets:
             prog = BucketedProgram(g, [(ranges, g.compile(backend=backend, search=dataclasses.replace(
                 opts, dims={**opts.dims, "s": rows}))) for ranges, rows in buckets])
@@ -471,7 +475,7 @@ class GenerationState(TokenStream):
             # on the decode program's device (a GPU backend keeps the cache there)
             kbuf = [gen.decode.to_device(np.zeros(shape, gen.model.dtype.np)) for shape in shapes]
             vbuf = [gen.decode.to_device(np.zeros(shape, gen.model.dtype.np)) for shape in shapes]
-            head = min(n, gen.prefill_chunk) if gen.chunked(n) else n  # a long prompt: its first chunk
+            head = gen.prefill_chunk if gen.chunked(n) else n  # a long prompt: its first chunk
             first = {"input_ids": np.asarray(self.prompt[:head], dtype=np.int64)}
             if "positions" in gen.prefill.input_args:  # models may derive positions from the dims instead
                 first["positions"] = np.arange(head, dtype=np.int64)

@@ -368,10 +368,6 @@ class WhisperModel:
             prog.persist({n: resident[n] for n in prog.input_args if n in resident}) for prog in progs)
         self.compile_s = time.perf_counter() - t0
 
-    def _run(self, prog: Any, extra: Mapping[str, np.ndarray], dims: Mapping[str, int] | None = None,
-             fetch: list[str] | None = None) -> dict[str, np.ndarray]:
-        return prog(dict(extra), dims=dims, fetch=fetch)  # (the weights are resident)
-
     def encode(self, features: np.ndarray) -> dict[str, np.ndarray]:
         """``last_hidden_state`` and the cross-attention ``cross_k.i``/``cross_v.i`` of one window."""
         f = np.ascontiguousarray(features, dtype=np.float32)
@@ -380,7 +376,7 @@ class WhisperModel:
         if f.ndim != 2 or f.shape[0] != self.cfg.num_mel_bins or f.shape[1] % 2 or f.shape[1] > self.cfg.n_frames:
             raise LightspeedError(f"whisper: input features must be ({self.cfg.num_mel_bins}, an even number of "
                                   f"frames <= {self.cfg.n_frames}), got {features.shape}")
-        return self._run(self.encoder, {"input_features": f}, dims={"t": f.shape[1] // 2})
+        return self.encoder({"input_features": f}, dims={"t": f.shape[1] // 2})
 
     def start(self, encoded: Mapping[str, np.ndarray]) -> WhisperDecoderState:
         c = self.cfg
@@ -400,14 +396,14 @@ class WhisperModel:
                                   f"{self.cfg.max_target_positions}")
         t0 = time.perf_counter()
         if p == 0:
-            out = self._run(self.prefill, {"input_ids": ids, **state.cross})
+            out = self.prefill({"input_ids": ids, **state.cross})
             logits = out["logits"]
             self._store(state, out, 0, n)
             state.timings["prefill_s"] += time.perf_counter() - t0
             return logits
         caches = {f"cache.{i}.{kv}": buf[i] for kv, buf in (("k", state.k), ("v", state.v))
                   for i in range(self.cfg.decoder_layers)}  # written in place at rows [p, p + n)
-        out = self._run(self.decode, {"input_ids": ids, **state.cross, **caches}, dims={"p": p}, fetch=["logits"])
+        out = self.decode({"input_ids": ids, **state.cross, **caches}, dims={"p": p}, fetch=["logits"])
         state.length = p + n
         state.timings["decode_s"] += time.perf_counter() - t0
         state.timings["decode_steps"] += n

@@ -88,10 +88,10 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     qsm, qsk, ksk, ksn, vsn, vsj = (w.expr(a[f]) for f in ("q_stride_m", "q_stride_k", "k_stride_k", "k_stride_n",
                                                             "v_stride_n", "v_stride_j"))
 
-    def row_coords(r: str, suffix: str) -> None:
+    def row_coords(r: str, suffix: str, out_row: bool = True) -> None:
         """Row ``r`` of the tile's row space: ``_ls_i<suffix>`` (its row of m), the folded axes'
-        coordinates ``_ls_b<x><suffix>``, its queries' offset ``_ls_q<suffix>`` and its output
-        row ``_ls_o<suffix>`` (the flat index of (batch, i) in [*batch, m])."""
+        coordinates ``_ls_b<x><suffix>``, its queries' offset ``_ls_q<suffix>`` and, with
+        ``out_row``, its output row ``_ls_o<suffix>`` (the flat index of (batch, i) in [*batch, m])."""
         w.line(f"long long _ls_f{suffix} = {r};")
         w.line(f"const long long _ls_i{suffix} = _ls_f{suffix} % {mm}; _ls_f{suffix} /= {mm};")
         for x in reversed(folded):
@@ -100,6 +100,8 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         q = " + ".join([f"_ls_oq + _ls_i{suffix} * {qsm}"]
                        + [f"{names[x]}{suffix} * {w.expr(a['q_batch_strides'][x])}" for x in folded])
         w.line(f"const long long _ls_q{suffix} = {q};")
+        if not out_row:
+            return
         flat = "0"
         for x in range(len(batch)):
             coord = names[x] + (suffix if x in folded else "")
@@ -136,7 +138,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
 
     w.index_vars |= {"_ls_qz", "_ls_kz", "_ls_vz"}
     w.push()
-    row_coords("_ls_m0 + _ls_r", "_r")
+    row_coords("_ls_m0 + _ls_r", "_r", out_row=False)
     q_row = w.pop()
     stage("q", f"{ROWS * d}", "\n  ".join(q_row), f"_ls_m0 + _ls_r < {rr}", f"_ls_q_r + _ls_c * {qsk}",
           "_ls_qs[_ls_r][_ls_c]")

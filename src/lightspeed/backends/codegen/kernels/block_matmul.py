@@ -9,9 +9,8 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import sym
-from .region import Region, region_kernel
+from .region import Region, region_kernel, store_with_addend
 from .spec import KernelSpec
-from .types import storage_type
 from .writer import Point, Writer, finish
 
 __all__ = ["block_matmul_ok", "render_block_matmul", "render_block_matmul_cuda", "block_gather_ok",
@@ -143,17 +142,9 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     w.line("}")
     bufs = [("out", "float", True, "out"), ("in0", "float", False, 0), ("in1", "float", False, 1)]
     if op.op == "MatmulAdd":
-        region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
-        w.index_vars.add("_ls_oz")
-        w.line(f"for (long long _ls_r = 0; _ls_r < {xx}; _ls_r++) {{")
-        w.line(f"  const long long _ls_oz = {at};")
-        w.push()
-        rv = region.leaf(0, Point("_ls_oz", sym("_ls_oz"), (m, n), coords))
-        inner = w.pop()
-        w.scope.lines.extend("  " + ln for ln in inner)
-        w.line(f"  out[_ls_oz] = out[_ls_oz] + {rv};")
-        w.line("}")
-        bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
+        rows = f"for (long long _ls_r = 0; _ls_r < {xx}; _ls_r++)"
+        bufs.append(store_with_addend(w, a["r_view"], in_dtypes[2], rows, at, lambda r: f"out[_ls_oz] + {r}",
+                                      Point("_ls_oz", sym("_ls_oz"), (m, n), coords)))
     body = w.pop()
     early = None
     if activations != "float":
@@ -232,17 +223,9 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
     w.line("for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
     bufs = [("out", "float", True, "out"), ("in0", "float", False, 0), ("in1", "unsigned char", False, 1)]
     if op.op == "MatmulAdd":
-        region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
-        w.index_vars.add("_ls_oz")
-        w.line("if (lane == 0) {")
-        w.line(f"  const long long _ls_oz = _ls_mi * {nn} + _ls_nj;")
-        w.push()
-        rv = region.leaf(0, Point("_ls_oz", sym("_ls_oz"), (m, n), (sym("_ls_mi"), sym("_ls_nj"))))
-        inner = w.pop()
-        w.scope.lines.extend("  " + ln for ln in inner)
-        w.line(f"  out[_ls_oz] = acc + {rv};")
-        w.line("}")
-        bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
+        bufs.append(store_with_addend(w, a["r_view"], in_dtypes[2], "if (lane == 0)", f"_ls_mi * {nn} + _ls_nj",
+                                      lambda r: f"acc + {r}",
+                                      Point("_ls_oz", sym("_ls_oz"), (m, n), (sym("_ls_mi"), sym("_ls_nj")))))
     else:
         w.line(f"if (lane == 0) out[_ls_mi * {nn} + _ls_nj] = acc;")
     body = w.pop()

@@ -16,7 +16,7 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....symbolic import Expr, prod, sym
 from .matmul_rows import LOAD8, batch_offset, matmul_rows_kernel, packable
-from .region import Region
+from .region import Region, store_with_addend
 from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes, weight_prefetch
@@ -168,20 +168,10 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         if scatter:  # the product's element goes where the scatter puts it (indexes: operands 3, ...)
             return scatter_store(w, op, in_dtypes, 3, writer, out_index, value)
         if "r_view" in a:  # MatmulAdd (or the cuda backend's LtMatmulAdd)
-            region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
-            w.index_vars.add("_ls_oz")
-            w.line(f"if ({writer}) {{")
-            w.line(f"  const long long _ls_oz = {out_index};")
-            w.push()
-            at: Point | str = "_ls_oz"
-            if axes is not None:
-                at = Point("_ls_oz", sym("_ls_oz"), (*batch, m, n), (*bcoords, sym("_ls_mi"), sym("_ls_nj")))
-            r = region.leaf(0, at)
-            inner = w.pop()
-            w.scope.lines.extend("  " + ln for ln in inner)
-            w.line(f"  out[_ls_oz] = {store(op.dtype, f'({ct})(acc + ({ct}){r})')};")
-            w.line("}")
-            return [("in2", storage_type(in_dtypes[2]), False, 2)]
+            at = None if axes is None else Point("_ls_oz", sym("_ls_oz"), (*batch, m, n),
+                                                 (*bcoords, sym("_ls_mi"), sym("_ls_nj")))
+            return [store_with_addend(w, a["r_view"], in_dtypes[2], f"if ({writer})", out_index,
+                                      lambda r: store(op.dtype, f"({ct})(acc + ({ct}){r})"), at)]
         w.line(f"if ({writer}) out[{out_index}] = {store(op.dtype, value)};")
         return []
 

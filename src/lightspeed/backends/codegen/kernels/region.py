@@ -325,6 +325,23 @@ def wants_block(tree: tuple, items: Expr) -> bool:
     return bool(sizes) and all(n.is_const and n.value >= BLOCK_REDUCTION for n in sizes)
 
 
+def store_with_addend(w, view: ShapeTracker, dtype: DType, head: str, flat: str, value, at=None) -> tuple:
+    """A product's store with its addend (MatmulAdd's R, operand 2, buffer ``in2``):
+    ``head { _ls_oz = flat; out[_ls_oz] = value(r); }``, ``r`` R's element read through ``view``
+    at ``_ls_oz`` (or at the point ``at``, the element's coordinates).  Returns R's buffer."""
+    region = Region(w, [view], [dtype], False, names=["in2"])
+    w.index_vars.add("_ls_oz")
+    w.line(f"{head} {{")
+    w.line(f"  const long long _ls_oz = {flat};")
+    w.push()
+    r = region.leaf(0, at if at is not None else "_ls_oz")
+    inner = w.pop()
+    w.scope.lines.extend("  " + ln for ln in inner)
+    w.line(f"  out[_ls_oz] = {value(r)};")
+    w.line("}")
+    return ("in2", storage_type(dtype), False, 2)
+
+
 def region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dtypes: list[DType],
                   out_dtype: DType, shape, label: str, operands: list[int] | None = None,
                   block_data: dict[int, tuple[int, int]] | None = None) -> KernelSpec:
