@@ -79,7 +79,7 @@ def test_few_rows_candidate_runs_the_products_without_tiles():
     from lightspeed.search import SearchOptions, candidates
 
     many = frozenset(n for n, d in MMA.declarations().items() if d.many_rows)
-    assert many == {"MatmulMma", "MatmulAddMma", "AttentionMma"}
+    assert many == {"MatmulMma", "MatmulAddMma", "MatmulGLUMma", "AttentionMma"}
 
     def products(cand) -> list[str]:
         lp = decode_program(cand, ser, enc.constants, MMA.declarations())
@@ -115,6 +115,57 @@ def test_tiles_equal_the_float64_product(dtype, transposed, add, batch, k):
             want = want + ins["r"].astype(np.float64)
         got = np.asarray(prog(ins)["y"]).astype(np.float64)
         tol = 1e-2 if dtype == ls.bfloat16 else 2e-3
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=f"s={s}")
+
+
+# ------------------------------------------------------------------ gate and up with SiLU·mul
+def _glu_graph(dtype, k: int) -> ls.Graph:
+    """A prompt's MLP gate: silu(x @ G^T) * (x @ U^T), the chain products.egg makes one MatmulGLU of."""
+    from lightspeed.nn.mlp import silu_mul
+
+    g = ls.Graph()
+    x = g.input("x", ("s", k), dtype)
+    wg, wu = g.input("wg", (80, k), dtype), g.input("wu", (80, k), dtype)
+    g.output("y", silu_mul(x @ wg.transpose(0, 1), x @ wu.transpose(0, 1)))
+    return g
+
+
+def _glu_tiles(g: ls.Graph):
+    """The greedy candidate's program (MatmulGLUMma) and the few-rows one's (MatmulGLU)."""
+    return _flash(g)
+
+
+# k = 96: the cp.async loop; 100: element loads
+@pytest.mark.parametrize("dtype,k", [(ls.bfloat16, 96), (ls.float16, 100)])
+def test_glu_tiles_are_offered_and_compile_for_sm90(dtype, k):
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import module_source, render
+
+    tiles, plain = _glu_tiles(_glu_graph(dtype, k))
+    assert [o.op for o in tiles.ops if "Matmul" in o.op] == ["MatmulGLUMma"]
+    assert [o.op for o in plain.ops if "Matmul" in o.op] == ["MatmulGLU"]
+    op = next(o for o in tiles.ops if o.op == "MatmulGLUMma")
+    specs = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")
+    src = specs[0].source
+    assert specs[0].launch.kind == "matmul_mma" and "_ls_c1[i][j]" in src and "ls_exp2f" in src
+    assert ("ls_cp_async16" in src) == (k % 8 == 0)
+    assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
+
+
+@pytest.mark.skipif(not MMA.available(), reason="no GPU")
+@pytest.mark.parametrize("dtype,k", [(ls.bfloat16, 96), (ls.float16, 100)])
+def test_glu_tiles_match_the_reference(dtype, k):
+    g = _glu_graph(dtype, k)
+    tiles = MMA.lower(g, _glu_tiles(g)[0])
+    ref = g.compile(backend="reference")
+    rng = np.random.default_rng(k)
+    for s in (1, 17, 64, 130):
+        ins = {"x": (rng.standard_normal((s, k)) * 0.3).astype(dtype.np),
+               "wg": (rng.standard_normal((80, k)) * 0.3).astype(dtype.np),
+               "wu": (rng.standard_normal((80, k)) * 0.3).astype(dtype.np)}
+        want = np.asarray(ref(ins)["y"], np.float32)
+        got = np.asarray(tiles(ins)["y"], np.float32)
+        tol = 2e-2 if dtype == ls.bfloat16 else 4e-3
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(), err_msg=f"s={s}")
 
 

@@ -38,6 +38,9 @@ MATMUL_MMA = OpDecl("MatmulMma", MATMUL.fields, "Matmul on the tensor cores (cud
                     many_rows=True)
 MATMUL_ADD_MMA = OpDecl("MatmulAddMma", MATMUL_ADD.fields, "MatmulAdd on the tensor cores (cuda backend)",
                         many_rows=True)
+# a prompt's gate and up products with SiLU·mul on the tensor cores (kernels/matmul_mma.py)
+MATMUL_GLU_MMA = OpDecl("MatmulGLUMma", fused.MATMUL_GLU.fields, "MatmulGLU on the tensor cores (cuda backend, "
+                        "bfloat16/float16)", many_rows=True)
 # a prompt's attention as flash-attention tiles on the tensor cores (kernels/attention_mma.py)
 ATTENTION_MMA = OpDecl("AttentionMma", fused.ATTENTION.fields, "Attention on the tensor cores (cuda backend, "
                        "bfloat16/float16, equal head dims of 16 ... 128)", many_rows=True)
@@ -79,10 +82,10 @@ class CudaBackend(KernelBackend):
             self.rulesets = (*rs[:rs.index("linalg") + 1], "cublaslt", *rs[rs.index("linalg") + 1:])
         self.mma = os.environ.get("LIGHTSPEED_CUDA_MMA", "0") == "1" if mma is None else mma
         if self.mma:
-            self.ops = (*self.ops, MATMUL_MMA, MATMUL_ADD_MMA, ATTENTION_MMA)
+            self.ops = (*self.ops, MATMUL_MMA, MATMUL_ADD_MMA, MATMUL_GLU_MMA, ATTENTION_MMA)
             self.rule_files = (*self.rule_files, MMA_RULE_FILE)
             rs = self.rulesets
-            self.rulesets = (*rs[:rs.index("linalg") + 1], "mma", *rs[rs.index("linalg") + 1:], "mma_attention")
+            self.rulesets = (*rs[:rs.index("linalg") + 1], "mma", *rs[rs.index("linalg") + 1:], "mma_fused")
         self.executor = GpuExecutor()
         if mode != "off":  # cuBLASLt's ops (and, always, the generic matmuls) as library calls
             library_ops = [d.name for d in lt.LT_OPS] + (["Matmul", "MatmulAdd"] if mode == "always" else [])

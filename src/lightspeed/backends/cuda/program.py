@@ -34,10 +34,12 @@ class CudaProgram(KernelProgram):
             return from_torch(value)
         return to_numpy(value, what)
 
-    def to_device(self, array: Any) -> DeviceArray:
+    def to_device(self, array: Any) -> Any:
+        """A device array stays; anything else as on every kernel backend (weights held as blocks
+        placed by the op table, other arrays uploaded)."""
         if isinstance(array, DeviceArray):
             return array
-        return DeviceArray.from_host(np.asarray(array), thread_stream())
+        return super().to_device(array)
 
     def store_back(self, user: Any, array: Any) -> None:
         if isinstance(user, DeviceArray) or is_torch_cuda(user):

@@ -21,16 +21,19 @@ GPU: see docs/kernels.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
-from ....symbolic import prod
+from ....symbolic import Expr, const, prod
 from .region import Region
 from .spec import KernelSpec
-from .types import storage_type, store
+from .types import load, storage_type, store
 from .writer import Writer, finish
 
-__all__ = ["mma_kernel", "MMA_DTYPES", "TILE", "STEP_K"]
+__all__ = ["mma_kernel", "glu_mma_kernel", "MMA_DTYPES", "TILE", "STEP_K"]
 
 MMA_DTYPES = {"bfloat16": "bf16", "float16": "f16"}
 TILE = 64  # rows and columns of C a block computes
@@ -41,123 +44,210 @@ VEC = 8  # 16-bit elements per 16-byte load
 STAGES = 3  # k steps in shared memory at once on the cp.async path (3 x 2 x 5 KiB)
 
 
-def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
-    if dialect != "cuda":
-        raise LightspeedError(f"{op.op}: tensor-core tiles exist only in the cuda dialect")
-    a = op.args
-    da, db = in_dtypes[0], in_dtypes[1]
-    if not (da == db == op.dtype and da.name in MMA_DTYPES):
-        raise LightspeedError(f"{op.op}: operands and result must share bfloat16 or float16, got "
-                              f"{da.name}, {db.name} -> {op.dtype.name}")
-    kind = MMA_DTYPES[da.name]
-    w = Writer("cuda")
-    w.index_vars |= {"_ls_item"}
-    batch = list(a["batch"])
-    m, n, k = a["m"], a["n"], a["k"]
-    mm, nn, kk = w.expr(m), w.expr(n), w.expr(k)
-    tiles_n = w.expr((n + (TILE - 1)) // TILE)
-    tiles_m = w.expr((m + (TILE - 1)) // TILE)
-    sam, sak, sbk, sbn = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k", "b_stride_n"))
-    st = storage_type(da)
-    w.push()
-    w.line(f"const long long _ls_tn = _ls_item % {tiles_n};")
-    w.line(f"const long long _ls_tm = (_ls_item / {tiles_n}) % {tiles_m};")
-    w.line(f"long long _ls_rest = _ls_item / ({tiles_n} * {tiles_m});")
-    w.line("const long long bi = _ls_rest;")
-    w.line(f"long long oa = {w.expr(a['a_offset'])}, ob = {w.expr(a['b_offset'])};")
-    for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
-        s = w.expr(size)
-        w.line(f"{{ const long long q = _ls_rest % {s}; _ls_rest /= {s}; "
-               f"oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
-    w.line(f"__shared__ __align__(16) {st} _ls_as[{TILE}][{STEP_K + PAD}];")
-    w.line(f"__shared__ __align__(16) {st} _ls_bs[{TILE}][{STEP_K + PAD}];")
+@dataclass(frozen=True)
+class _Operand:
+    """One operand of a tile's products as its k steps read it: ``src[base + r * stride_o +
+    l * stride_k]`` for row r (of m for A, of n for a B) from ``start`` below ``bound``, l of k."""
+
+    src: str
+    start: str
+    bound: str
+    base: str
+    stride_o: str
+    stride_k: str
+    row_vec: bool  # rows contiguous along k, every row start a whole 8 elements apart: 16-byte loads
+    k_fast: bool  # copy with k fastest across the threads (else the rows: a column-major operand)
+
+
+def _operand(w: Writer, src: str, start: str, bound: str, base: str, stride_o: Expr, stride_k: Expr) -> _Operand:
+    row_vec = stride_k == 1 and stride_o.is_const and stride_o.value % VEC == 0
+    return _Operand(src, start, bound, base, w.expr(stride_o), w.expr(stride_k), row_vec,
+                    stride_k == 1 or stride_o != 1)
+
+
+def _tiles(w: Writer, kind: str, st: str, k: Expr, a_op: _Operand, b_ops: list[_Operand]) -> None:
+    """The block's tile of C for each B in ``b_ops`` (accumulators ``_ls_c0``, ``_ls_c1``, ... in
+    float32), A's fragments shared by every B: the shared buffers, the cp.async loop where every
+    operand's rows run along k in whole 8s, else (and at run time when a pointer is not 16-byte
+    aligned) the synchronous loop."""
+    kk = w.expr(k)
+    nb = len(b_ops)
     w.line("const int _ls_t = threadIdx.x, _ls_warp = _ls_t >> 5, _ls_lane = _ls_t & 31;")
     w.line("const int _ls_wm = (_ls_warp >> 1) * 32, _ls_wn = (_ls_warp & 1) * 32;")
     w.line("const int _ls_g = _ls_lane >> 2, _ls_tg = (_ls_lane & 3) * 2;")
-    w.line("float _ls_c[2][4][4];")
-    w.line("for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int e = 0; e < 4; e++) _ls_c[i][j][e] = 0.0f;")
-    w.line(f"const long long _ls_m0 = _ls_tm * {TILE}, _ls_n0 = _ls_tn * {TILE};")
-    # both operands with rows contiguous along k in whole 8s: STAGES steps of k in flight through
-    # cp.async (the next steps' copies overlap this step's products), when both pointers are
-    # 16-byte aligned at run time; else the synchronous loop below
-    vec = {name: a[f"{name}_stride_k"] == 1 and row.is_const and row.value % VEC == 0
-           for name, row in (("a", a["a_stride_m"]), ("b", a["b_stride_n"]))}
-    pipelined = vec["a"] and vec["b"] and k.is_const and k.value % VEC == 0
+    for j in range(nb):
+        w.line(f"float _ls_c{j}[2][4][4];")
+        w.line(f"for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int e = 0; e < 4; e++) _ls_c{j}[i][j][e] = 0.0f;")
+    operands = [(a_op, "_ls_as"), *((b, f"_ls_bs{j}") for j, b in enumerate(b_ops))]
+    # every operand's rows contiguous along k in whole 8s: STAGES steps of k in flight through
+    # cp.async (the next steps' copies overlap this step's products), when every pointer is 16-byte
+    # aligned at run time; else the synchronous loop below, on stage 0 of the same buffers
+    pipelined = all(o.row_vec for o, _ in operands) and k.is_const and k.value % VEC == 0
+    row = f"[{TILE}][{STEP_K + PAD}]"
     if pipelined:
-        _pipelined(w, kind, st, kk, mm, nn, sam, sbn)
+        for o, buf in operands:
+            w.line(f"__shared__ __align__(16) {st} {buf}_p[{STAGES}]{row};")
+            w.line(f"{st} (*{buf})[{STEP_K + PAD}] = {buf}_p[0];")
+        _pipelined(w, kind, kk, operands)
         w.line("else {")
+    else:
+        for o, buf in operands:
+            w.line(f"__shared__ __align__(16) {st} {buf}{row};")
     w.line(f"for (long long _ls_k0 = 0; _ls_k0 < {kk}; _ls_k0 += {STEP_K}) {{")
     # the operands' parts of this step, the contiguous axis fastest across the threads (coalesced)
     per = TILE * STEP_K // THREADS
-    for name, buf, other, stride_o, stride_k, base, bound in (
-            ("a", "_ls_as", "_ls_m0", sam, sak, "oa", mm), ("b", "_ls_bs", "_ls_n0", sbn, sbk, "ob", nn)):
-        src = "in0" if name == "a" else "in1"
-        row_stride = a[f"{name}_stride_{'m' if name == 'a' else 'n'}"]
-        if a[f"{name}_stride_k"] == 1 and row_stride.is_const and row_stride.value % VEC == 0:
+    for o, buf in operands:
+        if o.row_vec:
             # rows contiguous along k, every row start a multiple of 8 elements from the base (checked
             # at run time with the offset and the pointer): 16-byte loads of 8 elements, a row's
             # last partial 8 (k past the step or the operand) element by element
-            w.line(f"  if ((((unsigned long long)({src} + {base})) & 15) == 0) {{")
+            w.line(f"  if ((((unsigned long long)({o.src} + {o.base})) & 15) == 0) {{")
             w.line(f"    for (int _ls_e = 0; _ls_e < {per // VEC}; _ls_e++) {{")
             w.line(f"      const int _ls_x = _ls_t + {THREADS} * _ls_e;")
             w.line(f"      const int _ls_r = _ls_x / {STEP_K // VEC}, _ls_q = (_ls_x % {STEP_K // VEC}) * {VEC};")
-            w.line(f"      const long long _ls_gr = {other} + _ls_r, _ls_gk = _ls_k0 + _ls_q;")
-            w.line(f"      const {st}* _ls_p = {src} + {base} + _ls_gr * {stride_o} + _ls_gk;")
-            w.line(f"      if (_ls_gr < {bound} && _ls_gk + {VEC} <= {kk}) {{")
+            w.line(f"      const long long _ls_gr = {o.start} + _ls_r, _ls_gk = _ls_k0 + _ls_q;")
+            w.line(f"      const {st}* _ls_p = {o.src} + {o.base} + _ls_gr * {o.stride_o} + _ls_gk;")
+            w.line(f"      if (_ls_gr < {o.bound} && _ls_gk + {VEC} <= {kk}) {{")
             w.line(f"        *(uint4*)&{buf}[_ls_r][_ls_q] = *(const uint4*)_ls_p;")
             w.line("      } else {")
             w.line(f"        for (int _ls_v = 0; _ls_v < {VEC}; _ls_v++)")
-            w.line(f"          {buf}[_ls_r][_ls_q + _ls_v] = _ls_gr < {bound} && _ls_gk + _ls_v < {kk} ? "
+            w.line(f"          {buf}[_ls_r][_ls_q + _ls_v] = _ls_gr < {o.bound} && _ls_gk + _ls_v < {kk} ? "
                    f"_ls_p[_ls_v] : ({st})0;")
             w.line("      }")
             w.line("    }")
             w.line("  } else")
-        k_fast = a[f"{name}_stride_k"] == 1 or row_stride != 1
         w.line(f"  for (int _ls_e = 0; _ls_e < {per}; _ls_e++) {{")
         w.line(f"    const int _ls_x = _ls_t + {THREADS} * _ls_e;")
-        if k_fast:
+        if o.k_fast:
             w.line(f"    const int _ls_r = _ls_x / {STEP_K}, _ls_q = _ls_x % {STEP_K};")
         else:
             w.line(f"    const int _ls_q = _ls_x / {TILE}, _ls_r = _ls_x % {TILE};")
-        w.line(f"    const long long _ls_gr = {other} + _ls_r, _ls_gk = _ls_k0 + _ls_q;")
-        w.line(f"    {buf}[_ls_r][_ls_q] = _ls_gr < {bound} && _ls_gk < {kk} ? "
-               f"{src}[{base} + _ls_gr * {stride_o} + _ls_gk * {stride_k}] : ({st})0;")
+        w.line(f"    const long long _ls_gr = {o.start} + _ls_r, _ls_gk = _ls_k0 + _ls_q;")
+        w.line(f"    {buf}[_ls_r][_ls_q] = _ls_gr < {o.bound} && _ls_gk < {kk} ? "
+               f"{o.src}[{o.base} + _ls_gr * {o.stride_o} + _ls_gk * {o.stride_k}] : ({st})0;")
         w.line("  }")
     w.line("  __syncthreads();")
-    _step_products(w, kind, "_ls_as", "_ls_bs", "  ")
+    _step_products(w, kind, "_ls_as", [f"_ls_bs{j}" for j in range(nb)], "  ")
     w.line("  __syncthreads();")
     w.line("}")
     if pipelined:
         w.line("}")
-    # the result: thread (g, tg) holds rows g and g + 8, columns tg and tg + 1 of each 16 x 8
-    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", st, False, 0), ("in1", st, False, 1)]
-    region = None
-    if "r_view" in a:
-        region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
-        bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
+
+
+def _each_result(w: Writer, mm: str, nn: str, value: Callable[[str], str]) -> None:
+    """Store ``value(flat index)`` for each element of C this thread holds: thread (g, tg) holds
+    rows g and g + 8, columns tg and tg + 1 of each 16 x 8 (the accumulators' ``[i][j][e]``)."""
     w.index_vars |= {"_ls_oz"}
     w.line("for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int e = 0; e < 4; e++) {")
     w.line("  const long long _ls_row = _ls_m0 + _ls_wm + 16 * i + _ls_g + (e >> 1) * 8;")
     w.line("  const long long _ls_col = _ls_n0 + _ls_wn + 8 * j + _ls_tg + (e & 1);")
     w.line(f"  if (_ls_row < {mm} && _ls_col < {nn}) {{")
     w.line(f"    const long long _ls_oz = (bi * {mm} + _ls_row) * {nn} + _ls_col;")
-    value = "_ls_c[i][j][e]"
-    if region is not None:
-        w.push()
-        r = region.leaf(0, "_ls_oz")
-        w.scope.parent.lines.extend("    " + ln for ln in w.pop())
-        value = f"(_ls_c[i][j][e] + (float){r})"
-    w.line(f"    out[_ls_oz] = {store(op.dtype, value)};")
+    w.push()
+    stored = value("_ls_oz")
+    lines = w.pop()
+    w.scope.lines.extend("    " + ln for ln in lines)
+    w.line(f"    out[_ls_oz] = {stored};")
     w.line("  }")
     w.line("}")
+
+
+def _check_dtypes(op: LOp, in_dtypes: list[DType], dialect: str, n_products: int) -> str:
+    if dialect != "cuda":
+        raise LightspeedError(f"{op.op}: tensor-core tiles exist only in the cuda dialect")
+    ds = in_dtypes[:1 + n_products]
+    if not (all(d == op.dtype for d in ds) and op.dtype.name in MMA_DTYPES):
+        raise LightspeedError(f"{op.op}: operands and result must share bfloat16 or float16, got "
+                              f"{', '.join(d.name for d in ds)} -> {op.dtype.name}")
+    return MMA_DTYPES[op.dtype.name]
+
+
+def _tile_item(w: Writer, m: Expr, n: Expr) -> tuple[str, str]:
+    """The item's row and column tile (``_ls_tm``, ``_ls_tn``; their first row and column
+    ``_ls_m0``, ``_ls_n0``) and ``_ls_rest``, the item's batch index."""
+    tiles_n = w.expr((n + (TILE - 1)) // TILE)
+    tiles_m = w.expr((m + (TILE - 1)) // TILE)
+    w.line(f"const long long _ls_tn = _ls_item % {tiles_n};")
+    w.line(f"const long long _ls_tm = (_ls_item / {tiles_n}) % {tiles_m};")
+    w.line(f"long long _ls_rest = _ls_item / ({tiles_n} * {tiles_m});")
+    w.line(f"const long long _ls_m0 = _ls_tm * {TILE}, _ls_n0 = _ls_tn * {TILE};")
+    return w.expr(m), w.expr(n)
+
+
+def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
+    """``MatmulMma`` / ``MatmulAddMma``: the module docstring's tile, plus the addend."""
+    kind = _check_dtypes(op, in_dtypes, dialect, 2)
+    a = op.args
+    st = storage_type(in_dtypes[0])
+    w = Writer("cuda")
+    w.index_vars |= {"_ls_item"}
+    batch = list(a["batch"])
+    m, n, k = a["m"], a["n"], a["k"]
+    w.push()
+    mm, nn = _tile_item(w, m, n)
+    w.line("const long long bi = _ls_rest;")
+    w.line(f"long long oa = {w.expr(a['a_offset'])}, ob = {w.expr(a['b_offset'])};")
+    for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
+        s = w.expr(size)
+        w.line(f"{{ const long long q = _ls_rest % {s}; _ls_rest /= {s}; "
+               f"oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+    _tiles(w, kind, st, k, _operand(w, "in0", "_ls_m0", mm, "oa", a["a_stride_m"], a["a_stride_k"]),
+           [_operand(w, "in1", "_ls_n0", nn, "ob", a["b_stride_n"], a["b_stride_k"])])
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", st, False, 0), ("in1", st, False, 1)]
+    region = None
+    if "r_view" in a:
+        region = Region(w, [a["r_view"]], [in_dtypes[2]], False, names=["in2"])
+        bufs.append(("in2", storage_type(in_dtypes[2]), False, 2))
+
+    def value(flat: str) -> str:
+        if region is None:
+            return store(op.dtype, "_ls_c0[i][j][e]")
+        return store(op.dtype, f"(_ls_c0[i][j][e] + (float){region.leaf(0, flat)})")
+
+    _each_result(w, mm, nn, value)
     body = w.pop()
     count = prod(batch) * ((m + (TILE - 1)) // TILE) * ((n + (TILE - 1)) // TILE)
     return finish(w, "cuda", "matmul_mma", bufs, count, body, "matmul_mma", preludes=("mma",))
 
 
-def _step_products(w: Writer, kind: str, As: str, Bs: str, ind: str) -> None:
-    """One STEP_K of k: each warp's 2 x 4 instructions per 16 of k from the shared tiles ``As``
-    ([m][k]) and ``Bs`` ([n][k]), fragments in the PTX layout."""
+def glu_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
+    """``MatmulGLUMma``: ``MatmulGLU`` (semantics in codegen/fused.py) on the tensor cores -- the
+    gate's and the up's tiles of one block of C from the same tiles of A, each rounded to the dtype
+    as the products it replaces are, then SiLU·mul in float (a prompt's MLP: one kernel and one
+    read of A for both products)."""
+    kind = _check_dtypes(op, in_dtypes, dialect, 3)
+    a = op.args
+    st = storage_type(in_dtypes[0])
+    w = Writer("cuda")
+    w.index_vars |= {"_ls_item"}
+    m, n, k = a["m"], a["n"], a["k"]
+    w.push()
+    mm, nn = _tile_item(w, m, n)
+    w.line("const long long bi = 0;")
+    one = const(1)
+    _tiles(w, kind, st, k, _operand(w, "in0", "_ls_m0", mm, f"({w.expr(a['a_offset'])})", a["a_stride_m"], one),
+           [_operand(w, f"in{i}", "_ls_n0", nn, f"({w.expr(a[p + '_offset'])})", a[f"{p}_stride_n"], one)
+            for i, p in ((1, "g"), (2, "u"))])
+    dc1, dc2 = in_dtypes[3], in_dtypes[4]
+    c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
+    gq, uq = (load(op.dtype, store(op.dtype, f"_ls_c{j}[i][j][e]")) for j in (0, 1))
+
+    def value(flat: str) -> str:
+        w.line(f"const float _ls_gr = {gq}, _ls_ur = {uq};")
+        return store(op.dtype, f"_ls_gr * _ls_ur / (ls_exp2f(_ls_gr * {c1}) + {c2})")
+
+    _each_result(w, mm, nn, value)
+    body = w.pop()
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", st, False, 0), ("in1", st, False, 1),
+            ("in2", st, False, 2), ("in3", storage_type(dc1), False, 3), ("in4", storage_type(dc2), False, 4)]
+    count = ((m + (TILE - 1)) // TILE) * ((n + (TILE - 1)) // TILE)
+    return finish(w, "cuda", "matmul_mma", bufs, count, body, "matmul_glu_mma", preludes=("mma",))
+
+
+def _step_products(w: Writer, kind: str, As: str, Bs: list[str], ind: str) -> None:
+    """One STEP_K of k: each warp's 2 x 4 instructions per 16 of k and per B from the shared tiles
+    ``As`` ([m][k]) and each of ``Bs`` ([n][k]) into its accumulators, fragments in the PTX layout
+    (A's read once for every B)."""
     w.line(f"{ind}for (int _ls_kk = 0; _ls_kk < {STEP_K}; _ls_kk += 16) {{")
     w.line(f"{ind}  unsigned int _ls_fa[2][4], _ls_fb[4][2];")
     w.line(f"{ind}  for (int i = 0; i < 2; i++) {{")
@@ -167,37 +257,36 @@ def _step_products(w: Writer, kind: str, As: str, Bs: str, ind: str) -> None:
     w.line(f"{ind}    _ls_fa[i][2] = *(const unsigned int*)&{As}[r][c + 8];")
     w.line(f"{ind}    _ls_fa[i][3] = *(const unsigned int*)&{As}[r + 8][c + 8];")
     w.line(f"{ind}  }}")
-    w.line(f"{ind}  for (int j = 0; j < 4; j++) {{")
-    w.line(f"{ind}    const int r = _ls_wn + 8 * j + _ls_g, c = _ls_kk + _ls_tg;")
-    w.line(f"{ind}    _ls_fb[j][0] = *(const unsigned int*)&{Bs}[r][c];")
-    w.line(f"{ind}    _ls_fb[j][1] = *(const unsigned int*)&{Bs}[r][c + 8];")
-    w.line(f"{ind}  }}")
-    w.line(f"{ind}  for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) ls_mma_{kind}(_ls_c[i][j], _ls_fa[i], "
-           "_ls_fb[j]);")
+    for idx, B in enumerate(Bs):
+        w.line(f"{ind}  for (int j = 0; j < 4; j++) {{")
+        w.line(f"{ind}    const int r = _ls_wn + 8 * j + _ls_g, c = _ls_kk + _ls_tg;")
+        w.line(f"{ind}    _ls_fb[j][0] = *(const unsigned int*)&{B}[r][c];")
+        w.line(f"{ind}    _ls_fb[j][1] = *(const unsigned int*)&{B}[r][c + 8];")
+        w.line(f"{ind}  }}")
+        w.line(f"{ind}  for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) ls_mma_{kind}(_ls_c{idx}[i][j], "
+               "_ls_fa[i], _ls_fb[j]);")
     w.line(f"{ind}}}")
 
 
-def _pipelined(w: Writer, kind: str, st: str, kk: str, mm: str, nn: str, sam: str, sbn: str) -> None:
-    """The tile's loop over k with STAGES shared buffers filled by cp.async: steps s + 1 ...
-    s + STAGES - 1 are in flight while step s's products run.  A chunk of 8 elements past m, n
-    or k is zero-filled (its source clamped to the operand's start).  Opens the run-time branch
-    (``if (aligned) { ... }``); the caller appends the synchronous ``else``."""
+def _pipelined(w: Writer, kind: str, kk: str, operands: list[tuple[_Operand, str]]) -> None:
+    """The tile's loop over k with STAGES shared buffers per operand (``<buf>_p``) filled by
+    cp.async: steps s + 1 ... s + STAGES - 1 are in flight while step s's products run.  A chunk
+    of 8 elements past m, n or k is zero-filled (its source clamped to the operand's start).
+    Opens the run-time branch (``if (aligned) { ... }``); the caller appends the synchronous
+    ``else``."""
     chunks = TILE * STEP_K // VEC // THREADS  # 16-byte chunks per thread per operand and step
-    w.line(f"__shared__ __align__(16) {st} _ls_ap[{STAGES}][{TILE}][{STEP_K + PAD}];")
-    w.line(f"__shared__ __align__(16) {st} _ls_bp[{STAGES}][{TILE}][{STEP_K + PAD}];")
-    w.line("if (((((unsigned long long)(in0 + oa)) | ((unsigned long long)(in1 + ob))) & 15) == 0) {")
+    aligned = " | ".join(f"((unsigned long long)({o.src} + {o.base}))" for o, _ in operands)
+    w.line(f"if ((({aligned}) & 15) == 0) {{")
     w.line(f"  const long long _ls_steps = ({kk} + {STEP_K - 1}) / {STEP_K};")
     w.push()
-    for name, buf, other, stride, base, bound in (("a", "_ls_ap", "_ls_m0", sam, "oa", mm),
-                                                  ("b", "_ls_bp", "_ls_n0", sbn, "ob", nn)):
-        src = "in0" if name == "a" else "in1"
+    for o, buf in operands:
         w.line(f"for (int _ls_e = 0; _ls_e < {chunks}; _ls_e++) {{")
         w.line(f"  const int _ls_x = _ls_t + {THREADS} * _ls_e;")
         w.line(f"  const int _ls_r = _ls_x / {STEP_K // VEC}, _ls_q = (_ls_x % {STEP_K // VEC}) * {VEC};")
-        w.line(f"  const long long _ls_gr = {other} + _ls_r, _ls_gk = _ls_ks + _ls_q;")
-        w.line(f"  const bool _ls_in = _ls_gr < {bound} && _ls_gk < {kk};")
-        w.line(f"  ls_cp_async16(&{buf}[_ls_sb][_ls_r][_ls_q], {src} + {base} + "
-               f"(_ls_in ? _ls_gr * {stride} + _ls_gk : 0), _ls_in ? 16 : 0);")
+        w.line(f"  const long long _ls_gr = {o.start} + _ls_r, _ls_gk = _ls_ks + _ls_q;")
+        w.line(f"  const bool _ls_in = _ls_gr < {o.bound} && _ls_gk < {kk};")
+        w.line(f"  ls_cp_async16(&{buf}_p[_ls_sb][_ls_r][_ls_q], {o.src} + {o.base} + "
+               f"(_ls_in ? _ls_gr * {o.stride_o} + _ls_gk : 0), _ls_in ? 16 : 0);")
         w.line("}")
     issue = w.pop()
 
@@ -215,7 +304,7 @@ def _pipelined(w: Writer, kind: str, st: str, kk: str, mm: str, nn: str, sam: st
     w.line(f"    LS_CP_WAIT({STAGES - 1});")  # all but the newest STAGES - 1 groups: step s is here
     w.line("    __syncthreads();")
     w.line(f"    const int _ls_cb = (int)(_ls_s % {STAGES});")
-    _step_products(w, kind, "_ls_ap[_ls_cb]", "_ls_bp[_ls_cb]", "    ")
+    _step_products(w, kind, f"{operands[0][1]}_p[_ls_cb]", [f"{buf}_p[_ls_cb]" for _, buf in operands[1:]], "    ")
     w.line("    __syncthreads();")  # before a later step's copies overwrite this buffer
     w.line("  }")
     w.line("}")
@@ -225,4 +314,8 @@ def _mma(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
     return [mma_kernel(op, in_dtypes, dialect)]
 
 
-RENDERERS = {"MatmulMma": _mma, "MatmulAddMma": _mma}
+def _glu_mma(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [glu_mma_kernel(op, in_dtypes, dialect)]
+
+
+RENDERERS = {"MatmulMma": _mma, "MatmulAddMma": _mma, "MatmulGLUMma": _glu_mma}
