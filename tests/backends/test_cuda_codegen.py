@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import lightspeed as ls
-from lightspeed.backends.cuda.backend import CudaBackend
 from lightspeed.backends.codegen.kernels import module_source
 from lightspeed.backends.codegen.program import Executor, KernelProgram
+from lightspeed.backends.cuda.backend import CudaBackend
 from lightspeed.egraph import Candidate
 from lightspeed.egraph.llir import decode_program
 from lightspeed.models import from_hf_config

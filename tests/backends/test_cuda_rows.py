@@ -11,9 +11,9 @@ import pytest
 
 import lightspeed as ls
 from lightspeed.backends import get_backend
-from lightspeed.backends.cuda.backend import CudaBackend
 from lightspeed.backends.codegen.kernels import matmul, module_source, norm
 from lightspeed.backends.codegen.program import KernelProgram
+from lightspeed.backends.cuda.backend import CudaBackend
 from lightspeed.egraph.llir import decode_program
 from lightspeed.models import from_hf_config
 from lightspeed.search import candidates

@@ -77,7 +77,8 @@ def _tiles(w: Writer, kind: str, st: str, k: Expr, a_op: _Operand, b_ops: list[_
     w.line("const int _ls_g = _ls_lane >> 2, _ls_tg = (_ls_lane & 3) * 2;")
     for j in range(nb):
         w.line(f"float _ls_c{j}[2][4][4];")
-        w.line(f"for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int e = 0; e < 4; e++) _ls_c{j}[i][j][e] = 0.0f;")
+        w.line("for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int e = 0; e < 4; e++) "
+               f"_ls_c{j}[i][j][e] = 0.0f;")
     operands = [(a_op, "_ls_as"), *((b, f"_ls_bs{j}") for j, b in enumerate(b_ops))]
     # every operand's rows contiguous along k in whole 8s: STAGES steps of k in flight through
     # cp.async (the next steps' copies overlap this step's products), when every pointer is 16-byte
@@ -85,13 +86,13 @@ def _tiles(w: Writer, kind: str, st: str, k: Expr, a_op: _Operand, b_ops: list[_
     pipelined = all(o.row_vec for o, _ in operands) and k.is_const and k.value % VEC == 0
     row = f"[{TILE}][{STEP_K + PAD}]"
     if pipelined:
-        for o, buf in operands:
+        for _, buf in operands:
             w.line(f"__shared__ __align__(16) {st} {buf}_p[{STAGES}]{row};")
             w.line(f"{st} (*{buf})[{STEP_K + PAD}] = {buf}_p[0];")
         _pipelined(w, kind, kk, operands)
         w.line("else {")
     else:
-        for o, buf in operands:
+        for _, buf in operands:
             w.line(f"__shared__ __align__(16) {st} {buf}{row};")
     w.line(f"for (long long _ls_k0 = 0; _ls_k0 < {kk}; _ls_k0 += {STEP_K}) {{")
     # the operands' parts of this step, the contiguous axis fastest across the threads (coalesced)
