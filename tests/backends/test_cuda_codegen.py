@@ -157,7 +157,8 @@ def test_the_products_that_normalise_their_rows_compile(dtype):
     _, enc, index, ser = saturate(backend, g)
     fused = dict(candidates(index, ls.SearchOptions(budget=3, seed=0)))["fused"]
     rec = _Recorder()
-    prog = KernelProgram(g, decode_program(fused, ser, enc.constants, backend.declarations()), rec, table=RENDER.op_table)
+    prog = KernelProgram(g, decode_program(fused, ser, enc.constants, backend.declarations()), rec,
+                         table=RENDER.op_table)
     ops = {prog.lprog.ops[x.op].op for x in prog.launches}
     assert {"NormMatmul", "NormMatmulScatter", "NormMatmulGLU"} <= ops and "RowNorm" not in ops, ops
     specs = [s for s in rec.specs.values() if s.name.startswith("ls_normmatmul")]
