@@ -2,18 +2,18 @@
 
 Layout (``H`` query heads, ``n_kv`` KV heads, group ``g = H / n_kv``, ``s`` new tokens, ``P`` cached):
 
-- a prefill (no cache): queries are laid out ``[n_kv, g, s, d]`` by the last element-wise op that
-  produces them (q-norm or RoPE writes that layout directly), so ``[n_kv, g*s, d]`` is a free
-  reshape: one batched matmul per KV head covers its whole query group -- no
-  ``repeat_interleave`` of K/V; the softmax's normalisation is applied to the ``[s, H, d]`` output
-  instead of the ``[H, s, s]`` probabilities, and that multiply writes ``[s, n_kv, g, d]``, the
-  layout ``o_proj`` reads;
-- a step with a cache ``[M, n_kv, d]`` (updated in place): the new rows are written at
-  ``[p, p + s)`` first, then the queries, laid out rows first ``[s, n_kv, g, d]``, attend to the
-  cache rows ``[lo, p + s)`` read as ``[n_kv, d, L]`` / ``[n_kv, L, d]`` strided views (never
-  copied) in one chain (:func:`softmax_attention`), whose output is already ``o_proj``'s layout.
-  The chain is what the fused attention kernel (``backends/codegen/attention.egg``) is recognised in; paged
-  steps (``lightspeed serve``) use the same chain over their page tables' rows;
+- every step, a prefill (no cache) included, lays its queries out rows first ``[s, n_kv, g, d]``
+  (the projection's own layout: no copy) and attends in one chain (:func:`softmax_attention`),
+  whose output is already ``o_proj``'s layout.  A prefill's keys and values are its own
+  ``[s, n_kv, d]`` rows read as ``[n_kv, d, s]`` / ``[n_kv, s, d]`` views; a step with a cache
+  ``[M, n_kv, d]`` (updated in place) writes its new rows at ``[p, p + s)`` first, then attends
+  to the cache rows ``[lo, p + s)`` read through the same views (never copied).  The chain is
+  what the fused attention kernel (``backends/codegen/attention.egg``) is recognised in, and on
+  the tensor cores the flash-attention tiles (a prompt's positions and a KV head's query group
+  folded into the tiles' rows); paged steps (``lightspeed serve``) use the same chain over their
+  page tables' rows.  (:func:`gqa_attention`, one batched product per KV head over ``[n_kv, g*s,
+  d]``, was the prefill's form until the fourteenth session: ~7% faster on ``native`` at 64-256
+  tokens, but never one Attention op, so never the GPU's tiles);
 - the softmax is in base 2 (the query scale carries ``log2 e``, folded into the RoPE tables).
 
 Masks are additive (0 or the dtype's most negative value), built from the positions once per
@@ -287,16 +287,17 @@ class Attention(Module):
             return self._forward_paged(b, step, x, cache)
         kv, d = self.n_kv_heads, self.head_dim
         if cache is None:
-            q, k, v = self._project(b, step, x, rows_first=False)
+            q, k, v = self._project(b, step, x)
             mask = step.mask_new(self.sliding_window) if self.causal else None
-            return self.o_proj.forward(b, gqa_attention(q, k, v, mask, self.softcap)), k, v
+            out = softmax_attention(q, k.permute(1, 2, 0), v.permute(1, 0, 2), mask, self.softcap)
+            return self.o_proj.forward(b, out), k, v
         ck, cv = cache
         if step.past is None:
             raise ShapeError(f"attention {self.prefix}: a cache needs a step with a past length")
         if ck.ndim != 3 or ck.shape[1:] != (kv, d) or cv.shape != ck.shape:
             raise ShapeError(f"attention {self.prefix}: caches must both be [M, {kv}, {d}], got "
                              f"{tuple(map(str, ck.shape))} / {tuple(map(str, cv.shape))}")
-        q, k, v = self._project(b, step, x, rows_first=True)
+        q, k, v = self._project(b, step, x)
         ck = hl.slice_scatter(ck, k, 0, step.past)
         cv = hl.slice_scatter(cv, v, 0, step.past)
         # one softmax over the cached rows this layer reads and this step's rows, all read from
@@ -308,15 +309,11 @@ class Attention(Module):
         out = softmax_attention(q, keys.permute(1, 2, 0), values.permute(1, 0, 2), mask, self.softcap)
         return self.o_proj.forward(b, out), ck, cv
 
-    def _project(self, b: Builder, step: Step, x: GraphTensor, rows_first: bool
-                 ) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
+    def _project(self, b: Builder, step: Step, x: GraphTensor) -> tuple[GraphTensor, GraphTensor, GraphTensor]:
         """Queries (q-norm, RoPE, the softmax scale), keys (k-norm, RoPE) and values of ``x``
-        [s, hidden]: q as [s, n_kv, g, d] (``rows_first``: a paged step, each row its own
-        sequence) or as the [n_kv, g, s, d] view one matmul per KV head reads; k and v [s, n_kv, d]."""
+        [s, hidden]: q as [s, n_kv, g, d] (rows first: the projection's layout), k and v [s, n_kv, d]."""
         s, kv, d = x.shape[0], self.n_kv_heads, self.head_dim
         q = self.q_proj.forward(b, x).reshape(s, kv, self.n_heads // kv, d)
-        if not rows_first:
-            q = q.permute(1, 2, 0, 3)  # [kv, g, s, d] view
         k = self.k_proj.forward(b, x).reshape(s, kv, d)
         v = self.v_proj.forward(b, x).reshape(s, kv, d)
         if self.q_norm is not None:
@@ -324,7 +321,7 @@ class Attention(Module):
             k = self.k_norm.forward(b, k)
         qscale = self._qscale()
         if self.rope is not None:
-            q = self.rope.apply(q, self.rope.tables(b, step.positions, qscale), seq_axis=0 if rows_first else 2)
+            q = self.rope.apply(q, self.rope.tables(b, step.positions, qscale), seq_axis=0)
             k = self.rope.apply(k, self.rope.tables(b, step.positions), seq_axis=0)
         else:
             q = q * qscale
@@ -343,7 +340,7 @@ class Attention(Module):
         if pk.ndim != 4 or pk.shape[2:] != (kv, d) or pv.shape != pk.shape:
             raise ShapeError(f"attention {self.prefix}: pools must both be [N, page, {kv}, {d}], got "
                              f"{tuple(map(str, pk.shape))} / {tuple(map(str, pv.shape))}")
-        q, k, v = self._project(b, step, x, rows_first=True)
+        q, k, v = self._project(b, step, x)
         n_pages, page = pk.shape[0], pk.shape[1]
         rows = n_pages * page
         pk = hl.index_copy(pk.reshape(rows, kv, d), 0, step.slots, k).reshape(n_pages, page, kv, d)
