@@ -361,10 +361,10 @@ class KernelProgram(Program):
             if recall(seen, name, a):
                 continue
             for slot in self._slots_of[name]:
-                v = a
-                if isinstance(a, FormedValue):
-                    v = _NO_VALUES if slot in self.unread else a.form(VALUES)
-                table[slot] = ex.address(v)
+                if isinstance(a, FormedValue) and slot in self.unread:
+                    table[slot] = 0  # values no launch reads: never made (a null address on any executor)
+                    continue
+                table[slot] = ex.address(a.form(VALUES) if isinstance(a, FormedValue) else a)
             for slot, form in self._forms_of.get(name, ()):
                 table[slot] = ex.address(a.form(form))
             remember(seen, name, a)
@@ -425,5 +425,3 @@ def monotone(e: Expr) -> bool:
 
 # the memo key of an aliased output's table entry (execute): (OUTPUT, output name)
 OUTPUT = object()
-# the table entry of a formed input's values when no launch reads them (never made)
-_NO_VALUES = np.zeros(1, np.float32)

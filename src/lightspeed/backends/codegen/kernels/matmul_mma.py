@@ -15,7 +15,7 @@ Operands whose rows both run along k in whole 8s (a prompt's ``x @ W.T``) take, 
 aligned, a loop with STAGES shared buffers filled by ``cp.async`` instead, the next steps' copies
 in flight during this step's products.  The float32 sums are rounded once into the result's
 dtype (plus the addend, in float, for ``MatmulAddMma``).  The search measures the tiles against
-the generic kernels; ``LIGHTSPEED_CUDA_MMA=1`` offers them (off by default until measured on a
+the generic kernels; ``LIGHTSPEED_CUDA_MMA=0`` withholds them (on by default since measured on a
 GPU: see docs/kernels.md).
 """
 
