@@ -19,6 +19,15 @@ from tests.backends.harness import nvrtc_or_skip, saturate
 MMA = CudaBackend(mma=True)
 
 
+@pytest.fixture(params=[False, True], ids=["lds", "ldmatrix"])
+def fragments(request, monkeypatch):
+    """The tiles' fragment loads: 32-bit shared loads, or ldmatrix (LIGHTSPEED_CUDA_LDMATRIX)."""
+    from lightspeed.backends.codegen.kernels import matmul_mma
+
+    monkeypatch.setattr(matmul_mma, "LDMATRIX", request.param)
+    return request.param
+
+
 def _graph(dtype, transposed: bool, add: bool, batch: tuple = (), k: int = 96) -> ls.Graph:
     g = ls.Graph()
     x = g.input("x", (*batch, "s", k), dtype)
@@ -48,7 +57,7 @@ CASES = [(ls.bfloat16, True, False, (), 96), (ls.bfloat16, False, True, (), 100)
 
 
 @pytest.mark.parametrize("dtype,transposed,add,batch,k", CASES)
-def test_tiles_are_offered_and_compile_for_sm90(dtype, transposed, add, batch, k):
+def test_tiles_are_offered_and_compile_for_sm90(dtype, transposed, add, batch, k, fragments):
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
 
@@ -57,6 +66,7 @@ def test_tiles_are_offered_and_compile_for_sm90(dtype, transposed, add, batch, k
         if op.op.endswith("Mma"):
             specs = render(op, [lp.ops[i].dtype for i in op.inputs], "cuda")
             assert specs[0].launch.kind == "matmul_mma" and "ls_mma_" in specs[0].source
+            assert ("ls_ldmatrix_x4(" in specs[0].source) == fragments
             # rows contiguous along k in whole 8s: 16-byte loads (A's always here, B's when transposed)
             assert specs[0].source.count("*(const uint4*)") == (0 if k % 8 else 1 + transposed)
             assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
@@ -100,7 +110,7 @@ def test_few_rows_candidate_runs_the_products_without_tiles():
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
 @pytest.mark.parametrize("dtype,transposed,add,batch,k", CASES)
-def test_tiles_equal_the_float64_product(dtype, transposed, add, batch, k):
+def test_tiles_equal_the_float64_product(dtype, transposed, add, batch, k, fragments):
     g = _graph(dtype, transposed, add, batch, k)
     prog = MMA.lower(g, _with_tiles(g))
     rng = np.random.default_rng(0)
@@ -137,7 +147,7 @@ def _glu_tiles(g: ls.Graph):
 
 # k = 96: the cp.async loop; 100: element loads
 @pytest.mark.parametrize("dtype,k", [(ls.bfloat16, 96), (ls.float16, 100)])
-def test_glu_tiles_are_offered_and_compile_for_sm90(dtype, k):
+def test_glu_tiles_are_offered_and_compile_for_sm90(dtype, k, fragments):
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
 
@@ -154,7 +164,7 @@ def test_glu_tiles_are_offered_and_compile_for_sm90(dtype, k):
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
 @pytest.mark.parametrize("dtype,k", [(ls.bfloat16, 96), (ls.float16, 100)])
-def test_glu_tiles_match_the_reference(dtype, k):
+def test_glu_tiles_match_the_reference(dtype, k, fragments):
     g = _glu_graph(dtype, k)
     tiles = MMA.lower(g, _glu_tiles(g)[0])
     ref = g.compile(backend="reference")

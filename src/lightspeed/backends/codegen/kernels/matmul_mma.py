@@ -21,6 +21,7 @@ GPU: see docs/kernels.md).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,6 +43,9 @@ PAD = 8  # elements after each shared row (bank spread; keeps 4-byte pairs align
 THREADS = 128
 VEC = 8  # 16-bit elements per 16-byte load
 STAGES = 3  # k steps in shared memory at once on the cp.async path (3 x 2 x 5 KiB)
+# LIGHTSPEED_CUDA_LDMATRIX=1: the tiles load their fragments with ldmatrix (4x fewer shared-memory
+# instructions per product); off until a GPU run has checked it against the reference
+LDMATRIX = os.environ.get("LIGHTSPEED_CUDA_LDMATRIX", "0") == "1"
 
 
 @dataclass(frozen=True)
@@ -248,22 +252,36 @@ def glu_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Ke
 def _step_products(w: Writer, kind: str, As: str, Bs: list[str], ind: str) -> None:
     """One STEP_K of k: each warp's 2 x 4 instructions per 16 of k and per B from the shared tiles
     ``As`` ([m][k]) and each of ``Bs`` ([n][k]) into its accumulators, fragments in the PTX layout
-    (A's read once for every B)."""
+    (A's read once for every B): by ``ldmatrix`` (LDMATRIX: one instruction per 16 x 16 of A and
+    per two 8-column blocks of B) or by 32-bit shared loads."""
     w.line(f"{ind}for (int _ls_kk = 0; _ls_kk < {STEP_K}; _ls_kk += 16) {{")
     w.line(f"{ind}  unsigned int _ls_fa[2][4], _ls_fb[4][2];")
-    w.line(f"{ind}  for (int i = 0; i < 2; i++) {{")
-    w.line(f"{ind}    const int r = _ls_wm + 16 * i + _ls_g, c = _ls_kk + _ls_tg;")
-    w.line(f"{ind}    _ls_fa[i][0] = *(const unsigned int*)&{As}[r][c];")
-    w.line(f"{ind}    _ls_fa[i][1] = *(const unsigned int*)&{As}[r + 8][c];")
-    w.line(f"{ind}    _ls_fa[i][2] = *(const unsigned int*)&{As}[r][c + 8];")
-    w.line(f"{ind}    _ls_fa[i][3] = *(const unsigned int*)&{As}[r + 8][c + 8];")
-    w.line(f"{ind}  }}")
-    for idx, B in enumerate(Bs):
-        w.line(f"{ind}  for (int j = 0; j < 4; j++) {{")
-        w.line(f"{ind}    const int r = _ls_wn + 8 * j + _ls_g, c = _ls_kk + _ls_tg;")
-        w.line(f"{ind}    _ls_fb[j][0] = *(const unsigned int*)&{B}[r][c];")
-        w.line(f"{ind}    _ls_fb[j][1] = *(const unsigned int*)&{B}[r][c + 8];")
+    if LDMATRIX:
+        # thread t: row t % 8 of matrix t / 8; A's matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in
+        # the order a0 a1 a2 a3, B's (8 columns j, j + 1) x (k 0-7 | 8-15) as b[j][0] b[j][1] b[j+1][0] b[j+1][1]
+        w.line(f"{ind}  const int _ls_lq = _ls_lane >> 3, _ls_lr = _ls_lane & 7;")
+        w.line(f"{ind}  for (int i = 0; i < 2; i++)")
+        w.line(f"{ind}    ls_ldmatrix_x4(_ls_fa[i], &{As}[_ls_wm + 16 * i + _ls_lr + (_ls_lq & 1) * 8]"
+               "[_ls_kk + (_ls_lq >> 1) * 8]);")
+    else:
+        w.line(f"{ind}  for (int i = 0; i < 2; i++) {{")
+        w.line(f"{ind}    const int r = _ls_wm + 16 * i + _ls_g, c = _ls_kk + _ls_tg;")
+        w.line(f"{ind}    _ls_fa[i][0] = *(const unsigned int*)&{As}[r][c];")
+        w.line(f"{ind}    _ls_fa[i][1] = *(const unsigned int*)&{As}[r + 8][c];")
+        w.line(f"{ind}    _ls_fa[i][2] = *(const unsigned int*)&{As}[r][c + 8];")
+        w.line(f"{ind}    _ls_fa[i][3] = *(const unsigned int*)&{As}[r + 8][c + 8];")
         w.line(f"{ind}  }}")
+    for idx, B in enumerate(Bs):
+        if LDMATRIX:
+            w.line(f"{ind}  for (int j = 0; j < 4; j += 2)")
+            w.line(f"{ind}    ls_ldmatrix_x4(&_ls_fb[j][0], &{B}[_ls_wn + 8 * (j + (_ls_lq >> 1)) + _ls_lr]"
+                   "[_ls_kk + (_ls_lq & 1) * 8]);")
+        else:
+            w.line(f"{ind}  for (int j = 0; j < 4; j++) {{")
+            w.line(f"{ind}    const int r = _ls_wn + 8 * j + _ls_g, c = _ls_kk + _ls_tg;")
+            w.line(f"{ind}    _ls_fb[j][0] = *(const unsigned int*)&{B}[r][c];")
+            w.line(f"{ind}    _ls_fb[j][1] = *(const unsigned int*)&{B}[r][c + 8];")
+            w.line(f"{ind}  }}")
         w.line(f"{ind}  for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) ls_mma_{kind}(_ls_c{idx}[i][j], "
                "_ls_fa[i], _ls_fb[j]);")
     w.line(f"{ind}}}")

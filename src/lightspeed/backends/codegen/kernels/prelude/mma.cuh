@@ -28,3 +28,16 @@ static LS_INLINE void ls_cp_async16(void* smem, const void* gmem, int bytes) {}
 static LS_INLINE void ls_cp_commit() {}
 #define LS_CP_WAIT(N)
 #endif
+// Four 8 x 8 matrices of 16-bit elements from shared memory into a warp's fragments (sm_75+):
+// thread t gives the address of row t % 8 of matrix t / 8 (16 bytes, 16-byte aligned) and
+// receives r[q] = row t / 4, columns 2 (t % 4) and the next of matrix q -- the mma fragments'
+// layout, one instruction where 32-bit shared loads take four.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+static LS_INLINE void ls_ldmatrix_x4(unsigned int* r, const void* smem) {
+  const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+#else
+static LS_INLINE void ls_ldmatrix_x4(unsigned int* r, const void* smem) {}
+#endif
