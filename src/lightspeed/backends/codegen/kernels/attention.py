@@ -41,6 +41,14 @@ NINF = "(-ls_inf())"
 CLUSTERED = os.environ.get("LIGHTSPEED_ATTENTION_CLUSTER", "0") == "1"
 
 
+def _blocked_value(d: DType) -> str:
+    """The float a key's mask value must not exceed to count as blocked for skipping it: the
+    lowest value of a float32 or bfloat16 mask (any score plus it is so far below a row's maximum
+    that its weight is exactly 0 in float32); for other mask dtypes -inf only."""
+    lowest = {"float32": -3.4028234663852886e38, "bfloat16": -3.3895313892515355e38}.get(d.name)
+    return NINF if lowest is None else f"(float)({lowest!r})"
+
+
 def _static(e: Expr, what: str) -> int:
     if e.free_vars():
         raise LightspeedError(f"attention kernel: the {what} must be static, got {e}")
@@ -139,12 +147,14 @@ class Operand:
         self.w.line("  }")
 
 
-def online_step(w: Writer, region: Region, at: Point | str, indent: str, mx: str, total: str) -> None:
-    """One key of a row: the mask (operand 0, read at ``at``: the key's flat index ``_ls_z``) added
-    to its score ``_ls_x``, then the online softmax step on the row's running maximum ``mx`` and
-    sum ``total``: a new maximum rescales what was summed (``_ls_sc``, exactly 1 when it stays) and
-    the key gets the weight ``_ls_p`` (0 for a blocked key at -inf)."""
-    mask = nested(w, indent, lambda: region.leaf(0, at))
+def online_step(w: Writer, region: Region, at: Point | str, indent: str, mx: str, total: str,
+                mask: str | None = None) -> None:
+    """One key of a row: the mask (operand 0, read at ``at``: the key's flat index ``_ls_z``; or
+    ``mask``, read before) added to its score ``_ls_x``, then the online softmax step on the row's
+    running maximum ``mx`` and sum ``total``: a new maximum rescales what was summed (``_ls_sc``,
+    exactly 1 when it stays) and the key gets the weight ``_ls_p`` (0 for a blocked key at -inf)."""
+    if mask is None:
+        mask = nested(w, indent, lambda: region.leaf(0, at))
     w.line(f"{indent}_ls_x += (float){mask};")
     w.line(f"{indent}const float _ls_om = {mx}, _ls_nm = _ls_x > _ls_om ? _ls_x : _ls_om;")
     w.line(f"{indent}const float _ls_sc = _ls_nm == _ls_om ? 1.0f : ls_exp2f(_ls_om - _ls_nm);")
@@ -323,8 +333,9 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     at = Point("_ls_z", sym("_ls_z"), tuple(shape), coords) if tuple(a["mask_view"].shape) == shape else "_ls_z"
     hk8 = -(-hk // 8) * 8  # the rows padded to whole 8-lane vectors (zeros)
     w.line(f"float _ls_q[{m}][{hk8}], _ls_mx[{m}], _ls_sum[{m}], _ls_acc[{m}][{hv}], _ls_kf[{hk8}], _ls_vf[{hv}];")
+    w.line(f"int _ls_open[{m}];  /* the row has seen a key it does not block */")
     w.line(f"for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
-    w.line(f"  _ls_mx[_ls_mi] = {NINF}; _ls_sum[_ls_mi] = 0.0f;")
+    w.line(f"  _ls_mx[_ls_mi] = {NINF}; _ls_sum[_ls_mi] = 0.0f; _ls_open[_ls_mi] = 0;")
     w.line(f"  for (int j = 0; j < {hv}; j++) _ls_acc[_ls_mi][j] = 0.0f;")
     w.line(f"  for (int c = {hk}; c < {hk8}; c++) _ls_q[_ls_mi][c] = 0.0f;")
     w.line(f"  for (int c = 0; c < {hk}; c++) {{")
@@ -338,6 +349,22 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("}")
     w.line(f"for (int c = {hk}; c < {hk8}; c++) _ls_kf[c] = 0.0f;")
     w.line(f"for (long long _ls_l = 0; _ls_l < {nn}; _ls_l++) {{")
+    # the group's mask values of this key first: a key that every row blocks after that row saw
+    # a key it does not block (a prompt's future keys) is skipped without being loaded.  Exact:
+    # blocked means the mask's dtype's lowest value (-3.4e38 for float32 and bfloat16; the models'
+    # masks), so the online step would give it the weight 0 and the scale 1 (its score far below
+    # the row's maximum); a row that has seen no open key yet keeps every key (its result stays
+    # what it was when all its keys are blocked)
+    w.line(f"  float _ls_mk[{m}]; int _ls_keep = 0;")
+    w.line(f"  for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
+    w.line(f"    const long long _ls_z = (_ls_item * {m} + _ls_mi) * {nn} + _ls_l;")
+    mval = nested(w, "    ", lambda: region.leaf(0, at))
+    w.line(f"    _ls_mk[_ls_mi] = (float){mval};")
+    w.line(f"    const int _ls_blocked = _ls_mk[_ls_mi] <= {_blocked_value(in_dtypes[0])};")
+    w.line("    _ls_keep |= !_ls_blocked || !_ls_open[_ls_mi];")
+    w.line("    _ls_open[_ls_mi] |= !_ls_blocked;")
+    w.line("  }")
+    w.line("  if (!_ls_keep) continue;")
     ahead_k = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {ksn}")
     ahead_v = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {vsn}")
     if a["k_stride_k"] == 1:
@@ -357,8 +384,7 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("      for (int u = 0; u < 8; u++) _ls_part[u] += _ls_q[_ls_mi][c + u] * _ls_kf[c + u];")
     w.line("    float _ls_x = ((_ls_part[0] + _ls_part[1]) + (_ls_part[2] + _ls_part[3])) + "
            "((_ls_part[4] + _ls_part[5]) + (_ls_part[6] + _ls_part[7]));")
-    w.line(f"    const long long _ls_z = (_ls_item * {m} + _ls_mi) * {nn} + _ls_l;")
-    online_step(w, region, at, "    ", "_ls_mx[_ls_mi]", "_ls_sum[_ls_mi]")
+    online_step(w, region, at, "    ", "_ls_mx[_ls_mi]", "_ls_sum[_ls_mi]", "_ls_mk[_ls_mi]")
     w.line("    float* _ls_ar = _ls_acc[_ls_mi];")
     w.line(f"    for (int j = 0; j < {hv}; j++) _ls_ar[j] = _ls_ar[j] * _ls_sc + _ls_p * _ls_vf[j];")
     w.line("  }")
