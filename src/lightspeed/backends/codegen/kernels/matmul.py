@@ -294,7 +294,15 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.index_vars |= {"_ls_item"}
     nn, kk = w.expr(n), w.expr(k)
     w.push()
-    w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_mi = _ls_item / {nn};")
+    axes = None
+    if dialect == "c":
+        # a loop nest over (j, i), i innermost: each weight row pair is read from memory once and
+        # met by every row of A (cache-resident), as the plain products' nest does; the flat
+        # order (j fastest) streamed both weights again for every row of a prompt
+        axes = [("_ls_nj", n), ("_ls_mi", m)]
+        w.index_vars |= {"_ls_nj", "_ls_mi"}
+    else:
+        w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_mi = _ls_item / {nn};")
     sam, aoff, sgn, goff, sun, uoff = (w.expr(a[f]) for f in ("a_stride_m", "a_offset", "g_stride_n", "g_offset",
                                                                "u_stride_n", "u_offset"))
     w.line(f"const {storage_type(da)}* ra = in0 + {aoff} + _ls_mi * {sam};")
@@ -351,7 +359,8 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
     w.line(f"if ({writer}) {{")
     w.line(f"  const float gr = {gq}, ur = {uq};")
-    w.line(f"  out[_ls_item] = {store(op.dtype, f'gr * ur / (ls_exp2f(gr * {c1}) + {c2})')};")
+    at = "_ls_item" if axes is None else f"_ls_mi * {nn} + _ls_nj"
+    w.line(f"  out[{at}] = {store(op.dtype, f'gr * ur / (ls_exp2f(gr * {c1}) + {c2})')};")
     w.line("}")
     body = w.pop()
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
@@ -359,7 +368,8 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
             ("in3", storage_type(dc1), False, 3), ("in4", storage_type(dc2), False, 4)]
     prefetch = weight_prefetch(w, dialect, m, n, k, [("in1", dg, a["g_offset"], a["g_stride_n"]),
                                                       ("in2", du, a["u_offset"], a["u_stride_n"])])
-    return finish(w, dialect, "matmul_dot", bufs, m * n, body, "matmul_glu", item_cost=2 * k, before_wait=prefetch)
+    return finish(w, dialect, "matmul_dot", bufs, m * n, body, "matmul_glu", axes, item_cost=2 * k,
+                  before_wait=prefetch)
 
 
 def _glu(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
