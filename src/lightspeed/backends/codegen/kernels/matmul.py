@@ -21,7 +21,8 @@ from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes, weight_prefetch
 
-__all__ = ["matmul_kernel", "glu_kernel", "scatter_store", "stream_order", "RENDERERS", "VECTOR_DOT"]
+__all__ = ["matmul_kernel", "glu_kernel", "paired_dot_kernel", "scatter_store", "stream_order", "RENDERERS",
+           "VECTOR_DOT"]
 
 
 def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
@@ -42,6 +43,9 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         return matmul_rows_kernel(op, in_dtypes)  # the c dialect's row items (matmul_rows.py)
     if dialect == "c" and not scatter and packable(op, in_dtypes):
         return matmul_rows_kernel(op, in_dtypes, packed=True)  # B copied into a panel per item
+    if (dialect == "c" and dot and not scatter and not batch and ct == "float" and da.name in LOAD8
+            and db.name in LOAD8):
+        return paired_dot_kernel(op, in_dtypes)
     mode = "matmul_dot" if dot else "matmul_tile"
     if dialect == "c":
         mode = "matmul_dot"
@@ -188,6 +192,65 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     if mode == "matmul_dot" and not batch:  # a weight product: its rows early
         prefetch = weight_prefetch(w, dialect, m, n, k, [("in1", db, a["b_offset"], a["b_stride_n"])])
     return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k, before_wait=prefetch)
+
+
+def paired_dot_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """The c dialect's weight product ``x @ W.T`` (no batch, both operands contiguous along k, 8-wide
+    loads): an item is two columns j, j + 1 of one row i, in a loop nest over (column pair, row),
+    rows innermost -- each 8 of A's row loaded once for both columns, so a prompt's rows stream
+    from the cache half as often.  Each output's sum is the single-column kernel's: 4 vector
+    partial sums over k in 32s, the 8s into the first, the last k % 8 terms, then the lanes in a
+    fixed tree -- its order never depends on the rows or columns beside it (batch invariance)."""
+    a = op.args
+    w = Writer("c")
+    da, db = in_dtypes[0], in_dtypes[1]
+    m, n, k = a["m"], a["n"], a["k"]
+    nn, kk = w.expr(n), w.expr(k)
+    w.index_vars |= {"_ls_item", "_ls_np", "_ls_mi", "_ls_nj"}
+    sam, sbn = w.expr(a["a_stride_m"]), w.expr(a["b_stride_n"])
+    la, lb = LOAD8[da.name], LOAD8[db.name]
+    w.push()
+    w.line("const long long _ls_j0 = 2 * _ls_np;")
+    w.line(f"const {storage_type(da)}* ra = in0 + {w.expr(a['a_offset'])} + _ls_mi * {sam};")
+    w.line(f"const {storage_type(db)}* rb0 = in1 + {w.expr(a['b_offset'])} + _ls_j0 * {sbn};")
+    w.line(f"const int _ls_two = _ls_j0 + 1 < {nn};")
+    w.line(f"const {storage_type(db)}* rb1 = _ls_two ? rb0 + {sbn} : rb0;  /* n odd: the last column twice */")
+    w.line("ls_v8 p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0}, q0 = {0}, q1 = {0}, q2 = {0}, q3 = {0}; long long l = 0;")
+    w.line(f"for (; l + 32 <= {kk}; l += 32) {{")
+    for q in range(4):
+        w.line(f"  {{ const ls_v8 x = {la}(ra + l + {8 * q}); p{q} += x * {lb}(rb0 + l + {8 * q}); "
+               f"q{q} += x * {lb}(rb1 + l + {8 * q}); }}")
+    w.line("}")
+    w.line(f"for (; l + 8 <= {kk}; l += 8) {{ const ls_v8 x = {la}(ra + l); p0 += x * {lb}(rb0 + l); "
+           f"q0 += x * {lb}(rb1 + l); }}")
+    w.line("float acc0 = 0, acc1 = 0;")
+    w.line(f"for (; l < {kk}; l++) {{ acc0 += {load(da, 'ra[l]')} * {load(db, 'rb0[l]')}; "
+           f"acc1 += {load(da, 'ra[l]')} * {load(db, 'rb1[l]')}; }}")
+    w.line("p0 = (p0 + p1) + (p2 + p3); q0 = (q0 + q1) + (q2 + q3);")
+    w.line(f"acc0 += {lane_sum8('p0')}; acc1 += {lane_sum8('q0')};")
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
+            ("in1", storage_type(db), False, 1)]
+    extra = None
+    for col, acc, head in ((0, "acc0", "{"), (1, "acc1", "if (_ls_two) {")):
+        w.line(head)
+        w.push()
+        w.line(f"const long long _ls_nj = _ls_j0 + {col};")
+        out_index = f"_ls_mi * {nn} + _ls_nj"
+        if "r_view" in a:  # MatmulAdd
+            at = Point("_ls_oz", sym("_ls_oz"), (m, n), (sym("_ls_mi"), sym("_ls_nj")))
+            extra = store_with_addend(w, a["r_view"], in_dtypes[2], "if (1)", out_index,
+                                      lambda r, acc=acc: store(op.dtype, f"(float)({acc} + (float){r})"), at)
+        else:
+            w.line(f"out[{out_index}] = {store(op.dtype, acc)};")
+        inner = w.pop()
+        w.scope.lines.extend("  " + ln for ln in inner)
+        w.line("}")
+    body = w.pop()
+    if extra is not None:
+        bufs.append(extra)
+    count = m * ((n + 1) // 2)
+    return finish(w, "c", "matmul_dot", bufs, count, body, "matmul", [("_ls_np", (n + 1) // 2), ("_ls_mi", m)],
+                  2 * k)
 
 
 # cuda: rows of A one warp takes for a column of B (grouped weight products), 1 = a warp per
