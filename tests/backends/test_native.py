@@ -441,3 +441,37 @@ def test_paired_weight_products_match_float64_and_do_not_depend_on_the_rows_besi
     for i in range(5):  # row i alone
         alone = {"x": x[i:i + 1], "w": w, **({"r": r[i:i + 1]} if add else {})}
         assert np.array_equal(np.asarray(prog(alone)["y"])[0], got[i]), i
+
+
+@pytest.mark.parametrize("n", [7, 10])
+def test_paired_norm_products_match_float64_and_do_not_depend_on_the_rows_beside(n):
+    """RMSNorm(x) @ W.T as one NormMatmul (kernels/norm.py): in c an item is a column pair of one
+    row, the row's squares summed once for both; an odd column count's last pair holds one column.
+    Equal to the float64 result within float32 rounding, each row bit for bit the same alone."""
+    from lightspeed.backends.codegen.kernels import render
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.search import candidates
+    from tests.backends.harness import saturate
+
+    k = 72
+    g = ls.Graph()
+    x = g.input("x", ("s", k))
+    g.output("y", ls.rms_norm(x, k, g.input("nw", (k,)), 1e-5) @ g.input("w", (n, k)).transpose(0, 1))
+    _, enc, index, ser = saturate(NATIVE, g)
+    progs = [decode_program(c, ser, enc.constants, NATIVE.declarations())
+             for _, c in candidates(index, ls.SearchOptions(budget=3, seed=0))]
+    lp = next(p for p in progs if any(o.op == "NormMatmul" for o in p.ops))
+    op = next(o for o in lp.ops if o.op == "NormMatmul")
+    assert "_ls_two" in render(op, [lp.ops[i].dtype for i in op.inputs], "c")[0].source
+    prog = NATIVE.lower(g, lp)
+    rng = np.random.default_rng(n)
+    xs = rng.standard_normal((5, k)).astype(np.float32)
+    nw = (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    got = np.asarray(prog({"x": xs, "nw": nw, "w": w})["y"])
+    x64 = xs.astype(np.float64)
+    want = (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-5) * nw) @ w.T.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    for i in range(5):
+        alone = np.asarray(prog({"x": xs[i:i + 1], "nw": nw, "w": w})["y"])[0]
+        assert np.array_equal(alone, got[i]), i

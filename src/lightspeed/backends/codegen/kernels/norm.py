@@ -115,9 +115,21 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     woff = _row_weight(a["w_view"], k)
     # cuda with 16-byte rows: a warp takes ROW_GROUP rows of one column, its weight rows read once
     grouped = dialect == "cuda" and vec is not None and woff is not None and ROW_GROUP > 1
+    c_vector = dialect == "c" and woff is not None and all(
+        d.name in LOAD8 for d in [dx, dwt, *(in_dtypes[q] for q in weights)])
+    # c, NormMatmul: an item is two columns j, j + 1 of row i (a loop nest over (pair, row), rows
+    # innermost), the row's squares and its x·w summed once for both -- each column's sums in the
+    # one-column order, so rows stay batch-invariant
+    paired = c_vector and kind == "NormMatmul"
+    axes = None
     w.push()
     if grouped:
         w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_g0 = (_ls_item / {nn}) * {ROW_GROUP};")
+    elif paired:
+        axes = [("_ls_np", (n + 1) // 2), ("_ls_mi", m)]
+        w.index_vars |= {"_ls_np", "_ls_mi"}
+        w.line("const long long _ls_nj = 2 * _ls_np;")
+        w.line(f"const int _ls_two = _ls_nj + 1 < {nn};")
     else:
         w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_mi = _ls_item / {nn};")
     names = {i: f"in{i}" for i in range(len(in_dtypes))}
@@ -127,6 +139,10 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         w.line(f"const {storage_type(in_dtypes[q])}* rb{len(rows)} = {names[q]} + {w.expr(a[f_o])} + "
                f"_ls_nj * {w.expr(a[f_s])};")
         rows.append(f"rb{len(rows)}")
+    if paired:  # column j + 1 (j again when n is odd: computed, not stored)
+        w.line(f"const {storage_type(in_dtypes[weights[0]])}* rb1 = _ls_two ? rb0 + {w.expr(a['b_stride_n'])} : rb0;")
+        rows.append("rb1")
+        weights = [weights[0], weights[0]]
     if grouped:
         w.push()  # one row's code (_ls_mi), run for each row of a group that cannot go together
     w.line(f"const {storage_type(dx)}* rx = {names[ix]} + _ls_mi * {kk};")
@@ -164,8 +180,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         w.line("} else {")
         scalar("lane", "  ")
         w.line("}")
-    elif dialect == "c" and woff is not None and all(d.name in LOAD8
-                                                     for d in [dx, dwt, *(in_dtypes[q] for q in weights)]):
+    elif c_vector:
         # 8-lane partial sums, two sets (the chains of fused multiply-adds interleave), the same
         # order for every output of every row count: the scalar loop's float sums cannot be
         # vectorised without reassociating them (~8 GFLOP/s on a prompt's q/k/v products)
@@ -192,7 +207,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         scalar(first, "")
     writer = "lane == 0" if dialect == "cuda" else "1"
     bufs = [("out", storage_type(op.dtype), True, "out")]
-    bufs += [(names[i], storage_type(in_dtypes[i]), False, i) for i in [ix, ic, ie, iw, *weights]]
+    bufs += [(names[i], storage_type(in_dtypes[i]), False, i) for i in dict.fromkeys([ix, ic, ie, iw, *weights])]
     flat = f"(_ls_mi * {nn} + _ls_nj)"  # the output element (i, j)
 
     def emit_tail() -> list[tuple[str, str, bool, int]]:
@@ -217,6 +232,8 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         if scatter:  # the element goes where the scatter puts it (the indexes' leaves: operands base + 5 on)
             return scatter_store(w, op, in_dtypes, base + 5, writer, flat, "acc0 * r")
         w.line(f"if ({writer}) out[{flat}] = {store(op.dtype, 'acc0 * r')};")
+        if paired:
+            w.line(f"if (_ls_two) out[{flat} + 1] = {store(op.dtype, 'acc1 * r')};")
         return []
 
     extra = emit_tail()
@@ -257,8 +274,8 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     bufs += extra
     prefetch = weight_prefetch(w, dialect, m, n, k, [(names[q], in_dtypes[q], a[o], a[st])
                                                       for q, (st, o) in zip(weights, fields)])
-    count = n * ((m + (ROW_GROUP - 1)) // ROW_GROUP) if grouped else m * n
-    return finish(w, dialect, "matmul_dot", bufs, count, body, kind.lower(), item_cost=(2 + len(rows)) * k,
+    count = n * ((m + (ROW_GROUP - 1)) // ROW_GROUP) if grouped else m * ((n + 1) // 2) if paired else m * n
+    return finish(w, dialect, "matmul_dot", bufs, count, body, kind.lower(), axes, item_cost=(2 + len(rows)) * k,
                   before_wait=prefetch)
 
 
