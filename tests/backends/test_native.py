@@ -407,18 +407,20 @@ def test_sums_over_rows_put_the_columns_side_by_side():
         assert np.isnan(out["max"][0, 9]) and np.isnan(out["bias"][9])
 
 
-@pytest.mark.parametrize("n,k,add", [(7, 75, False), (10, 64, True), (1, 40, False)])
-def test_paired_weight_products_match_float64_and_do_not_depend_on_the_rows_beside(n, k, add):
+@pytest.mark.parametrize("n,k,add,dtype", [(7, 75, False, "float32"), (10, 64, True, "float32"),
+                                           (1, 40, False, "float32"), (9, 80, True, "bfloat16")])
+def test_paired_weight_products_match_float64_and_do_not_depend_on_the_rows_beside(n, k, add, dtype):
     """``x @ W.T`` (+ R) of symbolic rows runs as column pairs (kernels/matmul.py
     ``paired_dot_kernel``): an odd column count's last pair holds one column, k leaves 32s, 8s and
     single terms; each row's outputs equal the float64 product within float32 rounding, and are bit
     for bit the same whether the row is computed alone or among others (batch invariance)."""
     from lightspeed.backends.codegen.kernels import render
 
+    dt = getattr(ls, dtype)
     g = ls.Graph()
-    y = g.input("x", ("s", k)) @ g.input("w", (n, k)).transpose(0, 1)
+    y = g.input("x", ("s", k), dt) @ g.input("w", (n, k), dt).transpose(0, 1)
     if add:
-        y = y + g.input("r", ("s", n))
+        y = y + g.input("r", ("s", n), dt)
     g.output("y", y)
     from lightspeed.egraph.llir import decode_program
     from lightspeed.search import candidates
@@ -431,13 +433,14 @@ def test_paired_weight_products_match_float64_and_do_not_depend_on_the_rows_besi
     assert products and all("_ls_two" in render(o, [prog.lprog.ops[i].dtype for i in o.inputs], "c")[0].source
                             for o in products)
     rng = np.random.default_rng(n * k)
-    x = rng.standard_normal((5, k)).astype(np.float32)
-    w = rng.standard_normal((n, k)).astype(np.float32)
-    r = rng.standard_normal((5, n)).astype(np.float32)
+    x = rng.standard_normal((5, k)).astype(dt.np)
+    w = rng.standard_normal((n, k)).astype(dt.np)
+    r = rng.standard_normal((5, n)).astype(dt.np)
     ins = {"x": x, "w": w, **({"r": r} if add else {})}
     got = np.asarray(prog(ins)["y"])
-    want = x.astype(np.float64) @ w.T.astype(np.float64) + (r if add else 0)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + (r.astype(np.float64) if add else 0)
+    tol = 1e-5 if dtype == "float32" else 1e-2  # bfloat16: the result rounded to 8 bits
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * np.abs(want).max())
     for i in range(5):  # row i alone
         alone = {"x": x[i:i + 1], "w": w, **({"r": r[i:i + 1]} if add else {})}
         assert np.array_equal(np.asarray(prog(alone)["y"])[0], got[i]), i
