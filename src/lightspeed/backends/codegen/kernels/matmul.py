@@ -196,50 +196,68 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
 
 def paired_dot_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     """The c dialect's weight product ``x @ W.T`` (no batch, both operands contiguous along k, 8-wide
-    loads): an item is two columns j, j + 1 of one row i, in a loop nest over (column pair, row),
-    rows innermost -- each 8 of A's row loaded once for both columns, so a prompt's rows stream
-    from the cache half as often.  Each output's sum is the single-column kernel's: 4 vector
-    partial sums over k in 32s, the 8s into the first, the last k % 8 terms, then the lanes in a
-    fixed tree -- its order never depends on the rows or columns beside it (batch invariance)."""
+    loads): an item is a tile of two rows i, i + 1 by two columns j, j + 1, in a loop nest over
+    (column pair, row pair), rows innermost -- each 8 of a row of A loaded once for both columns
+    and each 8 of a weight row once for both rows, so the products stream half as much from the
+    caches.  A pair with one row (an odd or a single-row batch: a decode step) runs the same code
+    for that row alone.  Each output's sum: two vector partial sums over k in 16s, the last 8 into
+    the first, the last k % 8 terms, then the lanes in a fixed tree -- the same arithmetic in
+    either branch, so a row's outputs never depend on the rows or columns beside it (batch
+    invariance)."""
     a = op.args
     w = Writer("c")
     da, db = in_dtypes[0], in_dtypes[1]
     m, n, k = a["m"], a["n"], a["k"]
-    nn, kk = w.expr(n), w.expr(k)
-    w.index_vars |= {"_ls_item", "_ls_np", "_ls_mi", "_ls_nj"}
+    mm, nn, kk = w.expr(m), w.expr(n), w.expr(k)
+    w.index_vars |= {"_ls_item", "_ls_np", "_ls_mp", "_ls_mi", "_ls_nj"}
     sam, sbn = w.expr(a["a_stride_m"]), w.expr(a["b_stride_n"])
     la, lb = LOAD8[da.name], LOAD8[db.name]
     w.push()
-    w.line("const long long _ls_j0 = 2 * _ls_np;")
-    w.line(f"const {storage_type(da)}* ra = in0 + {w.expr(a['a_offset'])} + _ls_mi * {sam};")
+    w.line("const long long _ls_j0 = 2 * _ls_np, _ls_i0 = 2 * _ls_mp;")
+    w.line(f"const {storage_type(da)}* ra0 = in0 + {w.expr(a['a_offset'])} + _ls_i0 * {sam};")
     w.line(f"const {storage_type(db)}* rb0 = in1 + {w.expr(a['b_offset'])} + _ls_j0 * {sbn};")
     w.line(f"const int _ls_two = _ls_j0 + 1 < {nn};")
     w.line(f"const {storage_type(db)}* rb1 = _ls_two ? rb0 + {sbn} : rb0;  /* n odd: the last column twice */")
-    w.line("ls_v8 p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0}, q0 = {0}, q1 = {0}, q2 = {0}, q3 = {0}; long long l = 0;")
-    w.line(f"for (; l + 32 <= {kk}; l += 32) {{")
-    for q in range(4):
-        w.line(f"  {{ const ls_v8 x = {la}(ra + l + {8 * q}); p{q} += x * {lb}(rb0 + l + {8 * q}); "
-               f"q{q} += x * {lb}(rb1 + l + {8 * q}); }}")
+    w.line("float acc00 = 0, acc01 = 0, acc10 = 0, acc11 = 0;")
+
+    def sums(rows: list[int]) -> None:  # the tile's sums for these rows of the pair (both columns)
+        outs = [(r, c) for r in rows for c in (0, 1)]
+        w.line("  ls_v8 " + ", ".join(f"p{r}{c}{h} = {{0}}" for r, c in outs for h in (0, 1)) + "; long long l = 0;")
+        w.line(f"  for (; l + 16 <= {kk}; l += 16) {{")
+        for h in (0, 1):
+            loads = [f"x{r} = {la}(ra{r} + l + {8 * h})" for r in rows]
+            loads += [f"b{c} = {lb}(rb{c} + l + {8 * h})" for c in (0, 1)]
+            w.line(f"    {{ const ls_v8 {', '.join(loads)}; "
+                   + " ".join(f"p{r}{c}{h} += x{r} * b{c};" for r, c in outs) + " }")
+        w.line("  }")
+        loads = [f"x{r} = {la}(ra{r} + l)" for r in rows] + [f"b{c} = {lb}(rb{c} + l)" for c in (0, 1)]
+        w.line(f"  if (l + 8 <= {kk}) {{ const ls_v8 {', '.join(loads)}; "
+               + " ".join(f"p{r}{c}0 += x{r} * b{c};" for r, c in outs) + " l += 8; }")
+        w.line(f"  for (; l < {kk}; l++) {{ "
+               + " ".join(f"acc{r}{c} += {load(da, f'ra{r}[l]')} * {load(db, f'rb{c}[l]')};" for r, c in outs) + " }")
+        for r, c in outs:
+            w.line(f"  p{r}{c}0 += p{r}{c}1; acc{r}{c} += {lane_sum8(f'p{r}{c}0')};")
+
+    w.line(f"if (_ls_i0 + 1 < {mm}) {{")
+    w.line(f"  const {storage_type(da)}* ra1 = ra0 + {sam};")
+    sums([0, 1])
+    w.line("} else {")
+    sums([0])
     w.line("}")
-    w.line(f"for (; l + 8 <= {kk}; l += 8) {{ const ls_v8 x = {la}(ra + l); p0 += x * {lb}(rb0 + l); "
-           f"q0 += x * {lb}(rb1 + l); }}")
-    w.line("float acc0 = 0, acc1 = 0;")
-    w.line(f"for (; l < {kk}; l++) {{ acc0 += {load(da, 'ra[l]')} * {load(db, 'rb0[l]')}; "
-           f"acc1 += {load(da, 'ra[l]')} * {load(db, 'rb1[l]')}; }}")
-    w.line("p0 = (p0 + p1) + (p2 + p3); q0 = (q0 + q1) + (q2 + q3);")
-    w.line(f"acc0 += {lane_sum8('p0')}; acc1 += {lane_sum8('q0')};")
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(db), False, 1)]
     extra = None
-    for col, acc, head in ((0, "acc0", "{"), (1, "acc1", "if (_ls_two) {")):
-        w.line(head)
+    for r, c in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        cond = " && ".join(x for x in (("_ls_two" if c else ""), (f"_ls_i0 + 1 < {mm}" if r else "")) if x)
+        w.line(f"if ({cond}) {{" if cond else "{")
         w.push()
-        w.line(f"const long long _ls_nj = _ls_j0 + {col};")
+        w.line(f"const long long _ls_mi = _ls_i0 + {r}, _ls_nj = _ls_j0 + {c};")
         out_index = f"_ls_mi * {nn} + _ls_nj"
+        acc = f"acc{r}{c}"
         if "r_view" in a:  # MatmulAdd
             at = Point("_ls_oz", sym("_ls_oz"), (m, n), (sym("_ls_mi"), sym("_ls_nj")))
             extra = store_with_addend(w, a["r_view"], in_dtypes[2], "if (1)", out_index,
-                                      lambda r, acc=acc: store(op.dtype, f"(float)({acc} + (float){r})"), at)
+                                      lambda v, acc=acc: store(op.dtype, f"(float)({acc} + (float){v})"), at)
         else:
             w.line(f"out[{out_index}] = {store(op.dtype, acc)};")
         inner = w.pop()
@@ -248,9 +266,9 @@ def paired_dot_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     body = w.pop()
     if extra is not None:
         bufs.append(extra)
-    count = m * ((n + 1) // 2)
-    return finish(w, "c", "matmul_dot", bufs, count, body, "matmul", [("_ls_np", (n + 1) // 2), ("_ls_mi", m)],
-                  2 * k)
+    count = ((m + 1) // 2) * ((n + 1) // 2)
+    return finish(w, "c", "matmul_dot", bufs, count, body, "matmul",
+                  [("_ls_np", (n + 1) // 2), ("_ls_mp", (m + 1) // 2)], 4 * k)
 
 
 # cuda: rows of A one warp takes for a column of B (grouped weight products), 1 = a warp per
