@@ -478,3 +478,39 @@ def test_paired_norm_products_match_float64_and_do_not_depend_on_the_rows_beside
     for i in range(5):
         alone = np.asarray(prog({"x": xs[i:i + 1], "nw": nw, "w": w})["y"])[0]
         assert np.array_equal(alone, got[i]), i
+
+
+@pytest.mark.parametrize("k,dtype", [(72, "float32"), (88, "bfloat16")])
+def test_paired_gated_products_match_float64_and_do_not_depend_on_the_rows_beside(k, dtype):
+    """silu(x @ G.T) * (x @ U.T) as one MatmulGLU: in c an item is two rows of one column (a lone
+    row runs the same code); equal to the float64 result within the dtype's rounding, each row
+    bit for bit the same computed alone."""
+    from lightspeed.backends.codegen.kernels import render
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.nn.mlp import silu_mul
+    from lightspeed.search import candidates
+    from tests.backends.harness import saturate
+
+    n, dt = 9, getattr(ls, dtype)
+    g = ls.Graph()
+    x = g.input("x", ("s", k), dt)
+    gate, up = (x @ g.input(name, (n, k), dt).transpose(0, 1) for name in ("wg", "wu"))
+    g.output("y", silu_mul(gate, up))
+    _, enc, index, ser = saturate(NATIVE, g)
+    progs = [decode_program(c, ser, enc.constants, NATIVE.declarations())
+             for _, c in candidates(index, ls.SearchOptions(budget=3, seed=0))]
+    lp = next(p for p in progs if any(o.op == "MatmulGLU" for o in p.ops))
+    op = next(o for o in lp.ops if o.op == "MatmulGLU")
+    assert "_ls_i0 + 1 <" in render(op, [lp.ops[i].dtype for i in op.inputs], "c")[0].source
+    prog = NATIVE.lower(g, lp)
+    rng = np.random.default_rng(k)
+    xs, wg, wu = (rng.standard_normal(sh).astype(dt.np) for sh in ((5, k), (n, k), (n, k)))
+    got = np.asarray(prog({"x": xs, "wg": wg, "wu": wu})["y"]).astype(np.float64)
+    x64 = xs.astype(np.float64)
+    gate, up = x64 @ wg.astype(np.float64).T, x64 @ wu.astype(np.float64).T
+    want = gate / (1 + np.exp(-gate)) * up
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    for i in range(5):
+        alone = np.asarray(prog({"x": xs[i:i + 1], "wg": wg, "wu": wu})["y"])[0]
+        assert np.array_equal(alone.astype(np.float64), got[i]), i

@@ -21,8 +21,8 @@ from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes, weight_prefetch
 
-__all__ = ["matmul_kernel", "glu_kernel", "paired_dot_kernel", "scatter_store", "stream_order", "RENDERERS",
-           "VECTOR_DOT"]
+__all__ = ["matmul_kernel", "glu_kernel", "paired_dot_kernel", "paired_glu_kernel", "scatter_store", "stream_order",
+           "RENDERERS", "VECTOR_DOT"]
 
 
 def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
@@ -370,6 +370,8 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     one item in c), rounded to the dtype, then the SiLU·mul in float: A's row is read once for both."""
     a = op.args
     da, dg, du, dc1, dc2 = in_dtypes
+    if dialect == "c" and da.name in LOAD8 and dg.name in LOAD8 and du.name in LOAD8:
+        return paired_glu_kernel(op, in_dtypes)
     w = Writer(dialect)
     m, n, k = a["m"], a["n"], a["k"]
     w.index_vars |= {"_ls_item"}
@@ -451,6 +453,70 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
                                                       ("in2", du, a["u_offset"], a["u_stride_n"])])
     return finish(w, dialect, "matmul_dot", bufs, m * n, body, "matmul_glu", axes, item_cost=2 * k,
                   before_wait=prefetch)
+
+
+def paired_glu_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """``MatmulGLU`` in the c dialect with 8-wide loads: an item is rows i, i + 1 of column j (a loop
+    nest over (column, row pair), rows innermost), each 8 of G's and U's rows loaded once for both
+    rows and each 8 of A's rows once for both products; a pair with one row (odd counts, a decode
+    step) runs the same per-output code alone.  Per output: two 8-lane partial sums per product
+    over k in 16s, the last 8 into the first, the last terms, the lanes in a fixed tree; each
+    product rounded to the dtype, then the SiLU·mul in float -- independent of the other rows."""
+    a = op.args
+    da, dg, du, dc1, dc2 = in_dtypes
+    w = Writer("c")
+    m, n, k = a["m"], a["n"], a["k"]
+    mm, nn, kk = w.expr(m), w.expr(n), w.expr(k)
+    w.index_vars |= {"_ls_item", "_ls_nj", "_ls_mp"}
+    sam, aoff, sgn, goff, sun, uoff = (w.expr(a[f]) for f in ("a_stride_m", "a_offset", "g_stride_n", "g_offset",
+                                                               "u_stride_n", "u_offset"))
+    la, lg, lu = LOAD8[da.name], LOAD8[dg.name], LOAD8[du.name]
+    w.push()
+    w.line("const long long _ls_i0 = 2 * _ls_mp;")
+    w.line(f"const {storage_type(da)}* ra0 = in0 + {aoff} + _ls_i0 * {sam};")
+    w.line(f"const {storage_type(dg)}* rg = in1 + {goff} + _ls_nj * {sgn};")
+    w.line(f"const {storage_type(du)}* ru = in2 + {uoff} + _ls_nj * {sun};")
+    w.line("float g0 = 0.0f, u0 = 0.0f, g1 = 0.0f, u1 = 0.0f;")
+
+    def sums(rows: list[int]) -> None:
+        acc = [f"p{q}{r}{h}" for r in rows for q in "gu" for h in (0, 1)]
+        w.line("  ls_v8 " + ", ".join(f"{v} = {{0}}" for v in acc) + "; long long l = 0;")
+        w.line(f"  for (; l + 16 <= {kk}; l += 16) {{")
+        for h in (0, 1):
+            loads = [f"x{r} = {la}(ra{r} + l + {8 * h})" for r in rows]
+            loads += [f"wg = {lg}(rg + l + {8 * h})", f"wu = {lu}(ru + l + {8 * h})"]
+            w.line(f"    {{ const ls_v8 {', '.join(loads)}; "
+                   + " ".join(f"pg{r}{h} += x{r} * wg; pu{r}{h} += x{r} * wu;" for r in rows) + " }")
+        w.line("  }")
+        loads = [f"x{r} = {la}(ra{r} + l)" for r in rows] + [f"wg = {lg}(rg + l)", f"wu = {lu}(ru + l)"]
+        w.line(f"  if (l + 8 <= {kk}) {{ const ls_v8 {', '.join(loads)}; "
+               + " ".join(f"pg{r}0 += x{r} * wg; pu{r}0 += x{r} * wu;" for r in rows) + " l += 8; }")
+        w.line(f"  for (; l < {kk}; l++) {{ "
+               + " ".join(f"{{ const float x = {load(da, f'ra{r}[l]')}; g{r} += x * {load(dg, 'rg[l]')}; "
+                          f"u{r} += x * {load(du, 'ru[l]')}; }}" for r in rows) + " }")
+        for r in rows:
+            w.line(f"  pg{r}0 += pg{r}1; pu{r}0 += pu{r}1; g{r} += {lane_sum8(f'pg{r}0')}; "
+                   f"u{r} += {lane_sum8(f'pu{r}0')};")
+
+    w.line(f"if (_ls_i0 + 1 < {mm}) {{")
+    w.line(f"  const {storage_type(da)}* ra1 = ra0 + {sam};")
+    sums([0, 1])
+    w.line("} else {")
+    sums([0])
+    w.line("}")
+    c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
+    for r in (0, 1):
+        w.line(f"if (_ls_i0 + {r} < {mm}) {{" if r else "{")
+        gq, uq = (load(op.dtype, store(op.dtype, v)) for v in (f"g{r}", f"u{r}"))
+        w.line(f"  const float gr = {gq}, ur = {uq};")
+        w.line(f"  out[(_ls_i0 + {r}) * {nn} + _ls_nj] = {store(op.dtype, f'gr * ur / (ls_exp2f(gr * {c1}) + {c2})')};")
+        w.line("}")
+    body = w.pop()
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
+            ("in1", storage_type(dg), False, 1), ("in2", storage_type(du), False, 2),
+            ("in3", storage_type(dc1), False, 3), ("in4", storage_type(dc2), False, 4)]
+    return finish(w, "c", "matmul_dot", bufs, n * ((m + 1) // 2), body, "matmul_glu",
+                  [("_ls_nj", n), ("_ls_mp", (m + 1) // 2)], 4 * k)
 
 
 def _glu(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
