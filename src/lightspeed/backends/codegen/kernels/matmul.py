@@ -11,6 +11,7 @@ memory order (``matmul_dot``), or, when B's rows are contiguous along n, the row
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from ....dtypes import DType
 from ....egraph.llir import LOp
@@ -194,6 +195,17 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k, before_wait=prefetch)
 
 
+def row_pair_branches(w: Writer, mm: str, sam: str, a_type: str, sums: Callable[[list[int]], None]) -> None:
+    """A row-pair item's two branches: rows i0 and i0 + 1 when both exist (A's second row
+    ``ra1``), else row i0 alone -- ``sums`` writes the same per-output code for either."""
+    w.line(f"if (_ls_i0 + 1 < {mm}) {{")
+    w.line(f"  const {a_type}* ra1 = ra0 + {sam};")
+    sums([0, 1])
+    w.line("} else {")
+    sums([0])
+    w.line("}")
+
+
 def paired_dot_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     """The c dialect's weight product ``x @ W.T`` (no batch, both operands contiguous along k, 8-wide
     loads): an item is a tile of two rows i, i + 1 by two columns j, j + 1, in a loop nest over
@@ -238,12 +250,7 @@ def paired_dot_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         for r, c in outs:
             w.line(f"  p{r}{c}0 += p{r}{c}1; acc{r}{c} += {lane_sum8(f'p{r}{c}0')};")
 
-    w.line(f"if (_ls_i0 + 1 < {mm}) {{")
-    w.line(f"  const {storage_type(da)}* ra1 = ra0 + {sam};")
-    sums([0, 1])
-    w.line("} else {")
-    sums([0])
-    w.line("}")
+    row_pair_branches(w, mm, sam, storage_type(da), sums)
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(db), False, 1)]
     extra = None
@@ -498,12 +505,7 @@ def paired_glu_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
             w.line(f"  pg{r}0 += pg{r}1; pu{r}0 += pu{r}1; g{r} += {lane_sum8(f'pg{r}0')}; "
                    f"u{r} += {lane_sum8(f'pu{r}0')};")
 
-    w.line(f"if (_ls_i0 + 1 < {mm}) {{")
-    w.line(f"  const {storage_type(da)}* ra1 = ra0 + {sam};")
-    sums([0, 1])
-    w.line("} else {")
-    sums([0])
-    w.line("}")
+    row_pair_branches(w, mm, sam, storage_type(da), sums)
     c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
     for r in (0, 1):
         w.line(f"if (_ls_i0 + {r} < {mm}) {{" if r else "{")
