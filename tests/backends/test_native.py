@@ -407,6 +407,22 @@ def test_sums_over_rows_put_the_columns_side_by_side():
         assert np.isnan(out["max"][0, 9]) and np.isnan(out["bias"][9])
 
 
+def _lowered_with(g: ls.Graph, kind: str):
+    """``g`` lowered on native from the first of the search's fixed candidates (default, greedy,
+    fused) that computes an op ``kind``, and that op's c kernel text."""
+    from lightspeed.backends.codegen.kernels import render
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.search import candidates
+    from tests.backends.harness import saturate
+
+    _, enc, index, ser = saturate(NATIVE, g)
+    progs = [decode_program(c, ser, enc.constants, NATIVE.declarations())
+             for _, c in candidates(index, ls.SearchOptions(budget=3, seed=0))]
+    lp = next(p for p in progs if any(o.op == kind for o in p.ops))
+    op = next(o for o in lp.ops if o.op == kind)
+    return NATIVE.lower(g, lp), render(op, [lp.ops[i].dtype for i in op.inputs], "c")[0].source
+
+
 @pytest.mark.parametrize("n,k,add,dtype", [(7, 75, False, "float32"), (10, 64, True, "float32"),
                                            (1, 40, False, "float32"), (9, 80, True, "bfloat16")])
 def test_paired_weight_products_match_float64_and_do_not_depend_on_the_rows_beside(n, k, add, dtype):
@@ -414,24 +430,14 @@ def test_paired_weight_products_match_float64_and_do_not_depend_on_the_rows_besi
     ``paired_dot_kernel``): an odd column count's last pair holds one column, k leaves 32s, 8s and
     single terms; each row's outputs equal the float64 product within float32 rounding, and are bit
     for bit the same whether the row is computed alone or among others (batch invariance)."""
-    from lightspeed.backends.codegen.kernels import render
-
     dt = getattr(ls, dtype)
     g = ls.Graph()
     y = g.input("x", ("s", k), dt) @ g.input("w", (n, k), dt).transpose(0, 1)
     if add:
         y = y + g.input("r", ("s", n), dt)
     g.output("y", y)
-    from lightspeed.egraph.llir import decode_program
-    from lightspeed.search import candidates
-    from tests.backends.harness import saturate
-
-    _, enc, index, ser = saturate(NATIVE, g)
-    greedy = dict(candidates(index, ls.SearchOptions(budget=2, seed=0)))["greedy"]
-    prog = NATIVE.lower(g, decode_program(greedy, ser, enc.constants, NATIVE.declarations()))
-    products = [o for o in prog.lprog.ops if o.op.startswith("Matmul")]
-    assert products and all("_ls_two" in render(o, [prog.lprog.ops[i].dtype for i in o.inputs], "c")[0].source
-                            for o in products)
+    prog, source = _lowered_with(g, "MatmulAdd" if add else "Matmul")
+    assert "_ls_two" in source
     rng = np.random.default_rng(n * k)
     x = rng.standard_normal((5, k)).astype(dt.np)
     w = rng.standard_normal((n, k)).astype(dt.np)
@@ -451,22 +457,12 @@ def test_paired_norm_products_match_float64_and_do_not_depend_on_the_rows_beside
     """RMSNorm(x) @ W.T as one NormMatmul (kernels/norm.py): in c an item is a column pair of one
     row, the row's squares summed once for both; an odd column count's last pair holds one column.
     Equal to the float64 result within float32 rounding, each row bit for bit the same alone."""
-    from lightspeed.backends.codegen.kernels import render
-    from lightspeed.egraph.llir import decode_program
-    from lightspeed.search import candidates
-    from tests.backends.harness import saturate
-
     k = 72
     g = ls.Graph()
     x = g.input("x", ("s", k))
     g.output("y", ls.rms_norm(x, k, g.input("nw", (k,)), 1e-5) @ g.input("w", (n, k)).transpose(0, 1))
-    _, enc, index, ser = saturate(NATIVE, g)
-    progs = [decode_program(c, ser, enc.constants, NATIVE.declarations())
-             for _, c in candidates(index, ls.SearchOptions(budget=3, seed=0))]
-    lp = next(p for p in progs if any(o.op == "NormMatmul" for o in p.ops))
-    op = next(o for o in lp.ops if o.op == "NormMatmul")
-    assert "_ls_two" in render(op, [lp.ops[i].dtype for i in op.inputs], "c")[0].source
-    prog = NATIVE.lower(g, lp)
+    prog, source = _lowered_with(g, "NormMatmul")
+    assert "_ls_two" in source
     rng = np.random.default_rng(n)
     xs = rng.standard_normal((5, k)).astype(np.float32)
     nw = (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)
@@ -485,24 +481,15 @@ def test_paired_gated_products_match_float64_and_do_not_depend_on_the_rows_besid
     """silu(x @ G.T) * (x @ U.T) as one MatmulGLU: in c an item is two rows of one column (a lone
     row runs the same code); equal to the float64 result within the dtype's rounding, each row
     bit for bit the same computed alone."""
-    from lightspeed.backends.codegen.kernels import render
-    from lightspeed.egraph.llir import decode_program
     from lightspeed.nn.mlp import silu_mul
-    from lightspeed.search import candidates
-    from tests.backends.harness import saturate
 
     n, dt = 9, getattr(ls, dtype)
     g = ls.Graph()
     x = g.input("x", ("s", k), dt)
     gate, up = (x @ g.input(name, (n, k), dt).transpose(0, 1) for name in ("wg", "wu"))
     g.output("y", silu_mul(gate, up))
-    _, enc, index, ser = saturate(NATIVE, g)
-    progs = [decode_program(c, ser, enc.constants, NATIVE.declarations())
-             for _, c in candidates(index, ls.SearchOptions(budget=3, seed=0))]
-    lp = next(p for p in progs if any(o.op == "MatmulGLU" for o in p.ops))
-    op = next(o for o in lp.ops if o.op == "MatmulGLU")
-    assert "_ls_i0 + 1 <" in render(op, [lp.ops[i].dtype for i in op.inputs], "c")[0].source
-    prog = NATIVE.lower(g, lp)
+    prog, source = _lowered_with(g, "MatmulGLU")
+    assert "_ls_i0 + 1 <" in source
     rng = np.random.default_rng(k)
     xs, wg, wu = (rng.standard_normal(sh).astype(dt.np) for sh in ((5, k), (n, k), (n, k)))
     got = np.asarray(prog({"x": xs, "wg": wg, "wu": wu})["y"]).astype(np.float64)

@@ -17,8 +17,11 @@ key was seen, so padding a row's keys with blocked ones leaves its result bit fo
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
+
+import numpy as np
 
 from ....dtypes import DType
 from ....egraph.llir import LOp
@@ -45,8 +48,11 @@ def _blocked_value(d: DType) -> str:
     """The float a key's mask value must not exceed to count as blocked for skipping it: the
     lowest value of a float32 or bfloat16 mask (any score plus it is so far below a row's maximum
     that its weight is exactly 0 in float32); for other mask dtypes -inf only."""
-    lowest = {"float32": -3.4028234663852886e38, "bfloat16": -3.3895313892515355e38}.get(d.name)
-    return NINF if lowest is None else f"(float)({lowest!r})"
+    if d.name not in ("float32", "bfloat16"):
+        return NINF  # float16's lowest (-65504) plus a score is not far enough below a maximum
+    npd = d.np
+    info = np.finfo(npd) if npd.kind == "f" else importlib.import_module("ml_dtypes").finfo(npd)
+    return f"(float)({float(info.min)!r})"
 
 
 def _static(e: Expr, what: str) -> int:

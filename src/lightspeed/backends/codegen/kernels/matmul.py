@@ -22,8 +22,8 @@ from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes, weight_prefetch
 
-__all__ = ["matmul_kernel", "glu_kernel", "paired_dot_kernel", "paired_glu_kernel", "scatter_store", "stream_order",
-           "RENDERERS", "VECTOR_DOT"]
+__all__ = ["matmul_kernel", "glu_kernel", "paired_dot_kernel", "paired_glu_kernel", "silu_mul", "scatter_store",
+           "stream_order", "RENDERERS", "VECTOR_DOT"]
 
 
 def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
@@ -371,6 +371,16 @@ def _matmul(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
     return [matmul_kernel(dialect, op, in_dtypes)]
 
 
+def silu_mul(w: Writer, dtype: DType, g: str, u: str, c1: str, c2: str, indent: str = "") -> str:
+    """The gated products' epilogue (``MatmulGLU`` and its norm and tile forms): ``gr`` and ``ur``
+    declared -- the float sums ``g`` and ``u`` rounded to ``dtype``, as the two products they
+    replace would store them -- and the value to store, ``gr * ur / (2^(gr * c1) + c2)`` in float
+    (``c1``, ``c2``: the chain's scalar constants, as loaded floats)."""
+    gq, uq = (load(dtype, store(dtype, v)) for v in (g, u))
+    w.line(f"{indent}const float gr = {gq}, ur = {uq};")
+    return store(dtype, f"gr * ur / (ls_exp2f(gr * {c1}) + {c2})")
+
+
 def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     """``MatmulGLU`` (semantics in ``codegen/fused.py``): per output (i, j) the dot products of A's
     row i with G's and U's row j (one warp on cuda, 16-byte loads where k and the addresses allow;
@@ -426,31 +436,12 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ g += __shfl_xor_sync(0xffffffffu, g, o); "
                f"u += __shfl_xor_sync(0xffffffffu, u, o); }}")
         writer = "lane == 0"
-    elif da.name in LOAD8 and dg.name in LOAD8 and du.name in LOAD8:
-        # c: 8-wide vector partial sums (as the matmul dot items), A's 8 values shared by both dots
-        la, lg, lu = LOAD8[da.name], LOAD8[dg.name], LOAD8[du.name]
-        w.line("ls_v8 pg0 = {0}, pg1 = {0}, pu0 = {0}, pu1 = {0}; long long l = 0;")
-        w.line(f"for (; l + 16 <= {kk}; l += 16) {{")
-        w.line(f"  const ls_v8 x0 = {la}(ra + l), x1 = {la}(ra + l + 8);")
-        w.line(f"  pg0 += x0 * {lg}(rg + l); pg1 += x1 * {lg}(rg + l + 8);")
-        w.line(f"  pu0 += x0 * {lu}(ru + l); pu1 += x1 * {lu}(ru + l + 8);")
-        w.line("}")
-        w.line(f"for (; l + 8 <= {kk}; l += 8) {{ const ls_v8 x0 = {la}(ra + l); "
-               f"pg0 += x0 * {lg}(rg + l); pu0 += x0 * {lu}(ru + l); }}")
-        scalar(None, 1)
-        w.line("pg0 += pg1; pu0 += pu1;")
-        w.line(f"g += {lane_sum8('pg0')}; u += {lane_sum8('pu0')};")
-        writer = "1"
     else:
         scalar("0", 1)
         writer = "1"
-    # the products as stored by the Matmul kernels they replace, then the SiLU·mul in float
-    gq, uq = (load(op.dtype, store(op.dtype, v)) for v in ("g", "u"))
-    c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
     w.line(f"if ({writer}) {{")
-    w.line(f"  const float gr = {gq}, ur = {uq};")
-    at = "_ls_item" if axes is None else f"_ls_mi * {nn} + _ls_nj"
-    w.line(f"  out[{at}] = {store(op.dtype, f'gr * ur / (ls_exp2f(gr * {c1}) + {c2})')};")
+    value = silu_mul(w, op.dtype, "g", "u", load(dc1, "in3[0]"), load(dc2, "in4[0]"), "  ")
+    w.line(f"  out[{'_ls_item' if axes is None else f'_ls_mi * {nn} + _ls_nj'}] = {value};")
     w.line("}")
     body = w.pop()
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
@@ -509,9 +500,8 @@ def paired_glu_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
     for r in (0, 1):
         w.line(f"if (_ls_i0 + {r} < {mm}) {{" if r else "{")
-        gq, uq = (load(op.dtype, store(op.dtype, v)) for v in (f"g{r}", f"u{r}"))
-        w.line(f"  const float gr = {gq}, ur = {uq};")
-        w.line(f"  out[(_ls_i0 + {r}) * {nn} + _ls_nj] = {store(op.dtype, f'gr * ur / (ls_exp2f(gr * {c1}) + {c2})')};")
+        value = silu_mul(w, op.dtype, f"g{r}", f"u{r}", c1, c2, "  ")
+        w.line(f"  out[(_ls_i0 + {r}) * {nn} + _ls_nj] = {value};")
         w.line("}")
     body = w.pop()
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),

@@ -29,6 +29,7 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import Expr, const, prod
+from .matmul import silu_mul
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
@@ -235,11 +236,9 @@ def glu_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Ke
             for i, p in ((1, "g"), (2, "u"))])
     dc1, dc2 = in_dtypes[3], in_dtypes[4]
     c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
-    gq, uq = (load(op.dtype, store(op.dtype, f"_ls_c{j}[i][j][e]")) for j in (0, 1))
 
     def value(flat: str) -> str:
-        w.line(f"const float _ls_gr = {gq}, _ls_ur = {uq};")
-        return store(op.dtype, f"_ls_gr * _ls_ur / (ls_exp2f(_ls_gr * {c1}) + {c2})")
+        return silu_mul(w, op.dtype, "_ls_c0[i][j][e]", "_ls_c1[i][j][e]", c1, c2)
 
     _each_result(w, mm, nn, value)
     body = w.pop()

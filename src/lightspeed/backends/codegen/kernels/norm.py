@@ -11,7 +11,7 @@ from __future__ import annotations
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....symbolic import Expr, const, prod, sym
-from .matmul import ROW_GROUP, lane_sum8, rows_one_by_one, scatter_store
+from .matmul import ROW_GROUP, lane_sum8, rows_one_by_one, scatter_store, silu_mul
 from .matmul_rows import LOAD8
 from .region import Region
 from .spec import KernelSpec
@@ -221,11 +221,10 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         w.line(f"const float r = 1.0f / sqrtf(ss * (float){c} + (float){e});")
         if glu:
             dc1, dc2 = in_dtypes[base + 6], in_dtypes[base + 7]
-            gq, uq = (load(op.dtype, store(op.dtype, f"{acc} * r")) for acc in accs)
             c1, c2 = load(dc1, f"{names[base + 6]}[0]"), load(dc2, f"{names[base + 7]}[0]")
             w.line(f"if ({writer}) {{")
-            w.line(f"  const float gr = {gq}, ur = {uq};")
-            w.line(f"  out[{flat}] = {store(op.dtype, f'gr * ur / (ls_exp2f(gr * {c1}) + {c2})')};")
+            value = silu_mul(w, op.dtype, f"{accs[0]} * r", f"{accs[1]} * r", c1, c2, "  ")
+            w.line(f"  out[{flat}] = {value};")
             w.line("}")
             return [(names[base + 6], storage_type(dc1), False, base + 6),
                     (names[base + 7], storage_type(dc2), False, base + 7)]
