@@ -27,6 +27,17 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 
 
+def random_bf16(rng, shape) -> np.ndarray:
+    """Seeded random bf16 values of magnitude 2^-7 to 2^-5 with random signs and mantissas, made
+    from random bits: drawing the 8B shape's 8e9 normals took minutes of the GPU host's time."""
+    import ml_dtypes
+
+    bits = np.frombuffer(rng.bytes(2 * int(np.prod(shape))), np.uint16).reshape(shape)
+    # sign and mantissa kept, the exponent 120 or 121 (its low bit random)
+    out = (bits & np.uint16(0x80FF)) | np.uint16(120 << 7)
+    return out.view(ml_dtypes.bfloat16)
+
+
 def random_llama(name: str):
     """A Llama of the peer's shape ``name`` with seeded random bf16 weights (norm weights near 1):
     (model, weights, the bytes of weights a decode step reads, the generator that made them)."""
@@ -44,10 +55,10 @@ def random_llama(name: str):
     rng = np.random.default_rng(0)
     weights = {}
     for n, shape in model.param_shapes().items():
-        a = rng.standard_normal(shape, dtype=np.float32) * 0.02
         if "norm" in n:
-            a = 1.0 + a
-        weights[n] = a.astype(ml_dtypes.bfloat16)
+            weights[n] = (1.0 + rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+        else:
+            weights[n] = random_bf16(rng, shape)
     wbytes = sum(a.nbytes for n, a in weights.items() if c["tied"] or "embed" not in n)
     return model, weights, wbytes, rng
 

@@ -21,10 +21,11 @@ if [ -d .before/src ]; then
     --steps 32 --prompt 1024
   tail -1 "$OUT/long_before.log"
 fi
-# the clustered attention kernel (LIGHTSPEED_ATTENTION_CLUSTER=1, an experiment): correctness, then
-# decode at a short and a long context (its own cache: search decisions are not keyed by the flag)
+# the one-block-per-row attention kernel (LIGHTSPEED_ATTENTION_CLUSTER=0; the cluster is the default):
+# correctness, then decode at a short and a long context (its own cache: search decisions are not
+# keyed by the flag)
 if [ "${GPU_DECODE_CLUSTER:-1}" = 1 ]; then
-  export LIGHTSPEED_ATTENTION_CLUSTER=1
+  export LIGHTSPEED_ATTENTION_CLUSTER=0
   LIGHTSPEED_CACHE_DIR=/tmp/ls-cache-cluster step cluster_tests "${GPU_LONG_S:-90}" python3 -m pytest -o addopts="" \
     tests/backends/test_attention.py -k cuda -q -p no:cacheprovider
   LIGHTSPEED_CACHE_DIR=/tmp/ls-cache-cluster step cluster_long "${GPU_LONG_S:-90}" python3 benchmarks/gpu_decode.py llama-3.2-1b \

@@ -9,7 +9,9 @@ between steps (the host's part), the kernels that cost most.
 
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,7 +73,7 @@ def main() -> None:
     out = Path(os.environ.get("OUT", "/tmp/gpu-out"))
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
-        runs = [("lightspeed", ours, [])]
+        runs = [("lightspeed", ours, ["--sequence"])]
         if "--no-peer" not in args:  # its loop never waits: steps split after each argmax
             runs.append(("torch.compile", peer, ["--marker", "ArgMax"]))
         for label, fn, extra in runs:
@@ -80,6 +82,8 @@ def main() -> None:
             res = subprocess.run([sys.executable, str(ROOT / "scripts" / "step_timeline.py"), str(path), "--name",
                                   f"{label} {name}", *extra], capture_output=True, text=True)
             print(res.stdout + res.stderr, flush=True)
+            with open(path, "rb") as src, gzip.open(out / f"{path.stem}.json.gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)  # the whole timeline, for a closer look off the host
             (out / f"steps-{label.replace('.', '_')}-{name}.txt").write_text(res.stdout + res.stderr)
 
 

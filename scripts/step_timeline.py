@@ -1,6 +1,7 @@
 """Split a GPU kernel timeline into decode steps and say where a step's time goes.
 
     python scripts/step_timeline.py TRACE.csv|TRACE.json [--name NAME] [--gap-us 30] [--marker SUBSTRING]
+                                 [--sequence]
 
 TRACE is ``nsys stats -r cuda_gpu_trace -f csv`` of a run traced with ``--cuda-graph-trace=node``,
 or a chrome trace of PyTorch's profiler (scripts/gpu_profile.py makes one: the GPU host has no
@@ -71,14 +72,17 @@ def main() -> None:
     marker = args[args.index("--marker") + 1] if "--marker" in args else None
     rows = load(args[0])
     steps = steps_of(rows, gap, marker)
-    if marker is None and len(steps) < 4 and rows:  # pipelined steps leave no gaps: split at a
-        # kernel that runs once a step (the rarest name seen at least 8 times; the head, say)
+    sizes = [len(s) for s in steps]
+    if marker is None and rows and max(sizes.count(n) for n in sizes) < 4:
+        # pipelined steps leave no gaps (or a few): split at a kernel that runs once a step (the
+        # rarest name seen at least 8 times; the head, say)
         counts: dict[str, int] = defaultdict(int)
         for _, _, n in rows:
             counts[n] += 1
         once = [n for n, c in counts.items() if c >= 8]
         if once:
-            marker = min(once, key=lambda n: (counts[n], n))
+            # the run's last kernel when it is one of them (a step's last: the sampling), else the rarest
+            marker = rows[-1][2] if rows[-1][2] in once else min(once, key=lambda n: (counts[n], n))
             label += f" (steps split after {short(marker)})"
             steps = steps_of(rows, gap, marker)
     sizes = [len(s) for s in steps]
@@ -114,6 +118,10 @@ def main() -> None:
     print(f"  {'kernel':<60} {'us/step':>9} {'count':>6} {'mean us':>8}")
     for t, c, n in table[:25]:
         print(f"  {n:<60} {t:>9.1f} {c:>6} {t / c:>8.2f}")
+    if "--sequence" in args:  # one step's kernels in launch order (which product is which)
+        print("  one step in order (start us from the step's start, duration us, kernel):")
+        for a, d, n in tail[-1]:
+            print(f"  {a - tail[-1][0][0]:9.1f} {d:8.2f}  {short(n)}")
 
 
 if __name__ == "__main__":

@@ -121,10 +121,15 @@ def test_trace_times_every_kernel_with_cuda_events(tmp_path):
     assert any(e["cat"] == "compile.candidate" for e in evs)
 
 
+@pytest.mark.parametrize("cluster", [True, False])
 @pytest.mark.parametrize("dtype", [ls.float32, ls.bfloat16])
-def test_long_row_reductions_match_numpy(dtype):
-    """argmax, max and sum over rows longer than a block's threads many times (a block per row,
-    kind ``row``), ties broken to the first index as in PyTorch."""
+def test_long_row_reductions_match_numpy(dtype, cluster, monkeypatch):
+    """argmax, max and sum over rows longer than a block's threads many times (a cluster of
+    blocks per row, kind ``row_cluster``, or a block per row, kind ``row``), ties broken to the
+    first index as in PyTorch."""
+    from lightspeed.backends.codegen.kernels import region
+
+    monkeypatch.setattr(region, "CLUSTER_ROWS", cluster)
     g = ls.Graph()
     x = g.input("x", (3, 150_001), dtype=dtype)
     g.output("i", x.argmax(-1))

@@ -116,14 +116,16 @@ def test_every_generated_cuda_kernel_compiles_for_sm90():
     vector = [s for s in specs if "ls_dot8_bf16(" in s.source]
     assert vector, "no bfloat16 matmul took the 16-byte dot path"
     modes["vector"] = vector[0]
-    assert {"elementwise", "warp", "scatter", "matmul_dot", "matmul_tile", "attention"} <= modes.keys(), modes.keys()
+    assert {"elementwise", "warp", "scatter", "matmul_dot", "matmul_tile", "attention_cluster"} <= modes.keys(), \
+        modes.keys()
     images = nvrtc.compile_many([module_source([s], "cuda") for s in modes.values()], "sm_90")
     assert all(len(img) > 1000 for img in images)
 
 
 def test_a_long_reduction_of_few_rows_runs_a_block_per_row():
     """argmax over a vocabulary-sized row (the decode step's greedy token): its reductions run a
-    block of 8 warps per row (kind ``row``); many short rows keep a warp per row."""
+    cluster of blocks of 8 warps per row (kind ``row_cluster``); rows of a few thousand a block
+    per row (kind ``row``); many short rows keep a warp per row."""
     def kinds(shape):
         g = ls.Graph()
         g.output("i", g.input("x", shape).argmax(-1))
@@ -131,11 +133,14 @@ def test_a_long_reduction_of_few_rows_runs_a_block_per_row():
         prog = KernelProgram(g, decode_program(*_default(g)), rec, table=RENDER.op_table)
         return [launch.spec.launch.kind for launch in prog.launches], list(rec.specs.values())
 
-    long_kinds, specs = kinds((2, 150_000))
-    assert "row" in long_kinds and "warp" not in long_kinds, long_kinds
+    long_kinds, long_specs = kinds((2, 150_000))
+    assert "row_cluster" in long_kinds and "warp" not in long_kinds, long_kinds
+    mid_kinds, specs = kinds((2, 8_000))
+    assert "row" in mid_kinds and "warp" not in mid_kinds and "row_cluster" not in mid_kinds, mid_kinds
     short_kinds, _ = kinds((4096, 64))
     assert "warp" in short_kinds and "row" not in short_kinds, short_kinds
-    images = nvrtc.compile_many([module_source([s], "cuda") for s in specs if s.launch.kind == "row"], "sm_90")
+    images = nvrtc.compile_many([module_source([s], "cuda") for s in specs + long_specs
+                                 if s.launch.kind in ("row", "row_cluster")], "sm_90")
     assert images and all(len(img) > 1000 for img in images)
 
 

@@ -20,7 +20,20 @@ from .matmul_rows import LOAD8, batch_offset, matmul_rows_kernel, packable
 from .region import Region, store_with_addend
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import TILE_K, TILE_N, WARP, Point, Writer, finish, flat_of, loop_axes, weight_prefetch
+from .writer import (
+    SPLIT_WARPS,
+    TILE_K,
+    TILE_N,
+    WARP,
+    Point,
+    Writer,
+    block_sums,
+    finish,
+    flat_of,
+    loop_axes,
+    split_products,
+    weight_prefetch,
+)
 
 __all__ = ["matmul_kernel", "glu_kernel", "paired_dot_kernel", "paired_glu_kernel", "silu_mul", "scatter_store",
            "stream_order", "RENDERERS", "VECTOR_DOT"]
@@ -53,6 +66,11 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     # cuda, no batch, both operands contiguous along k: a warp takes ROW_GROUP rows of one column
     # and reads the column's weight row once for all of them (a batch of decode rows, a prompt)
     grouped = dialect == "cuda" and mode == "matmul_dot" and vec is not None and not batch and ROW_GROUP > 1
+    # cuda, few long weight products (no batch, contiguous along k): a block of warps per output
+    split = (dialect == "cuda" and mode == "matmul_dot" and vec is not None and not batch and not grouped
+             and split_products(dialect, n, k))
+    if split:
+        mode = "matmul_split"
     w.index_vars |= {"_ls_item"}
     nn, mm, kk = w.expr(n), w.expr(m), w.expr(k)
     w.push()
@@ -99,6 +117,8 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     valid_j = "_ls_nj < " + nn if mode == "matmul_tile" else "1"
     if mode == "matmul_tile":
         first, step = "slice", str(TILE_K)
+    elif split:  # the block's threads along k
+        first, step = f"(slice * {WARP} + lane)", str(WARP * SPLIT_WARPS)
     elif dialect == "cuda":
         first, step = "lane", str(WARP)
     else:
@@ -135,23 +155,26 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
             w.line(f"for (; l < {kk}; l++) acc += {load(da, 'ra[l]')} * {load(db, 'rb[l]')};")
             w.line("for (int q = 0; q < 8; q++) part[q] = (part[q] + part[q + 8]) + (part[q + 16] + part[q + 24]);")
             w.line("acc += ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));")
-    elif dialect == "cuda" and mode == "matmul_dot" and vec is not None:
+    elif dialect == "cuda" and mode in ("matmul_dot", "matmul_split") and vec is not None:
         # both rows contiguous along k: 16-byte loads when k and both rows' addresses allow them
         width, dot = vec
         w.line(f"const {storage_type(da)}* ra = in0 + oa + _ls_mi * {sam};")
         w.line(f"const {storage_type(db)}* rb = in1 + ob + _ls_nj * {sbn};")
         w.line(f"if ({kk} % {width} == 0 && (((unsigned long long)ra | (unsigned long long)rb) & 15) == 0) {{")
         w.line("  #pragma unroll 8")  # several 16-byte loads in flight per lane (k = 2048 bf16: all 8)
-        w.line(f"  for (long long l = lane * {width}; l < {kk}; l += {WARP * width})")
+        w.line(f"  for (long long l = {first} * {width}; l < {kk}; l += {int(step) * width})")
         w.line(f"    acc += {dot}(*(const uint4*)(ra + l), *(const uint4*)(rb + l));")
         w.line("} else {")
         w.line("  " + scalar.replace("\n", "\n  "))
         w.line("}")
     else:
         w.line(f"if ({valid_j}) " + scalar)
-    if dialect == "cuda" and mode == "matmul_dot":
+    if dialect == "cuda" and mode in ("matmul_dot", "matmul_split"):
         w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
         writer = "lane == 0"
+        if split:
+            block_sums(w, ["acc"])
+            writer = "lane == 0 && slice == 0"
     elif mode == "matmul_tile":
         w.line(f"__shared__ {ct} part[{TILE_K}][{TILE_N}];")
         w.line("part[slice][lane] = acc;")
@@ -190,8 +213,8 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     body = w.pop()
     bufs += extra
     prefetch = None
-    if mode == "matmul_dot" and not batch:  # a weight product: its rows early
-        prefetch = weight_prefetch(w, dialect, m, n, k, [("in1", db, a["b_offset"], a["b_stride_n"])])
+    if mode in ("matmul_dot", "matmul_split") and not batch:  # a weight product: its rows early
+        prefetch = weight_prefetch(w, dialect, m, n, k, [("in1", db, a["b_offset"], a["b_stride_n"])], split)
     return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k, before_wait=prefetch)
 
 

@@ -44,9 +44,9 @@ PAD = 8  # elements after each shared row (bank spread; keeps 4-byte pairs align
 THREADS = 128
 VEC = 8  # 16-bit elements per 16-byte load
 STAGES = 3  # k steps in shared memory at once on the cp.async path (3 x 2 x 5 KiB)
-# LIGHTSPEED_CUDA_LDMATRIX=1: the tiles load their fragments with ldmatrix (4x fewer shared-memory
-# instructions per product); off until a GPU run has checked it against the reference
-LDMATRIX = os.environ.get("LIGHTSPEED_CUDA_LDMATRIX", "0") == "1"
+# the tiles load their fragments with ldmatrix (4x fewer shared-memory instructions per product;
+# checked on an H100, 512-token 1B prefill 23.9 -> 23.2 ms); LIGHTSPEED_CUDA_LDMATRIX=0: 32-bit loads
+LDMATRIX = os.environ.get("LIGHTSPEED_CUDA_LDMATRIX", "1") == "1"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from .matmul_rows import LOAD8
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import WARP, Point, Writer, finish, weight_prefetch
+from .writer import SPLIT_WARPS, WARP, Point, Writer, block_sums, finish, split_products, weight_prefetch
 
 __all__ = ["row_norm_kernel", "norm_product_kernel", "RENDERERS"]
 
@@ -121,6 +121,9 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     # innermost), the row's squares and its x·w summed once for both -- each column's sums in the
     # one-column order, so rows stay batch-invariant
     paired = c_vector and kind == "NormMatmul"
+    # cuda, few outputs over a long k: a block of warps per output (the decode's q, k, v)
+    split = (dialect == "cuda" and vec is not None and woff is not None and not grouped
+             and split_products(dialect, n, k))
     axes = None
     w.push()
     if grouped:
@@ -151,6 +154,8 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     region = Region(w, [a["c_view"], a["eps_view"], a["w_view"]], [in_dtypes[ic], in_dtypes[ie], dwt], False,
                     names=[names[ic], names[ie], names[iw]])
     first, step = ("lane", WARP) if dialect == "cuda" else ("0", 1)
+    if split:  # the block's threads along k
+        first, step = f"(slice * {WARP} + lane)", WARP * SPLIT_WARPS
 
     def scalar(start: str | None, indent: str) -> None:  # any layout: the weight through its view
         init = "" if start is None else f"long long _ls_l = {start}"  # None: on from _ls_l
@@ -171,14 +176,14 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         ptrs = " | ".join(f"(unsigned long long){p}" for p in ["rx", "rw", *rows])
         w.line(f"if ({kk} % {width} == 0 && (({ptrs}) & 15) == 0) {{")
         w.line("  #pragma unroll 4")
-        w.line(f"  for (long long _ls_l = lane * {width}; _ls_l < {kk}; _ls_l += {WARP * width}) {{")
+        w.line(f"  for (long long _ls_l = {first} * {width}; _ls_l < {kk}; _ls_l += {step * width}) {{")
         w.line("    const uint4 xv = *(const uint4*)(rx + _ls_l), wv = *(const uint4*)(rw + _ls_l);")
         w.line(f"    ss += {dot2}(xv, xv);")
         for r, acc in zip(rows, accs):
             w.line(f"    {acc} += {dot3}(xv, wv, *(const uint4*)({r} + _ls_l));")
         w.line("  }")
         w.line("} else {")
-        scalar("lane", "  ")
+        scalar(first, "  ")
         w.line("}")
     elif c_vector:
         # 8-lane partial sums, two sets (the chains of fused multiply-adds interleave), the same
@@ -205,7 +210,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         scalar(None, "")
     else:
         scalar(first, "")
-    writer = "lane == 0" if dialect == "cuda" else "1"
+    writer = ("lane == 0 && slice == 0" if split else "lane == 0") if dialect == "cuda" else "1"
     bufs = [("out", storage_type(op.dtype), True, "out")]
     bufs += [(names[i], storage_type(in_dtypes[i]), False, i) for i in dict.fromkeys([ix, ic, ie, iw, *weights])]
     flat = f"(_ls_mi * {nn} + _ls_nj)"  # the output element (i, j)
@@ -216,6 +221,8 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
             sums = ["ss", *accs]
             w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ "
                    + " ".join(f"{v} += __shfl_xor_sync(0xffffffffu, {v}, o);" for v in sums) + " }")
+            if split:
+                block_sums(w, sums)
         c = region.leaf(0, "_ls_mi")
         e = region.leaf(1, "_ls_mi")
         w.line(f"const float r = 1.0f / sqrtf(ss * (float){c} + (float){e});")
@@ -272,9 +279,10 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     body = w.pop()
     bufs += extra
     prefetch = weight_prefetch(w, dialect, m, n, k, [(names[q], in_dtypes[q], a[o], a[st])
-                                                      for q, (st, o) in zip(weights, fields)])
+                                                      for q, (st, o) in zip(weights, fields)], split)
     count = n * ((m + (ROW_GROUP - 1)) // ROW_GROUP) if grouped else m * ((n + 1) // 2) if paired else m * n
-    return finish(w, dialect, "matmul_dot", bufs, count, body, kind.lower(), axes, item_cost=(2 + len(rows)) * k,
+    return finish(w, dialect, "matmul_split" if split else "matmul_dot", bufs, count, body, kind.lower(), axes,
+                  item_cost=(2 + len(rows)) * k,
                   before_wait=prefetch)
 
 

@@ -8,8 +8,9 @@ dtype's tolerance); a single primitive rounds exactly like the reference.  Reduc
 float16/bfloat16 in float, like the reference; their summation order differs from numpy's
 pairwise sums (float32 results agree to ~1e-6 relative): the c dialect keeps 8 interleaved
 partial sums, the cuda dialect splits a top-level reduction over a warp's lanes (kind ``warp``), or over a
-block of 8 warps when few items each reduce a long row (kind ``row``: the argmax over a
-vocabulary).
+block of 8 warps when few items each reduce a long row (kind ``row``), or over a thread-block
+cluster of such blocks (sm_90, kind ``row_cluster``: the argmax over a 128k vocabulary, which one
+block walked at one multiprocessor's bandwidth, 17 + 30 us of the 1B decode step on an H100).
 An index outside a gathered tensor reads 0 and sets the call's error word (``ls_oob``): the native
 executor raises IndexOutOfRange after the call, as the reference does; the cuda executor copies
 the word back behind the run and raises where the host next waits for the device.  Every load
@@ -17,6 +18,8 @@ goes through its view's index expression and is guarded by the view's validity e
 """
 
 from __future__ import annotations
+
+import os
 
 from .... import dtypes as dt
 from ....dtypes import DType
@@ -97,6 +100,7 @@ class Region:
         self.leaf_dtypes = leaf_dtypes
         self.cooperative = cooperative  # top-level reductions split across a warp's lanes
         self.block = False  # ... or across a block's BLOCK_WARPS warps (kind ``row``)
+        self.cluster = False  # ... and across a cluster's blocks (kind ``row_cluster``)
         self.depth = 0  # reductions entered
         # gathered leaves held as packed GGML blocks (c dialect): leaf -> (block type code, columns)
         self.block_data: dict[int, tuple[int, int]] = {}
@@ -197,6 +201,8 @@ class Region:
         start, step = ("lane", WARP) if lanes else ("0", 1)
         if lanes and self.block:  # over the block's 8 warps
             start, step = f"(slice * {WARP} + lane)", WARP * BLOCK_WARPS
+        if lanes and self.cluster:  # over the cluster's blocks' warps
+            start, step = f"((_ls_crank * {BLOCK_WARPS} + slice) * {WARP} + lane)", f"{WARP * BLOCK_WARPS} * _ls_csize"
         if w.dialect == "c" and d.is_float:
             # 8 interleaved partial results (the compiler keeps them in one vector register; one
             # chain of dependent adds waits on each add's latency), then the rest, then the 8
@@ -231,6 +237,15 @@ class Region:
             tree = pairwise([f"{part}[{k}]" for k in range(BLOCK_WARPS)], lambda x, y: combine(tag, d, x, y))
             w.line(f"{acc} = {tree};")
             w.line("__syncthreads();")
+        if lanes and self.cluster:  # the blocks' results through distributed shared memory, in rank order
+            part, u = w.tmp("_ls_cpart"), w.tmp("_ls_u")
+            w.line(f"__shared__ {ct} {part};")
+            w.line(f"if (lane == 0 && slice == 0) {part} = {acc};")
+            w.line("ls_cluster_sync();")
+            w.line(f"{acc} = ls_cluster_ld(&{part}, 0);")
+            w.line(f"for (unsigned int {u} = 1; {u} < _ls_csize; {u}++) {{ "
+                   f"const {ct} other = ls_cluster_ld(&{part}, {u}); {acc} = {combine(tag, d, acc, 'other')}; }}")
+            w.line("ls_cluster_sync();  // every block has read the others' partials before any moves on")
         return acc
 
     def _reduce_step(self, tag: str, d: DType, axis: int, shape, size: str, post: str, child: tuple, pt: Point,
@@ -316,6 +331,33 @@ BLOCK_ITEMS = 1024  # at most this many items (static) ...
 BLOCK_REDUCTION = 2048  # ... each reducing at least this many elements (static): a block per item
 
 
+CLUSTER_ITEMS = 16  # at most this many items (static) ...
+CLUSTER_REDUCTION = 16384  # ... each reducing at least this many elements: a cluster of blocks per item
+# LIGHTSPEED_CUDA_CLUSTER_ROWS=0: a block per item at most (an A/B switch)
+CLUSTER_ROWS = os.environ.get("LIGHTSPEED_CUDA_CLUSTER_ROWS", "1") != "0"
+_CLUSTER_TYPES = ("float", "double", "int", "unsigned int", "long long")  # ls_cluster_ld's
+
+
+def top_reductions(node: tuple) -> list[tuple]:
+    """The reductions not inside another reduction."""
+    if not isinstance(node, tuple) or not node or node[0] in ("leaf", "const", "iota"):
+        return []
+    if node[0] in ("SumReduce", "MaxReduce"):
+        return [node]
+    return [r for c in node[1:] if isinstance(c, tuple) for r in top_reductions(c)]
+
+
+def wants_cluster(tree: tuple, items: Expr, leaf_dtypes: list[DType]) -> bool:
+    """Whether a region's top-level reductions run over a thread-block cluster per item: very few
+    items, very long reductions of a type distributed shared memory is read in."""
+    if not CLUSTER_ROWS or not items.is_const or items.value > CLUSTER_ITEMS:
+        return False
+    reds = top_reductions(tree)
+    return bool(reds) and all(
+        r[2].shape[r[1]].is_const and r[2].shape[r[1]].value >= CLUSTER_REDUCTION
+        and compute_type(node_dtype(r[3], leaf_dtypes)) in _CLUSTER_TYPES for r in reds)
+
+
 def wants_block(tree: tuple, items: Expr) -> bool:
     """Whether a region's top-level reductions run over a block per item rather than a warp: few
     items, long reductions (the argmax over a vocabulary: one warp would walk 128k logits alone)."""
@@ -355,11 +397,12 @@ def region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dty
     cooperative = has_top_reduction(tree)
     mode = "warp" if cooperative and dialect == "cuda" else "elementwise"
     if mode == "warp" and wants_block(tree, prod(shape)):
-        mode = "row"
+        mode = "row_cluster" if wants_cluster(tree, prod(shape), leaf_dtypes) else "row"
     w.index_vars.add("_ls_item")
     w.push()
     region = Region(w, views, leaf_dtypes, cooperative)
-    region.block = mode == "row"
+    region.block = mode in ("row", "row_cluster")
+    region.cluster = mode == "row_cluster"
     region.block_data = dict(block_data or {})
     shape = tuple(shape)
     axes = None
@@ -371,8 +414,8 @@ def region_kernel(dialect: str, tree: tuple, views: list[ShapeTracker], leaf_dty
             at = Point("_ls_item", sym("_ls_item"), shape, tuple(coords))
     v = region.value(tree, at)
     store_line = f"out[_ls_item] = {store(out_dtype, v)};"
-    w.line({"warp": f"if (lane == 0) {store_line}", "row": f"if (lane == 0 && slice == 0) {store_line}"}
-           .get(mode, store_line))
+    w.line({"warp": f"if (lane == 0) {store_line}", "row": f"if (lane == 0 && slice == 0) {store_line}",
+            "row_cluster": f"if (lane == 0 && slice == 0 && _ls_crank == 0) {store_line}"}.get(mode, store_line))
     body = w.pop()
     return finish(w, dialect, mode, _buffers(out_dtype, leaf_dtypes, operands), prod(shape), body, label, axes,
                   preludes=("ggml_blocks",) if block_data else ())

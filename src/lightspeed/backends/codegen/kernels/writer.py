@@ -31,11 +31,18 @@ from .spec import KernelSpec, LaunchShape, grid_stride
 from .types import int_literal
 
 __all__ = ["Writer", "Point", "finish", "launch_shape", "loop_axes", "weight_prefetch", "index_at", "flat_of",
-           "index_in", "KINDS", "WARP", "THREADS", "TILE_N", "TILE_K"]
+           "index_in", "split_products", "block_sums", "KINDS", "WARP", "THREADS", "TILE_N", "TILE_K", "SPLIT_WARPS"]
 
 WARP = 32
 THREADS = 256  # threads per block of the grid-stride kinds
 TILE_N, TILE_K = 32, 8  # matmul_tile: outputs per block row, k slices per block
+SPLIT_WARPS = 8  # matmul_split: warps sharing one output's k
+# a weight product of fewer outputs than this runs a block per output (kind ``matmul_split``) rather
+# than a warp: 2048 warps (the 1B's o, down and q) are ~16 a multiprocessor, too few loads in
+# flight (the 1B's down product reached 59% of the copy bandwidth, its 8192-output gated one 85%;
+# H100, fifteenth session); LIGHTSPEED_CUDA_SPLIT=0 keeps a warp per output (an A/B switch)
+SPLIT_BELOW = 8192 if os.environ.get("LIGHTSPEED_CUDA_SPLIT", "1") != "0" else 0
+SPLIT_MIN_K = 1024  # ... and k at least this (shorter rows leave most of the block's lanes idle)
 
 
 def _thread_loop(n: str) -> list[str]:
@@ -71,10 +78,13 @@ _CUDA_WORK: dict[str, tuple[str, int, tuple[int, int, int]]] = {
     "scatter": ("thread", THREADS, (THREADS, 1, 1)),
     "warp": ("warp", THREADS // WARP, (THREADS, 1, 1)),  # region reductions split over a warp's lanes
     "matmul_dot": ("warp", THREADS // WARP, (THREADS, 1, 1)),  # a dot product's k over a warp's lanes
+    # a dot product's k over a block's SPLIT_WARPS warps (few long products: the decode's o, down, q)
+    "matmul_split": ("block", 1, (WARP, 8, 1)),
     "matmul_tile": ("block", 1, (TILE_N, TILE_K, 1)),  # 32 outputs of a row, k over 8 thread rows
     "attention": ("block", 1, (WARP, 8, 1)),  # a query row per block, its keys over 8 warps (kernels/attention.py)
     "row": ("block", 1, (WARP, 8, 1)),  # a row per block of 8 warps (kernels/norm.py)
     "attention_cluster": ("cluster", 1, (WARP, 8, 1)),  # a query row per cluster of CLUSTER blocks
+    "row_cluster": ("cluster", 1, (WARP, 8, 1)),  # a long reduction per cluster of CLUSTER blocks (region.py)
     "matmul_mma": ("block", 1, (128, 1, 1)),  # a 64 x 64 tile of C per block of 4 warps (kernels/matmul_mma.py)
 }
 KINDS = (*_CUDA_WORK, "matmul_rows")  # matmul_rows: the c dialect's row items (kernels/matmul_rows.py)
@@ -344,11 +354,36 @@ PREFETCH_MAX_BYTES = 16 << 20
 PREFETCH = os.environ.get("LIGHTSPEED_CUDA_PREFETCH", "1") != "0"
 
 
+def split_products(dialect: str, n: Expr, k: Expr) -> bool:
+    """Whether a weight product [m, n] over k (rows contiguous along k) runs a block of
+    SPLIT_WARPS warps per output (kind ``matmul_split``): cuda, few static outputs, a long k.  A
+    choice by n and k only, so every row count gets the same sums (batch invariance)."""
+    return (dialect == "cuda" and n.is_const and n.value < SPLIT_BELOW and k.is_const
+            and k.value >= SPLIT_MIN_K)
+
+
+def block_sums(w: Writer, sums: list[str]) -> None:
+    """The float sums ``sums`` of a ``matmul_split`` block (each already summed over its warp's
+    lanes) summed over the block's warps through shared memory, in a fixed order: afterwards
+    every thread holds the totals."""
+    n = len(sums)
+    w.line(f"__shared__ float _ls_bsum[{n}][{SPLIT_WARPS}];")
+    w.line("if (lane == 0) { " + " ".join(f"_ls_bsum[{q}][slice] = {v};" for q, v in enumerate(sums)) + " }")
+    w.line("__syncthreads();")
+    for q, v in enumerate(sums):
+        parts = [f"_ls_bsum[{q}][{s}]" for s in range(SPLIT_WARPS)]
+        while len(parts) > 1:
+            parts = [f"({parts[i]} + {parts[i + 1]})" for i in range(0, len(parts), 2)]
+        w.line(f"{v} = {parts[0]};")
+    w.line("__syncthreads();  // the partials are read before the next item writes them")
+
+
 def weight_prefetch(w: Writer, dialect: str, m: Expr, n: Expr, k: Expr,
-                    weights: list[tuple[str, DType, Expr, Expr]]) -> list[str] | None:
+                    weights: list[tuple[str, DType, Expr, Expr]], split: bool = False) -> list[str] | None:
     """Lines (``finish``'s ``before_wait``) prefetching into L2, before the wait on the previous
     kernel, the weight rows of this warp's first output of a warp-per-output product [m, n] over
-    k: ``weights`` are (buffer, dtype, offset, stride between rows; rows contiguous along k).
+    k (``split``: this block's, a block per output): ``weights`` are (buffer, dtype, offset, stride
+    between rows; rows contiguous along k).
     Weights are never written by a step, so their lines stream in while the predecessor finishes
     (its tail and this kernel's ramp overlap).  None where nothing is prefetched: the c dialect,
     ``LIGHTSPEED_CUDA_PREFETCH=0``, weights larger than PREFETCH_MAX_BYTES (or of symbolic size)."""
@@ -356,14 +391,18 @@ def weight_prefetch(w: Writer, dialect: str, m: Expr, n: Expr, k: Expr,
     if dialect != "cuda" or not PREFETCH or not (size.is_const and size.value <= PREFETCH_MAX_BYTES):
         return None
     kk = w.expr(k)
-    lines = [f"const long long _ls_pfw = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / {WARP};",
+    if split:  # a block per output, its threads over the row
+        first, lanes, step = "blockIdx.x", f"(threadIdx.y * {WARP} + threadIdx.x)", WARP * SPLIT_WARPS * 128
+    else:
+        first = f"(blockIdx.x * (long long)blockDim.x + threadIdx.x) / {WARP}"
+        lanes, step = f"(threadIdx.x & {WARP - 1})", WARP * 128
+    lines = [f"const long long _ls_pfw = {first};",
              f"if (_ls_pfw < {w.expr(m * n)}) {{",
              f"  const long long _ls_pfj = _ls_pfw % {w.expr(n)};"]
     for buf, _, offset, stride in weights:
         lines += [f"  {{ const char* _ls_pf = (const char*)({buf} + {w.expr(offset)} + _ls_pfj * {w.expr(stride)});",
                   f"    const long long _ls_pfn = {kk} * (long long)sizeof(*{buf});",
-                  f"    for (long long _ls_o = (threadIdx.x & {WARP - 1}) * 128; _ls_o < _ls_pfn;"
-                  f" _ls_o += {WARP * 128})",
+                  f"    for (long long _ls_o = {lanes} * 128; _ls_o < _ls_pfn; _ls_o += {step})",
                   "      asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(_ls_pf + _ls_o)); }"]
     lines.append("}")
     return lines

@@ -24,10 +24,31 @@ static LS_INLINE unsigned int ls_cluster_size() {
 static LS_INLINE void ls_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-static LS_INLINE float ls_cluster_ld(const float* p, unsigned int rank) {
-  unsigned int a = (unsigned int)__cvta_generic_to_shared(p), r; float v;
+static LS_INLINE unsigned int ls_cluster_addr(const void* p, unsigned int rank) {
+  unsigned int a = (unsigned int)__cvta_generic_to_shared(p), r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
+  return r;
+}
+static LS_INLINE float ls_cluster_ld(const float* p, unsigned int rank) {
+  float v; asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ls_cluster_addr(p, rank)) : "memory");
+  return v;
+}
+// the other compute types of a reduction (kernels/region.py's cluster rows)
+static LS_INLINE double ls_cluster_ld(const double* p, unsigned int rank) {
+  double v; asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(ls_cluster_addr(p, rank)) : "memory");
+  return v;
+}
+static LS_INLINE int ls_cluster_ld(const int* p, unsigned int rank) {
+  int v; asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(ls_cluster_addr(p, rank)) : "memory");
+  return v;
+}
+static LS_INLINE unsigned int ls_cluster_ld(const unsigned int* p, unsigned int rank) {
+  unsigned int v;
+  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(ls_cluster_addr(p, rank)) : "memory");
+  return v;
+}
+static LS_INLINE long long ls_cluster_ld(const long long* p, unsigned int rank) {
+  long long v; asm volatile("ld.shared::cluster.s64 %0, [%1];" : "=l"(v) : "r"(ls_cluster_addr(p, rank)) : "memory");
   return v;
 }
 #endif
