@@ -22,9 +22,9 @@ from tests.backends.test_conformance import TINY
 
 CUDA = get_backend("cuda")
 RENDER = CudaBackend(cublaslt="off")  # the generic kernels only (see test_cuda_rows.py)
-# every product of this layer is under 8192 outputs over k >= 1024: all split
-WIDE = {**TINY, "hidden_size": 1024, "intermediate_size": 2048, "num_attention_heads": 8,
-        "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 1}
+# every product of this layer is under 8192 outputs over rows of >= 4 KiB (k >= 2048 bf16): all split
+WIDE = {**TINY, "hidden_size": 2048, "intermediate_size": 4096, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 1}
 
 
 def _rendered(g: ls.Graph) -> list:
@@ -52,6 +52,10 @@ def test_few_long_products_render_a_block_per_output_and_compile_for_sm90(monkey
     # the switch off: a warp per output again
     monkeypatch.setattr(writer, "SPLIT_BELOW", 0)
     assert not [s for s in _rendered(g) if s.launch.kind == "matmul_split"]
+    # rows of 2 KiB (k = 1024 bf16) keep a warp per output: half of a block's lanes would idle
+    monkeypatch.setattr(writer, "SPLIT_BELOW", 8192)
+    narrow = from_hf_config({**WIDE, "hidden_size": 1024, "intermediate_size": 1024}, dtype="bfloat16")
+    assert not [s for s in _rendered(narrow.decode_graph()) if s.launch.kind == "matmul_split"]
 
 
 def test_long_reductions_of_few_rows_render_a_cluster_per_row_and_compile(monkeypatch):

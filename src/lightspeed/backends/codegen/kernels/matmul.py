@@ -68,7 +68,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     grouped = dialect == "cuda" and mode == "matmul_dot" and vec is not None and not batch and ROW_GROUP > 1
     # cuda, few long weight products (no batch, contiguous along k): a block of warps per output
     split = (dialect == "cuda" and mode == "matmul_dot" and vec is not None and not batch and not grouped
-             and split_products(dialect, n, k))
+             and split_products(dialect, n, k, db.itemsize))
     if split:
         mode = "matmul_split"
     w.index_vars |= {"_ls_item"}

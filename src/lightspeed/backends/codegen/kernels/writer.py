@@ -42,7 +42,9 @@ SPLIT_WARPS = 8  # matmul_split: warps sharing one output's k
 # flight (the 1B's down product reached 59% of the copy bandwidth, its 8192-output gated one 85%;
 # H100, fifteenth session); LIGHTSPEED_CUDA_SPLIT=0 keeps a warp per output (an A/B switch)
 SPLIT_BELOW = 8192 if os.environ.get("LIGHTSPEED_CUDA_SPLIT", "1") != "0" else 0
-SPLIT_MIN_K = 1024  # ... and k at least this (shorter rows leave most of the block's lanes idle)
+# ... and rows of at least this many bytes: one 16-byte load per thread of the block (shorter rows
+# leave lanes idle; with k = 1024 bf16 the Qwen3-0.6B step went 1.33 -> 1.49 ms)
+SPLIT_MIN_ROW_BYTES = WARP * SPLIT_WARPS * 16
 
 
 def _thread_loop(n: str) -> list[str]:
@@ -354,12 +356,13 @@ PREFETCH_MAX_BYTES = 16 << 20
 PREFETCH = os.environ.get("LIGHTSPEED_CUDA_PREFETCH", "1") != "0"
 
 
-def split_products(dialect: str, n: Expr, k: Expr) -> bool:
-    """Whether a weight product [m, n] over k (rows contiguous along k) runs a block of
-    SPLIT_WARPS warps per output (kind ``matmul_split``): cuda, few static outputs, a long k.  A
-    choice by n and k only, so every row count gets the same sums (batch invariance)."""
+def split_products(dialect: str, n: Expr, k: Expr, itemsize: int) -> bool:
+    """Whether a weight product [m, n] over k (rows contiguous along k, of ``itemsize``-byte
+    elements) runs a block of SPLIT_WARPS warps per output (kind ``matmul_split``): cuda, few
+    static outputs, long rows.  A choice by n and k only, so every row count gets the same sums
+    (batch invariance)."""
     return (dialect == "cuda" and n.is_const and n.value < SPLIT_BELOW and k.is_const
-            and k.value >= SPLIT_MIN_K)
+            and k.value * itemsize >= SPLIT_MIN_ROW_BYTES)
 
 
 def block_sums(w: Writer, sums: list[str]) -> None:
