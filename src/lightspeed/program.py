@@ -107,6 +107,19 @@ class Program:
         """A caller's value as an array with a checkable ``shape``/``dtype`` (device arrays stay)."""
         return to_numpy(value, what)
 
+    def zeros(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """A zero-filled array of this program's device (a KV cache): on a GPU made there, not
+        uploaded from the host."""
+        return self.to_device(np.zeros(shape, dtype))
+
+    def rows(self, array: Any, start: int, count: int) -> Any:
+        """Rows ``start .. start + count`` of an array of this program's device as an array sharing
+        its memory (a cache's first rows, given as a call's ``out=``: the prefill writes its keys
+        and values there, with no copy through the host)."""
+        if not 0 <= start <= start + count <= array.shape[0]:
+            raise InputError(f"rows {start}..{start + count} outside an array of {array.shape[0]} rows")
+        return array[start:start + count]
+
     def store_back(self, user: Any, array: Any) -> None:
         """Write ``array`` into the caller's ``user`` value (aliased inputs, ``out=``) unless same memory."""
         dest = to_numpy(user, "aliased input")

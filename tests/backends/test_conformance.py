@@ -213,6 +213,29 @@ def test_inputs_of_any_array_type_persist_out_and_reserve(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=_ids(BACKENDS))
+def test_outputs_written_into_rows_of_a_zeroed_device_array(backend):
+    """``zeros`` and ``rows`` (the generator's KV cache: the prefill writes its keys and values into
+    the cache's first rows through ``out=``, fetching only the logits): the other rows stay zero."""
+    _require(backend)
+    g = ls.Graph()
+    x = g.input("x", ("s", 8))
+    g.output("y", x * 2.0)
+    g.output("z", x.sum(-1))
+    prog = g.compile(backend, search=FAST)
+    cache = prog.zeros((7, 8), np.float32)
+    xs = random_inputs(g, {"s": 3})["x"]
+    got = prog(x=xs, out={"y": prog.rows(cache, 2, 3)}, fetch=["z"])
+    assert list(got) == ["z"]
+    np.testing.assert_allclose(np.asarray(got["z"]), xs.sum(-1), rtol=1e-5, atol=1e-6)
+    host = cache.numpy() if hasattr(cache, "numpy") else np.asarray(cache)
+    want = np.zeros((7, 8), np.float32)
+    want[2:5] = xs * 2
+    np.testing.assert_array_equal(host, want)
+    with pytest.raises(ls.InputError, match="outside"):
+        prog.rows(cache, 5, 3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=_ids(BACKENDS))
 def test_concurrent_calls_give_right_results(backend):
     """4 threads call two programs (one of them shared by all threads, one with persisted weights)
     with different inputs and shapes: every result equals the reference's."""

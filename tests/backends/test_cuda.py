@@ -86,6 +86,31 @@ def test_a_scalar_input_keeps_rank_zero_on_the_device():
     np.testing.assert_allclose(got, np.arange(4) * 2.5)
 
 
+def test_zeros_and_rows_views_are_written_in_place_on_the_device():
+    """``Program.zeros`` clears a device array on the stream; ``Program.rows`` is a view of some of
+    its rows that a call's ``out=`` writes (the generator's prefill into a KV cache): the other
+    rows stay zero, nothing goes through the host."""
+    from lightspeed.backends.cuda import DeviceArray
+
+    g = ls.Graph()
+    x = g.input("x", ("s", 8))
+    g.output("y", x * 2.0)
+    g.output("z", x.sum(-1))
+    prog = g.compile(CUDA, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    cache = prog.zeros((7, 8), np.float32)
+    assert isinstance(cache, DeviceArray) and cache.shape == (7, 8)
+    xs = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+    view = prog.rows(cache, 2, 3)
+    assert isinstance(view, DeviceArray) and view.shape == (3, 8) and view.ptr == cache.ptr + 2 * 8 * 4
+    got = prog(x=xs, out={"y": view}, fetch=["z"])
+    np.testing.assert_allclose(got["z"], xs.sum(-1), rtol=1e-5)
+    want = np.zeros((7, 8), np.float32)
+    want[2:5] = xs * 2
+    np.testing.assert_array_equal(cache.numpy(), want)
+    with pytest.raises(ls.InputError, match="outside"):
+        prog.rows(cache, 5, 3)
+
+
 def test_device_arrays_stay_on_the_device():
     from lightspeed.backends.cuda import DeviceArray
 

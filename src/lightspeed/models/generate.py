@@ -472,15 +472,23 @@ class GenerationState(TokenStream):
         if self._inputs is None:
             n, max_len = len(self.prompt), len(self.prompt) + self.max_new_tokens
             shapes = [(max_len, *gen.shard.kv_shape(i)) for i in range(gen.model.config.num_layers)]
-            # on the decode program's device (a GPU backend keeps the cache there)
-            kbuf = [gen.decode.to_device(np.zeros(shape, gen.model.dtype.np)) for shape in shapes]
-            vbuf = [gen.decode.to_device(np.zeros(shape, gen.model.dtype.np)) for shape in shapes]
+            # on the decode program's device (a GPU backend makes and clears the cache there)
+            kbuf = [gen.decode.zeros(shape, gen.model.dtype.np) for shape in shapes]
+            vbuf = [gen.decode.zeros(shape, gen.model.dtype.np) for shape in shapes]
             head = gen.prefill_chunk if gen.chunked(n) else n  # a long prompt: its first chunk
             first = {"input_ids": np.asarray(self.prompt[:head], dtype=np.int64)}
             if "positions" in gen.prefill.input_args:  # models may derive positions from the dims instead
                 first["positions"] = np.arange(head, dtype=np.int64)
-            out = gen.prefill(first)
-            gen._store(out, kbuf, vbuf, 0, head)
+            rows = {}
+            if gen.group is None:  # the prefill writes its keys and values into the cache's first rows
+                for i in range(len(kbuf)):
+                    rows[f"new.{i}.k"] = gen.prefill.rows(kbuf[i], 0, head)
+                    rows[f"new.{i}.v"] = gen.prefill.rows(vbuf[i], 0, head)
+            if rows and set(rows) <= set(gen.prefill.output_names):
+                out = gen.prefill(first, out=rows, fetch=["logits"])  # only the logits to the host
+            else:  # tensor-parallel ranks: the rows through the host
+                out = gen.prefill(first)
+                gen._store(out, kbuf, vbuf, 0, head)
             inputs: dict[str, Any] = {}
             for i in range(len(kbuf)):  # the whole buffers: each step writes its row into them
                 inputs[f"cache.{i}.k"], inputs[f"cache.{i}.v"] = kbuf[i], vbuf[i]

@@ -158,6 +158,11 @@ class Device:
         if host.nbytes:
             check(bindings().cuMemcpyDtoHAsync(host.ctypes.data, ptr, host.nbytes, stream), "cuMemcpyDtoHAsync")
 
+    def memset(self, ptr: int, nbytes: int, stream: Any) -> None:
+        """Zero ``nbytes`` bytes at ``ptr``, queued on ``stream``."""
+        if nbytes:
+            check(bindings().cuMemsetD8Async(ptr, 0, nbytes, stream), "cuMemsetD8Async")
+
     def copy(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
         if nbytes:
             check(bindings().cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync")

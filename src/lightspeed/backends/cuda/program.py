@@ -41,6 +41,21 @@ class CudaProgram(KernelProgram):
             return array
         return super().to_device(array)
 
+    def zeros(self, shape: tuple[int, ...], dtype: Any) -> DeviceArray:
+        """Made on the device and cleared on this thread's stream (ordered before the calls that
+        use it; no host array, no wait)."""
+        out = DeviceArray.empty(tuple(shape), np.dtype(dtype))
+        driver.device().memset(out.ptr, out.nbytes, thread_stream())
+        return out
+
+    def rows(self, array: Any, start: int, count: int) -> Any:
+        if not isinstance(array, DeviceArray):
+            return super().rows(array, start, count)
+        if not 0 <= start <= start + count <= array.shape[0]:
+            raise InputError(f"rows {start}..{start + count} outside an array of {array.shape[0]} rows")
+        row_bytes = array.nbytes // max(1, array.shape[0])
+        return DeviceArray(array.ptr + start * row_bytes, (count, *array.shape[1:]), array.dtype, array)
+
     def store_back(self, user: Any, array: Any) -> None:
         if isinstance(user, DeviceArray) or is_torch_cuda(user):
             dest = self.as_array(user, "aliased input")
