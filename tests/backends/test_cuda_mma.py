@@ -28,13 +28,22 @@ def fragments(request, monkeypatch):
     return request.param
 
 
-def _graph(dtype, transposed: bool, add: bool, batch: tuple = (), k: int = 96) -> ls.Graph:
+@pytest.fixture(params=[False, True], ids=["64", "128"])
+def large(request, monkeypatch):
+    """The tile shape: 64 x 64 of 4 warps, or 128 rows of 8 warps (LIGHTSPEED_CUDA_MMA_TILE=128)."""
+    from lightspeed.backends.codegen.kernels import matmul_mma
+
+    monkeypatch.setattr(matmul_mma, "LARGE_TILES", request.param)
+    return request.param
+
+
+def _graph(dtype, transposed: bool, add: bool, batch: tuple = (), k: int = 96, n: int = 80) -> ls.Graph:
     g = ls.Graph()
     x = g.input("x", (*batch, "s", k), dtype)
-    w = g.input("w", (80, k) if transposed else (k, 80), dtype)
+    w = g.input("w", (n, k) if transposed else (k, n), dtype)
     y = x @ (w.transpose(0, 1) if transposed else w)
     if add:
-        y = y + g.input("r", (*batch, "s", 80), dtype)
+        y = y + g.input("r", (*batch, "s", n), dtype)
     g.output("y", y)
     return g
 
@@ -57,7 +66,7 @@ CASES = [(ls.bfloat16, True, False, (), 96), (ls.bfloat16, False, True, (), 100)
 
 
 @pytest.mark.parametrize("dtype,transposed,add,batch,k", CASES)
-def test_tiles_are_offered_and_compile_for_sm90(dtype, transposed, add, batch, k, fragments):
+def test_tiles_are_offered_and_compile_for_sm90(dtype, transposed, add, batch, k, fragments, large):
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
 
@@ -65,7 +74,8 @@ def test_tiles_are_offered_and_compile_for_sm90(dtype, transposed, add, batch, k
     for op in lp.ops:
         if op.op.endswith("Mma"):
             specs = render(op, [lp.ops[i].dtype for i in op.inputs], "cuda")
-            assert specs[0].launch.kind == "matmul_mma" and "ls_mma_" in specs[0].source
+            assert specs[0].launch.kind == ("matmul_mma_large" if large else "matmul_mma")
+            assert "ls_mma_" in specs[0].source and specs[0].launch.threads == (256 if large else 128)
             assert ("ls_ldmatrix_x4(" in specs[0].source) == fragments
             # rows contiguous along k in whole 8s: 16-byte loads (A's always here, B's when transposed)
             assert specs[0].source.count("*(const uint4*)") == (0 if k % 8 else 1 + transposed)
@@ -110,15 +120,25 @@ def test_few_rows_candidate_runs_the_products_without_tiles():
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
 @pytest.mark.parametrize("dtype,transposed,add,batch,k", CASES)
-def test_tiles_equal_the_float64_product(dtype, transposed, add, batch, k, fragments):
-    g = _graph(dtype, transposed, add, batch, k)
+def test_tiles_equal_the_float64_product(dtype, transposed, add, batch, k, fragments, large):
+    _check_tiles(dtype, transposed, add, batch, k, 80, (1, 17, 64, 130))
+
+
+@pytest.mark.skipif(not MMA.available(), reason="no GPU")
+def test_whole_and_partial_large_tiles_equal_the_float64_product(fragments, large):
+    """Several whole tiles in both directions, and a partial last one (n = 320, 300 rows)."""
+    _check_tiles(ls.bfloat16, True, True, (), 256, 320, (128, 300))
+
+
+def _check_tiles(dtype, transposed, add, batch, k, n, rows) -> None:
+    g = _graph(dtype, transposed, add, batch, k, n)
     prog = MMA.lower(g, _with_tiles(g))
     rng = np.random.default_rng(0)
-    for s in (1, 17, 64, 130):
+    for s in rows:
         ins = {"x": rng.standard_normal((*batch, s, k)).astype(dtype.np),
-               "w": rng.standard_normal((80, k) if transposed else (k, 80)).astype(dtype.np)}
+               "w": rng.standard_normal((n, k) if transposed else (k, n)).astype(dtype.np)}
         if add:
-            ins["r"] = rng.standard_normal((*batch, s, 80)).astype(dtype.np)
+            ins["r"] = rng.standard_normal((*batch, s, n)).astype(dtype.np)
         w64 = ins["w"].astype(np.float64)
         want = ins["x"].astype(np.float64) @ (w64.T if transposed else w64)
         if add:
@@ -147,7 +167,7 @@ def _glu_tiles(g: ls.Graph):
 
 # k = 96: the cp.async loop; 100: element loads
 @pytest.mark.parametrize("dtype,k", [(ls.bfloat16, 96), (ls.float16, 100)])
-def test_glu_tiles_are_offered_and_compile_for_sm90(dtype, k, fragments):
+def test_glu_tiles_are_offered_and_compile_for_sm90(dtype, k, fragments, large):
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
 
@@ -157,14 +177,15 @@ def test_glu_tiles_are_offered_and_compile_for_sm90(dtype, k, fragments):
     op = next(o for o in tiles.ops if o.op == "MatmulGLUMma")
     specs = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")
     src = specs[0].source
-    assert specs[0].launch.kind == "matmul_mma" and "_ls_c1[i][j]" in src and "ls_exp2f" in src
+    assert specs[0].launch.kind == ("matmul_mma_large" if large else "matmul_mma")
+    assert "_ls_c1[i][j]" in src and "ls_exp2f" in src
     assert ("ls_cp_async16" in src) == (k % 8 == 0)
     assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
 
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
 @pytest.mark.parametrize("dtype,k", [(ls.bfloat16, 96), (ls.float16, 100)])
-def test_glu_tiles_match_the_reference(dtype, k, fragments):
+def test_glu_tiles_match_the_reference(dtype, k, fragments, large):
     g = _glu_graph(dtype, k)
     tiles = MMA.lower(g, _glu_tiles(g)[0])
     ref = g.compile(backend="reference")

@@ -12,7 +12,7 @@ per 16 of k, its fragments read from shared memory in the instruction's layout (
 "Matrix Fragments for mma.m16n8k16": thread t of the warp holds rows t / 4 and t / 4 + 8, columns
 2 (t % 4) and the next of A's 16 x 16 and B's 16 x 8; C the same rows, columns 2 (t % 4) + 0, 1).
 Operands whose rows both run along k in whole 8s (a prompt's ``x @ W.T``) take, when 16-byte
-aligned, a loop with STAGES shared buffers filled by ``cp.async`` instead, the next steps' copies
+aligned, a loop with 3 shared buffers filled by ``cp.async`` instead, the next steps' copies
 in flight during this step's products.  The float32 sums are rounded once into the result's
 dtype (plus the addend, in float, for ``MatmulAddMma``).  The search measures the tiles against
 the generic kernels; ``LIGHTSPEED_CUDA_MMA=0`` withholds them (on by default since measured on a
@@ -35,15 +35,70 @@ from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import Writer, finish
 
-__all__ = ["mma_kernel", "glu_mma_kernel", "MMA_DTYPES", "TILE", "STEP_K"]
+__all__ = ["mma_kernel", "glu_mma_kernel", "MMA_DTYPES", "TileShape", "SMALL", "LARGE", "LARGE_GLU", "STEP_K"]
 
 MMA_DTYPES = {"bfloat16": "bf16", "float16": "f16"}
-TILE = 64  # rows and columns of C a block computes
 STEP_K = 32  # k per shared-memory step
 PAD = 8  # elements after each shared row (bank spread; keeps 4-byte pairs aligned)
-THREADS = 128
 VEC = 8  # 16-bit elements per 16-byte load
-STAGES = 3  # k steps in shared memory at once on the cp.async path (3 x 2 x 5 KiB)
+# every loop over a warp's accumulators and fragments unrolled (_Pragma: inline, before each for):
+# an array indexed in a rolled loop lives in local memory, and one such loop (the stores) put the
+# accumulators there for the whole kernel -- a 128 to 256-byte stack frame in ptxas's report
+UNROLL = '_Pragma("unroll")'
+
+
+@dataclass(frozen=True)
+class TileShape:
+    """A block's tile of C: ``rows`` x ``cols`` (per B operand), its warps as ``warps_m`` x
+    ``warps_n`` (each warp ``rows / warps_m`` x ``cols / warps_n``: ``mi`` 16-row and ``nj``
+    8-column instructions per 16 of k), ``stages`` k steps in shared memory on the cp.async path,
+    and the launch kind (writer.py: its block of ``threads``)."""
+
+    rows: int
+    cols: int
+    warps_m: int
+    warps_n: int
+    stages: int
+    kind: str
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    @property
+    def warp_rows(self) -> int:
+        return self.rows // self.warps_m
+
+    @property
+    def warp_cols(self) -> int:
+        return self.cols // self.warps_n
+
+    @property
+    def mi(self) -> int:
+        return self.warp_rows // 16
+
+    @property
+    def nj(self) -> int:
+        return self.warp_cols // 8
+
+    def __post_init__(self) -> None:
+        if self.warps_n & (self.warps_n - 1) or self.warp_rows % 16 or self.warp_cols % 16:
+            raise LightspeedError(f"tile shape {self}: warps_n a power of two, warp tiles in 16s")
+
+    def shared_bytes(self, n_b: int) -> int:
+        """Static shared memory of the pipelined loop with ``n_b`` B operands (16-bit elements)."""
+        return self.stages * (self.rows + n_b * self.cols) * (STEP_K + PAD) * 2
+
+
+# 4 warps, 64 x 64, three stages (3 x 2 x 5 KiB): the tiles measured so far
+SMALL = TileShape(64, 64, 2, 2, 3, "matmul_mma")
+# 8 warps, 128 x 128, each warp 64 x 32 (half the shared-memory and global reads per product of
+# the small tile), two stages within the 48 KiB of static shared memory (2 x 20 KiB); the gated
+# form 128 x 64 per B (its two Bs: the same 2 x 20 KiB), each warp 32 x 32 of each
+LARGE = TileShape(128, 128, 2, 4, 2, "matmul_mma_large")
+LARGE_GLU = TileShape(128, 64, 4, 2, 2, "matmul_mma_large")
+# LIGHTSPEED_CUDA_MMA_TILE=128: the products take the large tiles (not yet run on a GPU)
+LARGE_TILES = os.environ.get("LIGHTSPEED_CUDA_MMA_TILE", "64") == "128"
 # the tiles load their fragments with ldmatrix (4x fewer shared-memory instructions per product;
 # checked on an H100, 512-token 1B prefill 23.9 -> 23.2 ms); LIGHTSPEED_CUDA_LDMATRIX=0: 32-bit loads
 LDMATRIX = os.environ.get("LIGHTSPEED_CUDA_LDMATRIX", "1") == "1"
@@ -70,46 +125,47 @@ def _operand(w: Writer, src: str, start: str, bound: str, base: str, stride_o: E
                     stride_k == 1 or stride_o != 1)
 
 
-def _tiles(w: Writer, kind: str, st: str, k: Expr, a_op: _Operand, b_ops: list[_Operand]) -> None:
-    """The block's tile of C for each B in ``b_ops`` (accumulators ``_ls_c0``, ``_ls_c1``, ... in
-    float32), A's fragments shared by every B: the shared buffers, the cp.async loop where every
-    operand's rows run along k in whole 8s, else (and at run time when a pointer is not 16-byte
-    aligned) the synchronous loop."""
+def _tiles(w: Writer, kind: str, st: str, k: Expr, a_op: _Operand, b_ops: list[_Operand], ts: TileShape) -> None:
+    """The block's tile of C (``ts``) for each B in ``b_ops`` (accumulators ``_ls_c0``, ``_ls_c1``,
+    ... in float32), A's fragments shared by every B: the shared buffers, the cp.async loop where
+    every operand's rows run along k in whole 8s, else (and at run time when a pointer is not
+    16-byte aligned) the synchronous loop."""
     kk = w.expr(k)
     nb = len(b_ops)
     w.line("const int _ls_t = threadIdx.x, _ls_warp = _ls_t >> 5, _ls_lane = _ls_t & 31;")
-    w.line("const int _ls_wm = (_ls_warp >> 1) * 32, _ls_wn = (_ls_warp & 1) * 32;")
+    shift = ts.warps_n.bit_length() - 1  # warps_n is a power of two
+    w.line(f"const int _ls_wm = (_ls_warp >> {shift}) * {ts.warp_rows}, "
+           f"_ls_wn = (_ls_warp & {ts.warps_n - 1}) * {ts.warp_cols};")
     w.line("const int _ls_g = _ls_lane >> 2, _ls_tg = (_ls_lane & 3) * 2;")
     for j in range(nb):
-        w.line(f"float _ls_c{j}[2][4][4];")
-        w.line("for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int e = 0; e < 4; e++) "
-               f"_ls_c{j}[i][j][e] = 0.0f;")
-    operands = [(a_op, "_ls_as"), *((b, f"_ls_bs{j}") for j, b in enumerate(b_ops))]
-    # every operand's rows contiguous along k in whole 8s: STAGES steps of k in flight through
+        w.line(f"float _ls_c{j}[{ts.mi}][{ts.nj}][4];")
+        w.line(f"{UNROLL} for (int i = 0; i < {ts.mi}; i++) {UNROLL} for (int j = 0; j < {ts.nj}; j++) "
+               f"{UNROLL} for (int e = 0; e < 4; e++) _ls_c{j}[i][j][e] = 0.0f;")
+    operands = [(a_op, "_ls_as", ts.rows), *((b, f"_ls_bs{j}", ts.cols) for j, b in enumerate(b_ops))]
+    # every operand's rows contiguous along k in whole 8s: ts.stages steps of k in flight through
     # cp.async (the next steps' copies overlap this step's products), when every pointer is 16-byte
     # aligned at run time; else the synchronous loop below, on stage 0 of the same buffers
-    pipelined = all(o.row_vec for o, _ in operands) and k.is_const and k.value % VEC == 0
-    row = f"[{TILE}][{STEP_K + PAD}]"
+    pipelined = all(o.row_vec for o, _, _ in operands) and k.is_const and k.value % VEC == 0
     if pipelined:
-        for _, buf in operands:
-            w.line(f"__shared__ __align__(16) {st} {buf}_p[{STAGES}]{row};")
+        for _, buf, rows in operands:
+            w.line(f"__shared__ __align__(16) {st} {buf}_p[{ts.stages}][{rows}][{STEP_K + PAD}];")
             w.line(f"{st} (*{buf})[{STEP_K + PAD}] = {buf}_p[0];")
-        _pipelined(w, kind, kk, operands)
+        _pipelined(w, kind, kk, operands, ts)
         w.line("else {")
     else:
-        for _, buf in operands:
-            w.line(f"__shared__ __align__(16) {st} {buf}{row};")
+        for _, buf, rows in operands:
+            w.line(f"__shared__ __align__(16) {st} {buf}[{rows}][{STEP_K + PAD}];")
     w.line(f"for (long long _ls_k0 = 0; _ls_k0 < {kk}; _ls_k0 += {STEP_K}) {{")
     # the operands' parts of this step, the contiguous axis fastest across the threads (coalesced)
-    per = TILE * STEP_K // THREADS
-    for o, buf in operands:
+    for o, buf, rows in operands:
+        per = rows * STEP_K // ts.threads
         if o.row_vec:
             # rows contiguous along k, every row start a multiple of 8 elements from the base (checked
             # at run time with the offset and the pointer): 16-byte loads of 8 elements, a row's
             # last partial 8 (k past the step or the operand) element by element
             w.line(f"  if ((((unsigned long long)({o.src} + {o.base})) & 15) == 0) {{")
             w.line(f"    for (int _ls_e = 0; _ls_e < {per // VEC}; _ls_e++) {{")
-            w.line(f"      const int _ls_x = _ls_t + {THREADS} * _ls_e;")
+            w.line(f"      const int _ls_x = _ls_t + {ts.threads} * _ls_e;")
             w.line(f"      const int _ls_r = _ls_x / {STEP_K // VEC}, _ls_q = (_ls_x % {STEP_K // VEC}) * {VEC};")
             w.line(f"      const long long _ls_gr = {o.start} + _ls_r, _ls_gk = _ls_k0 + _ls_q;")
             w.line(f"      const {st}* _ls_p = {o.src} + {o.base} + _ls_gr * {o.stride_o} + _ls_gk;")
@@ -123,28 +179,29 @@ def _tiles(w: Writer, kind: str, st: str, k: Expr, a_op: _Operand, b_ops: list[_
             w.line("    }")
             w.line("  } else")
         w.line(f"  for (int _ls_e = 0; _ls_e < {per}; _ls_e++) {{")
-        w.line(f"    const int _ls_x = _ls_t + {THREADS} * _ls_e;")
+        w.line(f"    const int _ls_x = _ls_t + {ts.threads} * _ls_e;")
         if o.k_fast:
             w.line(f"    const int _ls_r = _ls_x / {STEP_K}, _ls_q = _ls_x % {STEP_K};")
         else:
-            w.line(f"    const int _ls_q = _ls_x / {TILE}, _ls_r = _ls_x % {TILE};")
+            w.line(f"    const int _ls_q = _ls_x / {rows}, _ls_r = _ls_x % {rows};")
         w.line(f"    const long long _ls_gr = {o.start} + _ls_r, _ls_gk = _ls_k0 + _ls_q;")
         w.line(f"    {buf}[_ls_r][_ls_q] = _ls_gr < {o.bound} && _ls_gk < {kk} ? "
                f"{o.src}[{o.base} + _ls_gr * {o.stride_o} + _ls_gk * {o.stride_k}] : ({st})0;")
         w.line("  }")
     w.line("  __syncthreads();")
-    _step_products(w, kind, "_ls_as", [f"_ls_bs{j}" for j in range(nb)], "  ")
+    _step_products(w, kind, "_ls_as", [f"_ls_bs{j}" for j in range(nb)], "  ", ts)
     w.line("  __syncthreads();")
     w.line("}")
     if pipelined:
         w.line("}")
 
 
-def _each_result(w: Writer, mm: str, nn: str, value: Callable[[str], str]) -> None:
+def _each_result(w: Writer, mm: str, nn: str, value: Callable[[str], str], ts: TileShape) -> None:
     """Store ``value(flat index)`` for each element of C this thread holds: thread (g, tg) holds
     rows g and g + 8, columns tg and tg + 1 of each 16 x 8 (the accumulators' ``[i][j][e]``)."""
     w.index_vars |= {"_ls_oz"}
-    w.line("for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int e = 0; e < 4; e++) {")
+    w.line(f"{UNROLL} for (int i = 0; i < {ts.mi}; i++) {UNROLL} for (int j = 0; j < {ts.nj}; j++) "
+           f"{UNROLL} for (int e = 0; e < 4; e++) {{")
     w.line("  const long long _ls_row = _ls_m0 + _ls_wm + 16 * i + _ls_g + (e >> 1) * 8;")
     w.line("  const long long _ls_col = _ls_n0 + _ls_wn + 8 * j + _ls_tg + (e & 1);")
     w.line(f"  if (_ls_row < {mm} && _ls_col < {nn}) {{")
@@ -168,15 +225,15 @@ def _check_dtypes(op: LOp, in_dtypes: list[DType], dialect: str, n_products: int
     return MMA_DTYPES[op.dtype.name]
 
 
-def _tile_item(w: Writer, m: Expr, n: Expr) -> tuple[str, str]:
+def _tile_item(w: Writer, m: Expr, n: Expr, ts: TileShape) -> tuple[str, str]:
     """The item's row and column tile (``_ls_tm``, ``_ls_tn``; their first row and column
     ``_ls_m0``, ``_ls_n0``) and ``_ls_rest``, the item's batch index."""
-    tiles_n = w.expr((n + (TILE - 1)) // TILE)
-    tiles_m = w.expr((m + (TILE - 1)) // TILE)
+    tiles_n = w.expr((n + (ts.cols - 1)) // ts.cols)
+    tiles_m = w.expr((m + (ts.rows - 1)) // ts.rows)
     w.line(f"const long long _ls_tn = _ls_item % {tiles_n};")
     w.line(f"const long long _ls_tm = (_ls_item / {tiles_n}) % {tiles_m};")
     w.line(f"long long _ls_rest = _ls_item / ({tiles_n} * {tiles_m});")
-    w.line(f"const long long _ls_m0 = _ls_tm * {TILE}, _ls_n0 = _ls_tn * {TILE};")
+    w.line(f"const long long _ls_m0 = _ls_tm * {ts.rows}, _ls_n0 = _ls_tn * {ts.cols};")
     return w.expr(m), w.expr(n)
 
 
@@ -189,8 +246,9 @@ def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Kernel
     w.index_vars |= {"_ls_item"}
     batch = list(a["batch"])
     m, n, k = a["m"], a["n"], a["k"]
+    ts = LARGE if LARGE_TILES else SMALL
     w.push()
-    mm, nn = _tile_item(w, m, n)
+    mm, nn = _tile_item(w, m, n, ts)
     w.line("const long long bi = _ls_rest;")
     w.line(f"long long oa = {w.expr(a['a_offset'])}, ob = {w.expr(a['b_offset'])};")
     for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
@@ -198,7 +256,7 @@ def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Kernel
         w.line(f"{{ const long long q = _ls_rest % {s}; _ls_rest /= {s}; "
                f"oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
     _tiles(w, kind, st, k, _operand(w, "in0", "_ls_m0", mm, "oa", a["a_stride_m"], a["a_stride_k"]),
-           [_operand(w, "in1", "_ls_n0", nn, "ob", a["b_stride_n"], a["b_stride_k"])])
+           [_operand(w, "in1", "_ls_n0", nn, "ob", a["b_stride_n"], a["b_stride_k"])], ts)
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", st, False, 0), ("in1", st, False, 1)]
     region = None
     if "r_view" in a:
@@ -210,10 +268,10 @@ def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Kernel
             return store(op.dtype, "_ls_c0[i][j][e]")
         return store(op.dtype, f"(_ls_c0[i][j][e] + (float){region.leaf(0, flat)})")
 
-    _each_result(w, mm, nn, value)
+    _each_result(w, mm, nn, value, ts)
     body = w.pop()
-    count = prod(batch) * ((m + (TILE - 1)) // TILE) * ((n + (TILE - 1)) // TILE)
-    return finish(w, "cuda", "matmul_mma", bufs, count, body, "matmul_mma", preludes=("mma",))
+    count = prod(batch) * ((m + (ts.rows - 1)) // ts.rows) * ((n + (ts.cols - 1)) // ts.cols)
+    return finish(w, "cuda", ts.kind, bufs, count, body, "matmul_mma", preludes=("mma",))
 
 
 def glu_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
@@ -227,43 +285,44 @@ def glu_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Ke
     w = Writer("cuda")
     w.index_vars |= {"_ls_item"}
     m, n, k = a["m"], a["n"], a["k"]
+    ts = LARGE_GLU if LARGE_TILES else SMALL
     w.push()
-    mm, nn = _tile_item(w, m, n)
+    mm, nn = _tile_item(w, m, n, ts)
     w.line("const long long bi = 0;")
     one = const(1)
     _tiles(w, kind, st, k, _operand(w, "in0", "_ls_m0", mm, f"({w.expr(a['a_offset'])})", a["a_stride_m"], one),
            [_operand(w, f"in{i}", "_ls_n0", nn, f"({w.expr(a[p + '_offset'])})", a[f"{p}_stride_n"], one)
-            for i, p in ((1, "g"), (2, "u"))])
+            for i, p in ((1, "g"), (2, "u"))], ts)
     dc1, dc2 = in_dtypes[3], in_dtypes[4]
     c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
 
     def value(flat: str) -> str:
         return silu_mul(w, op.dtype, "_ls_c0[i][j][e]", "_ls_c1[i][j][e]", c1, c2)
 
-    _each_result(w, mm, nn, value)
+    _each_result(w, mm, nn, value, ts)
     body = w.pop()
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", st, False, 0), ("in1", st, False, 1),
             ("in2", st, False, 2), ("in3", storage_type(dc1), False, 3), ("in4", storage_type(dc2), False, 4)]
-    count = ((m + (TILE - 1)) // TILE) * ((n + (TILE - 1)) // TILE)
-    return finish(w, "cuda", "matmul_mma", bufs, count, body, "matmul_glu_mma", preludes=("mma",))
+    count = ((m + (ts.rows - 1)) // ts.rows) * ((n + (ts.cols - 1)) // ts.cols)
+    return finish(w, "cuda", ts.kind, bufs, count, body, "matmul_glu_mma", preludes=("mma",))
 
 
-def _step_products(w: Writer, kind: str, As: str, Bs: list[str], ind: str) -> None:
-    """One STEP_K of k: each warp's 2 x 4 instructions per 16 of k and per B from the shared tiles
+def _step_products(w: Writer, kind: str, As: str, Bs: list[str], ind: str, ts: TileShape) -> None:
+    """One STEP_K of k: each warp's mi x nj instructions per 16 of k and per B from the shared tiles
     ``As`` ([m][k]) and each of ``Bs`` ([n][k]) into its accumulators, fragments in the PTX layout
     (A's read once for every B): by ``ldmatrix`` (LDMATRIX: one instruction per 16 x 16 of A and
     per two 8-column blocks of B) or by 32-bit shared loads."""
     w.line(f"{ind}for (int _ls_kk = 0; _ls_kk < {STEP_K}; _ls_kk += 16) {{")
-    w.line(f"{ind}  unsigned int _ls_fa[2][4], _ls_fb[4][2];")
+    w.line(f"{ind}  unsigned int _ls_fa[{ts.mi}][4], _ls_fb[{ts.nj}][2];")
     if LDMATRIX:
         # thread t: row t % 8 of matrix t / 8; A's matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in
         # the order a0 a1 a2 a3, B's (8 columns j, j + 1) x (k 0-7 | 8-15) as b[j][0] b[j][1] b[j+1][0] b[j+1][1]
         w.line(f"{ind}  const int _ls_lq = _ls_lane >> 3, _ls_lr = _ls_lane & 7;")
-        w.line(f"{ind}  for (int i = 0; i < 2; i++)")
+        w.line(f"{ind}  {UNROLL} for (int i = 0; i < {ts.mi}; i++)")
         w.line(f"{ind}    ls_ldmatrix_x4(_ls_fa[i], &{As}[_ls_wm + 16 * i + _ls_lr + (_ls_lq & 1) * 8]"
                "[_ls_kk + (_ls_lq >> 1) * 8]);")
     else:
-        w.line(f"{ind}  for (int i = 0; i < 2; i++) {{")
+        w.line(f"{ind}  {UNROLL} for (int i = 0; i < {ts.mi}; i++) {{")
         w.line(f"{ind}    const int r = _ls_wm + 16 * i + _ls_g, c = _ls_kk + _ls_tg;")
         w.line(f"{ind}    _ls_fa[i][0] = *(const unsigned int*)&{As}[r][c];")
         w.line(f"{ind}    _ls_fa[i][1] = *(const unsigned int*)&{As}[r + 8][c];")
@@ -272,34 +331,34 @@ def _step_products(w: Writer, kind: str, As: str, Bs: list[str], ind: str) -> No
         w.line(f"{ind}  }}")
     for idx, B in enumerate(Bs):
         if LDMATRIX:
-            w.line(f"{ind}  for (int j = 0; j < 4; j += 2)")
+            w.line(f"{ind}  {UNROLL} for (int j = 0; j < {ts.nj}; j += 2)")
             w.line(f"{ind}    ls_ldmatrix_x4(&_ls_fb[j][0], &{B}[_ls_wn + 8 * (j + (_ls_lq >> 1)) + _ls_lr]"
                    "[_ls_kk + (_ls_lq & 1) * 8]);")
         else:
-            w.line(f"{ind}  for (int j = 0; j < 4; j++) {{")
+            w.line(f"{ind}  {UNROLL} for (int j = 0; j < {ts.nj}; j++) {{")
             w.line(f"{ind}    const int r = _ls_wn + 8 * j + _ls_g, c = _ls_kk + _ls_tg;")
             w.line(f"{ind}    _ls_fb[j][0] = *(const unsigned int*)&{B}[r][c];")
             w.line(f"{ind}    _ls_fb[j][1] = *(const unsigned int*)&{B}[r][c + 8];")
             w.line(f"{ind}  }}")
-        w.line(f"{ind}  for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) ls_mma_{kind}(_ls_c{idx}[i][j], "
-               "_ls_fa[i], _ls_fb[j]);")
+        w.line(f"{ind}  {UNROLL} for (int i = 0; i < {ts.mi}; i++) {UNROLL} for (int j = 0; j < {ts.nj}; j++) "
+               f"ls_mma_{kind}(_ls_c{idx}[i][j], _ls_fa[i], _ls_fb[j]);")
     w.line(f"{ind}}}")
 
 
-def _pipelined(w: Writer, kind: str, kk: str, operands: list[tuple[_Operand, str]]) -> None:
-    """The tile's loop over k with STAGES shared buffers per operand (``<buf>_p``) filled by
-    cp.async: steps s + 1 ... s + STAGES - 1 are in flight while step s's products run.  A chunk
+def _pipelined(w: Writer, kind: str, kk: str, operands: list[tuple[_Operand, str, int]], ts: TileShape) -> None:
+    """The tile's loop over k with ``ts.stages`` shared buffers per operand (``<buf>_p``) filled by
+    cp.async: steps s + 1 ... s + stages - 1 are in flight while step s's products run.  A chunk
     of 8 elements past m, n or k is zero-filled (its source clamped to the operand's start).
     Opens the run-time branch (``if (aligned) { ... }``); the caller appends the synchronous
     ``else``."""
-    chunks = TILE * STEP_K // VEC // THREADS  # 16-byte chunks per thread per operand and step
-    aligned = " | ".join(f"((unsigned long long)({o.src} + {o.base}))" for o, _ in operands)
+    aligned = " | ".join(f"((unsigned long long)({o.src} + {o.base}))" for o, _, _ in operands)
     w.line(f"if ((({aligned}) & 15) == 0) {{")
     w.line(f"  const long long _ls_steps = ({kk} + {STEP_K - 1}) / {STEP_K};")
     w.push()
-    for o, buf in operands:
+    for o, buf, rows in operands:
+        chunks = rows * STEP_K // VEC // ts.threads  # 16-byte chunks per thread per operand and step
         w.line(f"for (int _ls_e = 0; _ls_e < {chunks}; _ls_e++) {{")
-        w.line(f"  const int _ls_x = _ls_t + {THREADS} * _ls_e;")
+        w.line(f"  const int _ls_x = _ls_t + {ts.threads} * _ls_e;")
         w.line(f"  const int _ls_r = _ls_x / {STEP_K // VEC}, _ls_q = (_ls_x % {STEP_K // VEC}) * {VEC};")
         w.line(f"  const long long _ls_gr = {o.start} + _ls_r, _ls_gk = _ls_ks + _ls_q;")
         w.line(f"  const bool _ls_in = _ls_gr < {o.bound} && _ls_gk < {kk};")
@@ -310,19 +369,21 @@ def _pipelined(w: Writer, kind: str, kk: str, operands: list[tuple[_Operand, str
 
     def copy_step(step: str, ind: str) -> None:  # the copies of step ``step`` (if any), one group
         w.line(f"{ind}if ({step} < _ls_steps) {{")
-        w.line(f"{ind}  const int _ls_sb = (int)(({step}) % {STAGES}); const long long _ls_ks = ({step}) * {STEP_K};")
+        w.line(f"{ind}  const int _ls_sb = (int)(({step}) % {ts.stages}); "
+               f"const long long _ls_ks = ({step}) * {STEP_K};")
         w.scope.lines.extend(f"{ind}  " + ln for ln in issue)
         w.line(f"{ind}}}")
         w.line(f"{ind}ls_cp_commit();")  # (an empty group past the last step keeps the count)
 
-    for s0 in range(STAGES - 1):
+    for s0 in range(ts.stages - 1):
         copy_step(str(s0), "  ")
     w.line("  for (long long _ls_s = 0; _ls_s < _ls_steps; _ls_s++) {")
-    copy_step(f"_ls_s + {STAGES - 1}", "    ")
-    w.line(f"    LS_CP_WAIT({STAGES - 1});")  # all but the newest STAGES - 1 groups: step s is here
+    copy_step(f"_ls_s + {ts.stages - 1}", "    ")
+    w.line(f"    LS_CP_WAIT({ts.stages - 1});")  # all but the newest stages - 1 groups: step s is here
     w.line("    __syncthreads();")
-    w.line(f"    const int _ls_cb = (int)(_ls_s % {STAGES});")
-    _step_products(w, kind, f"{operands[0][1]}_p[_ls_cb]", [f"{buf}_p[_ls_cb]" for _, buf in operands[1:]], "    ")
+    w.line(f"    const int _ls_cb = (int)(_ls_s % {ts.stages});")
+    _step_products(w, kind, f"{operands[0][1]}_p[_ls_cb]", [f"{buf}_p[_ls_cb]" for _, buf, _ in operands[1:]], "    ",
+                   ts)
     w.line("    __syncthreads();")  # before a later step's copies overwrite this buffer
     w.line("  }")
     w.line("}")

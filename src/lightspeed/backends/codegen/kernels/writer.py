@@ -88,6 +88,7 @@ _CUDA_WORK: dict[str, tuple[str, int, tuple[int, int, int]]] = {
     "attention_cluster": ("cluster", 1, (WARP, 8, 1)),  # a query row per cluster of CLUSTER blocks
     "row_cluster": ("cluster", 1, (WARP, 8, 1)),  # a long reduction per cluster of CLUSTER blocks (region.py)
     "matmul_mma": ("block", 1, (128, 1, 1)),  # a 64 x 64 tile of C per block of 4 warps (kernels/matmul_mma.py)
+    "matmul_mma_large": ("block", 1, (256, 1, 1)),  # a 128-row tile of C per block of 8 warps (the same)
 }
 KINDS = (*_CUDA_WORK, "matmul_rows")  # matmul_rows: the c dialect's row items (kernels/matmul_rows.py)
 
