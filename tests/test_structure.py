@@ -47,7 +47,12 @@ AROUND = ("hl", "nn", "models", "weights", "torch", "backends", "parallel", "ser
 # as a candidate's memory (`LProgram.dequantised_bytes`, the search's LEAN_TIE); + 11: the few-rows
 # candidate (`OpDecl.many_rows`: a decode row took the prompt's tensor-core tiles, 7x slower), + 4:
 # many-rows ops preferred by the greedy and fused candidates over a same-rank op (Attention)
-CORE_BUDGET = 5083 + 23 + 22 + 44 + 41 + 4 + 13 + 29 + 9 + 82 + 21 + 9 + 173 + 20 + 11 + 4
+# + 66 (fifteenth session): `Program.zeros` / `Program.rows` (a KV cache made on the device and
+# the prefill's keys and values written into its first rows: a 512-token prompt moved 3 x 16 MB
+# through the host), and the encoder's `row_gather` fact with its schema line (an index_select of
+# a weight's rows, which a kernel backend's GatherMatmul reads in place: a mixture-of-experts
+# step's chosen experts were copied, with int64 index arrays of their size)
+CORE_BUDGET = 5083 + 23 + 22 + 44 + 41 + 4 + 13 + 29 + 9 + 82 + 21 + 9 + 173 + 20 + 11 + 4 + 66
 # a string "lightspeed.module:Name" names a module loaded by name (an entry point)
 ENTRY_POINT = re.compile(r"lightspeed(\.\w+)*:\w+")
 

@@ -188,7 +188,7 @@ def _experts_reference(x, w, idx, gate_up, down, act):
     return out
 
 
-@pytest.mark.parametrize("backend", ["reference", "cpu"])
+@pytest.mark.parametrize("backend", ["reference", "cpu", "native"])
 @pytest.mark.parametrize("mode", ["gather", "dense"])
 @pytest.mark.parametrize("act", ["silu", "gelu_pytorch_tanh"])
 def test_experts_match_loop(mode, backend, act):
@@ -212,7 +212,7 @@ def test_experts_match_loop(mode, backend, act):
     for name, t in graph(b).items():
         b.graph.output(name, t)
     prog = b.graph.compile(backend="reference") if backend == "reference" else b.graph.compile(
-        backend="cpu", search=SEARCH)
+        backend=backend, search=SEARCH)
     for n in (1, 5):
         out = prog({"x": x[:n], "w": w[:n], "idx": idx[:n], "ex.gate_up_proj": gate_up, "ex.down_proj": down})
         np.testing.assert_allclose(out["y"], _experts_reference(x[:n], w[:n], idx[:n], gate_up, down, act),
@@ -231,7 +231,8 @@ def test_prefill_logits_match_hf(family, backend):
     np.testing.assert_allclose(logits, ref, atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("family,backend", [("qwen3_moe", "cpu"), ("gemma4_moe", "cpu"), ("gemma4_moe", "reference")])
+@pytest.mark.parametrize("family,backend", [("qwen3_moe", "cpu"), ("gemma4_moe", "cpu"), ("gemma4_moe", "reference"),
+                                            ("qwen3_moe", "native")])
 def test_greedy_decode_matches_hf(family, backend):
     """STEPS greedy tokens through the KV cache (prefill: dense experts; decode: gathered ones)
     equal HF's cached generation, and every step's logits are within 1e-4 of HF recomputing the

@@ -30,7 +30,7 @@ from ..errors import UnsupportedError
 from ..graph import Graph
 from ..primitives import PRIMITIVES, ConstantValue, IotaArg
 from ..shape import ShapeTracker, View, contiguous_strides
-from ..symbolic import INDEX_VAR, Expr
+from ..symbolic import INDEX_VAR, Expr, prod, sym
 from .decl import GENERIC_OPS, PRIMITIVE_OPS, constructors_text
 
 __all__ = [
@@ -137,6 +137,52 @@ def broadcast_axis_from_end(st: ShapeTracker) -> int | None:
     return len(v.shape) - 1 - zero[0]
 
 
+def row_gather(graph: Graph, i: int) -> tuple[int, Expr, Expr, int] | None:
+    """(idx node, inner, rows of the data, data node) when node ``i`` is a Gather built by ``hl.index_select(x, 0,
+    index)``: its flat index is ``iota(z % inner) + idx[z / inner] * iota(inner)`` over a
+    contiguous result [rows, *rest] of x contiguous [n, *rest] (inner = prod(rest)), the int64
+    index node read flat (rows elements, any shape) and broadcast along the rest; else None (the
+    ``row_gather`` fact)."""
+    n = graph.nodes[i]
+    if n.op.name != "Gather" or len(n.inputs) != 2:
+        return None
+    (flat, fv), (data, dv) = n.inputs
+    if not (fv.is_contiguous and dv.is_contiguous and tuple(dv.shape) == tuple(graph.nodes[data].shape)):
+        return None
+    shape = tuple(n.shape)
+    if not shape or tuple(graph.nodes[data].shape[1:]) != shape[1:]:
+        return None
+    inner = prod(shape[1:])
+    add = graph.nodes[flat]
+    if add.op.name != "Add" or len(add.inputs) != 2 or not all(v.is_contiguous for _, v in add.inputs):
+        return None
+    (base, _), (mul, _) = add.inputs
+    z, rows, n_data = sym(INDEX_VAR), shape[0], graph.nodes[data].shape[0]
+    # index_select's expression for axis 0 (the leading quotient is 0 there, but kept as built)
+    if not _is_iota(graph, base, (z // (rows * inner)) * (n_data * inner) + z % inner, shape):
+        return None
+    m = graph.nodes[mul]
+    if m.op.name != "Mul" or len(m.inputs) != 2:
+        return None
+    (sel, sv), (step, stv) = m.inputs
+    if not (stv.is_contiguous and _is_iota(graph, step, inner, shape)):
+        return None
+    idx = graph.nodes[sel]
+    if idx.dtype.name != "int64" or prod(idx.shape) != rows:
+        return None
+    # the index read flat at each element's row: [rows] -> [rows, 1, ...] -> broadcast over the rest
+    want = ShapeTracker.contiguous((rows,)).reshape((rows, *([1] * (len(shape) - 1)))).expand(shape)
+    if sv != want:
+        return None
+    return sel, inner, n_data, data
+
+
+def _is_iota(graph: Graph, i: int, expr: Expr, shape: tuple) -> bool:
+    n = graph.nodes[i]
+    return (n.op.name == "Iota" and isinstance(n.arg, IotaArg) and n.arg.dtype.name == "int64"
+            and tuple(n.arg.shape) == shape and n.arg.expr == expr)
+
+
 @dataclass
 class EncodedGraph:
     """The program text plus what decoding needs: constants by index, node globals."""
@@ -192,6 +238,11 @@ def encode_graph(graph: Graph) -> EncodedGraph:
         lines.append(f"(let {g} {term})")
         lines.append(f"(set (dtype {g}) ({DTYPE_CTOR[n.dtype]}))")
         lines.append(f"(set (shape {g}) {elist_to_egg(n.shape, cache)})")
+        rows = row_gather(graph, i) if name == "Gather" else None
+        if rows is not None:
+            sel, inner, n_rows, data = rows
+            lines.append(f"(row_gather {g} {enc.node_globals[sel]} {expr_to_egg(inner, cache)} "
+                         f"{expr_to_egg(n_rows, cache)} {enc.node_globals[data]})")
     outs = "(INil)"
     for name in reversed(list(graph.outputs)):
         outs = f"(ICons {enc.node_globals[graph.outputs[name]]} {outs})"

@@ -15,7 +15,8 @@ from pathlib import Path
 from ...egraph.decl import MATMUL, SCATTER_IN_PLACE, OpDecl
 
 __all__ = ["ATTENTION", "MATMUL_GLU", "ROW_NORM", "SCATTER_REGION", "MATMUL_SCATTER", "NORM_MATMUL",
-           "NORM_MATMUL_GLU", "NORM_MATMUL_SCATTER", "FUSED_KERNEL_OPS", "IN_PLACE_OPS", "RULE_FILES", "RULESETS"]
+           "NORM_MATMUL_GLU", "NORM_MATMUL_SCATTER", "GATHER_MATMUL", "FUSED_KERNEL_OPS", "IN_PLACE_OPS",
+           "RULE_FILES", "RULESETS"]
 
 _HERE = Path(__file__).parent
 # one ruleset per file, named after it: attention, products and norms run after linalg (they read
@@ -96,10 +97,19 @@ NORM_MATMUL_GLU = OpDecl("NormMatmulGLU", (*_NORM_FIELDS, ("g", "ir"), ("g_strid
 NORM_MATMUL_SCATTER = OpDecl("NormMatmulScatter", (("dest", "ir"), *NORM_MATMUL.fields, ("shape", "elist"),
                                                    ("indexes", "scalar")),
                              "ScatterInPlace of a NormMatmul's values")
+# a Matmul whose B is rows of a weight picked by an index (gathers.egg: B an hl.index_select of W
+# along its first axis, the encoder's `row_gather` fact): the Matmul fields with B's element f
+# (flat in the gathered tensor, through the B fields) read as W[idx[f / inner] * inner + f % inner]
+# -- a mixture-of-experts step's chosen experts read in place, never copied; an index outside
+# [0, w_rows) reads 0 and sets the call's error word (as a Gather does)
+GATHER_MATMUL = OpDecl("GatherMatmul", (
+    *MATMUL.fields[:9], ("idx", "ir"), ("inner", "expr"), ("w_rows", "expr"), ("w", "ir"),
+    ("b_batch_strides", "elist"), ("b_stride_k", "expr"), ("b_stride_n", "expr"), ("b_offset", "expr")),
+    "A @ (rows of W picked by idx), one op")
 # the ops the fused kernels run (Backend.fused_kernel_dtypes), and those writing into their first
 # operand's buffer (an aliased input; the kernel runtime checks it, as for ScatterInPlace)
 FUSED_KERNEL_OPS = (ATTENTION, MATMUL_GLU, ROW_NORM, SCATTER_REGION, MATMUL_SCATTER, NORM_MATMUL, NORM_MATMUL_GLU,
-                    NORM_MATMUL_SCATTER)
+                    NORM_MATMUL_SCATTER, GATHER_MATMUL)
 IN_PLACE_OPS = (SCATTER_IN_PLACE.name, SCATTER_REGION.name, MATMUL_SCATTER.name, NORM_MATMUL_SCATTER.name)
 
 

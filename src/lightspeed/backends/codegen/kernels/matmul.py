@@ -35,8 +35,8 @@ from .writer import (
     weight_prefetch,
 )
 
-__all__ = ["matmul_kernel", "glu_kernel", "paired_dot_kernel", "paired_glu_kernel", "silu_mul", "scatter_store",
-           "stream_order", "RENDERERS", "VECTOR_DOT"]
+__all__ = ["matmul_kernel", "glu_kernel", "gather_matmul_kernel", "paired_dot_kernel", "paired_glu_kernel",
+           "silu_mul", "scatter_store", "stream_order", "RENDERERS", "VECTOR_DOT"]
 
 
 def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
@@ -534,8 +534,79 @@ def paired_glu_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
                   [("_ls_nj", n), ("_ls_mp", (m + 1) // 2)], 4 * k)
 
 
+def gather_matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """``GatherMatmul`` (semantics in ``codegen/fused.py``): per output (a warp on cuda, an item in
+    c) B's column is found through the index: when all of its k elements lie in one picked row of
+    W (a mixture-of-experts product: always), the column is a run of that row -- read like a
+    weight row, with 16-byte loads on cuda where the strides and addresses allow -- else element
+    by element through the row map.  An index outside [0, w_rows) reads 0 and sets the error word."""
+    a = op.args
+    w = Writer(dialect)
+    da, di, db = in_dtypes
+    ct = "double" if op.dtype.name == "float64" else "float"
+    vec = VECTOR_DOT.get(da.name) if da == db and ct == "float" and dialect == "cuda" else None
+    batch = list(a["batch"])
+    m, n, k = a["m"], a["n"], a["k"]
+    w.index_vars |= {"_ls_item"}
+    nn, mm, kk = w.expr(n), w.expr(m), w.expr(k)
+    inner, rows = w.expr(a["inner"]), w.expr(a["w_rows"])
+    w.push()
+    w.line(f"const long long _ls_nj = _ls_item % {nn};")
+    w.line(f"const long long _ls_mi = (_ls_item / {nn}) % {mm};")
+    w.line(f"const long long bi = _ls_item / ({nn} * {mm});")
+    w.line(f"long long oa = {w.expr(a['a_offset'])}, ob = {w.expr(a['b_offset'])}, rest = bi;")
+    for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
+        sz = w.expr(size)
+        w.line(f"{{ const long long q = rest % {sz}; rest /= {sz}; oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+    sam, sak, sbk, sbn = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k", "b_stride_n"))
+    first, step = ("lane", WARP) if dialect == "cuda" else ("0", 1)
+    la, lb = (lambda ref: load(da, ref)), (lambda ref: load(db, ref))
+    # B's column j of this batch index: elements f0 + l * sbk of the gathered tensor
+    w.line(f"const long long _ls_f0 = ob + _ls_nj * {sbn};")
+    w.line(f"const long long _ls_r0 = _ls_f0 / {inner}, _ls_r1 = (_ls_f0 + ({kk} - 1) * {sbk}) / {inner};")
+    w.line("const long long _ls_e0 = in1[_ls_r0];")
+    w.line(f"const {storage_type(da)}* ra = in0 + oa + _ls_mi * {sam};")
+    w.line(f"{ct} acc = 0;")
+    w.line(f"if (_ls_r0 == _ls_r1 && _ls_e0 >= 0 && _ls_e0 < {rows}) {{  // the column is a run of one picked row")
+    w.line(f"  const {storage_type(db)}* rb = in2 + _ls_e0 * {inner} + (_ls_f0 - _ls_r0 * {inner});")
+    scalar = (f"for (long long l = {first}; l < {kk}; l += {step}) "
+              f"acc += ({ct}){la(f'ra[l * {sak}]')} * ({ct}){lb(f'rb[l * {sbk}]')};")
+    if vec is not None:
+        width, dot = vec
+        w.line(f"  if ({sak} == 1 && {sbk} == 1 && {kk} % {width} == 0 && "
+               f"(((unsigned long long)ra | (unsigned long long)rb) & 15) == 0) {{")
+        w.line("    #pragma unroll 8")
+        w.line(f"    for (long long l = lane * {width}; l < {kk}; l += {WARP * width})")
+        w.line(f"      acc += {dot}(*(const uint4*)(ra + l), *(const uint4*)(rb + l));")
+        w.line(f"  }} else {scalar}")
+    else:
+        w.line(f"  {scalar}")
+    w.line("} else {  // element by element through the row map")
+    w.line(f"  for (long long l = {first}; l < {kk}; l += {step}) {{")
+    w.line(f"    const long long f = _ls_f0 + l * {sbk}, r = f / {inner}, e = in1[r];")
+    w.line(f"    if (e >= 0 && e < {rows}) acc += ({ct}){la(f'ra[l * {sak}]')} * "
+           f"({ct}){lb(f'in2[e * {inner} + (f - r * {inner})]')};")
+    w.line("    else ls_oob(T);")
+    w.line("  }")
+    w.line("}")
+    writer = "1"
+    if dialect == "cuda":
+        w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
+        writer = "lane == 0"
+    w.line(f"if ({writer}) out[(bi * {mm} + _ls_mi) * {nn} + _ls_nj] = {store(op.dtype, 'acc')};")
+    body = w.pop()
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
+            ("in1", storage_type(di), False, 1), ("in2", storage_type(db), False, 2)]
+    return finish(w, dialect, "matmul_dot", bufs, prod(batch) * m * n, body, "gather_matmul", item_cost=k)
+
+
+def _gather_matmul(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [gather_matmul_kernel(dialect, op, in_dtypes)]
+
+
 def _glu(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
     return [glu_kernel(dialect, op, in_dtypes)]
 
 
-RENDERERS = {"Matmul": _matmul, "MatmulAdd": _matmul, "MatmulGLU": _glu, "MatmulScatter": _matmul}
+RENDERERS = {"Matmul": _matmul, "MatmulAdd": _matmul, "MatmulGLU": _glu, "MatmulScatter": _matmul,
+             "GatherMatmul": _gather_matmul}

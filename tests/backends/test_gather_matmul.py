@@ -1,0 +1,136 @@
+"""``GatherMatmul`` (backends/codegen/fused.py, rule ``gather-matmul`` in codegen/gathers.egg): a
+product whose B is ``index_select(W, 0, idx)`` reads the picked rows of W in place -- a
+mixture-of-experts step's chosen experts, never copied.  The encoder's ``row_gather`` fact, the
+rule's offer, and the kernels (c on native, cuda compiled by NVRTC here and run on a GPU) against
+the reference: experts read as whole rows, B columns that cross picked rows (the element path),
+and an index outside W raising IndexOutOfRange."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import lightspeed as ls
+from lightspeed.backends import get_backend
+from lightspeed.backends.cuda.backend import CudaBackend
+from lightspeed.egraph import Candidate
+from lightspeed.egraph.encode import encode_graph, row_gather
+from lightspeed.egraph.llir import decode_program
+from lightspeed.errors import IndexOutOfRange
+from lightspeed.nn import Builder
+from lightspeed.nn.moe import Experts
+from tests.backends.harness import nvrtc_or_skip, saturate
+
+NATIVE = get_backend("native")
+CUDA = get_backend("cuda")
+RENDER = CudaBackend(cublaslt="off")
+E, INTER, H, K = 6, 8, 32, 3
+
+
+def _experts_graph(dtype=ls.float32) -> ls.Graph:
+    """The decode form of a mixture-of-experts block (``Experts``' gather mode)."""
+    b = Builder(dtype=dtype)
+    g = b.graph
+    ex = Experts("ex", H, INTER, E, "silu")
+    y = ex.forward(b, g.input("x", ("s", H), dtype), g.input("w", ("s", K), dtype), g.input("idx", ("s", K), ls.int64),
+                   "gather")
+    g.output("y", y)
+    return g
+
+
+def _crossing_graph() -> ls.Graph:
+    """A product whose B column runs across several picked rows: x [1, 6*4] @ G.reshape(24, 1),
+    G = index_select(W [5, 4], 0, idx [6])."""
+    g = ls.Graph()
+    w, idx, x = g.input("W", (5, 4)), g.input("idx", (6,), ls.int64), g.input("x", (2, 24))
+    g.output("y", x @ ls.index_select(w, 0, idx).reshape(24, 1))
+    return g
+
+
+def _with_gather_matmul(backend, g: ls.Graph):
+    """An LLIR program of ``g`` whose gathered products (both of the experts' graph) are all
+    GatherMatmul (random candidates)."""
+    _, enc, index, ser = saturate(backend, g)
+    want = sum(1 for i in g.reachable() if row_gather(g, i) is not None)
+    for seed in range(300):
+        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, backend.declarations())
+        products = [o.op for o in lp.ops if "Matmul" in o.op]
+        if len(products) == want and all(p == "GatherMatmul" for p in products):
+            return lp
+    raise AssertionError("the gather-matmul rule offered no candidate with only GatherMatmul products")
+
+
+def _moe_inputs(n: int, dtype=np.float32) -> dict:
+    rng = np.random.default_rng(5)
+    idx = np.array([[4, 0, 2], [1, 5, 3], [2, 4, 0], [5, 1, 2], [0, 3, 4]], np.int64)[:n]
+    return {"x": rng.standard_normal((n, H)).astype(dtype), "w": rng.uniform(0.1, 1, (n, K)).astype(dtype),
+            "idx": idx, "ex.gate_up_proj": (rng.standard_normal((E, 2 * INTER, H)) * 0.3).astype(dtype),
+            "ex.down_proj": (rng.standard_normal((E, H, INTER)) * 0.3).astype(dtype)}
+
+
+def test_the_encoder_states_row_gather_for_index_select_only():
+    g = _experts_graph()
+    gathers = [i for i in g.reachable() if g.nodes[i].op.name == "Gather"]
+    facts = [row_gather(g, i) for i in gathers]
+    assert len(gathers) == 2 and all(f is not None for f in facts)
+    assert sorted(int(f[1].value) for f in facts) == [H * INTER, 2 * INTER * H]  # rows of down, of gate_up
+    assert encode_graph(g).program.count("(row_gather ") == 2
+    # torch.gather's form (an index per element) is no row gather
+    g2 = ls.Graph()
+    g2.output("y", ls.gather(g2.input("x", (4, 5)), 1, g2.input("i", (4, 2), ls.int64)))
+    assert all(row_gather(g2, i) is None for i in g2.reachable())
+
+
+def test_the_rule_offers_gather_matmul_on_kernel_backends_only():
+    for backend in (NATIVE, RENDER):
+        assert _with_gather_matmul(backend, _experts_graph())
+    _, enc, index, ser = saturate(get_backend("cpu"), _experts_graph())
+    for seed in range(20):
+        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants,
+                            get_backend("cpu").declarations())
+        assert "GatherMatmul" not in {o.op for o in lp.ops}
+
+
+@pytest.mark.parametrize("backend", [NATIVE, CUDA], ids=["native", "cuda"])
+def test_gather_matmul_matches_the_reference(backend):
+    if not backend.available():
+        pytest.skip(f"{backend.name} is not available here")
+    g = _experts_graph()
+    prog = backend.lower(g, _with_gather_matmul(backend, g))
+    ref = g.compile(backend="reference")
+    for n in (1, 5):
+        ins = _moe_inputs(n)
+        np.testing.assert_allclose(np.asarray(prog(ins)["y"]), ref(ins)["y"], rtol=1e-5, atol=1e-5)
+    # B's column across picked rows: the element path
+    g = _crossing_graph()
+    prog = backend.lower(g, _with_gather_matmul(backend, g))
+    rng = np.random.default_rng(2)
+    ins = {"W": rng.standard_normal((5, 4)).astype(np.float32), "idx": np.array([4, 0, 0, 3, 1, 2]),
+           "x": rng.standard_normal((2, 24)).astype(np.float32)}
+    np.testing.assert_allclose(np.asarray(prog(ins)["y"]), g.compile(backend="reference")(ins)["y"], rtol=1e-5,
+                               atol=1e-5)
+    # an expert index outside the weights raises, on either path, and the program stays usable
+    with pytest.raises(IndexOutOfRange, match="out of range"):
+        prog({**ins, "idx": np.array([4, 0, 5, 3, 1, 2])})
+    g = _experts_graph()
+    moe = backend.lower(g, _with_gather_matmul(backend, g))
+    bad = _moe_inputs(2)
+    bad["idx"] = np.array([[4, 0, 6], [1, 5, 3]])
+    with pytest.raises(IndexOutOfRange, match="out of range"):
+        moe(bad)
+    np.testing.assert_allclose(np.asarray(moe(_moe_inputs(2))["y"]), ref(_moe_inputs(2))["y"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [ls.float32, ls.bfloat16])
+def test_cuda_gather_matmul_compiles_for_sm90(dtype):
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import module_source, render
+
+    lp = _with_gather_matmul(RENDER, _experts_graph(dtype))
+    ops = [o for o in lp.ops if o.op == "GatherMatmul"]
+    specs = [s for o in ops for s in render(o, [lp.ops[i].dtype for i in o.inputs], "cuda")]
+    assert len(specs) == 2 and all("ls_oob(T)" in s.source for s in specs)
+    assert all(("ls_dot8_bf16(" in s.source) == (dtype == ls.bfloat16) for s in specs)
+    assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
