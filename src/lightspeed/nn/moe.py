@@ -17,9 +17,10 @@ Two exact formulations of ``sum_j weights[j] * down_j(act(gate_j(x)) * up_j(x))`
   ``down_proj`` (an index_select on the expert axis), then one batched vector-matrix product per
   token does its k gate/up projections together, one per (token, expert) the down projections
   (the routing weights already multiplied into the activations), and a sum over the k experts.
-  Cost per token: k experts' weights, independent of E.  (The cpu backend runs Gather through
-  its reference semantics, with an int64 index per gathered element: a few passes over the k
-  experts' weights; a row-gather kernel would make it a plain copy.)
+  Cost per token: k experts' weights, independent of E.  (The kernel backends read the chosen
+  rows in place: a product whose B is such an index_select is a ``GatherMatmul``, offered beside
+  the copy; the cpu backend runs Gather through its reference semantics, with an int64 index per
+  gathered element: a few passes over the k experts' weights.)
 - ``"dense"`` (prefill fallback): every expert on every token, the activations multiplied by the
   dense routing weights (zero for experts not chosen; a one-hot sum, so exact), then a batched
   product per expert and a sum over E.  It computes E/k times the FLOPs of the chosen experts,
