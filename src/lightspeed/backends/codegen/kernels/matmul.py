@@ -579,6 +579,18 @@ def gather_matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kerne
         w.line(f"    for (long long l = lane * {width}; l < {kk}; l += {WARP * width})")
         w.line(f"      acc += {dot}(*(const uint4*)(ra + l), *(const uint4*)(rb + l));")
         w.line(f"  }} else {scalar}")
+    elif dialect == "c" and ct == "float" and da.name in LOAD8 and db.name in LOAD8:
+        # two 8-lane partial sums over k in 16s (the compiler keeps them in vector registers; a
+        # float sum in one chain is never vectorised), the last 8, the rest, the lanes in a tree
+        x8, w8 = LOAD8[da.name], LOAD8[db.name]
+        w.line(f"  if ({sak} == 1 && {sbk} == 1) {{")
+        w.line("    ls_v8 p0 = {0}, p1 = {0}; long long l = 0;")
+        w.line(f"    for (; l + 16 <= {kk}; l += 16) {{ p0 += {x8}(ra + l) * {w8}(rb + l); "
+               f"p1 += {x8}(ra + l + 8) * {w8}(rb + l + 8); }}")
+        w.line(f"    if (l + 8 <= {kk}) {{ p0 += {x8}(ra + l) * {w8}(rb + l); l += 8; }}")
+        w.line(f"    for (; l < {kk}; l++) acc += {la('ra[l]')} * {lb('rb[l]')};")
+        w.line(f"    p0 += p1; acc += {lane_sum8('p0')};")
+        w.line(f"  }} else {scalar}")
     else:
         w.line(f"  {scalar}")
     w.line("} else {  // element by element through the row map")
