@@ -1,7 +1,7 @@
 """A compiled program: what the compile pipeline returns.  :class:`Program` checks inputs against
 the graph's (names, ranks, dims, dtypes, any array type) and binds dims; keeps persisted inputs
 resident; handles ``out=`` and aliased outputs; returns the caller's kind.  A backend implements
-:meth:`Program.execute` and, for a device, the four array hooks; also :class:`SearchReport`."""
+:meth:`Program.execute` and, for a device, the array hooks; also :class:`SearchReport`."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ class Program:
         # input name -> (weak reference to the array last checked, its shape, dtype, symbolic axes)
         self._checked: dict[str, tuple] = {}
 
-    # the four hooks a device backend overrides (host backends: numpy all the way)
+    # the hooks a device backend overrides (host backends: numpy all the way)
     def to_device(self, array: Any) -> Any:
         """A checked input (as :meth:`as_array` gave it) as the backend's array type (weights held
         as blocks: their float32 values)."""
