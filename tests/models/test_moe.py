@@ -232,7 +232,7 @@ def test_prefill_logits_match_hf(family, backend):
 
 
 @pytest.mark.parametrize("family,backend", [("qwen3_moe", "cpu"), ("gemma4_moe", "cpu"), ("gemma4_moe", "reference"),
-                                            ("qwen3_moe", "native")])
+                                            ("qwen3_moe", "native"), ("gemma4_moe", "native")])
 def test_greedy_decode_matches_hf(family, backend):
     """STEPS greedy tokens through the KV cache (prefill: dense experts; decode: gathered ones)
     equal HF's cached generation, and every step's logits are within 1e-4 of HF recomputing the
