@@ -81,6 +81,30 @@ def test_a_decode_step_with_the_fused_attention_matches_the_reference(family, ba
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def test_qwen3_q_and_k_norms_run_as_row_norms(backend):
+    """Qwen3's per-head q/k norms read a product's [s, heads * d] rows as [s, heads, d] (a view at
+    another shape): still RMSNorm's chain over rows of d, so one RowNorm each (three region
+    kernels before), and the step matches the reference."""
+    _, cfg, _ = hf_model("qwen3")
+    graph = from_hf_config(cfg).decode_graph()
+    be = get_backend(backend)
+    layers = cfg["num_hidden_layers"]
+    lprogs = [lp for lp in _programs_with(be, graph, "RowNorm")
+              if sum(o.op == "RowNorm" and o.args["n"] == cfg["head_dim"] for o in lp.ops) == 2 * layers]
+    assert lprogs, "the q/k norms are not RowNorm ops in any candidate"
+    ref = graph.compile(backend="reference")
+    prog = be.lower(graph, lprogs[-1])
+    for s, p in ((1, 0), (3, 5)):
+        dims = {"s": s, "p": p, "M": 16}
+        inputs = _inputs(graph, dims, p + np.arange(s))
+        want = ref({k: v.copy() for k, v in inputs.items()}, dims=dims)
+        got = prog({k: v.copy() for k, v in inputs.items()}, dims=dims)
+        for k in want:
+            w, g = np.asarray(want[k]), to_numpy(got[k])
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(w).max()), err_msg=f"{k} {s} {p}")
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("ops", [("MatmulGLU", "RowNorm", "MatmulScatter"),
                                  ("NormMatmulGLU", "NormMatmul", "NormMatmulScatter")],
                          ids=["norm-kernel", "norm-in-products"])
