@@ -33,6 +33,15 @@ if [ "${GPU_NEXT_MOE:-1}" = 1 ]; then
   step moe 240 python3 benchmarks/gpu_models.py qwen3_moe --peer compile
   sed -n '/^cuda /,$p' "$OUT/moe.log" | head -8; tail -3 "$OUT/moe.log"
 fi
+# GPU_NEXT_SPLIT_AB=1: the gated products split too (LIGHTSPEED_CUDA_SPLIT=20000: the 1B's 8192 and
+# the 8B's 14336 outputs a block each) against the default, the 1B and 8B steps without peers
+if [ "${GPU_NEXT_SPLIT_AB:-0}" = 1 ]; then
+  for v in 1 20000; do
+    LIGHTSPEED_CUDA_SPLIT=$v LIGHTSPEED_CACHE_DIR=/tmp/ls-cache-split$v step split_$v 200 python3 benchmarks/gpu_decode.py \
+      llama-3.2-1b llama-3-8b --no-peer --steps 32
+    grep "lightspeed {" "$OUT/split_$v.log" | cut -c1-80
+  done
+fi
 if [ "${GPU_NEXT_DECODE:-0}" = 1 ]; then
   step decode 300 python3 benchmarks/gpu_decode.py smollm2-135m qwen3-0.6b llama-3.2-1b llama-3-8b --steps 32
   sed -n '/^shape/,$p' "$OUT/decode.log"

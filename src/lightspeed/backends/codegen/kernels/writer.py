@@ -40,8 +40,12 @@ SPLIT_WARPS = 8  # matmul_split: warps sharing one output's k
 # a weight product of fewer outputs than this runs a block per output (kind ``matmul_split``) rather
 # than a warp: 2048 warps (the 1B's o, down and q) are ~16 a multiprocessor, too few loads in
 # flight (the 1B's down product reached 59% of the copy bandwidth, its 8192-output gated one 85%;
-# H100, fifteenth session); LIGHTSPEED_CUDA_SPLIT=0 keeps a warp per output (an A/B switch)
-SPLIT_BELOW = 8192 if os.environ.get("LIGHTSPEED_CUDA_SPLIT", "1") != "0" else 0
+# H100, fifteenth session); LIGHTSPEED_CUDA_SPLIT=0 keeps a warp per output, =N splits products
+# of fewer than N outputs (A/B switches: the 8B's gated product, 14336 outputs, is not split)
+_SPLIT = os.environ.get("LIGHTSPEED_CUDA_SPLIT", "1").strip()
+if not _SPLIT.isdigit():
+    raise LightspeedError(f"LIGHTSPEED_CUDA_SPLIT must be 0, 1 or a number of outputs, got {_SPLIT!r}")
+SPLIT_BELOW = 8192 if _SPLIT == "1" else int(_SPLIT)
 # ... and rows of at least this many bytes: one 16-byte load per thread of the block (shorter rows
 # leave lanes idle; with k = 1024 bf16 the Qwen3-0.6B step went 1.33 -> 1.49 ms)
 SPLIT_MIN_ROW_BYTES = WARP * SPLIT_WARPS * 16
