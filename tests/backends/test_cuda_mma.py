@@ -121,7 +121,8 @@ def test_few_rows_candidate_runs_the_products_without_tiles():
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
 @pytest.mark.parametrize("dtype,transposed,add,batch,k", CASES)
 def test_tiles_equal_the_float64_product(dtype, transposed, add, batch, k, fragments, large):
-    _check_tiles(dtype, transposed, add, batch, k, 80, (1, 17, 64, 130))
+    # issue 28's odd sizes (1, 17, 255, 1000 rows) and one and two whole 64-row tiles
+    _check_tiles(dtype, transposed, add, batch, k, 80, (1, 17, 64, 130, 255, 1000))
 
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
@@ -190,7 +191,7 @@ def test_glu_tiles_match_the_reference(dtype, k, fragments, large):
     tiles = MMA.lower(g, _glu_tiles(g)[0])
     ref = g.compile(backend="reference")
     rng = np.random.default_rng(k)
-    for s in (1, 17, 64, 130):
+    for s in (1, 17, 64, 130, 255, 1000):
         ins = {"x": (rng.standard_normal((s, k)) * 0.3).astype(dtype.np),
                "wg": (rng.standard_normal((80, k)) * 0.3).astype(dtype.np),
                "wu": (rng.standard_normal((80, k)) * 0.3).astype(dtype.np)}
@@ -265,7 +266,7 @@ def test_attention_tiles_match_the_reference(d, grouped):
     rng = np.random.default_rng(d)
     bf = ml_dtypes.bfloat16
     lowest = float(ml_dtypes.finfo(bf).min)
-    for m, n in ((1, 5), (17, 64), (64, 100), (130, 130)):
+    for m, n in ((1, 5), (17, 64), (64, 100), (130, 130), (255, 300), (1000, 1000)):
         # a causal mask over the last m of n keys: row i sees keys <= n - m + i (the most negative
         # value blocks a key, as the models' masks do)
         mask = np.where(np.arange(n)[None, :] > (n - m + np.arange(m))[:, None], lowest, 0.0).astype(bf)
