@@ -78,21 +78,28 @@ class RotaryEmbedding:
         def make() -> tuple[GraphTensor, GraphTensor]:
             g = b.graph
             half = self.head_dim // 2
-            # position * inv_freq in float32, exactly Hugging Face's product
-            freqs = hl.to(positions, dt.float32).reshape(-1, 1) * g.constant(inv.reshape(1, half))
-            sin = hl.sin(freqs)
+            s = positions.shape[0]
+            k = float(scale) * self.attention_scaling
+
+            def angles(shape: tuple) -> GraphTensor:
+                # position * inv_freq in float32, exactly Hugging Face's product, formed at the
+                # table's own shape from the positions read by broadcast: each table is then one
+                # element-wise chain from graph inputs, one kernel (a region read by broadcast is
+                # never inlined: formed once at [s] and broadcast, the tables were five kernels)
+                pos = positions.reshape(s, *([1] * (len(shape) - 1))).expand(*shape)
+                return hl.to(pos, dt.float32) * g.constant(inv.reshape(*([1] * (len(shape) - 1)), half))
+
             # cos(f) = 1 - 2 sin(f/2)^2: f/2 is exact, while sin(f + pi/2) would round the angle
             # (an absolute error of ~ulp(f), 5e-4 at position 8192)
-            h = hl.sin(freqs * 0.5)
+            h = hl.sin(angles((s, half)) * 0.5)
             cos = h * h * -2.0 + 1.0
-            k = float(scale) * self.attention_scaling
+            sin = hl.sin(angles((s, 2, half)))  # [s, 2, half]: the sign axis too
             if b.dtype != dt.float32:
                 cos, sin = hl.to(cos, b.dtype), hl.to(sin, b.dtype)
             if k != 1.0:
                 cos = cos * k
             sign = g.constant(np.array([[-k], [k]], dtype=b.dtype.np))  # [2, 1]: rotate_half's signs
-            sin2 = sin.reshape(-1, 1, half) * sign  # [s, 2, half]
-            return cos, sin2
+            return cos, sin * sign  # [s, half], [s, 2, half]
 
         return b.shared(key, make)
 
