@@ -209,3 +209,23 @@ def test_a_paged_attention_reads_through_the_page_tables_and_compiles():
     assert specs and all("ls_oob(T)" in s.source for s in specs)
     images = nvrtc.compile_many([module_source([s], "cuda") for s in specs], "sm_90")
     assert all(len(img) > 1000 for img in images)
+
+
+def test_cluster_kernels_on_a_gpu_before_sm90_raise_a_clear_error(monkeypatch):
+    """Thread-block clusters (the decode attention, the argmax rows) exist from sm_90: an older GPU
+    gets an error naming the switches that render them without, not an NVRTC failure."""
+    from types import SimpleNamespace
+
+    from lightspeed.backends.codegen.kernels import region
+    from lightspeed.backends.cuda import executor as ex
+
+    monkeypatch.setattr(region, "CLUSTER_ROWS", True)
+    g = ls.Graph()
+    g.output("i", g.input("x", (2, 40_000)).argmax(-1))
+    rec = _Recorder()
+    KernelProgram(g, decode_program(*_default(g)), rec, table=RENDER.op_table)
+    specs = [s for s in rec.specs.values() if s.launch.cluster != (1, 1, 1)]
+    assert specs
+    monkeypatch.setattr(ex.driver, "device", lambda: SimpleNamespace(major=8, arch="sm_80"))
+    with pytest.raises(ls.LightspeedError, match="LIGHTSPEED_CUDA_CLUSTER_ROWS=0"):
+        ex.GpuExecutor().compile(specs)

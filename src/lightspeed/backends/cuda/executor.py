@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import IndexOutOfRange
+from ...errors import IndexOutOfRange, LightspeedError
 from ..codegen.kernels import KernelSpec, module_source
 from ..codegen.program import Executor, Launch
 from . import cublaslt as lt
@@ -104,6 +104,11 @@ class GpuExecutor(Executor):
         with self._lock:
             todo = [s for s in {s.name: s for s in specs}.values()
                     if s.name not in self._functions and s.library is None]
+            clustered = [s.name for s in todo if s.launch.cluster != (1, 1, 1)]
+            if clustered and dev.major < 9:
+                raise LightspeedError(
+                    f"kernels {', '.join(clustered[:3])} run in thread-block clusters, which need sm_90 or later "
+                    f"(this GPU is {dev.arch}): set LIGHTSPEED_ATTENTION_CLUSTER=0 and LIGHTSPEED_CUDA_CLUSTER_ROWS=0")
             if todo:
                 images = compile_many([module_source([s], "cuda") for s in todo], dev.arch)
                 for s, image in zip(todo, images):
