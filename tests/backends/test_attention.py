@@ -57,6 +57,20 @@ def _inputs(graph, dims: dict, positions: np.ndarray, seed: int = 0) -> dict:
     return out
 
 
+def _steps_match_the_reference(graph, prog, steps) -> None:
+    """``prog`` (a decode graph's program) at each (rows s, cached rows p) of ``steps``: its logits
+    and updated caches as the reference computes them (float32: 1e-5)."""
+    ref = graph.compile(backend="reference")
+    for s, p in steps:
+        dims = {"s": s, "p": p, "M": 16}
+        inputs = _inputs(graph, dims, p + np.arange(s))
+        want = ref({k: v.copy() for k, v in inputs.items()}, dims=dims)
+        got = prog({k: v.copy() for k, v in inputs.items()}, dims=dims)
+        for k in want:
+            w, g = np.asarray(want[k]), to_numpy(got[k])
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(w).max()), err_msg=f"{k} {s} {p}")
+
+
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3"])
 def test_a_decode_step_with_the_fused_attention_matches_the_reference(family, backend):
@@ -68,16 +82,7 @@ def test_a_decode_step_with_the_fused_attention_matches_the_reference(family, ba
     be = get_backend(backend)
     lprogs = _programs_with(be, graph)
     assert lprogs, "no candidate uses the fused attention"
-    ref = graph.compile(backend="reference")
-    prog = be.lower(graph, lprogs[-1])
-    for s, p in ((1, 0), (1, 9), (4, 9)):
-        dims = {"s": s, "p": p, "M": 16}
-        inputs = _inputs(graph, dims, p + np.arange(s))
-        want = ref({k: v.copy() for k, v in inputs.items()}, dims=dims)
-        got = prog({k: v.copy() for k, v in inputs.items()}, dims=dims)
-        for k in want:
-            w, g = np.asarray(want[k]), to_numpy(got[k])
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(w).max()), err_msg=f"{k} {s} {p}")
+    _steps_match_the_reference(graph, be.lower(graph, lprogs[-1]), ((1, 0), (1, 9), (4, 9)))
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
@@ -92,16 +97,7 @@ def test_qwen3_q_and_k_norms_run_as_row_norms(backend):
     lprogs = [lp for lp in _programs_with(be, graph, "RowNorm")
               if sum(o.op == "RowNorm" and o.args["n"] == cfg["head_dim"] for o in lp.ops) == 2 * layers]
     assert lprogs, "the q/k norms are not RowNorm ops in any candidate"
-    ref = graph.compile(backend="reference")
-    prog = be.lower(graph, lprogs[-1])
-    for s, p in ((1, 0), (3, 5)):
-        dims = {"s": s, "p": p, "M": 16}
-        inputs = _inputs(graph, dims, p + np.arange(s))
-        want = ref({k: v.copy() for k, v in inputs.items()}, dims=dims)
-        got = prog({k: v.copy() for k, v in inputs.items()}, dims=dims)
-        for k in want:
-            w, g = np.asarray(want[k]), to_numpy(got[k])
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(w).max()), err_msg=f"{k} {s} {p}")
+    _steps_match_the_reference(graph, be.lower(graph, lprogs[-1]), ((1, 0), (3, 5)))
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)

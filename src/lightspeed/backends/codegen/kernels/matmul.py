@@ -27,11 +27,13 @@ from .writer import (
     WARP,
     Point,
     Writer,
+    batch_offsets,
     block_sums,
     finish,
     flat_of,
     loop_axes,
     split_products,
+    vector_dot,
     weight_prefetch,
 )
 
@@ -67,7 +69,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     # and reads the column's weight row once for all of them (a batch of decode rows, a prompt)
     grouped = dialect == "cuda" and mode == "matmul_dot" and vec is not None and not batch and ROW_GROUP > 1
     # cuda, few long weight products (no batch, contiguous along k): a block of warps per output
-    split = (dialect == "cuda" and mode == "matmul_dot" and vec is not None and not batch and not grouped
+    split = (mode == "matmul_dot" and vec is not None and not batch and not grouped
              and split_products(dialect, n, k, db.itemsize))
     if split:
         mode = "matmul_split"
@@ -106,10 +108,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"const long long oa = {off_a}, ob = {off_b}, bi = 0;")
     else:  # batch offsets: unflatten bi over the batch dims
         w.line(f"long long oa = {off_a}, ob = {off_b}, rest = bi;")
-        for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
-            s = w.expr(size)
-            w.line(f"{{ const long long q = rest % {s}; rest /= {s}; "
-                   f"oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+        batch_offsets(w, batch, a["a_batch_strides"], a["b_batch_strides"])
     sam, sak, sbk, sbn = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k", "b_stride_n"))
     if grouped:
         w.push()  # one row's code (_ls_mi), run for each row of a group that cannot go together
@@ -161,9 +160,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"const {storage_type(da)}* ra = in0 + oa + _ls_mi * {sam};")
         w.line(f"const {storage_type(db)}* rb = in1 + ob + _ls_nj * {sbn};")
         w.line(f"if ({kk} % {width} == 0 && (((unsigned long long)ra | (unsigned long long)rb) & 15) == 0) {{")
-        w.line("  #pragma unroll 8")  # several 16-byte loads in flight per lane (k = 2048 bf16: all 8)
-        w.line(f"  for (long long l = {first} * {width}; l < {kk}; l += {int(step) * width})")
-        w.line(f"    acc += {dot}(*(const uint4*)(ra + l), *(const uint4*)(rb + l));")
+        vector_dot(w, "  ", first, int(step), width, dot, kk)
         w.line("} else {")
         w.line("  " + scalar.replace("\n", "\n  "))
         w.line("}")
@@ -467,13 +464,17 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line(f"  out[{'_ls_item' if axes is None else f'_ls_mi * {nn} + _ls_nj'}] = {value};")
     w.line("}")
     body = w.pop()
-    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
-            ("in1", storage_type(dg), False, 1), ("in2", storage_type(du), False, 2),
-            ("in3", storage_type(dc1), False, 3), ("in4", storage_type(dc2), False, 4)]
+    bufs = _glu_buffers(op, in_dtypes)
     prefetch = weight_prefetch(w, dialect, m, n, k, [("in1", dg, a["g_offset"], a["g_stride_n"]),
                                                       ("in2", du, a["u_offset"], a["u_stride_n"])])
     return finish(w, dialect, "matmul_dot", bufs, m * n, body, "matmul_glu", axes, item_cost=2 * k,
                   before_wait=prefetch)
+
+
+def _glu_buffers(op: LOp, in_dtypes: list[DType]) -> list[tuple[str, str, bool, str | int]]:
+    """``MatmulGLU``'s buffers: out, then A, G, U and the two scalar constants."""
+    return [("out", storage_type(op.dtype), True, "out"),
+            *((f"in{i}", storage_type(d), False, i) for i, d in enumerate(in_dtypes))]
 
 
 def paired_glu_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
@@ -527,9 +528,7 @@ def paired_glu_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"  out[(_ls_i0 + {r}) * {nn} + _ls_nj] = {value};")
         w.line("}")
     body = w.pop()
-    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
-            ("in1", storage_type(dg), False, 1), ("in2", storage_type(du), False, 2),
-            ("in3", storage_type(dc1), False, 3), ("in4", storage_type(dc2), False, 4)]
+    bufs = _glu_buffers(op, in_dtypes)
     return finish(w, "c", "matmul_dot", bufs, n * ((m + 1) // 2), body, "matmul_glu",
                   [("_ls_nj", n), ("_ls_mp", (m + 1) // 2)], 4 * k)
 
@@ -555,9 +554,7 @@ def gather_matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kerne
     w.line(f"const long long _ls_mi = (_ls_item / {nn}) % {mm};")
     w.line(f"const long long bi = _ls_item / ({nn} * {mm});")
     w.line(f"long long oa = {w.expr(a['a_offset'])}, ob = {w.expr(a['b_offset'])}, rest = bi;")
-    for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
-        sz = w.expr(size)
-        w.line(f"{{ const long long q = rest % {sz}; rest /= {sz}; oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+    batch_offsets(w, batch, a["a_batch_strides"], a["b_batch_strides"])
     sam, sak, sbk, sbn = (w.expr(a[f]) for f in ("a_stride_m", "a_stride_k", "b_stride_k", "b_stride_n"))
     first, step = ("lane", WARP) if dialect == "cuda" else ("0", 1)
     la, lb = (lambda ref: load(da, ref)), (lambda ref: load(db, ref))
@@ -575,9 +572,7 @@ def gather_matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kerne
         width, dot = vec
         w.line(f"  if ({sak} == 1 && {sbk} == 1 && {kk} % {width} == 0 && "
                f"(((unsigned long long)ra | (unsigned long long)rb) & 15) == 0) {{")
-        w.line("    #pragma unroll 8")
-        w.line(f"    for (long long l = lane * {width}; l < {kk}; l += {WARP * width})")
-        w.line(f"      acc += {dot}(*(const uint4*)(ra + l), *(const uint4*)(rb + l));")
+        vector_dot(w, "    ", "lane", WARP, width, dot, kk)
         w.line(f"  }} else {scalar}")
     elif dialect == "c" and ct == "float" and da.name in LOAD8 and db.name in LOAD8:
         # two 8-lane partial sums over k in 16s (the compiler keeps them in vector registers; a

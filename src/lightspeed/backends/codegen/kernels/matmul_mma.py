@@ -33,7 +33,7 @@ from .matmul import silu_mul
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import Writer, finish
+from .writer import Writer, batch_offsets, finish
 
 __all__ = ["mma_kernel", "glu_mma_kernel", "MMA_DTYPES", "TileShape", "SMALL", "LARGE", "LARGE_GLU", "STEP_K"]
 
@@ -251,10 +251,7 @@ def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Kernel
     mm, nn = _tile_item(w, m, n, ts)
     w.line("const long long bi = _ls_rest;")
     w.line(f"long long oa = {w.expr(a['a_offset'])}, ob = {w.expr(a['b_offset'])};")
-    for size, sa, sb in reversed(list(zip(batch, a["a_batch_strides"], a["b_batch_strides"]))):
-        s = w.expr(size)
-        w.line(f"{{ const long long q = _ls_rest % {s}; _ls_rest /= {s}; "
-               f"oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+    batch_offsets(w, batch, a["a_batch_strides"], a["b_batch_strides"], "_ls_rest")
     _tiles(w, kind, st, k, _operand(w, "in0", "_ls_m0", mm, "oa", a["a_stride_m"], a["a_stride_k"]),
            [_operand(w, "in1", "_ls_n0", nn, "ob", a["b_stride_n"], a["b_stride_k"])], ts)
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", st, False, 0), ("in1", st, False, 1)]

@@ -8,10 +8,10 @@ from __future__ import annotations
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....symbolic import Expr, prod, sym
-from .region import Region, pairwise
+from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import Point, Writer, finish, flat_of, loop_axes
+from .writer import Point, Writer, finish, flat_of, loop_axes, pairwise
 
 __all__ = ["matmul_rows_kernel", "packable", "batch_offset", "LOAD8", "ROW_CHUNK", "SPLIT_K_CHUNKS", "SPLIT_K_OUT",
            "SPLIT_K_MIN_K"]

@@ -122,8 +122,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     # one-column order, so rows stay batch-invariant
     paired = c_vector and kind == "NormMatmul"
     # cuda, few outputs over a long k: a block of warps per output (the decode's q, k, v)
-    split = (dialect == "cuda" and vec is not None and woff is not None and not grouped
-             and split_products(dialect, n, k, dwt.itemsize))
+    split = vec is not None and woff is not None and not grouped and split_products(dialect, n, k, dwt.itemsize)
     axes = None
     w.push()
     if grouped:

@@ -30,9 +30,9 @@ from ....shape import ShapeTracker
 from ....symbolic import Expr, const, prod, sym
 from .spec import KernelSpec
 from .types import cast, compute_type, literal, load, min_value, storage_type, store
-from .writer import WARP, Point, Writer, finish, flat_of, index_at, index_in, loop_axes
+from .writer import WARP, Point, Writer, finish, flat_of, index_at, index_in, loop_axes, pairwise
 
-__all__ = ["Region", "region_kernel", "RENDERERS", "node_dtype", "pairwise", "combine"]
+__all__ = ["Region", "region_kernel", "RENDERERS", "node_dtype", "combine"]
 
 
 def node_dtype(node: tuple, leaf_dtypes: list[DType]) -> DType:
@@ -299,31 +299,22 @@ def combine(tag: str, d: DType, acc: str, v: str) -> str:
     return f"({acc} > {v} ? {acc} : {v})"
 
 
-def pairwise(terms: list[str], combine) -> str:
-    """``terms`` (a power of two of them) combined as a balanced tree, neighbours first."""
-    while len(terms) > 1:
-        terms = [combine(terms[k], terms[k + 1]) for k in range(0, len(terms), 2)]
-    return terms[0]
-
-
 def has_top_reduction(node: tuple) -> bool:
-    if not isinstance(node, tuple) or not node:
-        return False
+    return bool(top_reductions(node))
+
+
+def top_reductions(node: tuple) -> list[tuple]:
+    """The reductions not inside another reduction."""
+    if not isinstance(node, tuple) or not node or node[0] in ("leaf", "const", "iota"):
+        return []
     if node[0] in ("SumReduce", "MaxReduce"):
-        return True
-    if node[0] in ("leaf", "const", "iota"):
-        return False
-    return any(has_top_reduction(c) for c in node[1:] if isinstance(c, tuple))
+        return [node]
+    return [r for c in node[1:] if isinstance(c, tuple) for r in top_reductions(c)]
 
 
 def top_reduction_sizes(node: tuple) -> list[Expr]:
     """The lengths of the reductions not inside another reduction."""
-    if not isinstance(node, tuple) or not node or node[0] in ("leaf", "const", "iota"):
-        return []
-    if node[0] in ("SumReduce", "MaxReduce"):
-        _, axis, space, _ = node
-        return [space.shape[axis]]
-    return [n for c in node[1:] if isinstance(c, tuple) for n in top_reduction_sizes(c)]
+    return [space.shape[axis] for _, axis, space, _ in top_reductions(node)]
 
 
 BLOCK_WARPS = 8  # warps of a block-reduction item (kind ``row``)
@@ -338,15 +329,6 @@ CLUSTER_ROWS = os.environ.get("LIGHTSPEED_CUDA_CLUSTER_ROWS", "1") != "0"
 _CLUSTER_TYPES = ("float", "double", "int", "unsigned int", "long long")  # ls_cluster_ld's
 
 
-def top_reductions(node: tuple) -> list[tuple]:
-    """The reductions not inside another reduction."""
-    if not isinstance(node, tuple) or not node or node[0] in ("leaf", "const", "iota"):
-        return []
-    if node[0] in ("SumReduce", "MaxReduce"):
-        return [node]
-    return [r for c in node[1:] if isinstance(c, tuple) for r in top_reductions(c)]
-
-
 def wants_cluster(tree: tuple, items: Expr, leaf_dtypes: list[DType]) -> bool:
     """Whether a region's top-level reductions run over a thread-block cluster per item: very few
     items, very long reductions of a type distributed shared memory is read in."""
@@ -354,8 +336,8 @@ def wants_cluster(tree: tuple, items: Expr, leaf_dtypes: list[DType]) -> bool:
         return False
     reds = top_reductions(tree)
     return bool(reds) and all(
-        r[2].shape[r[1]].is_const and r[2].shape[r[1]].value >= CLUSTER_REDUCTION
-        and compute_type(node_dtype(r[3], leaf_dtypes)) in _CLUSTER_TYPES for r in reds)
+        space.shape[axis].is_const and space.shape[axis].value >= CLUSTER_REDUCTION
+        and compute_type(node_dtype(child, leaf_dtypes)) in _CLUSTER_TYPES for _, axis, space, child in reds)
 
 
 def wants_block(tree: tuple, items: Expr) -> bool:

@@ -31,7 +31,8 @@ from .spec import KernelSpec, LaunchShape, grid_stride
 from .types import int_literal
 
 __all__ = ["Writer", "Point", "finish", "launch_shape", "loop_axes", "weight_prefetch", "index_at", "flat_of",
-           "index_in", "split_products", "block_sums", "KINDS", "WARP", "THREADS", "TILE_N", "TILE_K", "SPLIT_WARPS"]
+           "index_in", "split_products", "block_sums", "pairwise", "batch_offsets", "vector_dot", "KINDS", "WARP",
+           "THREADS", "TILE_N", "TILE_K", "SPLIT_WARPS"]
 
 WARP = 32
 THREADS = 256  # threads per block of the grid-stride kinds
@@ -85,7 +86,7 @@ _CUDA_WORK: dict[str, tuple[str, int, tuple[int, int, int]]] = {
     "warp": ("warp", THREADS // WARP, (THREADS, 1, 1)),  # region reductions split over a warp's lanes
     "matmul_dot": ("warp", THREADS // WARP, (THREADS, 1, 1)),  # a dot product's k over a warp's lanes
     # a dot product's k over a block's SPLIT_WARPS warps (few long products: the decode's o, down, q)
-    "matmul_split": ("block", 1, (WARP, 8, 1)),
+    "matmul_split": ("block", 1, (WARP, SPLIT_WARPS, 1)),
     "matmul_tile": ("block", 1, (TILE_N, TILE_K, 1)),  # 32 outputs of a row, k over 8 thread rows
     "attention": ("block", 1, (WARP, 8, 1)),  # a query row per block, its keys over 8 warps (kernels/attention.py)
     "row": ("block", 1, (WARP, 8, 1)),  # a row per block of 8 warps (kernels/norm.py)
@@ -361,6 +362,31 @@ PREFETCH_MAX_BYTES = 16 << 20
 PREFETCH = os.environ.get("LIGHTSPEED_CUDA_PREFETCH", "1") != "0"
 
 
+def pairwise(terms: list[str], combine) -> str:
+    """``terms`` (a power of two of them) combined as a balanced tree, neighbours first."""
+    while len(terms) > 1:
+        terms = [combine(terms[k], terms[k + 1]) for k in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def batch_offsets(w: Writer, batch: list, a_strides: list, b_strides: list, rest: str = "rest") -> None:
+    """Lines adding to ``oa`` and ``ob`` (declared by the caller) the offsets of the batch index
+    held in ``rest``, unflattened over the ``batch`` dims (last fastest) with each operand's strides."""
+    for size, sa, sb in reversed(list(zip(batch, a_strides, b_strides))):
+        s = w.expr(size)
+        w.line(f"{{ const long long q = {rest} % {s}; {rest} /= {s}; "
+               f"oa += q * {w.expr(sa)}; ob += q * {w.expr(sb)}; }}")
+
+
+def vector_dot(w: Writer, indent: str, first: str, step: int, width: int, dot: str, kk: str) -> None:
+    """cuda: ``acc`` += the 16-byte dots of rows ``ra`` and ``rb`` (both contiguous along k, aligned),
+    thread ``first`` of ``step`` taking every step-th chunk of ``width`` elements, several loads in
+    flight (k = 2048 bf16 over a warp: all 8)."""
+    w.line(f"{indent}#pragma unroll 8")
+    w.line(f"{indent}for (long long l = {first} * {width}; l < {kk}; l += {step * width})")
+    w.line(f"{indent}  acc += {dot}(*(const uint4*)(ra + l), *(const uint4*)(rb + l));")
+
+
 def split_products(dialect: str, n: Expr, k: Expr, itemsize: int) -> bool:
     """Whether a weight product [m, n] over k (rows contiguous along k, of ``itemsize``-byte
     elements) runs a block of SPLIT_WARPS warps per output (kind ``matmul_split``): cuda, few
@@ -379,10 +405,7 @@ def block_sums(w: Writer, sums: list[str]) -> None:
     w.line("if (lane == 0) { " + " ".join(f"_ls_bsum[{q}][slice] = {v};" for q, v in enumerate(sums)) + " }")
     w.line("__syncthreads();")
     for q, v in enumerate(sums):
-        parts = [f"_ls_bsum[{q}][{s}]" for s in range(SPLIT_WARPS)]
-        while len(parts) > 1:
-            parts = [f"({parts[i]} + {parts[i + 1]})" for i in range(0, len(parts), 2)]
-        w.line(f"{v} = {parts[0]};")
+        w.line(f"{v} = {pairwise([f'_ls_bsum[{q}][{s}]' for s in range(SPLIT_WARPS)], lambda x, y: f'({x} + {y})')};")
     w.line("__syncthreads();  // the partials are read before the next item writes them")
 
 
