@@ -429,20 +429,14 @@ def logical_xor(a: Any, b: Any) -> GraphTensor:
 # ============================================================== select, min/max
 @hl_op(torch="torch.where", category="select", method=False)
 def where(condition: Any, a: Any, b: Any) -> GraphTensor:
-    """Exact select.  Integer results: ``b + (a - b) * c`` with the condition as 0/1 of the result
-    type -- exact in the wrapping integer arithmetic every backend computes (a difference that
-    wraps wraps back), and element-wise: it joins the regions around it (an argmax's index
-    selection, one kernel with its reduction; as a Scatter a decode step's argmax took 6 launches).
-    Float and bool results (an infinity times 0 is NaN): Scatter writes ``a`` where ``condition``
-    holds into a copy of ``b`` (the other positions get an out-of-range index, which Scatter skips)."""
+    """Exact select: Scatter writes ``a`` where ``condition`` holds into a copy of ``b``
+    (the other positions get an out-of-range index, which Scatter skips)."""
     g = graph_of(condition, a, b)
     c = _to_bool(condition, g)
     rdt = dt.result_type(a, b)
     ta, tb = as_tensor(a, g, rdt), as_tensor(b, g, rdt)
     shape = broadcast_shapes(c.shape, ta.shape, tb.shape, op="where")
     c, ta, tb = (broadcast_to(t, shape, "where") for t in (c, ta, tb))
-    if rdt.is_int and not rdt.is_bool:
-        return prim("Add", tb, prim("Mul", sub(ta, tb), cast(c, rdt)))
     from ..symbolic import prod
 
     n = prod(shape)

@@ -171,7 +171,10 @@ def _arg_extreme(x: GraphTensor, dim: int | None, keepdim: bool, op: str) -> Gra
     inner = prod(x.shape[k + 1:])
     pos = x.graph.iota((sym(INDEX_VAR) // inner) % x.shape[k], x.shape, dt.int64)
     big = fill_expr(x.graph, x.shape[k], x.shape, dt.int64)
-    return amin(where(hit, pos, big), k, keepdim)
+    # hit ? pos : big in int64 arithmetic (exact): element-wise, so it joins the reduction's region
+    # (``where`` is a Scatter, a kernel of its own: a decode step's argmax took six launches)
+    cand = big + mul(sub(pos, big), cast(hit, dt.int64))
+    return amin(cand, k, keepdim)
 
 
 @hl_op(torch="torch.argmax", category="reduce")
