@@ -359,3 +359,23 @@ def test_a_block_input_read_in_two_parts_is_cast_in_each():
     want = g.compile(backend="reference")(inputs)["logits"]
     prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=2, seed=0, dims={"s": 4}, repeats=1))
     np.testing.assert_allclose(prog(inputs)["logits"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_wrappers_share_every_array_hook():
+    """A bucketed program hands out its inner program's arrays: on cuda ``rows`` is a view of a
+    device array and ``zeros`` a device allocation, which the base hooks (numpy slicing) cannot
+    make (the sixteenth session's GPU call failed there, on the bucketed prefill)."""
+    class Marked(CpuProgram):
+        def zeros(self, shape, dtype):
+            return ("zeros", shape)
+
+        def rows(self, array, start, count):
+            return ("rows", start, count)
+
+    g = stack(1)
+    inner = g.compile(backend="cpu", search=OPTS)
+    assert isinstance(inner, CpuProgram)
+    inner.__class__ = Marked
+    wrapper = BucketedProgram(g, [({"s": (1, 64)}, inner)])
+    assert wrapper.zeros((2, 3), np.float32) == ("zeros", (2, 3))
+    assert wrapper.rows(np.zeros((4, 2)), 1, 2) == ("rows", 1, 2)

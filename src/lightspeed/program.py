@@ -75,7 +75,7 @@ def same_memory(a: Any, b: Any) -> bool:
 
 def share_array_hooks(wrapper: Program, inner: Program) -> None:
     """A program that runs others (buckets, rolled parts) takes and gives their array kinds."""
-    for hook in ("to_device", "as_array", "store_back", "deliver"):
+    for hook in ("to_device", "as_array", "zeros", "rows", "store_back", "deliver"):
         setattr(wrapper, hook, getattr(inner, hook))
 
 
