@@ -2,6 +2,7 @@
 (``reduce-overhead``: CUDA graphs), Llama shapes, random bf16 weights, in the same run.
 
     python benchmarks/gpu_decode.py [SHAPE ...] [--steps N] [--prompt N] [--no-peer]
+    python benchmarks/gpu_decode.py [SHAPE ...] --prefill N [--no-peer]
     python benchmarks/gpu_decode.py --weights FAMILY[:PATH] [--dtype bfloat16] [--backend cuda] ...
 
 SHAPE: smollm2-135m (default), llama-3.2-1b, qwen3-0.6b, llama-3-8b.  ``--weights`` runs a real
@@ -12,6 +13,12 @@ no peer (the peers take random weights of a shape).  Prints, per shape, TPOT
 ratio to torch.compile.  Our step is what ``Generator.generate`` times: upload the token, replay
 the decode program's CUDA graph(s), download the logits, argmax on the host (the peers keep the
 token on the GPU and never synchronise).  Writes ``$OUT/gpu_decode.json`` when ``$OUT`` is set.
+
+``--prefill N``: time to first token of an N-token prompt instead (our median over 10 prompts
+after a warm-up, each ``generate(max_new_tokens=1)``: the prefill program and the first token on
+the host) beside PyTorch eager and ``torch.compile(mode="max-autotune-no-cudagraphs")`` in the same
+run, with % of the FLOP floor (2 x parameters x N at the measured bf16 matmul rate) and the
+prefill's launches; writes ``$OUT/gpu_prefill.json``.
 """
 
 from __future__ import annotations
@@ -115,6 +122,68 @@ def kernels_per_step(prog) -> int | None:
     return None
 
 
+def ours_prefill(name: str, prompt: int, runs: int = 10) -> dict:
+    """TTFT of a ``prompt``-token prompt on cuda: median over ``runs`` after a warm-up call."""
+    import lightspeed as ls
+    from lightspeed.models.generate import Generator
+
+    c = __import__("peer_torch_decode").SHAPES[name]
+    model, weights, _, rng = random_llama(name)
+    t0 = time.perf_counter()
+    gen = Generator(model, weights, backend="cuda", search=ls.SearchOptions(budget=4, seed=0, progress=False))
+    compile_s = time.perf_counter() - t0
+    ids = list(rng.integers(0, c["vocab"], prompt))
+    t0 = time.perf_counter()
+    gen.generate(ids, max_new_tokens=1, stop_ids=[])  # warm-up: plans, captures
+    first_s = time.perf_counter() - t0
+    ttfts = [gen.generate(ids, max_new_tokens=1, stop_ids=[]).ttft_s * 1e3 for _ in range(runs)]
+    prog = gen.prefill
+    for ranges, bucket in getattr(prog, "buckets", ()):  # the bucket a prompt of this length runs
+        if all(lo <= prompt <= hi for lo, hi in ranges.values()):
+            prog = bucket
+    from lightspeed.backends.cuda.driver import device
+
+    return dict(ttft_ms=round(float(np.median(ttfts)), 3), first_call_ms=round(first_s * 1e3, 1),
+                compile_s=round(compile_s, 1), kernels=kernels_per_step(prog),
+                device_peak_MB=round(device().peak_bytes / 2**20, 1))
+
+
+def prefill_main(names: list[str], prompt: int, peers: bool) -> None:
+    import peer_torch_decode as peer
+
+    rate = peer.matmul_rate()
+    print(f"bf16 matmul rate {rate / 1e12:.0f} TFLOP/s", flush=True)
+    out = {"matmul_TFLOPs": round(rate / 1e12, 1), "prompt": prompt, "date": time.strftime("%Y-%m-%d")}
+    rows = []
+    for name in names:
+        res = {"lightspeed cuda": ours_prefill(name, prompt)}
+        print(name, "lightspeed", res["lightspeed cuda"], flush=True)
+        if peers:
+            n_params, got = peer.prefill(name, prompt, ["eager", "max-autotune-no-cudagraphs"])
+            res["torch eager"] = got["eager"]
+            res["torch.compile (max-autotune)"] = got["max-autotune-no-cudagraphs"]
+        else:
+            n_params = peer_params(name)
+        floor = 2 * n_params * prompt / rate * 1e3
+        base = res.get("torch.compile (max-autotune)", {}).get("ttft_ms")
+        for system, r in res.items():
+            rows.append((name, system, r["ttft_ms"], 100 * floor / r["ttft_ms"],
+                         r["ttft_ms"] / base if base else float("nan"), r.get("kernels")))
+        out[name] = dict(params=n_params, flop_floor_ms=round(floor, 3), **res)
+    print(f"\n{'shape':<14} {'system':<30} {'TTFT ms':>9} {'% FLOP floor':>13} {'x torch.compile':>16} {'launches':>9}")
+    for name, system, ttft, pct, ratio, kernels in rows:
+        print(f"{name:<14} {system:<30} {ttft:>9.3f} {pct:>12.1f}% {ratio:>15.2f}x {kernels if kernels else '':>9}")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "gpu_prefill.json"), "w") as f:
+            json.dump(out, f, indent=1)
+
+
+def peer_params(name: str) -> int:
+    """The parameter count of shape ``name`` (the peer's model, counted without building it)."""
+    model, weights, _, _ = random_llama(name)
+    return int(sum(np.prod(a.shape) for a in weights.values()))
+
+
 def ours_file(spec: str, steps: int, prompt: int, backend: str, dtype: str) -> tuple[str, dict, int]:
     """A real weight file (``FAMILY`` or ``FAMILY:PATH``) as ``lightspeed run`` loads and compiles
     it: (its name, the measurement, the bytes of weights a decode step reads)."""
@@ -163,6 +232,9 @@ def main() -> None:
                 json.dump({"date": time.strftime("%Y-%m-%d"), name: r}, f, indent=1)
         return
     names = [a for a in args if not a.startswith("--") and not a.isdigit()] or ["smollm2-135m"]
+    if "--prefill" in args:
+        prefill_main(names, int(args[args.index("--prefill") + 1]), "--no-peer" not in args)
+        return
     import peer_torch_decode as peer
 
     bw = peer.bandwidth()

@@ -131,6 +131,38 @@ def test_low_precision(dtype):
     assert p.dtype == dtype.name and p.itemsize == 2
 
 
+def test_rows_of_a_dim_are_planned_per_value():
+    """m = s: an LtDimsPlan whose plan at s = 5 is the static product's with m = 5, its launch
+    taking the dim's slot before the buffers."""
+    from lightspeed.backends.cuda.cublaslt import LtDimsPlan, plan_dims
+    r = ShapeTracker.contiguous(("s", 16))
+    op = mm("s", 16, 8, a_sm=8, a_sk=1, b_sk=1, b_sn=8, r_view=r, dtype=BF16)
+    assert plan(op) is None
+    dp = plan_dims(op, [BF16] * 3)
+    assert isinstance(dp, LtDimsPlan) and dp.dims == ("s",)
+    for s in (1, 5, 1000):
+        want = plan(mm(s, 16, 8, a_sm=8, a_sk=1, b_sk=1, b_sn=8, r_view=ShapeTracker.contiguous((s, 16)), dtype=BF16))
+        assert dp.at((s,)) == want and dp.at((s,)).n == s
+    spec = library_spec(dp, True)
+    assert spec.dims == ("s",) and spec.buffers == ("out", 0, 1, 2) and spec.name == f"cublaslt_{dp.key}"
+    # another product of the same shape has the same key; a different n another
+    assert plan_dims(mm("s", 16, 8, 8, 1, 1, 8, r_view=r, dtype=BF16), [BF16] * 3).key == dp.key
+    assert plan_dims(mm("s", 24, 8, 8, 1, 1, 24, r_view=ShapeTracker.contiguous(("s", 24)), dtype=BF16),
+                     [BF16] * 3).key != dp.key
+
+
+@pytest.mark.parametrize("op", [
+    mm(4, "n", 8, 8, 1, "n", 1),  # n a dim
+    mm("s", 16, 8, "t", 1, 16, 1),  # a stride a dim
+    mm("s", 16, 8, 8, 1, 16, 1, a_off="t"),  # an offset a dim
+    mm("s", 16, 8, 8, 1, 16, 1, dtype=dt.float64),  # a dtype cuBLASLt is not offered for
+    mm(4, 16, 8, 8, 1, 16, 1),  # static: plan_matmul's
+])
+def test_rows_of_a_dim_refusals(op):
+    from lightspeed.backends.cuda.cublaslt import plan_dims
+    assert plan_dims(op, [op.dtype] * len(op.inputs)) is None
+
+
 def test_plans_are_hashable_and_equal_by_value():
     a, b = plan(mm(4, 16, 8, 8, 1, 16, 1)), plan(mm(4, 16, 8, 8, 1, 16, 1))
     assert a == b and hash(a) == hash(b) and a.key == b.key
@@ -194,11 +226,20 @@ def test_rules_offer_ltmatmul_for_static_float_matmuls():
         assert set(_lt_ops(g, cuda)) == {"LtMatmul", "LtMatmulAdd"}, dtype
 
 
+def test_rules_offer_ltmatmul_for_rows_of_a_dim():
+    """A prompt's products (m = the dim s) are offered too: planned per call's s (plan_dims)."""
+    g = ls.Graph()
+    x, w, r = g.input("x", ("s", 8), dtype=ls.bfloat16), g.input("w", (8, 16), dtype=ls.bfloat16), \
+        g.input("r", ("s", 16), dtype=ls.bfloat16)
+    g.output("y", x @ w + r)
+    assert set(_lt_ops(g, CudaBackend("search"))) == {"LtMatmul", "LtMatmulAdd"}
+
+
 def test_rules_refuse_dynamic_float64_and_off():
     g = ls.Graph()
-    x, w = g.input("x", ("s", 8)), g.input("w", (8, 16))
+    x, w = g.input("x", (4, "k")), g.input("w", ("k", 16))
     g.output("y", x @ w)
-    assert _lt_ops(g, CudaBackend("search")) == []  # m dynamic
+    assert _lt_ops(g, CudaBackend("search")) == []  # k dynamic
     g = ls.Graph()
     x, w = g.input("x", (4, 8), dtype=ls.float64), g.input("w", (8, 16), dtype=ls.float64)
     g.output("y", x @ w)
@@ -479,3 +520,22 @@ def test_library_fp8_calls():
     sets = [a for n, a in calls if n == "matmul_desc_set_attribute"]
     assert (D.TRANSA, np.int32(1).tobytes()) in sets and (D.TRANSB, np.int32(0).tobytes()) in sets
     assert not any(a[0] in (D.EPILOGUE, D.BIAS_POINTER) for a in sets)
+
+
+def test_a_library_launch_takes_its_plan_at_the_tables_dims():
+    """The executor reads a dims plan's dim values from the run table (the slots before its
+    buffers) and calls the library with the plan at those values and the buffers' addresses."""
+    from types import SimpleNamespace
+
+    from lightspeed.backends.codegen.program import Launch
+    from lightspeed.backends.cuda.cublaslt import plan_dims
+    from lightspeed.backends.cuda.executor import GpuExecutor
+    op = mm("s", 16, 8, a_sm=8, a_sk=1, b_sk=1, b_sn=8, dtype=BF16)
+    dp = plan_dims(op, [BF16] * 2)
+    launch = Launch(library_spec(dp, False), (0, 3, 1, 2), 0)  # s's slot, then out, a, b
+    state = SimpleNamespace(table=np.array([7, 0x2000, 0x3000, 0x1000], np.int64))
+    got, ptrs = GpuExecutor._library_call(state, launch, dp)
+    assert got == plan(mm(7, 16, 8, a_sm=8, a_sk=1, b_sk=1, b_sn=8, dtype=BF16)) and ptrs == (0x1000, 0x2000, 0x3000)
+    static = plan(mm(4, 16, 8, a_sm=8, a_sk=1, b_sk=1, b_sn=8, dtype=BF16))
+    got, ptrs = GpuExecutor._library_call(state, Launch(library_spec(static, False), (3, 1, 2), 0), static)
+    assert got is static and ptrs == (0x1000, 0x2000, 0x3000)

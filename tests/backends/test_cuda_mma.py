@@ -202,17 +202,23 @@ def test_glu_tiles_match_the_reference(dtype, k, fragments, large):
 
 
 # ------------------------------------------------------------------ attention on the tensor cores
-def _attention_graph(d: int, dtype=ls.bfloat16, grouped: bool = False) -> ls.Graph:
+def _attention_graph(d: int, dtype=ls.bfloat16, grouped: bool = False, rows: bool = False) -> ls.Graph:
     """softmax_2(q k^T + mask) v over 2 batch indexes, m query rows and L keys (symbolic): the
     chain the attention rules make one ``Attention`` op of (nn.softmax_attention's form).
     ``grouped``: a decode step's layout instead -- queries [m, 2, 4, d] (positions, KV heads, the
     group's heads), keys and values per KV head broadcast over the positions, the mask per
-    position: the Attention is batched over (m, 2) with 4 rows, and the tiles fold m into them."""
+    position: the Attention is batched over (m, 2) with 4 rows, and the tiles fold m into them.
+    ``rows``: keys and values stored [L, 2, d] (a model's K/V: positions major), whose static
+    strides let the tiles stage them with 16-byte loads."""
     from lightspeed import hl
 
     g = ls.Graph()
-    k = g.input("k", (2, "L", d), dtype)
-    v = g.input("v", (2, "L", d), dtype)
+    if rows:
+        k = g.input("k", ("L", 2, d), dtype).permute(1, 0, 2)
+        v = g.input("v", ("L", 2, d), dtype).permute(1, 0, 2)
+    else:
+        k = g.input("k", (2, "L", d), dtype)
+        v = g.input("v", (2, "L", d), dtype)
     mask = g.input("mask", ("m", "L"), dtype)
     if grouped:
         q = g.input("q", ("m", 2, 4, d), dtype)
@@ -236,17 +242,20 @@ def _flash(g: ls.Graph):
                  for o in ("greedy", "few-rows"))
 
 
-@pytest.mark.parametrize("d,grouped", [(16, False), (64, False), (128, False), (64, True)])
-def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped):
+@pytest.mark.parametrize("d,grouped,rows", [(16, False, False), (64, False, False), (128, False, False),
+                                            (64, True, False), (64, True, True), (128, False, True)])
+def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows):
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
 
-    tiles, plain = _flash(_attention_graph(d, grouped=grouped))
+    tiles, plain = _flash(_attention_graph(d, grouped=grouped, rows=rows))
     assert [o.op for o in tiles.ops if o.op.startswith("Attention")] == ["AttentionMma"]
     assert [o.op for o in plain.ops if o.op.startswith("Attention")] == ["Attention"]
     op = next(o for o in tiles.ops if o.op == "AttentionMma")
     specs = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")
     assert specs[0].launch.kind == "matmul_mma" and "ls_mma_bf16" in specs[0].source
+    assert ("_ls_vec_k" in specs[0].source) == rows  # 16-byte staging where the strides allow it
+    assert "__syncthreads_and" in specs[0].source  # blocked tiles skipped
     # grouped: the positions folded into the rows (a block per 64 of m x 4 rows of a KV head)
     assert str(specs[0].launch.grid[0]) == ("2*((4*m + 63) // 64)" if grouped else "2*((m + 63) // 64)")
     assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
@@ -256,11 +265,12 @@ def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped):
 
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
-@pytest.mark.parametrize("d,grouped", [(64, False), (128, False), (64, True), (128, True)])
-def test_attention_tiles_match_the_reference(d, grouped):
+@pytest.mark.parametrize("d,grouped,rows", [(64, False, False), (128, False, False), (64, True, False),
+                                            (128, True, False), (64, True, True), (128, False, True)])
+def test_attention_tiles_match_the_reference(d, grouped, rows):
     import ml_dtypes
 
-    g = _attention_graph(d, grouped=grouped)
+    g = _attention_graph(d, grouped=grouped, rows=rows)
     tiles = MMA.lower(g, _flash(g)[0])
     ref = g.compile(backend="reference")
     rng = np.random.default_rng(d)
@@ -271,8 +281,9 @@ def test_attention_tiles_match_the_reference(d, grouped):
         # value blocks a key, as the models' masks do)
         mask = np.where(np.arange(n)[None, :] > (n - m + np.arange(m))[:, None], lowest, 0.0).astype(bf)
         qshape = (m, 2, 4, d) if grouped else (2, m, d)
-        ins = {"q": (rng.standard_normal(qshape) * 0.3).astype(bf), "k": rng.standard_normal((2, n, d)).astype(bf),
-               "v": rng.standard_normal((2, n, d)).astype(bf), "mask": mask}
+        kshape = (n, 2, d) if rows else (2, n, d)
+        ins = {"q": (rng.standard_normal(qshape) * 0.3).astype(bf), "k": rng.standard_normal(kshape).astype(bf),
+               "v": rng.standard_normal(kshape).astype(bf), "mask": mask}
         want = np.asarray(ref(ins)["o"], np.float32)
         got = np.asarray(tiles(ins)["o"], np.float32)
         np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max(), err_msg=f"m={m} n={n}")

@@ -96,7 +96,7 @@ class CudaBackend(KernelBackend):
         """A matmul cuBLASLt can compute as one library launch inside the graph; else the generated
         matmul kernel (the cuBLASLt ops have Matmul's fields), except for the ops only cuBLASLt
         computes (epilogues, fp8), which the rules offer only where a plan exists."""
-        plan = lt.plan_matmul(op, in_dtypes)
+        plan = lt.plan_matmul(op, in_dtypes) or lt.plan_dims(op, in_dtypes)
         if plan is None:
             if op.op in _LIBRARY_ONLY:
                 raise LightspeedError(f"{op.op} ({op.args.get('epilogue')}): no cuBLASLt plan for this matmul "

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ from ...symbolic import const
 from ..codegen.kernels import KernelSpec, LaunchShape
 
 __all__ = ["LT_MATMUL", "LT_MATMUL_ADD", "LT_MATMUL_EPI", "LT_MATMUL_BIAS", "LT_MATMUL_FP8", "LT_OPS", "EPILOGUES",
-           "RULE_FILE", "LtLayout", "LtPlan", "plan_matmul", "library_spec", "Library", "WORKSPACE_BYTES"]
+           "RULE_FILE", "LtLayout", "LtPlan", "LtDimsPlan", "plan_matmul", "plan_dims", "library_spec", "Library",
+           "WORKSPACE_BYTES"]
 
 # the same fields as the generic ops (rules/linalg.egg; egraph/decl.py), so the generated matmul
 # kernel can always compute them too
@@ -138,13 +140,18 @@ class LtPlan:
         return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
 
 
-def _ints(exprs) -> list[int] | None:
-    """The values of static expressions, or None when any has a free symbol."""
+def _ints(exprs, dims: Mapping[str, int] | None = None) -> list[int] | None:
+    """The values of expressions, static or at ``dims``; None when one has a symbol ``dims`` lacks."""
     out = []
     for e in exprs:
-        if e.free_vars() or not e.is_const:
+        if e.free_vars():
+            if dims is None or not e.free_vars() <= dims.keys():
+                return None
+            out.append(int(e.evaluate(dims)))
+        elif not e.is_const:
             return None
-        out.append(int(e.value))
+        else:
+            out.append(int(e.value))
     return out
 
 
@@ -177,9 +184,10 @@ def _batch_stride(batch: list[int], strides: list[int]) -> int | None:
     return dims[-1][1]
 
 
-def plan_matmul(op: LOp, in_dtypes: list[DType]) -> LtPlan | None:
+def plan_matmul(op: LOp, in_dtypes: list[DType], dims: Mapping[str, int] | None = None) -> LtPlan | None:
     """The cuBLASLt plan of a ``Matmul`` / ``MatmulAdd`` (or ``LtMatmul`` / ``LtMatmulAdd``) LLIR op
-    whose operands have ``in_dtypes``, or None when cuBLASLt cannot compute it as it stands."""
+    whose operands have ``in_dtypes`` (its symbolic fields at ``dims``), or None when cuBLASLt cannot
+    compute it as it stands."""
     args = op.args
     add = "r_view" in args
     epilogue = args.get("epilogue", "default") if op.op in _EPI_OPS else "default"
@@ -201,7 +209,7 @@ def plan_matmul(op: LOp, in_dtypes: list[DType]) -> LtPlan | None:
         return None
     v = _ints([*args["batch"], args["m"], args["n"], args["k"], *args["a_batch_strides"], args["a_stride_m"],
                args["a_stride_k"], args["a_offset"], *args["b_batch_strides"], args["b_stride_k"],
-               args["b_stride_n"], args["b_offset"]])
+               args["b_stride_n"], args["b_offset"]], dims)
     if v is None:
         return None
     batch, (m, n, k) = v[:nb], v[nb:nb + 3]
@@ -210,12 +218,12 @@ def plan_matmul(op: LOp, in_dtypes: list[DType]) -> LtPlan | None:
     count = int(np.prod(batch, dtype=np.int64)) if batch else 1
     if min(m, n, k, count) <= 0 or a_off < 0 or b_off < 0 or count >= 2 ** 31:
         return None
-    out_shape = _ints(op.shape)
+    out_shape = _ints(op.shape, dims)
     if out_shape != [*batch, m, n]:
         return None
     if add:
         r = args["r_view"]
-        if not r.is_contiguous or _ints(r.shape) != out_shape:
+        if not r.is_contiguous or _ints(r.shape, dims) != out_shape:
             return None
     if bias:
         # bias[j] for every row: one view [m, n] with strides (0, 1) at offset 0, no mask (a
@@ -242,6 +250,53 @@ def plan_matmul(op: LOp, in_dtypes: list[DType]) -> LtPlan | None:
                   LtLayout(lb.rows, lb.cols, lb.ld, lb.trans, sa), ld, b_off, a_off, 1.0 if add else 0.0, epilogue)
 
 
+class LtDimsPlan:
+    """The cuBLASLt call of a matmul whose row count is a dim (a prompt's tokens, ``s``): one
+    :class:`LtPlan` per call's values of ``dims`` (:meth:`at`, made on first use and kept), so a
+    prefill's products run through the library at every length.  The launch passes the dims'
+    table slots before its buffers; the executor captures its graph again for new values."""
+
+    def __init__(self, op: LOp, in_dtypes: list[DType], dims: tuple[str, ...]):
+        self.op, self.in_dtypes, self.dims = op, list(in_dtypes), dims
+        self.key = hashlib.sha256(repr((op.op, op.args, op.shape, op.dtype.name, [d.name for d in in_dtypes]))
+                                  .encode()).hexdigest()[:16]
+        self._plans: dict[tuple[int, ...], LtPlan] = {}
+
+    def at(self, values: tuple[int, ...]) -> LtPlan:
+        plan = self._plans.get(values)
+        if plan is None:
+            plan = plan_matmul(self.op, self.in_dtypes, dict(zip(self.dims, values)))
+            if plan is None:  # plan_dims checked sample values; a value they missed lands here
+                raise LightspeedError(f"{self.op.op}: no cuBLASLt plan at {dict(zip(self.dims, values))}")
+            self._plans[values] = plan
+        return plan
+
+
+# the dim values plan_dims tries: one row (a decode-like call), two, a long prompt
+_SAMPLE_DIMS = (1, 2, 1000)
+
+
+def plan_dims(op: LOp, in_dtypes: list[DType]) -> LtDimsPlan | None:
+    """An :class:`LtDimsPlan` for a ``Matmul`` / ``MatmulAdd`` (or their Lt forms) whose only
+    symbolic fields are its row count ``m`` (and the result's and addend's shapes with it), which
+    :func:`plan_matmul` plans at every sampled value; None otherwise (static ops: plan_matmul)."""
+    if op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd"):
+        return None
+    args = op.args
+    free = set(args["m"].free_vars())
+    if not free:
+        return None
+    fixed = [*args["batch"], args["n"], args["k"], *args["a_batch_strides"], args["a_stride_m"], args["a_stride_k"],
+             args["a_offset"], *args["b_batch_strides"], args["b_stride_k"], args["b_stride_n"], args["b_offset"]]
+    shapes = [*op.shape, *(args["r_view"].shape if "r_view" in args else ())]
+    if any(e.free_vars() for e in fixed) or not set().union(*(e.free_vars() for e in shapes)) <= free:
+        return None
+    dims = tuple(sorted(free))
+    if any(plan_matmul(op, in_dtypes, dict.fromkeys(dims, v)) is None for v in _SAMPLE_DIMS):
+        return None
+    return LtDimsPlan(op, in_dtypes, dims)
+
+
 def _is_row_bias(view, m: int, n: int) -> bool:
     """``view`` reads element (i, j) of an [m, n] result at j: a row vector broadcast over rows."""
     views = getattr(view, "views", None)
@@ -254,12 +309,15 @@ def _is_row_bias(view, m: int, n: int) -> bool:
     return st is not None and off == [0] and (st[1] == 1 or n == 1) and (st[0] == 0 or m == 1)
 
 
-def library_spec(plan: LtPlan, add: bool) -> KernelSpec:
-    """The launch-list entry of a cuBLASLt call: no source (nothing to compile), no dims; buffers
-    in the order :meth:`Library.run` reads them: result, the op's a, b (and the addend or bias)."""
-    bufs = ("out", 0, 1, 2, 3) if plan.fp8 else ("out", 0, 1, 2) if add or plan.bias else ("out", 0, 1)
+def library_spec(plan: LtPlan | LtDimsPlan, add: bool) -> KernelSpec:
+    """The launch-list entry of a cuBLASLt call: no source (nothing to compile); the dims of an
+    :class:`LtDimsPlan` (none for a static plan), then buffers in the order :meth:`Library.run`
+    reads them: result, the op's a, b (and the addend or bias)."""
+    fp8, bias = isinstance(plan, LtPlan) and plan.fp8, isinstance(plan, LtPlan) and plan.bias
+    bufs = ("out", 0, 1, 2, 3) if fp8 else ("out", 0, 1, 2) if add or bias else ("out", 0, 1)
+    dims = plan.dims if isinstance(plan, LtDimsPlan) else ()
     one = const(1)  # the library chooses its own grids: the launch shape is only a name
-    return KernelSpec(f"cublaslt_{plan.key}", "", (), bufs, LaunchShape(LIBRARY, (one, one, one)), const(0),
+    return KernelSpec(f"cublaslt_{plan.key}", "", dims, bufs, LaunchShape(LIBRARY, (one, one, one)), const(0),
                       library=LIBRARY)
 
 

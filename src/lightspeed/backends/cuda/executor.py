@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,9 @@ from .driver import DeviceArray
 __all__ = ["GpuExecutor", "thread_stream"]
 
 STATIC_SHARED_LIMIT = 48 << 10  # bytes of dynamic shared memory a kernel may take without opting in
+# graphs kept per run state: a program whose cuBLASLt calls take a dim (a prefill's rows) has one
+# per prompt length seen lately; one whose calls are static, one per set of buffers
+GRAPHS_PER_STATE = 16
 
 
 _local = threading.local()
@@ -61,9 +65,10 @@ class _State:
         self.words[0] = self.error_dev.ptr
         self.error_host = dev.pinned((1,), np.int64)
         self.error_host[0] = 0
-        self.graph = None
+        # captured graphs by the library launches' table values (their pointers and dims: cuBLASLt
+        # bakes both into a graph), the latest last; at most GRAPHS_PER_STATE
+        self.graphs: OrderedDict[tuple, Any] = OrderedDict()
         self.grids: list | None = None
-        self.library_ptrs: tuple | None = None  # the library launches' pointers the graph was captured with
 
     def check(self, stream: Any) -> None:
         """Raise IndexOutOfRange when a run that has finished set the error word (the host has
@@ -90,7 +95,7 @@ class GpuExecutor(Executor):
         self._lock = threading.Lock()
         self._local = threading.local()  # per thread (one stream each): the cuBLASLt workspace
 
-    def add_library_call(self, spec: KernelSpec, plan: lt.LtPlan) -> None:
+    def add_library_call(self, spec: KernelSpec, plan: lt.LtPlan | lt.LtDimsPlan) -> None:
         """Register the cuBLASLt plan a library launch ``spec`` runs (its handle)."""
         with self._lock:
             self._plans[spec.name] = plan
@@ -166,14 +171,22 @@ class GpuExecutor(Executor):
         dependent launch."""
         spec = launch.spec
         if spec.library is not None:
-            ptrs = tuple(int(state.table[s]) for s in launch.args)
-            lt.library().run(handle, ptrs, self._workspace(), int(stream))
+            plan, ptrs = self._library_call(state, launch, handle)
+            lt.library().run(plan, ptrs, self._workspace(), int(stream))
         else:
             shape = spec.launch
             if overlap is None:  # only a kernel that waits for its predecessor may overlap it
                 overlap = self.overlap(dev) and "LS_KERNEL_BEGIN();" in spec.source
             dev.launch(handle, grid, shape.block, (state.table_ptr, *launch.args), stream,
                        shape.shared_bytes, shape.cluster, overlap)
+
+    @staticmethod
+    def _library_call(state: _State, launch: Launch, handle: Any) -> tuple[lt.LtPlan, tuple[int, ...]]:
+        """A library launch's plan at this call's dims (an :class:`~.cublaslt.LtDimsPlan` takes its
+        dims' table slots first) and its buffers' addresses."""
+        nd = len(launch.spec.dims)
+        values = tuple(int(state.table[s]) for s in launch.args)
+        return (handle.at(values[:nd]) if nd else handle), values[nd:]
 
     def run(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]) -> None:
         dev, stream = self._prepare(state, launches, bounds)
@@ -185,32 +198,33 @@ class GpuExecutor(Executor):
             for launch, grid in zip(launches, state.grids):
                 self._launch(dev, state, launch, handles[launch.spec.name], grid, stream)
             return
-        # kernels read their addresses from the device table, but a captured cuBLASLt call keeps the
-        # pointers it was given: capture again when one of them changed
-        ptrs = tuple(int(state.table[s]) for launch in launches if launch.spec.library is not None
-                     for s in launch.args)
-        if state.graph is not None and ptrs != state.library_ptrs:
-            dev.sync(stream)  # the old graph may still run
-            driver.check(driver.bindings().cuGraphExecDestroy(state.graph), "cuGraphExecDestroy")
-            state.graph = None
-        if state.graph is None:
-            if ptrs:  # the heuristic and the descriptors outside the capture
+        # kernels read their dims and addresses from the device table, but a captured cuBLASLt call
+        # keeps the pointers and sizes it was given: one graph per set of them
+        key = tuple(int(state.table[s]) for launch in launches if launch.spec.library is not None
+                    for s in launch.args)
+        graph = state.graphs.get(key)
+        if graph is None:
+            if key:  # the heuristic and the descriptors outside the capture
                 lib = lt.library()
                 for launch in launches:
                     if launch.spec.library is not None:
-                        plan, at = handles[launch.spec.name], [int(state.table[s]) for s in launch.args]
-                        lib.prepare_call(plan, tuple(at))
+                        lib.prepare_call(*self._library_call(state, launch, handles[launch.spec.name]))
                 self._workspace()
+            if len(state.graphs) >= GRAPHS_PER_STATE:
+                dev.sync(stream)  # the oldest graph may still run
+                _, old = state.graphs.popitem(last=False)
+                driver.check(driver.bindings().cuGraphExecDestroy(old), "cuGraphExecDestroy")
             dev.begin_capture(stream)
             try:
                 for launch, grid in zip(launches, state.grids):
                     self._launch(dev, state, launch, handles[launch.spec.name], grid, stream)
             finally:
                 graph = dev.end_capture(stream)
-            state.graph = graph
-            state.library_ptrs = ptrs
+            state.graphs[key] = graph
             self.captures += 1
-        dev.launch_graph(state.graph, stream)
+        else:
+            state.graphs.move_to_end(key)
+        dev.launch_graph(graph, stream)
 
     def run_traced(self, state: _State, launches: list[Launch], handles: dict[str, Any], bounds: Mapping[str, int]
                    ) -> list[tuple[Launch, float, float]]:

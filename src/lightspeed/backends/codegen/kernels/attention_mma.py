@@ -31,7 +31,7 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import prod, sym
-from .attention import NINF, nested
+from .attention import NINF, _blocked_value, nested
 from .region import Region
 from .spec import KernelSpec
 from .types import storage_type, store
@@ -42,6 +42,10 @@ __all__ = ["attention_mma_kernel", "RENDERERS", "ROWS"]
 ROWS = 64  # query rows per block (16 per warp)
 MMA_DTYPES = {"bfloat16": "bf16", "float16": "f16"}
 PAD = 8  # elements after each shared row (bank spread; 4-byte pairs stay aligned)
+
+
+def _is(e, value: int) -> bool:
+    return not e.free_vars() and int(e.value) == value
 
 
 def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
@@ -136,6 +140,35 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line(f"  {dest} = {store(op.dtype, '_ls_v')};")
         w.line("}")
 
+    def vector_leaf(what: str, stride: str, row_stride: str) -> int | None:
+        """The leaf a key or value body reads when it is one contiguous buffer of the result's
+        dtype with unit stride along the head dim and rows, offsets and batch strides of whole
+        16-byte vectors: staged 8 elements per load (the buffer's own alignment checked at run
+        time, :func:`stage_vector`); else None (element by element through the body)."""
+        body = a[f"{what}_body"]
+        if body[0] != "leaf" or not region.views[body[1]].is_contiguous or in_dtypes[body[1]] != op.dtype:
+            return None
+        fields = [a[row_stride], a[f"{what}_offset"], *(a[f"{what}_batch_strides"][x] for x in kept)]
+        if not (_is(a[stride], 1) and all(not e.free_vars() and int(e.value) % 8 == 0 for e in fields)):
+            return None
+        return body[1]
+
+    def stage_vector(what: str, leaf: int, off: str, row_stride: str) -> None:
+        """Fill a shared tile with 16-byte loads of 8 elements (keys past n: zeros); the values
+        are stored transposed element by element."""
+        src = region.names[leaf]
+        w.line(f"  for (int _ls_e = _ls_t * 8; _ls_e < {bn * d}; _ls_e += 1024) {{")
+        w.line(f"    const int _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
+        w.line("    const long long _ls_l = _ls_l0 + _ls_r;")
+        w.line("    uint4 _ls_u = make_uint4(0u, 0u, 0u, 0u);")
+        w.line(f"    if (_ls_l < {nn}) _ls_u = *(const uint4*)({src} + {off} + _ls_l * {row_stride} + _ls_c);")
+        if what == "k":
+            w.line("    *(uint4*)&_ls_ks[_ls_r][_ls_c] = _ls_u;")
+        else:
+            w.line(f"    const {st}* _ls_h = (const {st}*)&_ls_u;")
+            w.line("    for (int u = 0; u < 8; u++) _ls_vt[_ls_c + u][_ls_r] = _ls_h[u];")
+        w.line("  }")
+
     w.index_vars |= {"_ls_qz", "_ls_kz", "_ls_vz"}
     w.push()
     row_coords("_ls_m0 + _ls_r", "_r", out_row=False)
@@ -155,14 +188,61 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line(f"float _ls_o[{d // 8}][4];")
     w.line(f"for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) for (int e = 0; e < 4; e++) _ls_o[_ls_j][e] = 0.0f;")
     w.line(f"float _ls_mx[2] = {{{NINF}, {NINF}}}, _ls_sum[2] = {{0.0f, 0.0f}};")
+    for what, stride, row_stride in (("k", "k_stride_k", "k_stride_n"), ("v", "v_stride_j", "v_stride_n")):
+        leaf = vector_leaf(what, stride, row_stride)
+        if leaf is not None:  # a buffer at an odd address (a view made by a caller) reads element by element
+            w.line(f"const bool _ls_vec_{what} = ((unsigned long long){region.names[leaf]} & 15) == 0;")
+    # this thread's rows have seen a key their mask leaves open (ORed over the row's 4 threads)
+    w.line("bool _ls_open[2] = {false, false};")
     w.line(f"for (long long _ls_l0 = 0; _ls_l0 < {nn}; _ls_l0 += {bn}) {{")
     w.line("  __syncthreads();  // the last tile's products are done with the shared tiles")
+    # the mask of this thread's scores first: a tile that every row of the block blocks, once
+    # each row saw an open key, changes nothing (a blocked key's weight is exactly 0 then, the
+    # running maximum stays): it is skipped without loading its keys (a prompt's future keys)
+    shape = (*batch, m, n)
+    coords = [sym(x) for x in names] + [sym("_ls_mi"), sym("_ls_l")]
+    mask_view = a["mask_view"]
+    at = Point("_ls_z", sym("_ls_z"), tuple(shape), tuple(coords)) if tuple(mask_view.shape) == shape else "_ls_z"
+    w.line(f"  float _ls_mk[{bn // 8}][4];")
+    w.line("  bool _ls_seen[2] = {false, false};")
+    w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
+    w.line("    const int _ls_h = e >> 1;")
+    w.line("    const long long _ls_mi = _ls_h ? _ls_i_1 : _ls_i_0;")
+    for x in folded:
+        w.line(f"    const long long {names[x]} = _ls_h ? {names[x]}_1 : {names[x]}_0;")
+    w.line("    const long long _ls_l = _ls_l0 + nt * 8 + _ls_tg + (e & 1);")
+    w.line(f"    float _ls_x = {NINF};")
+    w.line(f"    if (_ls_l < {nn} && (_ls_h ? _ls_in_1 : _ls_in_0)) {{")
+    w.line(f"      const long long _ls_z = (_ls_h ? _ls_o_1 : _ls_o_0) * {nn} + _ls_l;")
+    mask = nested(w, "      ", lambda: region.leaf(0, at))
+    w.line(f"      _ls_x = (float){mask};")
+    w.line(f"      _ls_seen[_ls_h] |= _ls_x > {_blocked_value(in_dtypes[0])};")
+    w.line("    }")
+    w.line("    _ls_mk[nt][e] = _ls_x;")
+    w.line("  }")
+    w.line("  for (int _ls_h = 0; _ls_h < 2; _ls_h++) {")
+    w.line("    int t = _ls_seen[_ls_h];")
+    w.line("    t |= __shfl_xor_sync(0xffffffffu, t, 1); t |= __shfl_xor_sync(0xffffffffu, t, 2);")
+    w.line("    _ls_seen[_ls_h] = t;")
+    w.line("  }")
+    w.line("  const bool _ls_idle = !_ls_seen[0] && !_ls_seen[1] && (_ls_open[0] || !_ls_in_0) && "
+           "(_ls_open[1] || !_ls_in_1);")
+    w.line("  if (__syncthreads_and(_ls_idle)) continue;")
+    w.line("  _ls_open[0] |= _ls_seen[0]; _ls_open[1] |= _ls_seen[1];")
     w.push()
-    stage("k", f"{bn * d}", "const long long _ls_l = _ls_l0 + _ls_r;", f"_ls_l < {nn}",
-          f"_ls_ok + _ls_c * {ksk} + _ls_l * {ksn}", "_ls_ks[_ls_r][_ls_c]")
-    # the values transposed ([j][key]: B's layout for O += P V), element (key _ls_r, column _ls_c)
-    stage("v", f"{bn * d}", "const long long _ls_l = _ls_l0 + _ls_r;", f"_ls_l < {nn}",
-          f"_ls_ov + _ls_l * {vsn} + _ls_c * {vsj}", "_ls_vt[_ls_c][_ls_r]")
+    for what, stride, row_stride, off, dest in (("k", "k_stride_k", "k_stride_n", "_ls_ok", "_ls_ks[_ls_r][_ls_c]"),
+                                                ("v", "v_stride_j", "v_stride_n", "_ls_ov", "_ls_vt[_ls_c][_ls_r]")):
+        # the keys as rows ([key][c]); the values transposed ([j][key]: B's layout for O += P V)
+        leaf = vector_leaf(what, stride, row_stride)
+        scalar = (f"{off} + _ls_c * {w.expr(a[stride])} + _ls_l * {w.expr(a[row_stride])}")
+        if leaf is None:
+            stage(what, f"{bn * d}", "const long long _ls_l = _ls_l0 + _ls_r;", f"_ls_l < {nn}", scalar, dest)
+            continue
+        w.line(f"if (_ls_vec_{what}) {{")
+        stage_vector(what, leaf, off, w.expr(a[row_stride]))
+        w.line("} else {")
+        stage(what, f"{bn * d}", "const long long _ls_l = _ls_l0 + _ls_r;", f"_ls_l < {nn}", scalar, dest)
+        w.line("}")
     tile_fill = w.pop()
     w.scope.lines.extend("  " + ln for ln in tile_fill)
     w.line("  __syncthreads();")
@@ -177,24 +257,12 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line(f"      ls_mma_{kind}(_ls_s[nt], _ls_qf[_ls_kk], _ls_kf);")
     w.line("    }")
     w.line("  }")
-    # the mask, keys past n blocked, the tile's row maxima (rows g and g + 8 of the warp's 16)
-    shape = (*batch, m, n)
-    coords = [sym(x) for x in names] + [sym("_ls_mi"), sym("_ls_l")]
-    mask_view = a["mask_view"]
-    at = Point("_ls_z", sym("_ls_z"), tuple(shape), tuple(coords)) if tuple(mask_view.shape) == shape else "_ls_z"
+    # the mask (keys past n and rows past the end: minus infinity), the tile's row maxima (rows
+    # g and g + 8 of the warp's 16)
     w.line(f"  float _ls_tmx[2] = {{{NINF}, {NINF}}};")
     w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
     w.line("    const int _ls_h = e >> 1;")
-    w.line("    const long long _ls_mi = _ls_h ? _ls_i_1 : _ls_i_0;")
-    for x in folded:
-        w.line(f"    const long long {names[x]} = _ls_h ? {names[x]}_1 : {names[x]}_0;")
-    w.line("    const long long _ls_l = _ls_l0 + nt * 8 + _ls_tg + (e & 1);")
-    w.line(f"    float _ls_x = {NINF};")
-    w.line(f"    if (_ls_l < {nn} && (_ls_h ? _ls_in_1 : _ls_in_0)) {{")
-    w.line(f"      const long long _ls_z = (_ls_h ? _ls_o_1 : _ls_o_0) * {nn} + _ls_l;")
-    mask = nested(w, "      ", lambda: region.leaf(0, at))
-    w.line(f"      _ls_x = _ls_s[nt][e] + (float){mask};")
-    w.line("    }")
+    w.line(f"    const float _ls_x = _ls_mk[nt][e] == {NINF} ? {NINF} : _ls_s[nt][e] + _ls_mk[nt][e];")
     w.line("    _ls_s[nt][e] = _ls_x;")
     w.line("    _ls_tmx[_ls_h] = _ls_x > _ls_tmx[_ls_h] ? _ls_x : _ls_tmx[_ls_h];")
     w.line("  }")
