@@ -2,7 +2,7 @@
 (``reduce-overhead``: CUDA graphs), Llama shapes, random bf16 weights, in the same run.
 
     python benchmarks/gpu_decode.py [SHAPE ...] [--steps N] [--prompt N] [--no-peer]
-    python benchmarks/gpu_decode.py [SHAPE ...] --prefill N [--no-peer]
+    python benchmarks/gpu_decode.py [SHAPE ...] --prefill N [--no-peer | --peers eager,max-autotune-no-cudagraphs]
     python benchmarks/gpu_decode.py --weights FAMILY[:PATH] [--dtype bfloat16] [--backend cuda] ...
 
 SHAPE: smollm2-135m (default), llama-3.2-1b, qwen3-0.6b, llama-3-8b.  ``--weights`` runs a real
@@ -148,7 +148,7 @@ def ours_prefill(name: str, prompt: int, runs: int = 10) -> dict:
                 device_peak_MB=round(device().peak_bytes / 2**20, 1))
 
 
-def prefill_main(names: list[str], prompt: int, peers: bool) -> None:
+def prefill_main(names: list[str], prompt: int, peers: list[str]) -> None:
     import peer_torch_decode as peer
 
     rate = peer.matmul_rate()
@@ -159,9 +159,11 @@ def prefill_main(names: list[str], prompt: int, peers: bool) -> None:
         res = {"lightspeed cuda": ours_prefill(name, prompt)}
         print(name, "lightspeed", res["lightspeed cuda"], flush=True)
         if peers:
-            n_params, got = peer.prefill(name, prompt, ["eager", "max-autotune-no-cudagraphs"])
-            res["torch eager"] = got["eager"]
-            res["torch.compile (max-autotune)"] = got["max-autotune-no-cudagraphs"]
+            n_params, got = peer.prefill(name, prompt, peers)
+            if "eager" in got:
+                res["torch eager"] = got["eager"]
+            if "max-autotune-no-cudagraphs" in got:
+                res["torch.compile (max-autotune)"] = got["max-autotune-no-cudagraphs"]
         else:
             n_params = peer_params(name)
         floor = 2 * n_params * prompt / rate * 1e3
@@ -233,7 +235,9 @@ def main() -> None:
         return
     names = [a for a in args if not a.startswith("--") and not a.isdigit()] or ["smollm2-135m"]
     if "--prefill" in args:
-        prefill_main(names, int(args[args.index("--prefill") + 1]), "--no-peer" not in args)
+        peers = (args[args.index("--peers") + 1].split(",") if "--peers" in args
+                 else ["eager", "max-autotune-no-cudagraphs"])
+        prefill_main(names, int(args[args.index("--prefill") + 1]), [] if "--no-peer" in args else peers)
         return
     import peer_torch_decode as peer
 

@@ -52,7 +52,12 @@ AROUND = ("hl", "nn", "models", "weights", "torch", "backends", "parallel", "ser
 # through the host), and the encoder's `row_gather` fact with its schema line (an index_select of
 # a weight's rows, which a kernel backend's GatherMatmul reads in place: a mixture-of-experts
 # step's chosen experts were copied, with int64 index arrays of their size)
-CORE_BUDGET = 5083 + 23 + 22 + 44 + 41 + 4 + 13 + 29 + 9 + 82 + 21 + 9 + 173 + 20 + 11 + 4 + 66
+# + 46 (sixteenth session): `OpDecl.library` and the greedy candidate made of the library's
+# many-rows ops (cuBLASLt for a prompt's products, planned per prompt length) with regions grown,
+# and the region over library products where a tile kernel has no library op beside it (the gate
+# and up products): a 512-token 1B prefill ran its products on generated tiles at ~15% of the
+# tensor cores' rate
+CORE_BUDGET = 5083 + 23 + 22 + 44 + 41 + 4 + 13 + 29 + 9 + 82 + 21 + 9 + 173 + 20 + 11 + 4 + 66 + 46
 # a string "lightspeed.module:Name" names a module loaded by name (an entry point)
 ENTRY_POINT = re.compile(r"lightspeed(\.\w+)*:\w+")
 

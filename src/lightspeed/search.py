@@ -272,14 +272,17 @@ def _prefer_primitives(cid, nodes):
 
 
 def _prefer_backend(index: EGraphIndex, absorb: bool, avoid: frozenset[str] = frozenset(),
-                    prefer: frozenset[str] = frozenset()):
+                    prefer: frozenset[str] = frozenset(), library: frozenset[str] = frozenset(),
+                    library_first: bool = False):
     """Every backend op the rules offered, one region per op.  Among a class's backend ops of one
     rank, ``absorb`` takes the one reading the earliest values (the smallest height of its
     children: a product that normalises its A itself, from x, over the product of the normed
     rows), else the one reading the latest (the ops it could absorb stay ops of their own): the
     greedy and fused candidates differ there, so the search measures both.  Ops named in
     ``avoid`` come last (the few-rows candidate: no tensor-core tiles), in ``prefer`` first (the
-    others: the tiles where offered, beside an op of the same rank such as Attention)."""
+    others: the tiles where offered, beside an op of the same rank such as Attention); among ops of
+    one rank, those in ``library`` (vendor library calls for many rows) first with
+    ``library_first``, else last."""
     levels = index._levels
 
     def height(n: ENode) -> int:
@@ -297,9 +300,36 @@ def _prefer_backend(index: EGraphIndex, absorb: bool, avoid: frozenset[str] = fr
         # region of Mul) is offered for every matmul-shaped SumReduce, and materialises the product;
         # a backend's own op (BlockMatmul, LtMatmul) before the generic one it specialises
         ops = sorted((n for n in nodes if n.op not in PRIMITIVES),
-                     key=lambda n: (n.op in avoid, n.op not in prefer, n.op == "Fused", n.op in _GENERIC, height(n)))
+                     key=lambda n: (n.op in avoid, n.op not in prefer, (n.op in library) != library_first,
+                                    n.op == "Fused", n.op in _GENERIC, height(n)))
+        if library_first and ops and ops[0].op in prefer and ops[0].op not in library:
+            # a many-rows kernel with no library op beside it (a prompt's gate and up products as one
+            # tile kernel): the region over library products computes the same from them
+            via = next((n for n in ops if n.op == "Fused" and _reads_library(index, n, library)), None)
+            if via is not None:
+                return via
         return ops[0] if ops else nodes[0]
     return pick
+
+
+def _reads_library(index: EGraphIndex, region: ENode, library: frozenset[str]) -> bool:
+    """Whether a ``Fused`` node's element-wise body reads (an ``SLeaf`` of) a class that holds an op
+    in ``library``: not through a reduction (attention's softmax and weighted sum reach the
+    projections only through reductions, and stay one kernel)."""
+    seen: set[str] = set()
+    todo = [c for c in region.children if index.sort_of.get(c) == "Scalar"]
+    while todo:
+        cid = todo.pop()
+        if cid in seen:
+            continue
+        seen.add(cid)
+        for n in index.classes.get(cid, ()):
+            if n.op == "SLeaf":
+                if any(m.op in library for m in index.classes.get(n.children[0], ())):
+                    return True
+            elif n.op not in ("SSumReduce", "SMaxReduce"):
+                todo.extend(c for c in n.children if index.sort_of.get(c) == "Scalar")
+    return False
 
 
 def _integer(index: EGraphIndex, cid: str) -> bool:
@@ -336,22 +366,32 @@ def _fuse_single_use(first: Candidate, backend_pick):
     return pick
 
 
-def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str] = frozenset()
-               ) -> Iterator[tuple[str, Candidate]]:
+def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str] = frozenset(),
+               library: frozenset[str] = frozenset()) -> Iterator[tuple[str, Candidate]]:
     """The candidates to measure, in order, as a function of the e-graph, the options and the seed
     alone (never of measured times, so a search is reproducible): the primitive-only default, the
     greedy one (every backend op), where the e-graph holds ops named in ``many_rows``
     (tensor-core tiles) the fused one without them (``few-rows``: the greedy and fused ones take
     the tiles wherever offered, which a decode row runs far slower than the warp kernels), the
     fused one (regions over single-reader producers), then alternately random draws and mutations of the
-    fused one (a fraction of its real choices flipped).  Duplicates are skipped; at most
+    fused one (a fraction of its real choices flipped).  Where the e-graph holds many-rows ops in
+    ``library`` (cuBLASLt for a prompt's products), the greedy candidate takes them (and, where a
+    tile kernel has no library op beside it, the region over library products) with its regions
+    grown as the fused one's; the fused candidate keeps the tiles.  Duplicates are skipped; at most
     ``opts.budget`` are yielded."""
     rng = random.Random(opts.seed)
     seen: set[tuple] = set()
     default = Candidate.build(index, _prefer_primitives)
     greedy = Candidate.build(index, _prefer_backend(index, absorb=False, prefer=many_rows))
-    fused = Candidate.build(index, _fuse_single_use(greedy, _prefer_backend(index, absorb=True, prefer=many_rows)))
+    fused = Candidate.build(index, _fuse_single_use(greedy, _prefer_backend(index, absorb=True, prefer=many_rows,
+                                                                            library=library)))
     fixed = [("default", default), ("greedy", greedy), ("fused", fused)]
+    if library and any(n.op in library for nodes in index.classes.values() for n in nodes):
+        # the library's many-rows ops (cuBLASLt for a prompt's products) in the greedy candidate's
+        # place, with regions grown as in the fused one: the tiles stay in the fused candidate, the
+        # warp kernels in the few-rows one, and a budget of 3 measures the library beside them
+        pick = _prefer_backend(index, absorb=False, prefer=many_rows, library=library, library_first=True)
+        fixed[1] = ("greedy", Candidate.build(index, _fuse_single_use(Candidate.build(index, pick), pick)))
     if many_rows and any(n.op in many_rows for n in fused.choice.values()):
         # third, before the fused one (a budget of 3 measures greedy, few-rows and default): the
         # fused candidate with tiles mixes norm-absorbing products with tiles, rarely the fastest
@@ -457,7 +497,9 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
     first_error: Exception | None = None
     leanest: int | None = None  # the fewest intermediate bytes of a candidate that ran
     many_rows = frozenset(name for name, d in sat.decls.items() if getattr(d, "many_rows", False))
-    listed = candidates(sat.index, opts, many_rows)  # the default measured after greedy and fused: it is cut short
+    library = frozenset(name for name, d in sat.decls.items() if getattr(d, "library", False))
+    # the default measured after greedy and fused: it is cut short
+    listed = candidates(sat.index, opts, many_rows, library)
     head = list(enumerate(itertools.islice(listed, 3)))
     stream = itertools.chain(head[1:], head[:1], enumerate(listed, start=len(head)))
     n_measured = 0

@@ -227,12 +227,42 @@ def test_rules_offer_ltmatmul_for_static_float_matmuls():
 
 
 def test_rules_offer_ltmatmul_for_rows_of_a_dim():
-    """A prompt's products (m = the dim s) are offered too: planned per call's s (plan_dims)."""
+    """A prompt's products (m = the dim s) are offered as the many-rows library ops, planned per
+    call's s (plan_dims); static products keep LtMatmul / LtMatmulAdd alone."""
     g = ls.Graph()
     x, w, r = g.input("x", ("s", 8), dtype=ls.bfloat16), g.input("w", (8, 16), dtype=ls.bfloat16), \
         g.input("r", ("s", 16), dtype=ls.bfloat16)
     g.output("y", x @ w + r)
-    assert set(_lt_ops(g, CudaBackend("search"))) == {"LtMatmul", "LtMatmulAdd"}
+    cuda = CudaBackend("search")
+    assert set(_lt_ops(g, cuda)) == {"LtMatmulRows", "LtMatmulAddRows"}
+    decls = cuda.declarations()
+    assert decls["LtMatmulRows"].many_rows and decls["LtMatmulRows"].library
+    assert not decls["LtMatmul"].many_rows and not decls["LtMatmul"].library
+
+
+def test_the_candidates_measure_the_library_against_the_tiles_and_the_warp_kernels():
+    """greedy takes cuBLASLt for a prompt's products, fused the tensor-core tiles, few-rows (what a
+    decode step runs) neither: each is measured, so a decode row never inherits the library's
+    launch cost and a prompt gets the faster of the two many-rows forms."""
+    from lightspeed.search import SearchOptions, candidates
+
+    g = ls.Graph()
+    x, w, r = g.input("x", ("s", 64), dtype=ls.bfloat16), g.input("w", (64, 32), dtype=ls.bfloat16), \
+        g.input("r", ("s", 32), dtype=ls.bfloat16)
+    g.output("y", x @ w + r)
+    cuda = CudaBackend("search", mma=True)
+    _, enc, index, ser = saturate(cuda, g)
+    decls = cuda.declarations()
+    many = frozenset(n for n, d in decls.items() if d.many_rows)
+    library = frozenset(n for n, d in decls.items() if d.library)
+    listed = dict(candidates(index, SearchOptions(budget=6, seed=0), many, library))
+
+    def products(origin):
+        lp = decode_program(listed[origin], ser, enc.constants, decls)
+        return [o.op for o in lp.ops if "Matmul" in o.op]
+    assert products("greedy") == ["LtMatmulAddRows"]
+    assert products("fused") == ["MatmulAddMma"]
+    assert products("few-rows") == ["MatmulAdd"]
 
 
 def test_rules_refuse_dynamic_float64_and_off():
@@ -240,6 +270,10 @@ def test_rules_refuse_dynamic_float64_and_off():
     x, w = g.input("x", (4, "k")), g.input("w", ("k", 16))
     g.output("y", x @ w)
     assert _lt_ops(g, CudaBackend("search")) == []  # k dynamic
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 8)), g.input("w", (8, "n"))
+    g.output("y", x @ w)
+    assert _lt_ops(g, CudaBackend("search")) == []  # n dynamic
     g = ls.Graph()
     x, w = g.input("x", (4, 8), dtype=ls.float64), g.input("w", (8, 16), dtype=ls.float64)
     g.output("y", x @ w)

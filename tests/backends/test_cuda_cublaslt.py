@@ -22,7 +22,7 @@ from tests.backends.test_conformance import TINY
 
 pytestmark = pytest.mark.skipif(not get_backend("cuda").available(), reason="no CUDA GPU here")
 
-LT_OPS = ("LtMatmul", "LtMatmulAdd", "LtMatmulEpi", "LtMatmulBias")
+LT_OPS = ("LtMatmul", "LtMatmulAdd", "LtMatmulEpi", "LtMatmulBias", "LtMatmulRows", "LtMatmulAddRows")
 TOL = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 1e-2}
 
 

@@ -16,7 +16,7 @@ from lightspeed.egraph import Candidate
 from lightspeed.egraph.llir import decode_program
 from tests.backends.harness import nvrtc_or_skip, saturate
 
-MMA = CudaBackend(mma=True)
+MMA = CudaBackend("off", mma=True)  # the tiles alone (cuBLASLt's many-rows ops: test_cublaslt_plan.py)
 
 
 @pytest.fixture(params=[False, True], ids=["lds", "ldmatrix"])

@@ -26,12 +26,16 @@ class OpDecl:
     """An IR constructor: its name, its fields ``(name, kind)`` in egglog argument order, a doc line.
     ``many_rows``: a kernel that pays off only for products of many rows (tensor-core tiles): the
     search also measures its candidates with such ops swapped for the class's other backend ops
-    (search.candidates' ``few-rows`` candidate), so a decode row never inherits a prompt's tiles."""
+    (search.candidates' ``few-rows`` candidate), so a decode row never inherits a prompt's tiles.
+    ``library``: a many-rows op computed by a vendor library (cuBLASLt for a prompt's products):
+    the greedy candidate takes it before the class's other many-rows ops, the fused one after
+    them, so the search measures the library against the generated tiles."""
 
     name: str
     fields: tuple[tuple[str, str], ...]
     doc: str = ""
     many_rows: bool = False
+    library: bool = False
 
     def __post_init__(self) -> None:
         names = [n for n, _ in self.fields]

@@ -46,7 +46,8 @@ from ...errors import LightspeedError
 from ...symbolic import const
 from ..codegen.kernels import KernelSpec, LaunchShape
 
-__all__ = ["LT_MATMUL", "LT_MATMUL_ADD", "LT_MATMUL_EPI", "LT_MATMUL_BIAS", "LT_MATMUL_FP8", "LT_OPS", "EPILOGUES",
+__all__ = ["LT_MATMUL", "LT_MATMUL_ADD", "LT_MATMUL_EPI", "LT_MATMUL_BIAS", "LT_MATMUL_FP8", "LT_MATMUL_ROWS",
+           "LT_MATMUL_ADD_ROWS", "LT_OPS", "EPILOGUES",
            "RULE_FILE", "LtLayout", "LtPlan", "LtDimsPlan", "plan_matmul", "plan_dims", "library_spec", "Library",
            "WORKSPACE_BYTES"]
 
@@ -74,7 +75,13 @@ EPILOGUES = ("default", "relu", "gelu", "bias", "relu_bias", "gelu_bias")
 # run when an LLIR program holds it (tests/backends/test_cuda_cublaslt.py builds one).
 LT_MATMUL_FP8 = OpDecl("LtMatmulFp8", (*MATMUL.fields, ("a_scale", "ir"), ("b_scale", "ir")),
                        "(a * a_scale) @ (b * b_scale), a and b float8_e4m3, per-tensor float32 scales")
-LT_OPS = (LT_MATMUL, LT_MATMUL_ADD, LT_MATMUL_EPI, LT_MATMUL_BIAS, LT_MATMUL_FP8)
+# a product whose row count is a dim (a prompt's tokens): planned per call's value (LtDimsPlan); a
+# many-rows library op, so a decode step's rows keep the warp kernels (search.candidates)
+LT_MATMUL_ROWS = OpDecl("LtMatmulRows", MATMUL.fields, "Matmul through cuBLASLt, m a dim planned per call",
+                        many_rows=True, library=True)
+LT_MATMUL_ADD_ROWS = OpDecl("LtMatmulAddRows", MATMUL_ADD.fields, "MatmulAdd through cuBLASLt, m a dim planned "
+                            "per call", many_rows=True, library=True)
+LT_OPS = (LT_MATMUL, LT_MATMUL_ADD, LT_MATMUL_EPI, LT_MATMUL_BIAS, LT_MATMUL_FP8, LT_MATMUL_ROWS, LT_MATMUL_ADD_ROWS)
 _EPI_OPS = ("LtMatmulEpi", "LtMatmulBias")
 _FP8_OUT = ("bfloat16", "float32")
 RULE_FILE = Path(__file__).with_name("cublaslt.egg")
@@ -193,7 +200,8 @@ def plan_matmul(op: LOp, in_dtypes: list[DType], dims: Mapping[str, int] | None 
     epilogue = args.get("epilogue", "default") if op.op in _EPI_OPS else "default"
     bias = "bias_view" in args
     fp8 = op.op == "LtMatmulFp8"
-    if (op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd", "LtMatmulFp8", *_EPI_OPS)
+    if (op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd", "LtMatmulRows", "LtMatmulAddRows",
+                      "LtMatmulFp8", *_EPI_OPS)
             or len(in_dtypes) != (4 if fp8 else 3 if add or bias else 2) or epilogue not in EPILOGUES
             or bias != ("bias" in epilogue) or (add and bias)):
         return None
@@ -280,7 +288,7 @@ def plan_dims(op: LOp, in_dtypes: list[DType]) -> LtDimsPlan | None:
     """An :class:`LtDimsPlan` for a ``Matmul`` / ``MatmulAdd`` (or their Lt forms) whose only
     symbolic fields are its row count ``m`` (and the result's and addend's shapes with it), which
     :func:`plan_matmul` plans at every sampled value; None otherwise (static ops: plan_matmul)."""
-    if op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd"):
+    if op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd", "LtMatmulRows", "LtMatmulAddRows"):
         return None
     args = op.args
     free = set(args["m"].free_vars())

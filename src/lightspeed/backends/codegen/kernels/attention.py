@@ -32,7 +32,7 @@ from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import WARP, Point, Writer, finish
 
-__all__ = ["attention_kernel", "RENDERERS", "WARPS"]
+__all__ = ["attention_kernel", "blocked_value", "RENDERERS", "WARPS"]
 
 WARPS = 8  # warps per query row (cuda); the block is (32, WARPS): lane, slice
 GROUP_ROWS = 16  # c: up to this many static query rows of a batch index share one item
@@ -44,7 +44,7 @@ NINF = "(-ls_inf())"
 CLUSTERED = os.environ.get("LIGHTSPEED_ATTENTION_CLUSTER", "1") == "1"
 
 
-def _blocked_value(d: DType) -> str:
+def blocked_value(d: DType) -> str:
     """The float a key's mask value must not exceed to count as blocked for skipping it: the
     lowest value of a float32 or bfloat16 mask (any score plus it is so far below a row's maximum
     that its weight is exactly 0 in float32); for other mask dtypes -inf only."""
@@ -366,7 +366,7 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line(f"    const long long _ls_z = (_ls_item * {m} + _ls_mi) * {nn} + _ls_l;")
     mval = nested(w, "    ", lambda: region.leaf(0, at))
     w.line(f"    _ls_mk[_ls_mi] = (float){mval};")
-    w.line(f"    const int _ls_blocked = _ls_mk[_ls_mi] <= {_blocked_value(in_dtypes[0])};")
+    w.line(f"    const int _ls_blocked = _ls_mk[_ls_mi] <= {blocked_value(in_dtypes[0])};")
     w.line("    _ls_keep |= !_ls_blocked || !_ls_open[_ls_mi];")
     w.line("    _ls_open[_ls_mi] |= !_ls_blocked;")
     w.line("  }")

@@ -31,7 +31,7 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import prod, sym
-from .attention import NINF, _blocked_value, nested
+from .attention import NINF, blocked_value, nested
 from .region import Region
 from .spec import KernelSpec
 from .types import storage_type, store
@@ -216,7 +216,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line(f"      const long long _ls_z = (_ls_h ? _ls_o_1 : _ls_o_0) * {nn} + _ls_l;")
     mask = nested(w, "      ", lambda: region.leaf(0, at))
     w.line(f"      _ls_x = (float){mask};")
-    w.line(f"      _ls_seen[_ls_h] |= _ls_x > {_blocked_value(in_dtypes[0])};")
+    w.line(f"      _ls_seen[_ls_h] |= _ls_x > {blocked_value(in_dtypes[0])};")
     w.line("    }")
     w.line("    _ls_mk[nt][e] = _ls_x;")
     w.line("  }")
