@@ -228,12 +228,38 @@ class Point:
 
 
 def index_at(st: ShapeTracker, coords: tuple[Expr, ...]) -> tuple[Expr, Expr]:
-    """(physical index, validity) of the element at per-axis ``coords`` of ``st``'s last view."""
+    """(physical index, validity) of the element at per-axis ``coords`` of ``st``'s last view.
+    Where a view only permutes or broadcasts the axes of the view under it, that view's
+    coordinates are taken over directly instead of unflattened from the index: unflattening
+    divides by the inner extents, a run-time 64-bit division per element when one is a dim (a
+    decode step's mask read per key through [s, p + s])."""
     idx, valid = st.views[-1].index_and_valid(coords)
+    outer, at = st.views[-1], tuple(coords)
     for v in reversed(st.views[:-1]):
-        idx, vv = v.index_and_valid(unflatten_index(idx, v.shape))
+        direct = _axis_map(outer, at, v.shape)
+        idx, vv = v.index_and_valid(direct if direct is not None else unflatten_index(idx, v.shape))
         valid = valid * vv
+        outer, at = v, direct
     return idx, valid
+
+
+def _axis_map(outer, coords: tuple[Expr, ...] | None, inner: tuple[Expr, ...]) -> tuple[Expr, ...] | None:
+    """The coordinates in ``inner`` (a row-major shape) of the element an unmasked, offset-free view
+    ``outer`` reads at ``coords``, when each inner axis is read by exactly one outer axis of the
+    same extent with the inner axis' row-major stride and every other outer axis has stride 0 or
+    extent 1 (a permutation or broadcast of ``inner``'s axes); else None."""
+    if coords is None or outer.mask is not None or outer.offset != 0:
+        return None
+    strides = contiguous_strides(tuple(inner))
+    out: list[Expr | None] = [const(0) if d == 1 else None for d in inner]
+    for c, d, st in zip(coords, outer.shape, outer.strides):
+        if st == 0 or d == 1:
+            continue
+        j = next((j for j in range(len(inner)) if out[j] is None and inner[j] == d and strides[j] == st), None)
+        if j is None:
+            return None
+        out[j] = c
+    return None if any(c is None for c in out) else tuple(out)
 
 
 def flat_of(coords: list[Expr], shape: tuple[Expr, ...]) -> Expr:
