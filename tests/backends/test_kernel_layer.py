@@ -164,3 +164,48 @@ def _lprog(backend, g):
 
     _, enc, index, ser = saturate(backend, g)
     return decode_program(Candidate.default(index), ser, enc.constants, backend.declarations())
+
+
+def _trackers():
+    """Two-view trackers (a view over a view) whose outer view permutes or broadcasts the inner
+    view's axes -- a decode step's mask [s, p + s] read per key as [s, 2, 2, p + s] -- and ones
+    whose outer view merges or splits axes (the coordinates must be unflattened)."""
+    from lightspeed.shape import ShapeTracker
+    s, p = sym("s"), sym("p")
+    mask = ShapeTracker.contiguous((s, s)).pad(((0, 0), (p, 0)))  # [s, p + s], keys before p open
+    yield mask.reshape((s, 1, 1, p + s)).expand((s, 2, 2, p + s))
+    yield mask.permute((1, 0)).reshape((p + s, 1, s)).expand((p + s, 3, s))
+    yield ShapeTracker.contiguous((s, 4)).pad(((0, 0), (1, 1))).reshape((s, 2, 3))  # split: unflatten
+    yield ShapeTracker.contiguous((s, 4)).pad(((0, 0), (1, 1))).reshape((s * 6,))  # merge: unflatten
+
+
+@pytest.mark.parametrize("k", range(4))
+def test_index_at_equals_the_trackers_own_index(k):
+    """``index_at`` (per-axis coordinates, taken over directly where a view only permutes or
+    broadcasts the one under it) gives the index and validity the tracker's flat-index expressions
+    give, at every element for several dim values."""
+    import itertools
+
+    from lightspeed.backends.codegen.kernels.writer import index_at
+    from lightspeed.symbolic import INDEX_VAR
+    st = list(_trackers())[k]
+    assert len(st.views) == 2
+    names = [f"c{i}" for i in range(len(st.shape))]
+    idx, valid = index_at(st, tuple(sym(n) for n in names))
+    for s, p in ((1, 0), (3, 2), (4, 5)):
+        env = {"s": s, "p": p}
+        shape = [int(d.evaluate(env)) for d in st.shape]
+        for flat, at in enumerate(itertools.product(*(range(d) for d in shape))):
+            e = {**env, **dict(zip(names, at)), INDEX_VAR: flat}
+            want_valid = int(st.valid_expr().evaluate(e))
+            assert int(valid.evaluate(e)) == want_valid, (k, env, at)
+            if want_valid:
+                assert int(idx.evaluate(e)) == int(st.index_expr().evaluate(e)), (k, env, at)
+
+
+def test_index_at_takes_a_broadcast_views_coordinates_without_dividing():
+    from lightspeed.backends.codegen.kernels.writer import index_at
+    st = next(_trackers())
+    idx, valid = index_at(st, tuple(sym(n) for n in ("b", "h", "g", "l")))
+    text = f"{idx} {valid}"
+    assert "//" not in text and "%" not in text, text
