@@ -6,7 +6,8 @@ through the backend's op table with a recording executor.
 
 Prints each candidate's launch count by (op, kind) and, for ``--show``'s candidate, every launch
 with its shape and region body: where a decode layer's kernels go (the decode-speed work's map).
-The search on a GPU measures these and random candidates; its pick is usually the fused one.
+The search on a GPU measures these and random candidates; a decode step's pick is usually the
+few-rows one (the fused one without the prompt's many-rows kernels).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> int:
 
     import lightspeed as ls
     from lightspeed.backends import get_backend
+    from lightspeed.backends.cuda import CudaBackend
     from lightspeed.backends.codegen.program import KernelProgram
     from lightspeed.egraph.llir import decode_program
     from lightspeed.models import from_hf_config
@@ -41,10 +43,14 @@ def main() -> int:
                num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                rms_norm_eps=1e-5, tie_word_embeddings=True)
     graph = from_hf_config(cfg, dtype=args.dtype).decode_graph()
-    backend = get_backend(args.backend)
+    # cuda as on a GPU host (cuBLASLt offered: the host has nvmath-python; here it may not)
+    backend = CudaBackend("search") if args.backend == "cuda" else get_backend(args.backend)
+    decls = backend.declarations()
+    many = frozenset(n for n, d in decls.items() if d.many_rows)
+    library = frozenset(n for n, d in decls.items() if d.library)
 
     _, enc, index, ser = saturate(backend, graph)
-    for origin, cand in candidates(index, ls.SearchOptions(budget=3, seed=0)):
+    for origin, cand in candidates(index, ls.SearchOptions(budget=4, seed=0), many, library):
         lprog = decode_program(cand, ser, enc.constants, backend.declarations())
         rec = _Recorder()  # the NVRTC test's recorder, in this backend's dialect
         rec.dialect = backend.executor.dialect
