@@ -244,7 +244,7 @@ def _flash(g: ls.Graph):
 
 @pytest.mark.parametrize("d,grouped,rows", [(16, False, False), (64, False, False), (128, False, False),
                                             (64, True, False), (64, True, True), (128, False, True)])
-def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows):
+def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows, fragments):
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
 
@@ -256,6 +256,7 @@ def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows):
     assert specs[0].launch.kind == "matmul_mma" and "ls_mma_bf16" in specs[0].source
     assert ("_ls_vec_k" in specs[0].source) == rows  # 16-byte staging where the strides allow it
     assert "__syncthreads_and" in specs[0].source  # blocked tiles skipped
+    assert ("ls_ldmatrix_x4_trans(" in specs[0].source) == fragments  # the values read transposed
     # grouped: the positions folded into the rows (a block per 64 of m x 4 rows of a KV head)
     assert str(specs[0].launch.grid[0]) == ("2*((4*m + 63) // 64)" if grouped else "2*((m + 63) // 64)")
     assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
@@ -267,7 +268,7 @@ def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows):
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
 @pytest.mark.parametrize("d,grouped,rows", [(64, False, False), (128, False, False), (64, True, False),
                                             (128, True, False), (64, True, True), (128, False, True)])
-def test_attention_tiles_match_the_reference(d, grouped, rows):
+def test_attention_tiles_match_the_reference(d, grouped, rows, fragments):
     import ml_dtypes
 
     g = _attention_graph(d, grouped=grouped, rows=rows)

@@ -6,8 +6,10 @@ where the one-block-per-row kernel (:mod:`.attention`) runs every score on the C
 A block of 4 warps (kind ``matmul_mma``: 128 threads) takes 64 query rows of one batch index
 (16 per warp), one item of a grid-stride loop over (batch index, row tile).  The queries are
 evaluated through their body once, rounded to the dtype, into shared memory and then into each
-warp's ``mma.sync.m16n8k16`` A fragments; per tile of BN keys the keys ([key][c]) and the values,
-transposed ([j][key]), go through their bodies into shared memory, the scores S = Q K^T come
+warp's ``mma.sync.m16n8k16`` A fragments; per tile of BN keys the keys ([key][c]) and the values
+([key][j], read by a transposing ``ldmatrix``; transposed [j][key] for 32-bit loads with
+``LIGHTSPEED_CUDA_LDMATRIX=0``) go through their bodies into shared memory (16-byte copies where
+a body is a buffer with aligned rows), the scores S = Q K^T come
 out of the tensor cores in float32, the mask is added per score, and an online softmax in base 2
 (running maximum per row, shared by the row's 4 threads through shuffles) rescales the running
 output; the probabilities, rounded to the dtype, are the A fragments of O += P V (the S
@@ -31,6 +33,7 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import prod, sym
+from . import matmul_mma
 from .attention import NINF, blocked_value, nested
 from .region import Region
 from .spec import KernelSpec
@@ -61,6 +64,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         raise LightspeedError(f"{op.op}: key and value head dims must be equal multiples of 16 up to 128, "
                               f"got {d} and {dv}")
     kind = MMA_DTYPES[op.dtype.name]
+    ldm = matmul_mma.LDMATRIX  # fragments by ldmatrix (the tiles' switch, LIGHTSPEED_CUDA_LDMATRIX)
     bn = 64 if d <= 64 else 32  # keys per tile: the three shared tiles stay within 48 KiB
     st = storage_type(op.dtype)
     w = Writer("cuda")
@@ -119,7 +123,10 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line(f"const long long _ls_m0 = _ls_tile * {ROWS};")
     w.line(f"__shared__ __align__(16) {st} _ls_qs[{ROWS}][{d + PAD}];")
     w.line(f"__shared__ __align__(16) {st} _ls_ks[{bn}][{d + PAD}];")
-    w.line(f"__shared__ __align__(16) {st} _ls_vt[{d}][{bn + PAD}];")
+    if ldm:  # the values row-major ([key][j]), read transposed by ldmatrix
+        w.line(f"__shared__ __align__(16) {st} _ls_vs[{bn}][{d + PAD}];")
+    else:  # the values transposed ([j][key]: B's layout for O += P V, read by 32-bit loads)
+        w.line(f"__shared__ __align__(16) {st} _ls_vt[{d}][{bn + PAD}];")
     w.line("__syncthreads();  // an earlier item's readers are done with the tiles")
     # this thread's two rows of the scores (g and g + 8 of its warp's 16)
     for h in (0, 1):
@@ -162,8 +169,8 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line("    const long long _ls_l = _ls_l0 + _ls_r;")
         w.line("    uint4 _ls_u = make_uint4(0u, 0u, 0u, 0u);")
         w.line(f"    if (_ls_l < {nn}) _ls_u = *(const uint4*)({src} + {off} + _ls_l * {row_stride} + _ls_c);")
-        if what == "k":
-            w.line("    *(uint4*)&_ls_ks[_ls_r][_ls_c] = _ls_u;")
+        if what == "k" or ldm:
+            w.line(f"    *(uint4*)&_ls_{what}s[_ls_r][_ls_c] = _ls_u;")
         else:
             w.line(f"    const {st}* _ls_h = (const {st}*)&_ls_u;")
             w.line("    for (int u = 0; u < 8; u++) _ls_vt[_ls_c + u][_ls_r] = _ls_h[u];")
@@ -231,7 +238,8 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line("  _ls_open[0] |= _ls_seen[0]; _ls_open[1] |= _ls_seen[1];")
     w.push()
     for what, stride, row_stride, off, dest in (("k", "k_stride_k", "k_stride_n", "_ls_ok", "_ls_ks[_ls_r][_ls_c]"),
-                                                ("v", "v_stride_j", "v_stride_n", "_ls_ov", "_ls_vt[_ls_c][_ls_r]")):
+                                                ("v", "v_stride_j", "v_stride_n", "_ls_ov",
+                                                 "_ls_vs[_ls_r][_ls_c]" if ldm else "_ls_vt[_ls_c][_ls_r]")):
         # the keys as rows ([key][c]); the values transposed ([j][key]: B's layout for O += P V)
         leaf = vector_leaf(what, stride, row_stride)
         scalar = (f"{off} + _ls_c * {w.expr(a[stride])} + _ls_l * {w.expr(a[row_stride])}")
@@ -250,13 +258,25 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line(f"  float _ls_s[{bn // 8}][4];")
     w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) {{")
     w.line("    for (int e = 0; e < 4; e++) _ls_s[nt][e] = 0.0f;")
-    w.line(f"    for (int _ls_kk = 0; _ls_kk < {d // 16}; _ls_kk++) {{")
-    w.line("      const int r = nt * 8 + _ls_g, c = _ls_kk * 16 + _ls_tg;")
-    w.line("      const unsigned int _ls_kf[2] = {*(const unsigned int*)&_ls_ks[r][c], "
-           "*(const unsigned int*)&_ls_ks[r][c + 8]};")
-    w.line(f"      ls_mma_{kind}(_ls_s[nt], _ls_qf[_ls_kk], _ls_kf);")
-    w.line("    }")
-    w.line("  }")
+    if ldm:  # two 8-key blocks' fragments per ldmatrix ([key][c] is B's [n][k] layout)
+        w.line("  }")
+        w.line("  const int _ls_lq = _ls_lane >> 3, _ls_lr = _ls_lane & 7;")
+        w.line(f"  for (int nt = 0; nt < {bn // 8}; nt += 2) {{")
+        w.line(f"    for (int _ls_kk = 0; _ls_kk < {d // 16}; _ls_kk++) {{")
+        w.line("      unsigned int _ls_kf[4];")
+        w.line("      ls_ldmatrix_x4(_ls_kf, &_ls_ks[8 * (nt + (_ls_lq >> 1)) + _ls_lr][_ls_kk * 16 + (_ls_lq & 1) * 8]);")
+        w.line(f"      ls_mma_{kind}(_ls_s[nt], _ls_qf[_ls_kk], _ls_kf);")
+        w.line(f"      ls_mma_{kind}(_ls_s[nt + 1], _ls_qf[_ls_kk], _ls_kf + 2);")
+        w.line("    }")
+        w.line("  }")
+    else:
+        w.line(f"    for (int _ls_kk = 0; _ls_kk < {d // 16}; _ls_kk++) {{")
+        w.line("      const int r = nt * 8 + _ls_g, c = _ls_kk * 16 + _ls_tg;")
+        w.line("      const unsigned int _ls_kf[2] = {*(const unsigned int*)&_ls_ks[r][c], "
+               "*(const unsigned int*)&_ls_ks[r][c + 8]};")
+        w.line(f"      ls_mma_{kind}(_ls_s[nt], _ls_qf[_ls_kk], _ls_kf);")
+        w.line("    }")
+        w.line("  }")
     # the mask (keys past n and rows past the end: minus infinity), the tile's row maxima (rows
     # g and g + 8 of the warp's 16)
     w.line(f"  float _ls_tmx[2] = {{{NINF}, {NINF}}};")
@@ -291,12 +311,21 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line(f"    const unsigned int _ls_pf[4] = {{{pack('_ls_s[2 * t][0]', '_ls_s[2 * t][1]')}, "
            f"{pack('_ls_s[2 * t][2]', '_ls_s[2 * t][3]')}, {pack('_ls_s[2 * t + 1][0]', '_ls_s[2 * t + 1][1]')}, "
            f"{pack('_ls_s[2 * t + 1][2]', '_ls_s[2 * t + 1][3]')}}};")
-    w.line(f"    for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) {{")
-    w.line("      const int r = _ls_j * 8 + _ls_g, c = t * 16 + _ls_tg;")
-    w.line("      const unsigned int _ls_vf[2] = {*(const unsigned int*)&_ls_vt[r][c], "
-           "*(const unsigned int*)&_ls_vt[r][c + 8]};")
-    w.line(f"      ls_mma_{kind}(_ls_o[_ls_j], _ls_pf, _ls_vf);")
-    w.line("    }")
+    if ldm:  # two 8-column blocks' fragments per transposing ldmatrix of the row-major values
+        w.line(f"    for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j += 2) {{")
+        w.line("      unsigned int _ls_vf[4];")
+        w.line("      ls_ldmatrix_x4_trans(_ls_vf, &_ls_vs[t * 16 + (_ls_lq & 1) * 8 + _ls_lr]"
+               "[8 * (_ls_j + (_ls_lq >> 1))]);")
+        w.line(f"      ls_mma_{kind}(_ls_o[_ls_j], _ls_pf, _ls_vf);")
+        w.line(f"      ls_mma_{kind}(_ls_o[_ls_j + 1], _ls_pf, _ls_vf + 2);")
+        w.line("    }")
+    else:
+        w.line(f"    for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) {{")
+        w.line("      const int r = _ls_j * 8 + _ls_g, c = t * 16 + _ls_tg;")
+        w.line("      const unsigned int _ls_vf[2] = {*(const unsigned int*)&_ls_vt[r][c], "
+               "*(const unsigned int*)&_ls_vt[r][c + 8]};")
+        w.line(f"      ls_mma_{kind}(_ls_o[_ls_j], _ls_pf, _ls_vf);")
+        w.line("    }")
     w.line("  }")
     w.line("}")
     # each row's sum over its 4 threads, the rows written

@@ -38,6 +38,14 @@ static LS_INLINE void ls_ldmatrix_x4(unsigned int* r, const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
 }
+// The same with each 8 x 8 matrix transposed: thread t receives rows 2 (t % 4) and the next at
+// column t / 4 -- a B fragment read from a row-major [k][n] tile (attention's values, keys down).
+static LS_INLINE void ls_ldmatrix_x4_trans(unsigned int* r, const void* smem) {
+  const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
 #else
 static LS_INLINE void ls_ldmatrix_x4(unsigned int* r, const void* smem) {}
+static LS_INLINE void ls_ldmatrix_x4_trans(unsigned int* r, const void* smem) {}
 #endif
