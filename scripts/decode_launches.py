@@ -33,8 +33,8 @@ def main() -> int:
 
     import lightspeed as ls
     from lightspeed.backends import get_backend
-    from lightspeed.backends.cuda import CudaBackend
     from lightspeed.backends.codegen.program import KernelProgram
+    from lightspeed.backends.cuda import CudaBackend
     from lightspeed.egraph.llir import decode_program
     from lightspeed.models import from_hf_config
     from lightspeed.search import candidates
