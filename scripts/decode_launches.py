@@ -3,6 +3,7 @@ with a kernel backend's rules, the search's fixed candidates (default, greedy, f
 through the backend's op table with a recording executor.
 
     python scripts/decode_launches.py [--backend cuda|native] [--layers 1] [--dtype bfloat16] [--show fused]
+                                      [--hidden 64 --ffn 128 --heads 4 --kv-heads 2]
 
 Prints each candidate's launch count by (op, kind) and, for ``--show``'s candidate, every launch
 with its shape and region body: where a decode layer's kernels go (the decode-speed work's map).
@@ -24,6 +25,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="cuda", choices=["cuda", "native"])
     ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--hidden", type=int, default=64, help="2048 with --ffn 8192 --heads 32 --kv-heads 8: the 1B")
+    ap.add_argument("--ffn", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--show", default="fused", help="the candidate whose launches are listed (or 'none')")
     args = ap.parse_args()
@@ -39,8 +44,9 @@ def main() -> int:
     from lightspeed.models import from_hf_config
     from lightspeed.search import candidates
 
-    cfg = dict(model_type="llama", vocab_size=256, hidden_size=64, intermediate_size=128,
-               num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    cfg = dict(model_type="llama", vocab_size=256, hidden_size=args.hidden, intermediate_size=args.ffn,
+               num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+               head_dim=args.hidden // args.heads,
                rms_norm_eps=1e-5, tie_word_embeddings=True)
     graph = from_hf_config(cfg, dtype=args.dtype).decode_graph()
     # cuda as on a GPU host (cuBLASLt offered: the host has nvmath-python; here it may not)
