@@ -231,35 +231,45 @@ def test_a_paged_step_reads_keys_through_the_page_tables(backend):
 
 
 @needs_native
-def test_keys_gathered_through_an_index_buffer_are_copied_as_runs():
+@pytest.mark.parametrize("own_values_index", [False, True], ids=["one-index", "two-indexes"])
+def test_keys_gathered_through_an_index_buffer_are_copied_as_runs(own_values_index):
     """Keys and values gathered through a materialised index (a rolled paged step's: one index per
     element, shared by the layers) are read a position's row at a time when its indexes are one
     run inside the pool (checked, then vector loads), element by element otherwise (a scrambled
-    row here): the reference's values either way."""
+    row here): the reference's values either way.  Values gathered through the keys' own index
+    buffer reuse the keys' check (`_ls_krun`); through an index of their own (scrambled at
+    another row) they check their own runs."""
     s, n_kv, g, d, L, slots = 3, 2, 2, 16, 40, 128
     graph = ls.Graph()
     q = graph.input("q", (s, n_kv, g, d))
     pool_k, pool_v = graph.input("pk", (slots, n_kv * d)), graph.input("pv", (slots, n_kv * d))
     index = graph.input("index", (s, L, n_kv * d), ls.int64)
+    index_v = graph.input("index_v", (s, L, n_kv * d), ls.int64) if own_values_index else index
     mask = graph.input("mask", (s, L))
 
-    def rows(pool):
-        return hl.gather(pool.reshape(-1), 0, index.reshape(-1)).reshape(s, L, n_kv, d)
+    def rows(pool, ix):
+        return hl.gather(pool.reshape(-1), 0, ix.reshape(-1)).reshape(s, L, n_kv, d)
 
-    graph.output("y", softmax_attention(q, rows(pool_k).permute(0, 2, 3, 1), rows(pool_v).permute(0, 2, 1, 3), mask))
+    graph.output("y", softmax_attention(q, rows(pool_k, index).permute(0, 2, 3, 1),
+                                        rows(pool_v, index_v).permute(0, 2, 1, 3), mask))
     progs = [lp for lp in _programs_with(NATIVE, graph)
              if all(o.args["k_body"][0] == "gather" for o in lp.ops if o.op == "Attention")]
     assert progs, "no candidate gathers the keys in the kernel"
     prog = NATIVE.lower(graph, progs[-1])
     assert any("_ls_one" in spec.source for spec in prog.kernels)
+    assert any("_ls_krun" in spec.source for spec in prog.kernels) == (not own_values_index)
     rng = np.random.default_rng(4)
     table = rng.permutation(slots)[:s * L].reshape(s, L)
     idx = table[:, :, None] * (n_kv * d) + np.arange(n_kv * d)
+    idx_v = idx.copy()
     idx[2, 7] = rng.permutation(idx[2, 7])  # not a run: read element by element
+    idx_v[1, 3] = rng.permutation(idx_v[1, 3])
     inputs = {"q": rng.standard_normal((s, n_kv, g, d)).astype(np.float32),
               "pk": rng.standard_normal((slots, n_kv * d)).astype(np.float32),
               "pv": rng.standard_normal((slots, n_kv * d)).astype(np.float32),
               "index": idx.astype(np.int64),
               "mask": np.where(rng.random((s, L)) < 0.2, -1e30, 0.0).astype(np.float32)}
+    if own_values_index:
+        inputs["index_v"] = idx_v.astype(np.int64)
     want = graph.compile(backend="reference")(inputs)["y"]
     np.testing.assert_allclose(prog(inputs)["y"], want, rtol=1e-5, atol=1e-5)

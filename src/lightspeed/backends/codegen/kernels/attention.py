@@ -100,19 +100,27 @@ class Operand:
         self.dtype = in_dtypes[leaf] if leaf is not None else node_dtype(body, in_dtypes)
         w.index_vars.add(var)
 
-    def fill(self, dest: str, count: int, base: str, unit: bool, ahead: tuple[str, str] | None = None) -> None:
+    def run_leaves(self) -> tuple[int, int] | None:
+        """(index leaf, data leaf) when the body gathers a contiguous buffer through a contiguous
+        integer index buffer (a paged step's keys: each position's row through its page table)."""
+        body, views = self.body, self.region.views
+        if body[0] == "gather" and body[1][0] == "leaf":
+            ix, data = body[1][1], body[2]
+            if views[ix].is_contiguous and views[data].is_contiguous and not self.region.leaf_dtypes[ix].is_float:
+                return ix, data
+        return None
+
+    def fill(self, dest: str, count: int, base: str, unit: bool, ahead: tuple[str, str] | None = None,
+             checked: str | None = None, export: str | None = None) -> None:
         """``dest[c] = `` the element at flat index ``base + c`` (``unit``: consecutive elements;
         else ``use`` is called by the caller) for c < ``count``, as floats (c dialect).  A body that
-        gathers a contiguous buffer through a contiguous index buffer (a paged step's keys: each
-        position's row through its page table) first checks that the ``count`` indexes are one run
-        inside the data, then copies the run (vector loads); otherwise element by element."""
-        w, body = self.w, self.body
-        run = None
-        if unit and body[0] == "gather" and body[1][0] == "leaf":
-            ix, data = body[1][1], body[2]
-            views = self.region.views
-            if views[ix].is_contiguous and views[data].is_contiguous and not self.region.leaf_dtypes[ix].is_float:
-                run = ix, data
+        gathers through an index buffer (:meth:`run_leaves`) first checks that the ``count``
+        indexes are one run inside the data, then copies the run (vector loads); otherwise element
+        by element.  ``export``: an ``int`` the check's result is also stored in; ``checked``: the
+        one an earlier fill exported for the same indexes at the same ``base`` (the values read
+        through the keys' index buffer): the run is not checked again, only its first index read."""
+        w = self.w
+        run = self.run_leaves() if unit else None
         if run is None:
             self.use(f"for (int c = 0; c < {count}; c++)", f"{base} + c", lambda v: f"{dest}[c] = {v};")
             return
@@ -122,8 +130,13 @@ class Operand:
         w.line("  {")
         w.line(f"    const {storage_type(self.region.leaf_dtypes[ix])}* _ls_ix = {names[ix]} + ({base});")
         w.line("    const long long _ls_r0 = (long long)_ls_ix[0];")
-        w.line(f"    int _ls_one = _ls_r0 >= 0 && _ls_r0 <= {size} - {count};")
-        w.line(f"    for (int c = 0; c < {count}; c++) _ls_one &= (long long)_ls_ix[c] == _ls_r0 + c;")
+        if checked is not None:
+            w.line(f"    int _ls_one = {checked};")
+        else:
+            w.line(f"    int _ls_one = _ls_r0 >= 0 && _ls_r0 <= {size} - {count};")
+            w.line(f"    for (int c = 0; c < {count}; c++) _ls_one &= (long long)_ls_ix[c] == _ls_r0 + c;")
+            if export is not None:
+                w.line(f"    {export} = _ls_one;")
         if ahead is not None:  # (condition, index offset): a later key's row, fetched while this one is used
             cond, off = ahead
             w.line(f"    if ({cond}) {{")
@@ -373,13 +386,23 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("  if (!_ls_keep) continue;")
     ahead_k = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {ksn}")
     ahead_v = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {vsn}")
+    # the values gathered through the keys' own index buffer at the same offsets (a paged step's
+    # two pools, one page table): the keys' check of the run holds for them
+    kr, vr = keys.run_leaves(), values.run_leaves()
+    shared = (kr is not None and vr is not None and a["k_stride_k"] == 1 and a["v_stride_j"] == 1 and hk == hv
+              and op.inputs[kr[0]] == op.inputs[vr[0]] and region.views[kr[0]] == region.views[vr[0]]
+              and prod(region.views[kr[1]].shape) == prod(region.views[vr[1]].shape)
+              and a["k_offset"] == a["v_offset"] and a["k_stride_n"] == a["v_stride_n"]
+              and tuple(a["k_batch_strides"]) == tuple(a["v_batch_strides"]))
+    if shared:
+        w.line("  int _ls_krun = 0;")
     if a["k_stride_k"] == 1:
-        keys.fill("_ls_kf", hk, f"_ls_ok + _ls_l * {ksn}", True, ahead_k)
+        keys.fill("_ls_kf", hk, f"_ls_ok + _ls_l * {ksn}", True, ahead_k, export="_ls_krun" if shared else None)
     else:
         keys.use(f"for (int c = 0; c < {hk}; c++)", f"_ls_ok + _ls_l * {ksn} + c * {ksk}",
                  lambda k: f"_ls_kf[c] = {k};")
     if a["v_stride_j"] == 1:
-        values.fill("_ls_vf", hv, f"_ls_ov + _ls_l * {vsn}", True, ahead_v)
+        values.fill("_ls_vf", hv, f"_ls_ov + _ls_l * {vsn}", True, ahead_v, "_ls_krun" if shared else None)
     else:
         values.use(f"for (int j = 0; j < {hv}; j++)", f"_ls_ov + _ls_l * {vsn} + j * {vsj}",
                    lambda v: f"_ls_vf[j] = {v};")
