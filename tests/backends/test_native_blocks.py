@@ -152,13 +152,13 @@ def test_quantised_activations(activations, qtype, k, monkeypatch):
     assert np.all(np.abs(got - exact) <= limit), np.abs(got - exact) / limit
     # up to 64 rows (a batch of decode rows, a short prompt) are each quantised and dotted as a
     # decode row: bit for bit each row's own result, whatever rows share the call (batch
-    # invariance); the 4-row groups and the rest both checked
-    for rows in (2, 5, 64):
+    # invariance); the 8- and 4-row groups and the rest all checked (13 = 8 + 4 + 1)
+    for rows in (2, 5, 13, 64):
         xs2 = np.concatenate([xs, rng.standard_normal((rows - 1, k)).astype(np.float32)])
         r2 = rng.standard_normal((rows, n)).astype(np.float32)
         got2 = bound(x=xs2, r=r2)["y"]
         assert np.array_equal(got2[0], bound(x=xs, r=r2[:1])["y"][0])
-        for i in range(1, rows, 7):
+        for i in range(1, rows, 1 if rows == 13 else 7):
             assert np.array_equal(got2[i], bound(x=xs2[i:i + 1], r=r2[i:i + 1])["y"][0]), i
     # more rows (a long prompt) keep float activations: the exact product
     xs3 = rng.standard_normal((65, k)).astype(np.float32)

@@ -280,16 +280,17 @@ def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], code: int, nb: i
     store = w.pop()
     w.index_vars |= {"_ls_r0", "_ls_t"}
     w.line("      long long _ls_r0 = 0;")
-    if dot == "ls_qdot" and bits == 16:  # four rows at a time share each block's unpacked weights
-        w.line("      for (; _ls_r0 + 4 <= _ls_rows; _ls_r0 += 4) {")
-        w.line("        float _ls_v4[4];")
-        w.line(f"        ls_qdot_rows4(rb, {nb}, {code}, _ls_q + _ls_r0 * _ls_qn, _ls_qn, _ls_d + _ls_r0 * {nb}, "
-               f"_ls_s + _ls_r0 * {nb}, {nb}, _ls_v4);")
-        w.line("        for (int _ls_t = 0; _ls_t < 4; _ls_t++) {")
-        w.line("          const long long _ls_r = _ls_r0 + _ls_t; const float _ls_v = _ls_v4[_ls_t];")
-        w.scope.lines.extend("          " + ln for ln in store)
-        w.line("        }")
-        w.line("      }")
+    if dot == "ls_qdot" and bits == 16:  # 8, then 4 rows at a time share each block's unpacked weights
+        for group in (8, 4):
+            w.line(f"      for (; _ls_r0 + {group} <= _ls_rows; _ls_r0 += {group}) {{")
+            w.line(f"        float _ls_v4[{group}];")
+            w.line(f"        ls_qdot_rows{group}(rb, {nb}, {code}, _ls_q + _ls_r0 * _ls_qn, _ls_qn, "
+                   f"_ls_d + _ls_r0 * {nb}, _ls_s + _ls_r0 * {nb}, {nb}, _ls_v4);")
+            w.line(f"        for (int _ls_t = 0; _ls_t < {group}; _ls_t++) {{")
+            w.line("          const long long _ls_r = _ls_r0 + _ls_t; const float _ls_v = _ls_v4[_ls_t];")
+            w.scope.lines.extend("          " + ln for ln in store)
+            w.line("        }")
+            w.line("      }")
     w.line("      for (; _ls_r0 < _ls_rows; _ls_r0++) {")
     w.line("        const long long _ls_r = _ls_r0;")
     w.line(f"        const float _ls_v = {dot}(rb, {nb}, {code}, {bits}, _ls_q + _ls_r * _ls_qn, "

@@ -312,15 +312,16 @@ static LS_INLINE void ls_pair_x(short* y, long long nb) {
     memcpy(y + 32 * b + 32, t + 16, 32); memcpy(y + 32 * b + 48, t + 48, 32);
   }
 }
-static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
-                                    long long ystride, const float* xd, const float* xs, long long xstride,
-                                    float* out) {
+/* ``nr`` (4 or 8, a constant where it is called: the loops over the rows unroll) rows at once */
+static LS_INLINE void ls_qdot_rows(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
+                                   long long ystride, const float* xd, const float* xs, long long xstride,
+                                   float* out, const int nr) {
   const int q8 = qtype == 2, bsize = q8 ? 32 : 16;
   const unsigned char* qs = row + (qtype == 1 ? 4 : 2) * nb;
-  __m512 acc[4];
-  __m256 offv[4];
-  float off[4];
-  for (int r = 0; r < 4; r++) { acc[r] = _mm512_setzero_ps(); offv[r] = _mm256_setzero_ps(); off[r] = 0.0f; }
+  __m512 acc[8];
+  __m256 offv[8];
+  float off[8];
+  for (int r = 0; r < nr; r++) { acc[r] = _mm512_setzero_ps(); offv[r] = _mm256_setzero_ps(); off[r] = 0.0f; }
   const __m512i sel[4] = {
     _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
     _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
@@ -331,8 +332,8 @@ static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int 
   for (; b + 8 <= nb; b += 8) {
     const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * b)));
     const __m256 mv = qtype == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * (nb + b)))) : dv;
-    __m512 sc[4];
-    for (int r = 0; r < 4; r++) {
+    __m512 sc[8];
+    for (int r = 0; r < nr; r++) {
       sc[r] = _mm512_castps256_ps512(_mm256_mul_ps(dv, _mm256_loadu_ps(xd + r * xstride + b)));
       if (!q8) offv[r] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xs + r * xstride + b), offv[r]);
     }
@@ -351,7 +352,7 @@ static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int 
         w1 = _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_loadu_si128((const __m128i*)(q + 48)),
                                                    _mm_loadu_si128((const __m128i*)(q + 16))));
       }
-      for (int r = 0; r < 4; r++) {
+      for (int r = 0; r < nr; r++) {
         const unsigned char* yr = y + r * ystride + (b + t) * 64;
         const __m512i p = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0, _mm512_loadu_si512(yr)), w1,
                                               _mm512_loadu_si512(yr + 64));
@@ -359,7 +360,7 @@ static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int 
       }
     }
   }
-  for (int r = 0; r < 4; r++) {
+  for (int r = 0; r < nr; r++) {
     __m256 acc0 = _mm512_castps512_ps256(acc[r]), acc1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1));
     for (long long c = b; c < nb; c++) {
       __m256i a0, a1;
@@ -372,6 +373,17 @@ static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int 
     off[r] += ls_hsum8(offv[r]);
     out[r] = q8 ? dot : dot + (qtype == 1 ? off[r] : -8.0f * off[r]);
   }
+}
+static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
+                                    long long ystride, const float* xd, const float* xs, long long xstride,
+                                    float* out) {
+  ls_qdot_rows(row, nb, qtype, y, ystride, xd, xs, xstride, out, 4);
+}
+/* eight rows: each block's weights unpacked once for all eight (the 8-row paged step) */
+static LS_INLINE void ls_qdot_rows8(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
+                                    long long ystride, const float* xd, const float* xs, long long xstride,
+                                    float* out) {
+  ls_qdot_rows(row, nb, qtype, y, ystride, xd, xs, xstride, out, 8);
 }
 #endif
 /* 16 weights (bytes: unsigned u, or signed q) times 16 of x's integers (``bits`` 8 or 16, half h
@@ -663,6 +675,11 @@ static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int 
                                     long long ystride, const float* xd, const float* xs, long long xstride,
                                     float* out) {
   for (int r = 0; r < 4; r++) out[r] = ls_qdot(row, nb, qtype, 16, y + r * ystride, xd + r * xstride, xs + r * xstride);
+}
+static LS_INLINE void ls_qdot_rows8(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
+                                    long long ystride, const float* xd, const float* xs, long long xstride,
+                                    float* out) {
+  for (int r = 0; r < 8; r++) out[r] = ls_qdot(row, nb, qtype, 16, y + r * ystride, xd + r * xstride, xs + r * xstride);
 }
 #endif
 #endif  /* __CUDACC_RTC__ */
