@@ -573,3 +573,29 @@ def test_a_library_launch_takes_its_plan_at_the_tables_dims():
     static = plan(mm(4, 16, 8, a_sm=8, a_sk=1, b_sk=1, b_sn=8, dtype=BF16))
     got, ptrs = GpuExecutor._library_call(state, Launch(library_spec(static, False), (3, 1, 2), 0), static)
     assert got is static and ptrs == (0x1000, 0x2000, 0x3000)
+
+
+def test_the_library_candidate_computes_the_gated_pair_from_two_library_products():
+    """silu(x @ G^T) * (x @ U^T) of a prompt: the tile kernel `MatmulGLUMma` has no library op
+    beside it, so the greedy candidate takes the region over two `LtMatmulRows` products; the
+    fused candidate keeps the tile kernel."""
+    from lightspeed.nn.mlp import silu_mul
+    from lightspeed.search import SearchOptions, candidates
+
+    g = ls.Graph()
+    x = g.input("x", ("s", 64), dtype=ls.bfloat16)
+    wg, wu = g.input("wg", (96, 64), dtype=ls.bfloat16), g.input("wu", (96, 64), dtype=ls.bfloat16)
+    g.output("y", silu_mul(x @ wg.transpose(0, 1), x @ wu.transpose(0, 1)))
+    cuda = CudaBackend("search", mma=True)
+    _, enc, index, ser = saturate(cuda, g)
+    decls = cuda.declarations()
+    many = frozenset(n for n, d in decls.items() if d.many_rows)
+    library = frozenset(n for n, d in decls.items() if d.library)
+    listed = dict(candidates(index, SearchOptions(budget=6, seed=0), many, library))
+
+    def ops(origin):
+        return [o.op for o in decode_program(listed[origin], ser, enc.constants, decls).ops
+                if o.op not in ("Input", "Output", "Constant")]
+    greedy = ops("greedy")
+    assert greedy.count("LtMatmulRows") == 2 and "MatmulGLUMma" not in greedy and "Fused" in greedy, greedy
+    assert "MatmulGLUMma" in ops("fused")
