@@ -13,6 +13,11 @@ if [ "${GPU_PREFILL_TESTS:-1}" = 1 ]; then
     tests/backends/test_attention.py tests/backends/test_kernel_layer.py \
     tests/backends/test_cublaslt_plan.py -q -p no:cacheprovider -n 8
   grep -E "FAILED|Error|passed|failed" "$OUT/tests.log" | head -20
+  # the model zoo's prefill and greedy decode against transformers (float32: the library
+  # candidate's cuBLASLt rows in whole models)
+  step models 180 python3 -m pytest -o addopts="" tests/models/test_cuda_models.py -k "prefill or greedy" -q \
+    -p no:cacheprovider -n 8
+  grep -E "FAILED|Error|passed|failed" "$OUT/models.log" | head -10
 fi
 N=${GPU_PREFILL_N:-512}
 step prefill 420 python3 benchmarks/gpu_decode.py ${GPU_PREFILL_SHAPES:-llama-3.2-1b llama-3-8b} --prefill "$N" ${GPU_PREFILL_PEER:-}
