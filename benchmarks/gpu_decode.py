@@ -45,10 +45,8 @@ def random_bf16(rng, shape) -> np.ndarray:
     return out.view(ml_dtypes.bfloat16)
 
 
-def random_llama(name: str):
-    """A Llama of the peer's shape ``name`` with seeded random bf16 weights (norm weights near 1):
-    (model, weights, the bytes of weights a decode step reads, the generator that made them)."""
-    import ml_dtypes
+def llama_of(name: str):
+    """The bf16 Llama of the peer's shape ``name`` (no weights)."""
     from peer_torch_decode import SHAPES
 
     from lightspeed.models import from_hf_config
@@ -58,7 +56,17 @@ def random_llama(name: str):
                num_hidden_layers=c["layers"], num_attention_heads=c["nh"], num_key_value_heads=c["nkv"],
                head_dim=c["hd"], rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=c["tied"],
                bos_token_id=1, eos_token_id=-1, max_position_embeddings=131072)
-    model = from_hf_config(cfg, dtype="bfloat16")
+    return from_hf_config(cfg, dtype="bfloat16")
+
+
+def random_llama(name: str):
+    """A Llama of the peer's shape ``name`` with seeded random bf16 weights (norm weights near 1):
+    (model, weights, the bytes of weights a decode step reads, the generator that made them)."""
+    import ml_dtypes
+    from peer_torch_decode import SHAPES
+
+    c = SHAPES[name]
+    model = llama_of(name)
     rng = np.random.default_rng(0)
     weights = {}
     for n, shape in model.param_shapes().items():
@@ -124,15 +132,16 @@ def kernels_per_step(prog) -> int | None:
 
 def ours_prefill(name: str, prompt: int, runs: int = 10) -> dict:
     """TTFT of a ``prompt``-token prompt on cuda: median over ``runs`` after a warm-up call."""
+    from peer_torch_decode import SHAPES
+
     import lightspeed as ls
     from lightspeed.models.generate import Generator
 
-    c = __import__("peer_torch_decode").SHAPES[name]
     model, weights, _, rng = random_llama(name)
     t0 = time.perf_counter()
     gen = Generator(model, weights, backend="cuda", search=ls.SearchOptions(budget=4, seed=0, progress=False))
     compile_s = time.perf_counter() - t0
-    ids = list(rng.integers(0, c["vocab"], prompt))
+    ids = list(rng.integers(0, SHAPES[name]["vocab"], prompt))
     t0 = time.perf_counter()
     gen.generate(ids, max_new_tokens=1, stop_ids=[])  # warm-up: plans, captures
     first_s = time.perf_counter() - t0
@@ -181,9 +190,8 @@ def prefill_main(names: list[str], prompt: int, peers: list[str]) -> None:
 
 
 def peer_params(name: str) -> int:
-    """The parameter count of shape ``name`` (the peer's model, counted without building it)."""
-    model, weights, _, _ = random_llama(name)
-    return int(sum(np.prod(a.shape) for a in weights.values()))
+    """The parameter count of shape ``name`` (counted from its shapes: no weights made)."""
+    return int(sum(np.prod([int(d) for d in shape]) for shape in llama_of(name).param_shapes().values()))
 
 
 def ours_file(spec: str, steps: int, prompt: int, backend: str, dtype: str) -> tuple[str, dict, int]:

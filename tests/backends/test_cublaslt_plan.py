@@ -240,26 +240,32 @@ def test_rules_offer_ltmatmul_for_rows_of_a_dim():
     assert not decls["LtMatmul"].many_rows and not decls["LtMatmul"].library
 
 
-def test_the_candidates_measure_the_library_against_the_tiles_and_the_warp_kernels():
-    """greedy takes cuBLASLt for a prompt's products, fused the tensor-core tiles, few-rows (what a
-    decode step runs) neither: each is measured, so a decode row never inherits the library's
-    launch cost and a prompt gets the faster of the two many-rows forms."""
+def _candidate_programs(g: ls.Graph) -> dict:
+    """The LLIR program of each candidate the search lists for ``g`` on cuda with cuBLASLt and the
+    tiles offered (origin -> program), the many-rows and library ops as the search passes them."""
     from lightspeed.search import SearchOptions, candidates
 
-    g = ls.Graph()
-    x, w, r = g.input("x", ("s", 64), dtype=ls.bfloat16), g.input("w", (64, 32), dtype=ls.bfloat16), \
-        g.input("r", ("s", 32), dtype=ls.bfloat16)
-    g.output("y", x @ w + r)
     cuda = CudaBackend("search", mma=True)
     _, enc, index, ser = saturate(cuda, g)
     decls = cuda.declarations()
     many = frozenset(n for n, d in decls.items() if d.many_rows)
     library = frozenset(n for n, d in decls.items() if d.library)
-    listed = dict(candidates(index, SearchOptions(budget=6, seed=0), many, library))
+    return {origin: decode_program(cand, ser, enc.constants, decls)
+            for origin, cand in candidates(index, SearchOptions(budget=6, seed=0), many, library)}
+
+
+def test_the_candidates_measure_the_library_against_the_tiles_and_the_warp_kernels():
+    """greedy takes cuBLASLt for a prompt's products, fused the tensor-core tiles, few-rows (what a
+    decode step runs) neither: each is measured, so a decode row never inherits the library's
+    launch cost and a prompt gets the faster of the two many-rows forms."""
+    g = ls.Graph()
+    x, w, r = g.input("x", ("s", 64), dtype=ls.bfloat16), g.input("w", (64, 32), dtype=ls.bfloat16), \
+        g.input("r", ("s", 32), dtype=ls.bfloat16)
+    g.output("y", x @ w + r)
+    programs = _candidate_programs(g)
 
     def products(origin):
-        lp = decode_program(listed[origin], ser, enc.constants, decls)
-        return [o.op for o in lp.ops if "Matmul" in o.op]
+        return [o.op for o in programs[origin].ops if "Matmul" in o.op]
     assert products("greedy") == ["LtMatmulAddRows"]
     assert products("fused") == ["MatmulAddMma"]
     assert products("few-rows") == ["MatmulAdd"]
@@ -580,22 +586,15 @@ def test_the_library_candidate_computes_the_gated_pair_from_two_library_products
     beside it, so the greedy candidate takes the region over two `LtMatmulRows` products; the
     fused candidate keeps the tile kernel."""
     from lightspeed.nn.mlp import silu_mul
-    from lightspeed.search import SearchOptions, candidates
 
     g = ls.Graph()
     x = g.input("x", ("s", 64), dtype=ls.bfloat16)
     wg, wu = g.input("wg", (96, 64), dtype=ls.bfloat16), g.input("wu", (96, 64), dtype=ls.bfloat16)
     g.output("y", silu_mul(x @ wg.transpose(0, 1), x @ wu.transpose(0, 1)))
-    cuda = CudaBackend("search", mma=True)
-    _, enc, index, ser = saturate(cuda, g)
-    decls = cuda.declarations()
-    many = frozenset(n for n, d in decls.items() if d.many_rows)
-    library = frozenset(n for n, d in decls.items() if d.library)
-    listed = dict(candidates(index, SearchOptions(budget=6, seed=0), many, library))
+    programs = _candidate_programs(g)
 
     def ops(origin):
-        return [o.op for o in decode_program(listed[origin], ser, enc.constants, decls).ops
-                if o.op not in ("Input", "Output", "Constant")]
+        return [o.op for o in programs[origin].ops if o.op not in ("Input", "Output", "Constant")]
     greedy = ops("greedy")
     assert greedy.count("LtMatmulRows") == 2 and "MatmulGLUMma" not in greedy and "Fused" in greedy, greedy
     assert "MatmulGLUMma" in ops("fused")

@@ -83,6 +83,8 @@ LT_MATMUL_ADD_ROWS = OpDecl("LtMatmulAddRows", MATMUL_ADD.fields, "MatmulAdd thr
                             "per call", many_rows=True, library=True)
 LT_OPS = (LT_MATMUL, LT_MATMUL_ADD, LT_MATMUL_EPI, LT_MATMUL_BIAS, LT_MATMUL_FP8, LT_MATMUL_ROWS, LT_MATMUL_ADD_ROWS)
 _EPI_OPS = ("LtMatmulEpi", "LtMatmulBias")
+# the plain products (no epilogue, no fp8): the generic ops and their cuBLASLt forms
+_PRODUCTS = ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd", "LtMatmulRows", "LtMatmulAddRows")
 _FP8_OUT = ("bfloat16", "float32")
 RULE_FILE = Path(__file__).with_name("cublaslt.egg")
 WORKSPACE_BYTES = 32 << 20
@@ -200,8 +202,7 @@ def plan_matmul(op: LOp, in_dtypes: list[DType], dims: Mapping[str, int] | None 
     epilogue = args.get("epilogue", "default") if op.op in _EPI_OPS else "default"
     bias = "bias_view" in args
     fp8 = op.op == "LtMatmulFp8"
-    if (op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd", "LtMatmulRows", "LtMatmulAddRows",
-                      "LtMatmulFp8", *_EPI_OPS)
+    if (op.op not in (*_PRODUCTS, "LtMatmulFp8", *_EPI_OPS)
             or len(in_dtypes) != (4 if fp8 else 3 if add or bias else 2) or epilogue not in EPILOGUES
             or bias != ("bias" in epilogue) or (add and bias)):
         return None
@@ -288,7 +289,7 @@ def plan_dims(op: LOp, in_dtypes: list[DType]) -> LtDimsPlan | None:
     """An :class:`LtDimsPlan` for a ``Matmul`` / ``MatmulAdd`` (or their Lt forms) whose only
     symbolic fields are its row count ``m`` (and the result's and addend's shapes with it), which
     :func:`plan_matmul` plans at every sampled value; None otherwise (static ops: plan_matmul)."""
-    if op.op not in ("Matmul", "MatmulAdd", "LtMatmul", "LtMatmulAdd", "LtMatmulRows", "LtMatmulAddRows"):
+    if op.op not in _PRODUCTS:
         return None
     args = op.args
     free = set(args["m"].free_vars())

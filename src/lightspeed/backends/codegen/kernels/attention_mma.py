@@ -72,9 +72,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     m, n = a["m"], a["n"]
     mm, nn = w.expr(m), w.expr(n)
 
-    def zero(e) -> bool:
-        return not e.free_vars() and int(e.value) == 0
-    folded = [x for x in range(len(batch)) if zero(a["k_batch_strides"][x]) and zero(a["v_batch_strides"][x])]
+    folded = [x for x in range(len(batch)) if _is(a["k_batch_strides"][x], 0) and _is(a["v_batch_strides"][x], 0)]
     kept = [x for x in range(len(batch)) if x not in folded]
     rows = prod([batch[x] for x in folded]) * m if folded else m  # a tile's row space: (folded axes, m)
     rr = w.expr(rows)
@@ -120,6 +118,8 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
     w.line("const int _ls_t = threadIdx.x, _ls_warp = _ls_t >> 5, _ls_lane = _ls_t & 31;")
     w.line("const int _ls_g = _ls_lane >> 2, _ls_tg = (_ls_lane & 3) * 2;")
+    if ldm:  # ldmatrix: lane t gives the address of row t % 8 of matrix t / 8
+        w.line("const int _ls_lq = _ls_lane >> 3, _ls_lr = _ls_lane & 7;")
     w.line(f"const long long _ls_m0 = _ls_tile * {ROWS};")
     w.line(f"__shared__ __align__(16) {st} _ls_qs[{ROWS}][{d + PAD}];")
     w.line(f"__shared__ __align__(16) {st} _ls_ks[{bn}][{d + PAD}];")
@@ -161,8 +161,8 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         return body[1]
 
     def stage_vector(what: str, leaf: int, off: str, row_stride: str) -> None:
-        """Fill a shared tile with 16-byte loads of 8 elements (keys past n: zeros); the values
-        are stored transposed element by element."""
+        """Fill a shared tile with 16-byte loads of 8 elements (keys past n: zeros), stored as
+        they are (the values without ldmatrix: transposed element by element)."""
         src = region.names[leaf]
         w.line(f"  for (int _ls_e = _ls_t * 8; _ls_e < {bn * d}; _ls_e += 1024) {{")
         w.line(f"    const int _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
@@ -195,8 +195,9 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line(f"float _ls_o[{d // 8}][4];")
     w.line(f"for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) for (int e = 0; e < 4; e++) _ls_o[_ls_j][e] = 0.0f;")
     w.line(f"float _ls_mx[2] = {{{NINF}, {NINF}}}, _ls_sum[2] = {{0.0f, 0.0f}};")
-    for what, stride, row_stride in (("k", "k_stride_k", "k_stride_n"), ("v", "v_stride_j", "v_stride_n")):
-        leaf = vector_leaf(what, stride, row_stride)
+    vec = {what: vector_leaf(what, stride, row_stride)
+           for what, stride, row_stride in (("k", "k_stride_k", "k_stride_n"), ("v", "v_stride_j", "v_stride_n"))}
+    for what, leaf in vec.items():
         if leaf is not None:  # a buffer at an odd address (a view made by a caller) reads element by element
             w.line(f"const bool _ls_vec_{what} = ((unsigned long long){region.names[leaf]} & 15) == 0;")
     # this thread's rows have seen a key their mask leaves open (ORed over the row's 4 threads)
@@ -240,27 +241,24 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     for what, stride, row_stride, off, dest in (("k", "k_stride_k", "k_stride_n", "_ls_ok", "_ls_ks[_ls_r][_ls_c]"),
                                                 ("v", "v_stride_j", "v_stride_n", "_ls_ov",
                                                  "_ls_vs[_ls_r][_ls_c]" if ldm else "_ls_vt[_ls_c][_ls_r]")):
-        # the keys as rows ([key][c]); the values transposed ([j][key]: B's layout for O += P V)
-        leaf = vector_leaf(what, stride, row_stride)
-        scalar = (f"{off} + _ls_c * {w.expr(a[stride])} + _ls_l * {w.expr(a[row_stride])}")
-        if leaf is None:
-            stage(what, f"{bn * d}", "const long long _ls_l = _ls_l0 + _ls_r;", f"_ls_l < {nn}", scalar, dest)
-            continue
-        w.line(f"if (_ls_vec_{what}) {{")
-        stage_vector(what, leaf, off, w.expr(a[row_stride]))
-        w.line("} else {")
-        stage(what, f"{bn * d}", "const long long _ls_l = _ls_l0 + _ls_r;", f"_ls_l < {nn}", scalar, dest)
-        w.line("}")
+        # the keys as rows ([key][c]); the values row-major for ldmatrix, else transposed ([j][key]:
+        # B's layout for O += P V)
+        leaf = vec[what]
+        if leaf is not None:
+            w.line(f"if (_ls_vec_{what}) {{")
+            stage_vector(what, leaf, off, w.expr(a[row_stride]))
+            w.line("} else {")
+        stage(what, f"{bn * d}", "const long long _ls_l = _ls_l0 + _ls_r;", f"_ls_l < {nn}",
+              f"{off} + _ls_c * {w.expr(a[stride])} + _ls_l * {w.expr(a[row_stride])}", dest)
+        if leaf is not None:
+            w.line("}")
     tile_fill = w.pop()
     w.scope.lines.extend("  " + ln for ln in tile_fill)
     w.line("  __syncthreads();")
     # S = Q K^T: BN / 8 tiles of 16 x 8 per warp
     w.line(f"  float _ls_s[{bn // 8}][4];")
-    w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) {{")
-    w.line("    for (int e = 0; e < 4; e++) _ls_s[nt][e] = 0.0f;")
+    w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) _ls_s[nt][e] = 0.0f;")
     if ldm:  # two 8-key blocks' fragments per ldmatrix ([key][c] is B's [n][k] layout)
-        w.line("  }")
-        w.line("  const int _ls_lq = _ls_lane >> 3, _ls_lr = _ls_lane & 7;")
         w.line(f"  for (int nt = 0; nt < {bn // 8}; nt += 2) {{")
         w.line(f"    for (int _ls_kk = 0; _ls_kk < {d // 16}; _ls_kk++) {{")
         w.line("      unsigned int _ls_kf[4];")
@@ -271,6 +269,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line("    }")
         w.line("  }")
     else:
+        w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) {{")
         w.line(f"    for (int _ls_kk = 0; _ls_kk < {d // 16}; _ls_kk++) {{")
         w.line("      const int r = nt * 8 + _ls_g, c = _ls_kk * 16 + _ls_tg;")
         w.line("      const unsigned int _ls_kf[2] = {*(const unsigned int*)&_ls_ks[r][c], "

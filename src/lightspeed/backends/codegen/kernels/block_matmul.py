@@ -283,11 +283,11 @@ def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], code: int, nb: i
     if dot == "ls_qdot" and bits == 16:  # 8, then 4 rows at a time share each block's unpacked weights
         for group in (8, 4):
             w.line(f"      for (; _ls_r0 + {group} <= _ls_rows; _ls_r0 += {group}) {{")
-            w.line(f"        float _ls_v4[{group}];")
+            w.line(f"        float _ls_vg[{group}];")
             w.line(f"        ls_qdot_rows{group}(rb, {nb}, {code}, _ls_q + _ls_r0 * _ls_qn, _ls_qn, "
-                   f"_ls_d + _ls_r0 * {nb}, _ls_s + _ls_r0 * {nb}, {nb}, _ls_v4);")
+                   f"_ls_d + _ls_r0 * {nb}, _ls_s + _ls_r0 * {nb}, {nb}, _ls_vg);")
             w.line(f"        for (int _ls_t = 0; _ls_t < {group}; _ls_t++) {{")
-            w.line("          const long long _ls_r = _ls_r0 + _ls_t; const float _ls_v = _ls_v4[_ls_t];")
+            w.line("          const long long _ls_r = _ls_r0 + _ls_t; const float _ls_v = _ls_vg[_ls_t];")
             w.scope.lines.extend("          " + ln for ln in store)
             w.line("        }")
             w.line("      }")

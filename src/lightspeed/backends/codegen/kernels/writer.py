@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ....dtypes import DType
 from ....errors import LightspeedError
-from ....shape import ShapeTracker, contiguous_strides, unflatten_index
+from ....shape import ShapeTracker, View, contiguous_strides, unflatten_index
 from ....symbolic import INDEX_VAR, Expr, const, sym
 from .spec import KernelSpec, LaunchShape, grid_stride
 from .types import int_literal
@@ -243,7 +243,7 @@ def index_at(st: ShapeTracker, coords: tuple[Expr, ...]) -> tuple[Expr, Expr]:
     return idx, valid
 
 
-def _axis_map(outer, coords: tuple[Expr, ...] | None, inner: tuple[Expr, ...]) -> tuple[Expr, ...] | None:
+def _axis_map(outer: View, coords: tuple[Expr, ...] | None, inner: tuple[Expr, ...]) -> tuple[Expr, ...] | None:
     """The coordinates in ``inner`` (a row-major shape) of the element an unmasked, offset-free view
     ``outer`` reads at ``coords``, when each inner axis is read by exactly one outer axis of the
     same extent with the inner axis' row-major stride and every other outer axis has stride 0 or
