@@ -120,7 +120,8 @@ def _quantised_rows(x: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
     return (q.astype(np.float64) * d).reshape(x.shape), np.broadcast_to(amax, xb.shape).reshape(x.shape)
 
 
-@pytest.mark.parametrize("k", [96, 256, 608])  # groups of 32: 3 (no group of 8), 8 (one), 19 (groups and a rest)
+# groups of 32: 3 (no group of 8), 8 (one), 19 (groups and a rest), 34 (two lane groups of 16 and a rest)
+@pytest.mark.parametrize("k", [96, 256, 608, 1088])
 @pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("activations", ["q16", "q8"])
 def test_quantised_activations(activations, qtype, k, monkeypatch):
@@ -129,7 +130,7 @@ def test_quantised_activations(activations, qtype, k, monkeypatch):
     bound of the exact product: |error| <= sum over elements of |w| * amax / (2 top)."""
     monkeypatch.setenv("LIGHTSPEED_NATIVE_ACTIVATIONS", activations)
     if qtype in PER_BLOCK:
-        k = {96: 256, 256: 512, 608: 768}[k]  # whole 256-weight blocks: 1, 2, 3
+        k = {96: 256, 256: 512, 608: 768, 1088: 1280}[k]  # whole 256-weight blocks: 1, 2, 3, 5
     n = 40
     q, w = _weights(qtype, n, k, seed=k)
     g = ls.Graph()

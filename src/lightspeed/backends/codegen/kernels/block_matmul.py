@@ -96,11 +96,29 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     if activations != "float":
         # the one row of x quantised once per thread, before its items
         bits = 16 if activations == "q16" else 8
-        setup = [f"  {'short' if bits == 16 else 'signed char'} _ls_xq[{nb * QK}]; float _ls_xd[{nb}], _ls_xs[{nb}];",
-                 f"  if ({xx} == 1) {{ const long long _ls_r = 0; "
-                 f"ls_quant_x({xrow}, {nb}, {bits}, _ls_xq, _ls_xd, _ls_xs); }}"]
+        setup = [f"  {'short' if bits == 16 else 'signed char'} _ls_xq[{nb * QK}]; float _ls_xd[{nb}], _ls_xs[{nb}];"]
+        quant = f"ls_quant_x({xrow}, {nb}, {bits}, _ls_xq, _ls_xd, _ls_xs);"
         dot = "ls_qdot" if code < 3 else "ls_kdot"
-        w.line(f"  out[{at}] = {dot}(rb, {nb}, {code}, {bits}, _ls_xq, _ls_xd, _ls_xs);")
+        solo = f"  out[{at}] = {dot}(rb, {nb}, {code}, {bits}, _ls_xq, _ls_xd, _ls_xs);"
+        if code < 3:  # q4 / q8_0 rows: the lane-per-block dots where the CPU has them (ls_tdot_rows)
+            tb, tf = _lane_layout(nb, bits, code)
+            setup += ["#ifdef LS_TDOT",
+                      f"  unsigned char _ls_xt[{tb}], _ls_xtmp[{64 * nb if bits == 16 else 1}]; "
+                      f"float _ls_xdt[{tf}], _ls_xst[{tf}];",
+                      f"  if ({xx} == 1) {{ const long long _ls_r = 0; {quant} "
+                      f"ls_tlayout_x(_ls_xq, {bits}, {code}, _ls_xd, _ls_xs, {nb}, _ls_xtmp, _ls_xt, _ls_xdt, "
+                      "_ls_xst); }",
+                      "#else",
+                      f"  if ({xx} == 1) {{ const long long _ls_r = 0; {quant} }}",
+                      "#endif"]
+            w.line("#ifdef LS_TDOT")
+            w.line(f"  {_lane_dot(nb, code, bits, '_ls_xt', '0', '_ls_xdt', '_ls_xst', '0', f'out + ({at})', 1)};")
+            w.line("#else")
+            w.line(solo)
+            w.line("#endif")
+        else:
+            setup.append(f"  if ({xx} == 1) {{ const long long _ls_r = 0; {quant} }}")
+            w.line(solo)
     else:  # one row of x keeps 4 accumulators across the blocks
         w.line(f"  const float* xa = {xrow};")
         w.line("  ls_f8 a0 = ls_zero8(), a1 = a0, a2 = a0, a3 = a0, wv[4];")
@@ -239,7 +257,9 @@ def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], code: int, nb: i
                     activations: str, side: int, xrow: str, at: str, coords: tuple) -> list[str]:
     """The run-time branch for 2 to :data:`QUANT_ROWS_MAX` rows of x with quantised activations:
     every row quantised once (into a scratch buffer, by ``ls_quant_x``), then each weight row
-    (an item, read once from memory) dotted with every row of x by the decode row's own function.
+    (an item, read once from memory) dotted with every row of x by the decode row's own arithmetic
+    (``ls_tdot_rows``/``ls_tdot8_rows`` 8, 4 or 1 rows at a time, each row's operations the same in
+    all three; without them, the decode row's function row by row).
     So each row's result is bit for bit the one it gets as a single decode row, whatever other rows
     share the call: a batch of sequences decoded together gives each one its solo result (batch
     invariance, ``lightspeed serve``).  More rows keep float activations (the tiles above)."""
@@ -252,23 +272,6 @@ def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], code: int, nb: i
     xx, ww = w.expr(xn), w.expr(wn)
     dot = "ls_qdot" if code < 3 else "ls_kdot"
     w.push()
-    w.line(f"if ({xx} > 1 && {xx} <= {QUANT_ROWS_MAX}) {{")
-    w.line(f"  const long long _ls_qn = {nb * QK * bits // 8}, _ls_rows = {xx};")
-    w.line("  unsigned char* _ls_q = (unsigned char*)malloc(_ls_rows * (_ls_qn + 2 * sizeof(float) * "
-           f"{nb}));")
-    w.line("  if (_ls_q) {")
-    w.line(f"    float* _ls_d = (float*)(_ls_q + _ls_rows * _ls_qn); float* _ls_s = _ls_d + _ls_rows * {nb};")
-    w.line("    for (long long _ls_r = 0; _ls_r < _ls_rows; _ls_r++) {")
-    w.line(f"      ls_quant_x({xrow}, {nb}, {bits}, _ls_q + _ls_r * _ls_qn, _ls_d + _ls_r * {nb}, "
-           f"_ls_s + _ls_r * {nb});")
-    if code < 3 and bits == 16:  # the layout ls_qdot_rows4's 512-bit pairs read (rows 4 at a time)
-        w.line("#ifdef LS_PAIRS")
-        w.line("      if (_ls_r < (_ls_rows & ~3LL)) ls_pair_x((short*)(_ls_q + _ls_r * _ls_qn), " f"{nb});")
-        w.line("#endif")
-    w.line("    }")
-    w.line(f"    #pragma omp parallel for schedule(static) if ({ww} * _ls_rows * {k} >= 32768)")
-    w.line(f"    for (long long _ls_wrow = 0; _ls_wrow < {ww}; _ls_wrow++) {{")
-    w.line(f"      const unsigned char* rb = (const unsigned char*)in{side} + _ls_wrow * {row_bytes}LL;")
     w.push()  # the store of row r's value _ls_v
     if op.op == "MatmulAdd":
         w.line(f"const long long _ls_oz = {at};")
@@ -279,20 +282,94 @@ def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], code: int, nb: i
         w.line(f"out[{at}] = _ls_v;")
     store = w.pop()
     w.index_vars |= {"_ls_r0", "_ls_t"}
+    w.line(f"if ({xx} > 1 && {xx} <= {QUANT_ROWS_MAX}) {{")
+    w.line(f"  const long long _ls_qn = {nb * QK * bits // 8}, _ls_rows = {xx};")
+    if code < 3:
+        w.line("#ifdef LS_TDOT")
+        _lane_rows(w, nb, code, bits, ww, k, row_bytes, side, xrow, store)
+        w.line("#else")
+    _ordered_rows(w, nb, code, bits, ww, k, row_bytes, side, xrow, store, dot)
+    if code < 3:
+        w.line("#endif")
+    w.line("}")
+    return w.pop()
+
+
+def _lane_layout(nb: int, bits: int, code: int) -> tuple[int, int]:
+    """Bytes and floats of one row of x in ``ls_tlayout_x``'s layout for weights of type ``code``
+    (``LS_TBLOCKS``, ``LS_TFLOATS``: full groups of 16 q4 or 8 q8_0 blocks, then subgroups of 4 or 2)."""
+    group, sub = (8, 2) if code == 2 else (16, 4)
+    subs = (nb % group + sub - 1) // sub
+    return (nb // group * group + subs * sub) * 4 * bits, (nb // group + subs) * 16
+
+
+def _lane_dot(nb: int, code: int, bits: int, y: str, ystride: str, d: str, s: str, xstride: str, out: str,
+              rows: int) -> str:
+    """The call dotting a packed weight row ``rb`` with ``rows`` rows of x in the lane layout."""
+    if code == 2:
+        return f"ls_tdot8_rows(rb, {nb}, {bits}, {y}, {ystride}, {d}, {xstride}, {out}, {rows})"
+    return f"ls_tdot_rows(rb, {nb}, {code}, {bits}, {y}, {ystride}, {d}, {s}, {xstride}, {out}, {rows})"
+
+
+def _row_groups(w: Writer, groups: tuple[int, ...], call, store: list[str]) -> None:
+    """Rows of x ``group`` at a time for each group size in turn: ``call(group)`` fills ``_ls_vg``."""
     w.line("      long long _ls_r0 = 0;")
-    if dot == "ls_qdot" and bits == 16:  # 8, then 4 rows at a time share each block's unpacked weights
-        for group in (8, 4):
-            w.line(f"      for (; _ls_r0 + {group} <= _ls_rows; _ls_r0 += {group}) {{")
-            w.line(f"        float _ls_vg[{group}];")
-            w.line(f"        ls_qdot_rows{group}(rb, {nb}, {code}, _ls_q + _ls_r0 * _ls_qn, _ls_qn, "
-                   f"_ls_d + _ls_r0 * {nb}, _ls_s + _ls_r0 * {nb}, {nb}, _ls_vg);")
-            w.line(f"        for (int _ls_t = 0; _ls_t < {group}; _ls_t++) {{")
-            w.line("          const long long _ls_r = _ls_r0 + _ls_t; const float _ls_v = _ls_vg[_ls_t];")
-            w.scope.lines.extend("          " + ln for ln in store)
-            w.line("        }")
-            w.line("      }")
-    w.line("      for (; _ls_r0 < _ls_rows; _ls_r0++) {")
-    w.line("        const long long _ls_r = _ls_r0;")
+    for group in groups:
+        w.line(f"      for (; _ls_r0 + {group} <= _ls_rows; _ls_r0 += {group}) {{")
+        w.line(f"        float _ls_vg[{group}];")
+        w.line(f"        {call(group)};")
+        w.line(f"        for (int _ls_t = 0; _ls_t < {group}; _ls_t++) {{")
+        w.line("          const long long _ls_r = _ls_r0 + _ls_t; const float _ls_v = _ls_vg[_ls_t];")
+        w.scope.lines.extend("          " + ln for ln in store)
+        w.line("        }")
+        w.line("      }")
+
+
+def _lane_rows(w: Writer, nb: int, code: int, bits: int, ww: str, k: int, row_bytes: int, side: int,
+               xrow: str, store: list[str]) -> None:
+    """The rows of x laid out for ``ls_tdot_rows`` (lane-per-block dots: 8, 4, then 1 row at a time,
+    each row's float operations the same in all three)."""
+    tb, tf = _lane_layout(nb, bits, code)
+    w.line(f"  const long long _ls_tb = {tb}, _ls_tf = {tf};")
+    w.line(f"  unsigned char* _ls_q = (unsigned char*)malloc(_ls_rows * (_ls_tb + 8 * _ls_tf) + _ls_qn + "
+           f"{8 * nb + 64 * nb});")
+    w.line("  if (_ls_q) {")
+    w.line("    float* _ls_dt = (float*)(_ls_q + _ls_rows * _ls_tb); float* _ls_st = _ls_dt + _ls_rows * _ls_tf;")
+    w.line("    unsigned char* _ls_y = (unsigned char*)(_ls_st + _ls_rows * _ls_tf);")
+    w.line(f"    float* _ls_d = (float*)(_ls_y + _ls_qn); float* _ls_s = _ls_d + {nb};")
+    w.line(f"    unsigned char* _ls_tmp = (unsigned char*)(_ls_s + {nb});")
+    w.line("    for (long long _ls_r = 0; _ls_r < _ls_rows; _ls_r++) {")
+    w.line(f"      ls_quant_x({xrow}, {nb}, {bits}, _ls_y, _ls_d, _ls_s);")
+    w.line(f"      ls_tlayout_x(_ls_y, {bits}, {code}, _ls_d, _ls_s, {nb}, _ls_tmp, _ls_q + _ls_r * _ls_tb, "
+           "_ls_dt + _ls_r * _ls_tf, _ls_st + _ls_r * _ls_tf);")
+    w.line("    }")
+    w.line(f"    #pragma omp parallel for schedule(static) if ({ww} * _ls_rows * {k} >= 32768)")
+    w.line(f"    for (long long _ls_wrow = 0; _ls_wrow < {ww}; _ls_wrow++) {{")
+    w.line(f"      const unsigned char* rb = (const unsigned char*)in{side} + _ls_wrow * {row_bytes}LL;")
+    _row_groups(w, (8, 4, 1), lambda g: _lane_dot(nb, code, bits, "_ls_q + _ls_r0 * _ls_tb", "_ls_tb",
+                                                  "_ls_dt + _ls_r0 * _ls_tf", "_ls_st + _ls_r0 * _ls_tf", "_ls_tf",
+                                                  "_ls_vg", g), store)
+    w.line("    }")
+    w.line("    free(_ls_q);")
+    w.line("    return;")
+    w.line("  }")
+
+
+def _ordered_rows(w: Writer, nb: int, code: int, bits: int, ww: str, k: int, row_bytes: int, side: int,
+                  xrow: str, store: list[str], dot: str) -> None:
+    """The rows of x quantised in order, each dotted by the decode row's own function (``dot``:
+    ``ls_qdot``/``ls_kdot``) -- the K-quants, and every type where the CPU lacks the lane dots."""
+    w.line("  unsigned char* _ls_q = (unsigned char*)malloc(_ls_rows * (_ls_qn + 2 * sizeof(float) * "
+           f"{nb}));")
+    w.line("  if (_ls_q) {")
+    w.line(f"    float* _ls_d = (float*)(_ls_q + _ls_rows * _ls_qn); float* _ls_s = _ls_d + _ls_rows * {nb};")
+    w.line("    for (long long _ls_r = 0; _ls_r < _ls_rows; _ls_r++)")
+    w.line(f"      ls_quant_x({xrow}, {nb}, {bits}, _ls_q + _ls_r * _ls_qn, _ls_d + _ls_r * {nb}, "
+           f"_ls_s + _ls_r * {nb});")
+    w.line(f"    #pragma omp parallel for schedule(static) if ({ww} * _ls_rows * {k} >= 32768)")
+    w.line(f"    for (long long _ls_wrow = 0; _ls_wrow < {ww}; _ls_wrow++) {{")
+    w.line(f"      const unsigned char* rb = (const unsigned char*)in{side} + _ls_wrow * {row_bytes}LL;")
+    w.line("      for (long long _ls_r = 0; _ls_r < _ls_rows; _ls_r++) {")
     w.line(f"        const float _ls_v = {dot}(rb, {nb}, {code}, {bits}, _ls_q + _ls_r * _ls_qn, "
            f"_ls_d + _ls_r * {nb}, _ls_s + _ls_r * {nb});")
     w.scope.lines.extend("        " + ln for ln in store)
@@ -301,8 +378,6 @@ def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], code: int, nb: i
     w.line("    free(_ls_q);")
     w.line("    return;")
     w.line("  }")
-    w.line("}")
-    return w.pop()
 
 
 def block_gather_ok(op: LOp, in_dtypes: list[DType]) -> bool:

@@ -294,96 +294,272 @@ static LS_INLINE float ls_qdot(const unsigned char* row, long long nb, int qtype
   off += ls_hsum8(offv);
   return q8 ? dot : dot + (qtype == 1 ? off : -8.0f * off);
 }
-/* four rows of x (16-bit integers, rows ``ystride`` bytes apart; their scales ``xstride`` floats
-   apart) dotted with one packed row: each row's float operations are ls_qdot's, in ls_qdot's order,
-   and the integer dots are exact, so out[r] is bit for bit ls_qdot of row r (batch invariance);
-   the block's weights are unpacked once for the four. */
 #if defined(LS_WIDE) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-/* 512-bit pairs: ls_qdot's two 8-lane accumulators (blocks t and t + 1 of each group of 8) side by
-   side in one register, so one integer dot, conversion and multiply-add serve both; each lane's
-   operations are the 256-bit ones', so the results are too.  x is then laid out in pairs
-   (ls_pair_x): blocks 2u and 2u + 1 of the groups as [first halves | second halves]. */
-#define LS_PAIRS 1
-static LS_INLINE void ls_pair_x(short* y, long long nb) {
-  for (long long b = 0; b + 2 <= (nb & ~7LL); b += 2) {
-    short t[64];
-    memcpy(t, y + 32 * b, 128);
-    memcpy(y + 32 * b, t, 32); memcpy(y + 32 * b + 16, t + 32, 32);
-    memcpy(y + 32 * b + 32, t + 16, 32); memcpy(y + 32 * b + 48, t + 48, 32);
+/* Lane-per-block dots (q4_0, q4_1, q8_0 weights; x as 16- or 8-bit integers), AVX-512 with VNNI.
+   Each lane of a 512-bit integer accumulator sums one block's dot (q8_0: half a block's), so the
+   scales are applied once per group of blocks and row (one conversion and multiply-add) instead
+   of once per block pair, and the products are dpwssd (16-bit x: 32 a instruction) or dpbusd
+   (8-bit x: 64).  The weights' 64-byte loads are transposed as 4 x 4 dwords within each 128-bit
+   chunk: q4 groups of 16 blocks put block 4i + c in lane p = 4c + i (ls_tblk), q8_0 groups of 8
+   put half c % 2 of block 2i + c / 2 there; the blocks after the last full group go in
+   subgroups of one load (4 q4 blocks, 2 q8_0 blocks), lane (c, i) holding dword i of chunk c.
+   x is laid out to match once per call (ls_tlayout_x); a row's float operations are the same
+   whatever the number of rows ``nr`` dotted at once, so its result does not depend on the rows
+   beside it (batch invariance). */
+#define LS_TDOT 1
+static LS_INLINE int ls_tblk(int p) { return 4 * (p % 4) + p / 4; }
+/* blocks per full group and per subgroup: q4 16 and 4, q8_0 8 and 2 */
+#define LS_TGROUP(q8) ((q8) ? 8 : 16)
+#define LS_TSUB(q8) ((q8) ? 2 : 4)
+/* a row of x laid out: padded blocks (x's bytes: 4 bits per block) and floats (dt, st) */
+#define LS_TBLOCKS(nb, q8) ((nb) / LS_TGROUP(q8) * LS_TGROUP(q8) + ((nb) % LS_TGROUP(q8) + LS_TSUB(q8) - 1) / LS_TSUB(q8) * LS_TSUB(q8))
+#define LS_TFLOATS(nb, q8) (((nb) / LS_TGROUP(q8) + ((nb) % LS_TGROUP(q8) + LS_TSUB(q8) - 1) / LS_TSUB(q8)) * 16)
+/* x quantised by ls_quant_x (``bits`` 16 or 8, blocks in order: y, d, s) into the lane layout for
+   weights of ``qtype`` (yt: LS_TBLOCKS * 4 * bits bytes; dt, st: LS_TFLOATS floats; tmp: 64 nb
+   bytes).  16-bit x: each block's integers first reordered so that dword v holds the pair of
+   weights a dpwssd pairs there (see the E vectors of ls_tdot_rows / ls_tdot8_rows); 8-bit x for
+   q8_0 weights: offset by 128 (dpbusd multiplies unsigned by signed bytes; ls_tdot8_rows takes
+   128 times each lane's weight sum back). */
+static LS_INLINE void ls_tlayout_x(const void* y, int bits, int qtype, const float* d, const float* s, long long nb,
+                                   unsigned char* tmp, unsigned char* yt, float* dt, float* st) {
+  static const short order4[32] = {0, 2, 16, 18, 1, 3, 17, 19, 4, 6, 20, 22, 5, 7, 21, 23,
+                                   8, 10, 24, 26, 9, 11, 25, 27, 12, 14, 28, 30, 13, 15, 29, 31};
+  static const short order8[32] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15,
+                                   16, 18, 17, 19, 20, 22, 21, 23, 24, 26, 25, 27, 28, 30, 29, 31};
+  const int q8 = qtype == 2, G = LS_TGROUP(q8), S = LS_TSUB(q8);
+  const int dw = bits;  /* dwords per block of x (32 integers of bits / 8 bytes) */
+  const long long nf = nb / G;
+  const int* base = (const int*)y;
+  if (bits == 16) {
+    const __m512i pv = _mm512_loadu_si512(q8 ? order8 : order4);
+    for (long long b = 0; b < nb; b++)
+      _mm512_storeu_si512(tmp + 64 * b, _mm512_permutexvar_epi16(pv, _mm512_loadu_si512((const short*)y + 32 * b)));
+    base = (const int*)tmp;
+  }
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  const int flipped = bits == 8 && q8;
+  const __m512i lc = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);  /* lane p: chunk c */
+  const __m512i li = _mm512_set_epi32(3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1, 0);  /* dword i */
+  const __m512i one = _mm512_set1_epi32(1);
+  /* q4: lane p's block 4i + c; q8_0: block 2i + c / 2, half c % 2 */
+  const __m512i lblock = q8 ? _mm512_add_epi32(_mm512_slli_epi32(li, 1), _mm512_srli_epi32(lc, 1))
+                            : _mm512_add_epi32(_mm512_slli_epi32(li, 2), lc);
+  const __m512i lhalf = _mm512_and_si512(lc, one);
+  const int nv = q8 ? 4 * bits / 8 : bits;  /* vectors per full group */
+  for (long long g = 0; g < nf; g++) {
+    for (int v = 0; v < nv; v++) {
+      /* the dword of the (reordered) block each lane takes: q4 16-bit: vector v = 4u + e is dword
+         v; q4 8-bit: vector 2u + e holds bytes 4u + 16e.. = dword u + 4e; q8_0 16-bit: vector 2u + e
+         is dword 8h + v; q8_0 8-bit: vector u is dword 4h + u */
+      __m512i col;
+      if (!q8) col = _mm512_set1_epi32(bits == 16 ? v : v / 2 + 4 * (v % 2));
+      else col = _mm512_add_epi32(_mm512_slli_epi32(lhalf, bits == 16 ? 3 : 2), _mm512_set1_epi32(v));
+      __m512i t = _mm512_i32gather_epi32(_mm512_add_epi32(_mm512_mullo_epi32(lblock, _mm512_set1_epi32(dw)), col),
+                                          base + (long long)G * dw * g, 4);
+      if (flipped) t = _mm512_xor_si512(t, flip);
+      _mm512_storeu_si512(yt + 64 * (nv * g + v), t);
+    }
+    const __m512i bidx = _mm512_add_epi32(lblock, _mm512_set1_epi32((int)(G * g)));
+    _mm512_storeu_ps(dt + 16 * g, _mm512_i32gather_ps(bidx, d, 4));
+    if (q8) _mm512_storeu_ps(st + 16 * g, _mm512_setzero_ps());
+    else _mm512_storeu_ps(st + 16 * g, _mm512_i32gather_ps(bidx, s, 4));
+  }
+  const int ns = nv / (G / S);  /* vectors per subgroup */
+  for (long long sg = 0; G * nf + S * sg < nb; sg++) {
+    const long long b0 = G * nf + S * sg, nt = nb - b0 < S ? nb - b0 : S;
+    /* lane (c, i): q4 dword i of block c; q8_0 dword 4 (c % 2) + i of block c / 2 */
+    const __m512i sblock = q8 ? _mm512_srli_epi32(lc, 1) : lc;
+    const __mmask16 in = _mm512_cmplt_epi32_mask(sblock, _mm512_set1_epi32((int)nt));
+    for (int e = 0; e < ns; e++) {
+      /* q4 16-bit: dword 4i + e; q4 8-bit: dword i + 4e; q8_0 16-bit: dword 8h + 2i + e; q8_0 8-bit: 4h + i */
+      __m512i col;
+      if (!q8) col = bits == 16 ? _mm512_add_epi32(_mm512_slli_epi32(li, 2), _mm512_set1_epi32(e))
+                                : _mm512_add_epi32(li, _mm512_set1_epi32(4 * e));
+      else col = bits == 16 ? _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(lhalf, 3), _mm512_slli_epi32(li, 1)),
+                                               _mm512_set1_epi32(e))
+                            : _mm512_add_epi32(_mm512_slli_epi32(lhalf, 2), li);
+      __m512i t = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), in,
+                                               _mm512_add_epi32(_mm512_mullo_epi32(sblock, _mm512_set1_epi32(dw)), col),
+                                               base + dw * b0, 4);
+      if (flipped) t = _mm512_mask_xor_epi32(t, in, t, flip);
+      _mm512_storeu_si512(yt + 64 * (nv * nf + ns * sg + e), t);
+    }
+    for (int p = 0; p < 16; p++) {
+      const int c = p / 4, i = p % 4, blk = q8 ? c / 2 : c;
+      dt[16 * nf + 16 * sg + p] = blk < nt ? d[b0 + blk] : 0.0f;
+      st[16 * nf + 16 * sg + p] = !q8 && blk < nt && i == 0 ? s[b0 + blk] : 0.0f;
+    }
   }
 }
-/* ``nr`` (4 or 8, a constant where it is called: the loops over the rows unroll) rows at once */
-static LS_INLINE void ls_qdot_rows(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
-                                   long long ystride, const float* xd, const float* xs, long long xstride,
-                                   float* out, const int nr) {
-  const int q8 = qtype == 2, bsize = q8 ? 32 : 16;
+/* packed q4 row (qtype 0: q4_0, 1: q4_1) dotted with ``nr`` rows of x laid out by ls_tlayout_x
+   (rows ``ystride`` bytes and ``xstride`` floats apart): sum over blocks of dw * dx * (integer
+   dot), lane by lane, plus the offsets (q4_1: m, q4_0: -8 dw) times s; the lanes summed last. */
+static LS_INLINE void ls_tdot_rows(const unsigned char* row, long long nb, int qtype, int bits,
+                                   const unsigned char* yt, long long ystride, const float* dt, const float* st,
+                                   long long xstride, float* out, const int nr) {
   const unsigned char* qs = row + (qtype == 1 ? 4 : 2) * nb;
-  __m512 acc[8];
-  __m256 offv[8];
-  float off[8];
-  for (int r = 0; r < nr; r++) { acc[r] = _mm512_setzero_ps(); offv[r] = _mm256_setzero_ps(); off[r] = 0.0f; }
-  const __m512i sel[4] = {
-    _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-    _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-    _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-    _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
-  const __m256i low = _mm256_set1_epi8(15);
-  long long b = 0;
-  for (; b + 8 <= nb; b += 8) {
-    const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * b)));
-    const __m256 mv = qtype == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 2 * (nb + b)))) : dv;
-    __m512 sc[8];
-    for (int r = 0; r < nr; r++) {
-      sc[r] = _mm512_castps256_ps512(_mm256_mul_ps(dv, _mm256_loadu_ps(xd + r * xstride + b)));
-      if (!q8) offv[r] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xs + r * xstride + b), offv[r]);
-    }
-    for (int t = 0; t < 8; t += 2) {
-      __m512i w0, w1;  /* [block t | block t + 1] weights 0-15, 16-31 as 16-bit integers */
-      const unsigned char* q = qs + (b + t) * bsize;
-      if (!q8) {
-        const __m256i nib = _mm256_loadu_si256((const __m256i*)q);
-        const __m256i n0 = _mm256_and_si256(nib, low), n1 = _mm256_and_si256(_mm256_srli_epi16(nib, 4), low);
-        /* nib holds block t's 16 bytes then block t + 1's: low nibbles are weights 0-15 */
-        w0 = _mm512_cvtepu8_epi16(n0);
-        w1 = _mm512_cvtepu8_epi16(n1);
+  const __m512i blk = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i quad = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i m16 = _mm512_set1_epi32(0x000F000F), m8 = _mm512_set1_epi8(15);
+  const int nv = bits == 16 ? 16 : 8, vb = 64 * nv;  /* vectors and bytes of x per full group */
+  __m512 facc[8], offv[8];
+  for (int r = 0; r < nr; r++) { facc[r] = _mm512_setzero_ps(); offv[r] = _mm512_setzero_ps(); }
+  const long long nf = nb / 16;
+  for (long long g = 0; g < nf; g++) {
+    const unsigned char* q = qs + 256 * g;
+    const __m512i L0 = _mm512_loadu_si512(q), L1 = _mm512_loadu_si512(q + 64);
+    const __m512i L2 = _mm512_loadu_si512(q + 128), L3 = _mm512_loadu_si512(q + 192);
+    const __m512i t0 = _mm512_unpacklo_epi32(L0, L1), t1 = _mm512_unpackhi_epi32(L0, L1);
+    const __m512i t2 = _mm512_unpacklo_epi32(L2, L3), t3 = _mm512_unpackhi_epi32(L2, L3);
+    const __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                          _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+    __m512i E[16];  /* T[u]'s weights: 16-bit pairs (E[4u + e]) or bytes (E[2u], low; E[2u + 1], high) */
+    for (int u = 0; u < 4; u++) {
+      if (bits == 16) {
+        E[4 * u] = _mm512_and_si512(T[u], m16);
+        E[4 * u + 1] = _mm512_and_si512(_mm512_srli_epi32(T[u], 4), m16);
+        E[4 * u + 2] = _mm512_and_si512(_mm512_srli_epi32(T[u], 8), m16);
+        E[4 * u + 3] = _mm512_and_si512(_mm512_srli_epi32(T[u], 12), m16);
       } else {
-        w0 = _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_loadu_si128((const __m128i*)(q + 32)),
-                                                   _mm_loadu_si128((const __m128i*)q)));
-        w1 = _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_loadu_si128((const __m128i*)(q + 48)),
-                                                   _mm_loadu_si128((const __m128i*)(q + 16))));
+        E[2 * u] = _mm512_and_si512(T[u], m8);
+        E[2 * u + 1] = _mm512_and_si512(_mm512_srli_epi32(T[u], 4), m8);
       }
+    }
+    const __m512 dv = _mm512_permutexvar_ps(blk, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(row + 32 * g))));
+    const __m512 mv = qtype == 1 ? _mm512_permutexvar_ps(blk, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                       (const __m256i*)(row + 2 * nb + 32 * g)))) : dv;
+    __m512i acc[8];
+    if (bits == 16 || nr == 1) {  /* a row at a time, four chains */
       for (int r = 0; r < nr; r++) {
-        const unsigned char* yr = y + r * ystride + (b + t) * 64;
-        const __m512i p = _mm512_dpwssd_epi32(_mm512_madd_epi16(w0, _mm512_loadu_si512(yr)), w1,
-                                              _mm512_loadu_si512(yr + 64));
-        acc[r] = _mm512_fmadd_ps(_mm512_permutexvar_ps(sel[t / 2], sc[r]), _mm512_cvtepi32_ps(p), acc[r]);
+        const __m512i* yr = (const __m512i*)(yt + r * ystride + g * vb);
+        __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        for (int v = 0; v < nv; v++)
+          a[v % 4] = bits == 16 ? _mm512_dpwssd_epi32(a[v % 4], E[v], _mm512_loadu_si512(yr + v))
+                                : _mm512_dpbusd_epi32(a[v % 4], E[v], _mm512_loadu_si512(yr + v));
+        acc[r] = _mm512_add_epi32(_mm512_add_epi32(a[0], a[1]), _mm512_add_epi32(a[2], a[3]));
       }
+    } else {  /* 8-bit rows side by side: a chain per row */
+      for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_si512();
+      for (int v = 0; v < nv; v++)
+        for (int r = 0; r < nr; r++)
+          acc[r] = _mm512_dpbusd_epi32(acc[r], E[v], _mm512_loadu_si512((const __m512i*)(yt + r * ystride + g * vb) + v));
+    }
+    for (int r = 0; r < nr; r++) {
+      const __m512 sc = _mm512_mul_ps(dv, _mm512_loadu_ps(dt + r * xstride + 16 * g));
+      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), sc, facc[r]);
+      offv[r] = _mm512_fmadd_ps(mv, _mm512_loadu_ps(st + r * xstride + 16 * g), offv[r]);
+    }
+  }
+  for (long long sg = 0; 16 * nf + 4 * sg < nb; sg++) {
+    const long long b0 = 16 * nf + 4 * sg, nt = nb - b0 < 4 ? nb - b0 : 4;
+    const __m512i L = _mm512_maskz_loadu_epi8(nt == 4 ? ~0ULL : (1ULL << (16 * nt)) - 1ULL, qs + 16 * b0);
+    __m512i E[4];
+    if (bits == 16) {
+      E[0] = _mm512_and_si512(L, m16); E[1] = _mm512_and_si512(_mm512_srli_epi32(L, 4), m16);
+      E[2] = _mm512_and_si512(_mm512_srli_epi32(L, 8), m16); E[3] = _mm512_and_si512(_mm512_srli_epi32(L, 12), m16);
+    } else {
+      E[0] = _mm512_and_si512(L, m8); E[1] = _mm512_and_si512(_mm512_srli_epi32(L, 4), m8);
+    }
+    const __mmask8 bm = (__mmask8)((1u << nt) - 1u);
+    const __m512 dv = _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_maskz_loadu_epi16(bm, row + 2 * b0))));
+    const __m512 mv = qtype == 1 ? _mm512_permutexvar_ps(quad, _mm512_castps128_ps512(
+                                       _mm_cvtph_ps(_mm_maskz_loadu_epi16(bm, row + 2 * (nb + b0))))) : dv;
+    const long long o = 16 * nf + 16 * sg;
+    for (int r = 0; r < nr; r++) {
+      const __m512i* yr = (const __m512i*)(yt + r * ystride + nf * vb + sg * (vb / 4));
+      const __m512i isum = bits == 16
+          ? _mm512_add_epi32(_mm512_dpwssd_epi32(_mm512_madd_epi16(E[0], _mm512_loadu_si512(yr)), E[1], _mm512_loadu_si512(yr + 1)),
+                             _mm512_dpwssd_epi32(_mm512_madd_epi16(E[2], _mm512_loadu_si512(yr + 2)), E[3], _mm512_loadu_si512(yr + 3)))
+          : _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), E[0], _mm512_loadu_si512(yr)), E[1],
+                                _mm512_loadu_si512(yr + 1));
+      const __m512 sc = _mm512_mul_ps(dv, _mm512_loadu_ps(dt + r * xstride + o));
+      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sc, facc[r]);
+      offv[r] = _mm512_fmadd_ps(mv, _mm512_loadu_ps(st + r * xstride + o), offv[r]);
     }
   }
   for (int r = 0; r < nr; r++) {
-    __m256 acc0 = _mm512_castps512_ps256(acc[r]), acc1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1));
-    for (long long c = b; c < nb; c++) {
-      __m256i a0, a1;
-      ls_wunpack16(qs + c * bsize, q8, &a0, &a1);
-      acc0 = ls_acc_fma(ls_acc_set1(ls_hx(row, c) * xd[r * xstride + c]), ls_wdot16(a0, a1, y + r * ystride + c * 64),
-                        acc0);
-      if (!q8) off[r] += ls_hx(row, qtype == 1 ? nb + c : c) * xs[r * xstride + c];
-    }
-    const float dot = ls_hsum4(ls_acc_half(ls_acc_add(acc0, acc1)));
-    off[r] += ls_hsum8(offv[r]);
-    out[r] = q8 ? dot : dot + (qtype == 1 ? off[r] : -8.0f * off[r]);
+    const float dot = _mm512_reduce_add_ps(facc[r]), off = _mm512_reduce_add_ps(offv[r]);
+    out[r] = dot + (qtype == 1 ? off : -8.0f * off);
   }
 }
-static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
-                                    long long ystride, const float* xd, const float* xs, long long xstride,
-                                    float* out) {
-  ls_qdot_rows(row, nb, qtype, y, ystride, xd, xs, xstride, out, 4);
-}
-/* eight rows: each block's weights unpacked once for all eight (the 8-row paged step) */
-static LS_INLINE void ls_qdot_rows8(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
-                                    long long ystride, const float* xd, const float* xs, long long xstride,
-                                    float* out) {
-  ls_qdot_rows(row, nb, qtype, y, ystride, xd, xs, xstride, out, 8);
+/* packed q8_0 row dotted with ``nr`` rows of x laid out by ls_tlayout_x (as ls_tdot_rows): sum
+   over blocks of dw * dx * (integer dot), lane by lane, the lanes summed last */
+static LS_INLINE void ls_tdot8_rows(const unsigned char* row, long long nb, int bits, const unsigned char* yt,
+                                    long long ystride, const float* dt, long long xstride, float* out, const int nr) {
+  const unsigned char* qs = row + 2 * nb;
+  const __m512i lblock = _mm512_set_epi32(7, 5, 3, 1, 7, 5, 3, 1, 6, 4, 2, 0, 6, 4, 2, 0);  /* 2i + c / 2 */
+  const __m512i lsub = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);  /* c / 2 */
+  const __m512i ones = _mm512_set1_epi8(1);
+  const int nv = bits == 16 ? 8 : 4, vb = 64 * nv;  /* vectors and bytes of x per full group */
+  __m512 facc[8];
+  for (int r = 0; r < nr; r++) facc[r] = _mm512_setzero_ps();
+  const long long nf = nb / 8;
+  for (long long g = 0; g < nf; g++) {
+    const unsigned char* q = qs + 256 * g;
+    const __m512i L0 = _mm512_loadu_si512(q), L1 = _mm512_loadu_si512(q + 64);
+    const __m512i L2 = _mm512_loadu_si512(q + 128), L3 = _mm512_loadu_si512(q + 192);
+    const __m512i t0 = _mm512_unpacklo_epi32(L0, L1), t1 = _mm512_unpackhi_epi32(L0, L1);
+    const __m512i t2 = _mm512_unpacklo_epi32(L2, L3), t3 = _mm512_unpackhi_epi32(L2, L3);
+    const __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                          _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+    __m512i E[8], corr = _mm512_setzero_si512();
+    if (bits == 16) {  /* signed bytes 0 and 2, 1 and 3 of each dword as 16-bit pairs */
+      for (int u = 0; u < 4; u++) {
+        E[2 * u] = _mm512_srai_epi16(_mm512_slli_epi16(T[u], 8), 8);
+        E[2 * u + 1] = _mm512_srai_epi16(T[u], 8);
+      }
+    } else {  /* x was offset by 128: take 128 times each lane's weight sum back */
+      for (int u = 0; u < 4; u++) corr = _mm512_dpbusd_epi32(corr, ones, T[u]);
+      corr = _mm512_slli_epi32(corr, 7);
+    }
+    const __m512 dv = _mm512_permutexvar_ps(lblock, _mm512_castps256_ps512(
+                                                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row + 16 * g)))));
+    for (int r = 0; r < nr; r++) {
+      const __m512i* yr = (const __m512i*)(yt + r * ystride + g * vb);
+      __m512i acc;
+      if (bits == 16) {
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0;
+        for (int v = 0; v < 8; v += 2) {
+          a0 = _mm512_dpwssd_epi32(a0, E[v], _mm512_loadu_si512(yr + v));
+          a1 = _mm512_dpwssd_epi32(a1, E[v + 1], _mm512_loadu_si512(yr + v + 1));
+        }
+        acc = _mm512_add_epi32(a0, a1);
+      } else {
+        const __m512i a0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(yr), T[0]),
+                                               _mm512_loadu_si512(yr + 1), T[1]);
+        const __m512i a1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(yr + 2), T[2]),
+                                               _mm512_loadu_si512(yr + 3), T[3]);
+        acc = _mm512_sub_epi32(_mm512_add_epi32(a0, a1), corr);
+      }
+      const __m512 sc = _mm512_mul_ps(dv, _mm512_loadu_ps(dt + r * xstride + 16 * g));
+      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), sc, facc[r]);
+    }
+  }
+  for (long long sg = 0; 8 * nf + 2 * sg < nb; sg++) {
+    const long long b0 = 8 * nf + 2 * sg, nt = nb - b0 < 2 ? nb - b0 : 2;
+    const __m512i L = _mm512_maskz_loadu_epi8(nt == 2 ? ~0ULL : (1ULL << 32) - 1ULL, qs + 32 * b0);
+    __m512i E0, E1, corr = _mm512_setzero_si512();
+    if (bits == 16) {
+      E0 = _mm512_srai_epi16(_mm512_slli_epi16(L, 8), 8);
+      E1 = _mm512_srai_epi16(L, 8);
+    } else {
+      E0 = E1 = L;
+      corr = _mm512_slli_epi32(_mm512_dpbusd_epi32(corr, ones, L), 7);
+    }
+    const __mmask8 bm = (__mmask8)((1u << nt) - 1u);
+    const __m512 dv = _mm512_permutexvar_ps(lsub, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_maskz_loadu_epi16(bm, row + 2 * b0))));
+    const long long o = 16 * nf + 16 * sg;
+    for (int r = 0; r < nr; r++) {
+      const __m512i* yr = (const __m512i*)(yt + r * ystride + nf * vb + sg * (vb / 4));
+      const __m512i acc = bits == 16
+          ? _mm512_dpwssd_epi32(_mm512_madd_epi16(E0, _mm512_loadu_si512(yr)), E1, _mm512_loadu_si512(yr + 1))
+          : _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(yr), E1), corr);
+      const __m512 sc = _mm512_mul_ps(dv, _mm512_loadu_ps(dt + r * xstride + o));
+      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), sc, facc[r]);
+    }
+    (void)E0;
+  }
+  for (int r = 0; r < nr; r++) out[r] = _mm512_reduce_add_ps(facc[r]);
 }
 #endif
 /* 16 weights (bytes: unsigned u, or signed q) times 16 of x's integers (``bits`` 8 or 16, half h
@@ -667,19 +843,6 @@ static LS_INLINE void ls_blk_k(const unsigned char* row, int code, long long g, 
   float f[32];
   ls_dec32(row, code, g, f);
   for (int q = 0; q < 4; q++) w[q] = ls_ldf8(f + 8 * q);
-}
-#endif
-#ifndef LS_PAIRS
-/* without 512-bit pairs: the four rows one after another (the same results) */
-static LS_INLINE void ls_qdot_rows4(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
-                                    long long ystride, const float* xd, const float* xs, long long xstride,
-                                    float* out) {
-  for (int r = 0; r < 4; r++) out[r] = ls_qdot(row, nb, qtype, 16, y + r * ystride, xd + r * xstride, xs + r * xstride);
-}
-static LS_INLINE void ls_qdot_rows8(const unsigned char* row, long long nb, int qtype, const unsigned char* y,
-                                    long long ystride, const float* xd, const float* xs, long long xstride,
-                                    float* out) {
-  for (int r = 0; r < 8; r++) out[r] = ls_qdot(row, nb, qtype, 16, y + r * ystride, xd + r * xstride, xs + r * xstride);
 }
 #endif
 #endif  /* __CUDACC_RTC__ */
