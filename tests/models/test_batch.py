@@ -62,6 +62,41 @@ def test_native_rows_do_not_depend_on_the_batch(family):
             assert np.array_equal(x, y), name
 
 
+@pytest.mark.skipif(not NATIVE, reason="no C compiler")
+def test_sampled_rows_are_drawn_together_with_each_sequences_own_draws(monkeypatch):
+    """Sampled sequences in one batch: their rows go to the backend's sampler in one call, each
+    with its own generator's draw, and give the tokens each sequence samples alone and the host
+    sampler (numpy) gives; greedy and repetition-penalty rows beside them stay on the host."""
+    from lightspeed.models import batch as batch_mod
+
+    _, cfg, sd = hf_model("llama")
+    model = from_hf_config(cfg)
+    batcher = PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=128, pages=2)
+    prompts = _prompts(2)[:4]
+    opts = [dict(temperature=0.9, top_p=0.8, seed=1), dict(temperature=0.0), dict(temperature=1.2, top_k=20, seed=2),
+            dict(temperature=0.7, repetition_penalty=1.2, seed=3)]
+    real = batch_mod.host_sampler("native")
+    rows_per_call = []
+
+    class Counting:
+        def sample(self, logits, params):
+            rows_per_call.append(len(params))
+            return real.sample(logits, params)
+
+    monkeypatch.setattr(batch_mod, "host_sampler", lambda backend: Counting())
+    seqs = [batcher.start(p, 12, stop_ids=(), **o) for p, o in zip(prompts, opts)]
+    while any(not s.done for s in seqs):
+        batcher.step([s for s in seqs if not s.done])
+    together = [s.new_ids for s in seqs]
+    assert max(rows_per_call) == 2  # the two sampled sequences' rows in one call
+    alone = [batcher.generate([p], 12, stop_ids=(), **o)[0].new_ids for p, o in zip(prompts, opts)]
+    monkeypatch.setattr(batch_mod, "host_sampler", lambda backend: None)
+    from lightspeed.models import generate as gen_mod
+    monkeypatch.setattr(gen_mod, "host_sampler", lambda backend: None)
+    host = [batcher.generate([p], 12, stop_ids=(), **o)[0].new_ids for p, o in zip(prompts, opts)]
+    assert together == alone == host
+
+
 def test_pages_follow_the_sequences():
     """Pages are taken as a sequence grows (one per 32 positions), given back when it ends or is
     cancelled, and reused; the pool doubles when it runs out, keeping the pages in use."""

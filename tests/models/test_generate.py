@@ -137,6 +137,39 @@ def test_greedy_decode_steps_choose_on_the_device(backend, monkeypatch):
     assert len(calls) == 5  # one per step after the prefill's token, none past the budget
 
 
+@pytest.mark.skipif(not ls.backends.get_backend("native").available(), reason="no C compiler")
+def test_sampled_tokens_from_the_backends_sampler_equal_the_host_samplers(monkeypatch):
+    """On native a sampled token is drawn by the C sampler (Backend.sampler) from the same uniform
+    draws as numpy's: the same tokens for the same seed, with and without top-k / top-p; greedy
+    steps and a repetition penalty stay on the host."""
+    from lightspeed.models import generate as gen_mod
+
+    model = from_hf_config(TINY)
+    gen = Generator(model, tiny_weights(model, seed=5), backend="native")
+    real = gen_mod.host_sampler("native")
+    calls = []
+
+    class Counting:
+        def sample(self, logits, params):
+            calls.append(len(params))
+            return real.sample(logits, params)
+
+    options = [dict(temperature=0.8), dict(temperature=1.3, top_k=5), dict(temperature=0.6, top_p=0.7),
+               dict(temperature=1.0, top_k=9, top_p=0.5), dict(temperature=0.9, repetition_penalty=1.3),
+               dict(temperature=0.0)]
+    for opts in options:
+        for seed in (0, 1):
+            monkeypatch.setattr(gen_mod, "host_sampler", lambda backend: Counting())
+            before = len(calls)
+            kernel = gen.generate([1, 5, 9], 12, stop_ids=(), seed=seed, **opts).new_ids
+            used = len(calls) - before
+            monkeypatch.setattr(gen_mod, "host_sampler", lambda backend: None)
+            host = gen.generate([1, 5, 9], 12, stop_ids=(), seed=seed, **opts).new_ids
+            assert kernel == host, (opts, seed)
+            host_only = opts["temperature"] == 0 or "repetition_penalty" in opts
+            assert used == (0 if host_only else 12), opts
+
+
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("native", marks=pytest.mark.skipif(
     not ls.backends.get_backend("native").available(), reason="no C compiler"))])
 def test_prompts_long_and_short_run_their_own_prefill(backend, monkeypatch):

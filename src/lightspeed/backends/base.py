@@ -145,6 +145,17 @@ class Backend:
         to run it its own way (on its stream, inside its captured graph)."""
         return comm.run(spec, array)
 
+    def sampler(self) -> Any | None:
+        """This backend's token sampler, or None (the host samples in numpy): an object whose
+        ``sample(logits, params)`` takes rows of logits [rows, V] as this backend holds them
+        (a program's output) and ``params`` [rows, 4] float64 on the host (temperature > 0,
+        top_k (0: none), top_p (1: none), the uniform draw u) and returns a
+        :class:`~lightspeed.program.Pending` whose ``value("ids")`` is the rows' token ids
+        [rows] int64 where the backend holds them (a next step's input, no round trip) and
+        ``result()["ids"]`` on the host; the tokens are the host sampler's for the same u
+        (``codegen/kernels/sample.py``)."""
+        return None
+
     def time(self, prog: Program, inputs: Mapping[str, Any], dims: Mapping[str, int], repeats: int) -> float:
         """Seconds of one call of ``prog`` (the minimum of ``repeats``), measured the way this
         device should be: wall clock here, device events on a GPU backend."""

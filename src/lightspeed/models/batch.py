@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import InputError
 from ..search import SearchOptions
 from .base import DecoderLM
-from .generate import GenerationResult, TokenStream, check_request, compile_model, sample_token
+from .generate import GenerationResult, TokenStream, check_request, compile_model, host_sampler, sample_token
 
 __all__ = ["PagedBatcher", "PagedSequence", "ROWS_LIMIT"]
 
@@ -65,9 +65,10 @@ class PagedSequence(TokenStream):
     def close(self) -> None:
         self.batcher._release(self)
 
-    def _take(self, logits: np.ndarray) -> int:
-        """Choose the next token from the raw ``logits`` of the last fed row."""
-        tok = self.choose(logits, self._since)
+    def _take(self, logits: np.ndarray, token: int | None = None) -> int:
+        """Choose the next token from the raw ``logits`` of the last fed row (``token``: sampled
+        already, with the batch's other rows)."""
+        tok = self.choose(logits, self._since, token)
         self._since = time.perf_counter()
         self.prefill_s = self.ttft_s  # (the prompt's chunks and its first token are one span here)
         return tok
@@ -183,7 +184,21 @@ class PagedBatcher:
         logits = self._call(inputs, max(1, len(choosing)))
         for s, pos, _ in rows:
             s.fed = max(s.fed, pos + 1)
-        return {s: s._take(np.asarray(logits[j])) for j, s in enumerate(choosing)}
+        picked = self._sample(choosing, logits)
+        return {s: s._take(np.asarray(logits[j]), picked.get(j)) for j, s in enumerate(choosing)}
+
+    def _sample(self, choosing: list[PagedSequence], logits: Any) -> dict[int, int]:
+        """The tokens of the rows the backend's sampler takes (``TokenStream.sample_row``), sampled
+        in one call: {row: token}.  The other rows are chosen by their sequences."""
+        sampler = host_sampler(self.backend) if any(s.params.get("temperature", 0.0) > 0 for s in choosing) else None
+        if sampler is None:
+            return {}
+        rows = [(j, r) for j, s in enumerate(choosing) if (r := s.sample_row()) is not None]
+        if not rows:
+            return {}
+        picks = [j for j, _ in rows]
+        ids = sampler.sample(np.asarray(logits)[picks], [r for _, r in rows]).result()["ids"]
+        return {j: int(t) for j, t in zip(picks, ids)}
 
     def _call(self, inputs: dict[str, Any], logit_rows: int) -> Any:
         """The paged program on ``inputs`` and the pools: the logits of the first ``logit_rows`` rows."""

@@ -22,6 +22,7 @@ device where the decode program makes it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -115,6 +116,15 @@ def sample_token(logits: np.ndarray, rng: np.random.Generator, history: Sequence
     cdf = np.cumsum(probs)
     i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
     return min(i, z.size - 1)
+
+
+@functools.cache
+def host_sampler(backend: str) -> Any | None:
+    """``backend``'s token sampler for logits on the host (``Backend.sampler``: the native C
+    kernel), built once per process when a request first samples; None where the host samples in
+    numpy (the reference and cpu backends) or the logits live on a device."""
+    b = get_backend(backend)
+    return None if b.device_memory else b.sampler()
 
 
 # ---------------------------------------------------------------------- compiling
@@ -402,6 +412,8 @@ class TokenStream:
         self.last_logits: np.ndarray | None = None
         # a caller that reads ``last_logits`` after every token (a server's logprobs) sets this
         self.want_logits = False
+        # the backend's token sampler for host logits (Backend.sampler), set by a subclass
+        self.sampler: Any | None = None
 
     @property
     def done(self) -> bool:
@@ -411,13 +423,33 @@ class TokenStream:
     def new_ids(self) -> list[int]:
         return self.ids[len(self.prompt):]
 
-    def choose(self, logits: np.ndarray, since: float) -> int:
-        """The next token from the raw ``logits`` (kept for logprobs, and in ``kept`` if asked);
-        the time from ``since`` counts as the first token's or as one step's."""
+    def choose(self, logits: np.ndarray, since: float, token: int | None = None) -> int:
+        """The next token from the raw ``logits`` (kept for logprobs, and in ``kept`` if asked):
+        ``token`` where the caller sampled it already (rows sampled together, each with its
+        stream's :meth:`sample_row`), else the backend's sampler or :func:`sample_token`; the
+        time from ``since`` counts as the first token's or as one step's."""
         self.last_logits = logits
         if self.kept is not None:
             self.kept.append(logits.copy())
-        return self.chose(sample_token(logits, self.rng, self.ids, **self.params), since)
+        if token is None:
+            row = self.sample_row() if self.sampler is not None else None
+            if row is not None:
+                token = int(self.sampler.sample(np.asarray(logits).reshape(1, -1), [row]).result()["ids"][0])
+            else:
+                token = sample_token(logits, self.rng, self.ids, **self.params)
+        return self.chose(token, since)
+
+    def sample_row(self) -> list[float] | None:
+        """This token's row of a sampler's ``params`` (temperature, top_k, top_p, u), drawing u
+        from the stream's generator as :func:`sample_token` would; None where the host samples
+        (greedy: an argmax; a repetition penalty: it reads the history)."""
+        p = self.params
+        temperature = p.get("temperature", 0.0)
+        if temperature <= 0 or p.get("repetition_penalty", 1.0) != 1.0:
+            return None
+        top_p = p.get("top_p")
+        return [float(temperature), float(p.get("top_k") or 0), 1.0 if top_p is None else float(top_p),
+                float(self.rng.random())]
 
     def chose(self, tok: int, since: float) -> int:
         """Record ``tok`` as the next token (chosen from this step's logits, here or on the device)."""
@@ -460,6 +492,8 @@ class GenerationState(TokenStream):
                  rng: np.random.Generator, params: dict[str, Any], kept: list[np.ndarray] | None) -> None:
         super().__init__(prompt, max_new_tokens, stops, rng, params, kept)
         self.gen = gen
+        if params.get("temperature", 0.0) > 0:
+            self.sampler = host_sampler(gen.backend)
         self._inputs: dict[str, Any] | None = None  # the decode inputs; None until the prefill ran
         self._ahead: tuple[int, Pending] | None = None  # a greedy step queued ahead: (its row, the call)
 

@@ -11,11 +11,18 @@ them per machine.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+from typing import Any
+
+import numpy as np
 
 from ... import dtypes as dt
+from ...errors import InputError
+from ...program import Pending
 from ..codegen import blocks, fused
 from ..codegen.backend import KernelBackend
+from ..codegen.kernels.sample import LOGIT_CODES, SAMPLE_KERNEL, sampler_source
 from ..codegen.lowering import OpTable
 from . import executor
 
@@ -45,3 +52,35 @@ class NativeBackend(KernelBackend):
         mode = blocks.block_activations()
         return hashlib.sha256(f"{super().code_hash()}\nactivations={mode}".encode()).hexdigest()[:16]
 
+    def sampler(self) -> HostSampler | None:
+        return HostSampler() if executor.available() else None
+
+
+class HostSampler:
+    """The c dialect's token sampler (``codegen/kernels/sample.py``), compiled once per machine
+    like the kernels; rows sampled side by side on the OpenMP threads."""
+
+    def __init__(self) -> None:
+        lib, _ = executor._build(sampler_source("c"))
+        self.fn = getattr(lib, SAMPLE_KERNEL)
+        self.fn.restype = None
+        self.fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_longlong,
+                            ctypes.c_void_p, ctypes.c_void_p]
+
+    def sample(self, logits: Any, params: Any) -> Pending:
+        x = np.asarray(logits)
+        prm = np.ascontiguousarray(params, dtype=np.float64)
+        if x.ndim != 2 or x.dtype.name not in LOGIT_CODES or x.strides[1] != x.itemsize:
+            raise InputError(f"sampler: logits must be [rows, V] rows of contiguous float32/bfloat16/float16, "
+                             f"got {x.dtype.name}{list(x.shape)}")
+        if prm.shape != (x.shape[0], 4):
+            raise InputError(f"sampler: params must be [{x.shape[0]}, 4] (temperature, top_k, top_p, u), "
+                             f"got {list(prm.shape)}")
+        if not (prm[:, 0] > 0).all() or not ((prm[:, 3] >= 0) & (prm[:, 3] < 1)).all():
+            raise InputError("sampler: temperature must be > 0 and u in [0, 1)")
+        ids = np.empty(x.shape[0], np.int64)
+        self.fn(x.ctypes.data, LOGIT_CODES[x.dtype.name], x.shape[0], x.strides[0] // x.itemsize, x.shape[1],
+                prm.ctypes.data, ids.ctypes.data)
+        if (ids < 0).any():
+            raise MemoryError("sampler: no memory for a row's scratch")
+        return Pending({"ids": ids}, {"ids": ids})
