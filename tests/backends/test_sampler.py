@@ -4,6 +4,11 @@ uniform draw, over temperatures, top-k, top-p, ties, blocked logits and logit dt
 
 from __future__ import annotations
 
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -13,12 +18,64 @@ from lightspeed.errors import InputError
 from lightspeed.models.generate import sample_token
 
 NATIVE = ls.backends.get_backend("native")
-pytestmark = pytest.mark.skipif(not NATIVE.available(), reason="no C compiler")
+CUDA = ls.backends.get_backend("cuda")
+needs_native = pytest.mark.skipif(not NATIVE.available(), reason="no C compiler")
 
 
-@pytest.fixture(scope="module")
-def sampler():
-    return NATIVE.sampler()
+@pytest.fixture(scope="module", params=["native", pytest.param("cuda", marks=pytest.mark.skipif(
+    not CUDA.available(), reason="no GPU")), "cuda-on-host"])
+def sampler(request, tmp_path_factory):
+    if request.param == "native":
+        if not NATIVE.available():
+            pytest.skip("no C compiler")
+        return NATIVE.sampler()
+    if request.param == "cuda":
+        return CUDA.sampler()
+    return _cuda_kernel_on_host(tmp_path_factory.mktemp("shim"))
+
+
+class _HostBlocks:
+    """The cuda dialect's sampler kernel run on host threads (tests/backends/cuda_block_shim.h):
+    the kernel's own source, its barriers, scans and radix passes, on a machine without a GPU."""
+
+    def __init__(self, lib):
+        self.fn = lib.run_rows
+        self.fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_longlong,
+                            ctypes.c_void_p, ctypes.c_void_p]
+
+    def sample(self, logits, params):
+        from lightspeed.backends.codegen.kernels.sample import LOGIT_CODES, checked_params
+        from lightspeed.program import Pending
+
+        x = np.ascontiguousarray(logits)
+        if x.ndim != 2 or x.dtype.name not in LOGIT_CODES:
+            raise InputError(f"sampler: logits must be [rows, V] of float32/bfloat16/float16, got {x.dtype.name}")
+        prm = checked_params(x.shape[0], params)
+        ids = np.empty(x.shape[0], np.int64)
+        self.fn(x.ctypes.data, LOGIT_CODES[x.dtype.name], x.shape[0], x.shape[1], x.shape[1], prm.ctypes.data,
+                ids.ctypes.data)
+        return Pending({"ids": ids}, {"ids": ids})
+
+
+def _cuda_kernel_on_host(tmp: Path) -> _HostBlocks:
+    from lightspeed.backends.codegen.kernels.sample import sampler_source
+
+    threads = 256  # the smallest block the kernel takes: a thread per CUDA thread here
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler for the host block harness")
+    (tmp / "kernel.cuh").write_text(sampler_source("cuda", threads))
+    (tmp / "run.cpp").write_text(
+        f'#include "{Path(__file__).with_name("cuda_block_shim.h")}"\n#include "kernel.cuh"\n'
+        'extern "C" void run_rows(const void* x, int dtype, long long rows, long long stride, long long V, '
+        'const double* prm, long long* out) {\n'
+        f'  ls_run_blocks(rows, {threads}, [=] {{ ls_sample_rows(x, dtype, rows, stride, V, prm, out); }});\n}}\n')
+    res = subprocess.run([cxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-o", str(tmp / "run.so"),
+                          str(tmp / "run.cpp")], capture_output=True, text=True)
+    if res.returncode != 0 and "std=c++20" in res.stderr:
+        pytest.skip("the C++ compiler has no C++20")
+    assert res.returncode == 0, res.stderr[-3000:]
+    return _HostBlocks(ctypes.CDLL(str(tmp / "run.so")))
 
 
 def _host(logits, u_seed, temperature, top_k, top_p):
@@ -46,7 +103,10 @@ def _cases(rng, vocab, n):
 @pytest.mark.parametrize("vocab", [2, 37, 5000, 49152])
 def test_sampler_draws_the_host_samplers_token(sampler, vocab):
     rng = np.random.default_rng(vocab)
-    for x, t, k, p, seed in _cases(rng, vocab, 60 if vocab < 49152 else 12):
+    slow = isinstance(sampler, _HostBlocks)  # a thread per CUDA thread: fewer, smaller cases
+    if slow and vocab == 49152:
+        pytest.skip("the host block harness runs the small vocabularies")
+    for x, t, k, p, seed in _cases(rng, vocab, (8 if slow else 60) if vocab < 49152 else 12):
         want = _host(x, seed, t, k, p)
         got = int(sampler.sample(x[None], [_row(seed, t, k, p)]).result()["ids"][0])
         assert got == want, (vocab, t, k, p, seed)
@@ -67,7 +127,7 @@ def test_rows_sampled_together_equal_rows_alone(sampler):
 def test_half_precision_logits(sampler, dtype):
     """bfloat16 / float16 logits (a half-precision model's head) are read as their float values."""
     rng = np.random.default_rng(11)
-    for x, t, k, p, seed in _cases(rng, 4096, 20):
+    for x, t, k, p, seed in _cases(rng, 4096, 5 if isinstance(sampler, _HostBlocks) else 20):
         h = x.astype(dtype)
         want = _host(h.astype(np.float64), seed, t, k, p)
         assert int(sampler.sample(h[None], [_row(seed, t, k, p)]).result()["ids"][0]) == want
@@ -76,6 +136,8 @@ def test_half_precision_logits(sampler, dtype):
 def test_draws_follow_the_distribution(sampler):
     """Frequencies over many draws match the softmax of the filtered logits (an independent check
     of the kernel, not through the host sampler)."""
+    if isinstance(sampler, _HostBlocks):
+        pytest.skip("thousands of draws: the native kernel and a GPU check the frequencies")
     x = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05], np.float32))
     rng = np.random.default_rng(0)
     us = rng.random(20000)
@@ -103,3 +165,15 @@ def test_bad_input_is_named(sampler):
         sampler.sample(np.zeros(8, np.float32), [[1.0, 0, 1.0, 0.5]])
     with pytest.raises(InputError, match=r"logits must be \[rows, V\]"):
         sampler.sample(np.zeros((2, 8), np.int32), [[1.0, 0, 1.0, 0.5]] * 2)
+
+
+def test_cuda_sampler_compiles_for_sm90():
+    """The cuda dialect's sampler compiles with NVRTC for sm_90 (no GPU needed)."""
+    nvrtc = pytest.importorskip("lightspeed.backends.cuda.nvrtc")
+    try:
+        nvrtc.nvrtc_version()
+    except Exception as e:  # noqa: BLE001 - no NVRTC here: nothing to check
+        pytest.skip(f"NVRTC unavailable: {e}")
+    from lightspeed.backends.codegen.kernels.sample import sampler_source
+
+    assert len(nvrtc.compile_cubin(sampler_source("cuda"), "sm_90")) > 1000

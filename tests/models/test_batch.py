@@ -75,7 +75,7 @@ def test_sampled_rows_are_drawn_together_with_each_sequences_own_draws(monkeypat
     prompts = _prompts(2)[:4]
     opts = [dict(temperature=0.9, top_p=0.8, seed=1), dict(temperature=0.0), dict(temperature=1.2, top_k=20, seed=2),
             dict(temperature=0.7, repetition_penalty=1.2, seed=3)]
-    real = batch_mod.host_sampler("native")
+    real = batch_mod.token_sampler("native")
     rows_per_call = []
 
     class Counting:
@@ -83,16 +83,16 @@ def test_sampled_rows_are_drawn_together_with_each_sequences_own_draws(monkeypat
             rows_per_call.append(len(params))
             return real.sample(logits, params)
 
-    monkeypatch.setattr(batch_mod, "host_sampler", lambda backend: Counting())
+    monkeypatch.setattr(batch_mod, "token_sampler", lambda backend: Counting())
     seqs = [batcher.start(p, 12, stop_ids=(), **o) for p, o in zip(prompts, opts)]
     while any(not s.done for s in seqs):
         batcher.step([s for s in seqs if not s.done])
     together = [s.new_ids for s in seqs]
     assert max(rows_per_call) == 2  # the two sampled sequences' rows in one call
     alone = [batcher.generate([p], 12, stop_ids=(), **o)[0].new_ids for p, o in zip(prompts, opts)]
-    monkeypatch.setattr(batch_mod, "host_sampler", lambda backend: None)
+    monkeypatch.setattr(batch_mod, "token_sampler", lambda backend: None)
     from lightspeed.models import generate as gen_mod
-    monkeypatch.setattr(gen_mod, "host_sampler", lambda backend: None)
+    monkeypatch.setattr(gen_mod, "token_sampler", lambda backend: None)
     host = [batcher.generate([p], 12, stop_ids=(), **o)[0].new_ids for p, o in zip(prompts, opts)]
     assert together == alone == host
 

@@ -138,7 +138,7 @@ def test_greedy_decode_steps_choose_on_the_device(backend, monkeypatch):
 
 
 @pytest.mark.skipif(not ls.backends.get_backend("native").available(), reason="no C compiler")
-def test_sampled_tokens_from_the_backends_sampler_equal_the_host_samplers(monkeypatch):
+def test_sampled_tokens_from_the_backends_sampler_equal_the_token_samplers(monkeypatch):
     """On native a sampled token is drawn by the C sampler (Backend.sampler) from the same uniform
     draws as numpy's: the same tokens for the same seed, with and without top-k / top-p; greedy
     steps and a repetition penalty stay on the host."""
@@ -146,7 +146,7 @@ def test_sampled_tokens_from_the_backends_sampler_equal_the_host_samplers(monkey
 
     model = from_hf_config(TINY)
     gen = Generator(model, tiny_weights(model, seed=5), backend="native")
-    real = gen_mod.host_sampler("native")
+    real = gen_mod.token_sampler("native")
     calls = []
 
     class Counting:
@@ -159,15 +159,45 @@ def test_sampled_tokens_from_the_backends_sampler_equal_the_host_samplers(monkey
                dict(temperature=0.0)]
     for opts in options:
         for seed in (0, 1):
-            monkeypatch.setattr(gen_mod, "host_sampler", lambda backend: Counting())
+            monkeypatch.setattr(gen_mod, "token_sampler", lambda backend: Counting())
             before = len(calls)
             kernel = gen.generate([1, 5, 9], 12, stop_ids=(), seed=seed, **opts).new_ids
             used = len(calls) - before
-            monkeypatch.setattr(gen_mod, "host_sampler", lambda backend: None)
+            monkeypatch.setattr(gen_mod, "token_sampler", lambda backend: None)
             host = gen.generate([1, 5, 9], 12, stop_ids=(), seed=seed, **opts).new_ids
             assert kernel == host, (opts, seed)
             host_only = opts["temperature"] == 0 or "repetition_penalty" in opts
             assert used == (0 if host_only else 12), opts
+
+
+@pytest.mark.skipif(not ls.backends.get_backend("native").available(), reason="no C compiler")
+def test_sampled_decode_steps_draw_on_the_device(monkeypatch):
+    """Where outputs live in device memory (cuda; here native told so) a sampled step's token is
+    drawn by the backend's sampler from the step's logits where they lie, and the next step is
+    queued on that token before it is read: the same tokens as the host sampler, each step's
+    draw in order; no logits come back; a stop token ends it at the host's token."""
+    from lightspeed.models import generate as gen_mod
+
+    backend = ls.backends.get_backend("native")
+    model = from_hf_config(TINY)
+    gen = Generator(model, tiny_weights(model, seed=4), backend="native")
+    opts = dict(temperature=1.1, top_k=12, top_p=0.85, seed=7)
+    monkeypatch.setattr(gen_mod, "token_sampler", lambda b: None)
+    on_host = gen.generate([1, 5, 9], 16, stop_ids=(), **opts).new_ids
+    monkeypatch.undo()
+    monkeypatch.setattr(type(backend), "device_memory", True)
+    launches = []
+    launch = type(gen.decode).launch
+    monkeypatch.setattr(type(gen.decode), "launch", lambda self, *a, **k: launches.append(k) or launch(self, *a, **k))
+    state = gen.start([1, 5, 9], 16, stop_ids=(), **opts)
+    while not state.done:
+        state.advance()
+        assert state.last_logits is None or len(state.new_ids) == 1  # only the prefill's token saw them
+    assert state.new_ids == on_host
+    assert len(launches) == 15 and all("fetch" not in k for k in launches)  # logits left where they lie
+    stop = on_host[6]
+    ended = gen.generate([1, 5, 9], 16, stop_ids=(stop,), **opts)
+    assert ended.new_ids == on_host[:on_host.index(stop) + 1] and ended.stop_reason == "stop_token"
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("native", marks=pytest.mark.skipif(

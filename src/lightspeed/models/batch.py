@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import InputError
 from ..search import SearchOptions
 from .base import DecoderLM
-from .generate import GenerationResult, TokenStream, check_request, compile_model, host_sampler, sample_token
+from .generate import GenerationResult, TokenStream, check_request, compile_model, sample_token, token_sampler
 
 __all__ = ["PagedBatcher", "PagedSequence", "ROWS_LIMIT"]
 
@@ -190,7 +190,7 @@ class PagedBatcher:
     def _sample(self, choosing: list[PagedSequence], logits: Any) -> dict[int, int]:
         """The tokens of the rows the backend's sampler takes (``TokenStream.sample_row``), sampled
         in one call: {row: token}.  The other rows are chosen by their sequences."""
-        sampler = host_sampler(self.backend) if any(s.params.get("temperature", 0.0) > 0 for s in choosing) else None
+        sampler = token_sampler(self.backend) if any(s.params.get("temperature", 0.0) > 0 for s in choosing) else None
         if sampler is None:
             return {}
         rows = [(j, r) for j, s in enumerate(choosing) if (r := s.sample_row()) is not None]

@@ -119,12 +119,11 @@ def sample_token(logits: np.ndarray, rng: np.random.Generator, history: Sequence
 
 
 @functools.cache
-def host_sampler(backend: str) -> Any | None:
-    """``backend``'s token sampler for logits on the host (``Backend.sampler``: the native C
-    kernel), built once per process when a request first samples; None where the host samples in
-    numpy (the reference and cpu backends) or the logits live on a device."""
-    b = get_backend(backend)
-    return None if b.device_memory else b.sampler()
+def token_sampler(backend: str) -> Any | None:
+    """``backend``'s token sampler (``Backend.sampler``: native's C kernel, cuda's kernel), built
+    once per process when a request first samples; None where the host samples in numpy (the
+    reference and cpu backends)."""
+    return get_backend(backend).sampler()
 
 
 # ---------------------------------------------------------------------- compiling
@@ -493,7 +492,7 @@ class GenerationState(TokenStream):
         super().__init__(prompt, max_new_tokens, stops, rng, params, kept)
         self.gen = gen
         if params.get("temperature", 0.0) > 0:
-            self.sampler = host_sampler(gen.backend)
+            self.sampler = token_sampler(gen.backend)
         self._inputs: dict[str, Any] | None = None  # the decode inputs; None until the prefill ran
         self._ahead: tuple[int, Pending] | None = None  # a greedy step queued ahead: (its row, the call)
 
@@ -536,27 +535,38 @@ class GenerationState(TokenStream):
             self.prefill_s = time.perf_counter() - t0
         else:
             p = len(self.ids) - 1  # rows in the cache: every id but the last, which this step feeds
-            if self._device_greedy():  # the token chosen on the device: no logits copied to the host
-                return self._greedy_step(p, t0)
+            if self._on_device():  # the token chosen on the device: no logits copied to the host
+                return self._device_step(p, t0)
             self._ahead = None  # a step queued ahead is dropped: this one needs its logits
             out = gen.decode(self._step_inputs(p, [self.ids[-1]]), dims={"p": p})
         return self.choose(out["logits"][-1], t0)
 
-    def _greedy_step(self, p: int, t0: float) -> int:
-        """One greedy step whose token the device chooses.  The step after it is queued before
-        this one's token is read, fed with this step's ``next_token`` where it lies (on a GPU the
-        host never waits between steps: it reads token k while step k + 1 runs); a step queued
-        past a stop token is dropped (it wrote only the cache row after the generation's end)."""
+    def _device_step(self, p: int, t0: float) -> int:
+        """One step whose token the device chooses (greedy: the decode program's own argmax,
+        ``next_token``; sampled: the backend's sampler on the step's logits where they lie).  The
+        step after it is queued before this one's token is read, fed with this step's token where
+        it lies (on a GPU the host never waits between steps: it reads token k while step k + 1
+        runs); a step queued past a stop token is dropped (it wrote only the cache row after the
+        generation's end, and its draw came from a generator no later token reads)."""
         ahead, self._ahead = self._ahead, None
         step = ahead[1] if ahead is not None and ahead[0] == p else self._launch(p, [self.ids[-1]])
+        name = self._token_name()
         if len(self.new_ids) + 1 < self.max_new_tokens:  # another step will follow this one
-            self._ahead = (p + 1, self._launch(p + 1, step.value("next_token")))
+            self._ahead = (p + 1, self._launch(p + 1, step.value(name)))
         self.last_logits = None
-        return self.chose(int(step.result()["next_token"].reshape(-1)[-1]), t0)
+        return self.chose(int(step.result()[name].reshape(-1)[-1]), t0)
+
+    def _token_name(self) -> str:
+        return "next_token" if self.params.get("temperature", 0.0) == 0 else "ids"
 
     def _launch(self, p: int, token: Any) -> Pending:
-        """The decode step at row ``p`` fed ``token``, queued (see :meth:`_step_inputs`)."""
-        return self.gen.decode.launch(self._step_inputs(p, token), dims={"p": p}, fetch=["next_token"])
+        """The decode step at row ``p`` fed ``token``, queued (see :meth:`_step_inputs`), and its
+        token's pick: the program's ``next_token``, or the sampler queued on its logits with this
+        token's draw (the draws come in the order the host sampler makes them)."""
+        if self._token_name() == "next_token":
+            return self.gen.decode.launch(self._step_inputs(p, token), dims={"p": p}, fetch=["next_token"])
+        step = self.gen.decode.launch(self._step_inputs(p, token), dims={"p": p})
+        return token_sampler(self.gen.backend).sample(step.value("logits"), [self.sample_row()])
 
     def _step_inputs(self, p: int, token: Any) -> dict[str, Any]:
         """The decode step's inputs at row ``p``: the caches, ``token`` (a host id list, or the last
@@ -567,13 +577,18 @@ class GenerationState(TokenStream):
             inputs["positions"] = np.asarray([p], dtype=np.int64)
         return inputs
 
-    def _device_greedy(self) -> bool:
-        """Whether this step's token may be the decode program's own argmax (``next_token``):
-        greedy without a repetition penalty, its logits wanted by no one (``keep_logits``,
-        ``want_logits``: a server's logprobs), and a program that makes it."""
+    def _on_device(self) -> bool:
+        """Whether this step's token may be chosen where the step's outputs live (a device
+        backend): greedy by the decode program's own argmax (``next_token``), sampled by the
+        backend's sampler; never with a repetition penalty (it reads the history) or when someone
+        wants the logits (``keep_logits``, ``want_logits``: a server's logprobs)."""
         p = self.params
-        return (p.get("temperature", 0.0) == 0 and p.get("repetition_penalty", 1.0) == 1.0 and self.kept is None
-                and not self.want_logits and "next_token" in getattr(self.gen.decode, "output_names", ()))
+        if (not get_backend(self.gen.backend).device_memory or p.get("repetition_penalty", 1.0) != 1.0
+                or self.kept is not None or self.want_logits):
+            return False
+        if p.get("temperature", 0.0) == 0:
+            return "next_token" in getattr(self.gen.decode, "output_names", ())
+        return self.sampler is not None
 
     def close(self) -> None:
         self._ahead = None

@@ -117,6 +117,11 @@ class CudaBackend(KernelBackend):
         except driver.CudaError:
             return "cuda:none"
 
+    def sampler(self) -> Any:
+        from .sampler import DeviceSampler
+
+        return DeviceSampler()
+
     def to_device(self, array: np.ndarray) -> DeviceArray:
         return DeviceArray.from_host(array, thread_stream())
 

@@ -22,7 +22,7 @@ from ...errors import InputError
 from ...program import Pending
 from ..codegen import blocks, fused
 from ..codegen.backend import KernelBackend
-from ..codegen.kernels.sample import LOGIT_CODES, SAMPLE_KERNEL, sampler_source
+from ..codegen.kernels.sample import LOGIT_CODES, SAMPLE_KERNEL, checked_params, sampler_source
 from ..codegen.lowering import OpTable
 from . import executor
 
@@ -69,15 +69,10 @@ class HostSampler:
 
     def sample(self, logits: Any, params: Any) -> Pending:
         x = np.asarray(logits)
-        prm = np.ascontiguousarray(params, dtype=np.float64)
         if x.ndim != 2 or x.dtype.name not in LOGIT_CODES or x.strides[1] != x.itemsize:
             raise InputError(f"sampler: logits must be [rows, V] rows of contiguous float32/bfloat16/float16, "
                              f"got {x.dtype.name}{list(x.shape)}")
-        if prm.shape != (x.shape[0], 4):
-            raise InputError(f"sampler: params must be [{x.shape[0]}, 4] (temperature, top_k, top_p, u), "
-                             f"got {list(prm.shape)}")
-        if not (prm[:, 0] > 0).all() or not ((prm[:, 3] >= 0) & (prm[:, 3] < 1)).all():
-            raise InputError("sampler: temperature must be > 0 and u in [0, 1)")
+        prm = checked_params(x.shape[0], params)
         ids = np.empty(x.shape[0], np.int64)
         self.fn(x.ctypes.data, LOGIT_CODES[x.dtype.name], x.shape[0], x.strides[0] // x.itemsize, x.shape[1],
                 prm.ctypes.data, ids.ctypes.data)
