@@ -4,6 +4,10 @@ the real SmolLM2 Q4_1 file loaded as the server loads it, ``PagedBatcher`` on ``
 ``--warmup``, for each row count, and N rows' tokens/s over one row's.
 
     python benchmarks/paged_step.py [--rows 1,8] [--steps 25] [--prompt 40] [--backend native]
+                                    [--temperature 0.7 --top-p 0.9 [--host-sampler]]
+
+``--temperature`` (with ``--top-k``/``--top-p``): sampled rows, drawn by the backend's sampler
+(native's C kernel; ``--host-sampler``: numpy's, the host sampler) instead of greedy argmaxes.
 """
 
 from __future__ import annotations
@@ -27,7 +31,15 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=40)
     ap.add_argument("--backend", default="native")
     ap.add_argument("--family", default="llama")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--top-p", type=float, default=None)
+    ap.add_argument("--host-sampler", action="store_true", help="sample in numpy on the host")
     args = ap.parse_args()
+    if args.host_sampler:
+        from lightspeed.models import batch
+
+        batch.token_sampler = lambda backend: None
     from lightspeed.models import run as library
     from lightspeed.search import SearchOptions
 
@@ -39,7 +51,9 @@ def main() -> None:
     times = {}
     for n in counts:
         tokens = args.prompt + 4 * (args.warmup + args.steps) + 64  # never reached: every step decodes n rows
-        seqs = [batcher.start(rng.integers(0, vocab, args.prompt).tolist(), tokens, stop_ids=()) for _ in range(n)]
+        sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+        seqs = [batcher.start(rng.integers(0, vocab, args.prompt).tolist(), tokens, stop_ids=(), seed=i, **sampling)
+                for i in range(n)]
         while any(s.prefilling for s in seqs):
             batcher.step(seqs)
         for _ in range(args.warmup):
@@ -55,7 +69,9 @@ def main() -> None:
             s.cancel()
         batcher.step([])
         times[n] = statistics.median(ts)
-    print(f"| rows | step ms | tokens/s | over 1 row |  ({args.family}, {args.backend}, prompt {args.prompt})")
+    how = "greedy" if args.temperature == 0 else (f"T {args.temperature} top-k {args.top_k} top-p {args.top_p}, "
+                                                   f"{'numpy' if args.host_sampler else 'the backend'}'s sampler")
+    print(f"| rows | step ms | tokens/s | over 1 row |  ({args.family}, {args.backend}, prompt {args.prompt}, {how})")
     print("|---|---|---|---|")
     base = counts[0] / times[counts[0]]
     for n in counts:

@@ -11,7 +11,7 @@ source scripts/gpu_env.sh
 if [ "${GPU_PREFILL_TESTS:-1}" = 1 ]; then
   step tests 180 python3 -m pytest -o addopts="" tests/backends/test_cuda_cublaslt.py tests/backends/test_cuda_mma.py \
     tests/backends/test_attention.py tests/backends/test_kernel_layer.py \
-    tests/backends/test_cublaslt_plan.py -q -p no:cacheprovider -n 8
+    tests/backends/test_cublaslt_plan.py tests/backends/test_sampler.py -q -p no:cacheprovider -n 8
   grep -E "FAILED|Error|passed|failed" "$OUT/tests.log" | head -20
   # the model zoo's prefill and greedy decode against transformers (float32: the library
   # candidate's cuBLASLt rows in whole models)

@@ -49,7 +49,9 @@ static inline float ls_logit(const void* x, int dtype, long long i) {
   if (dtype == 1) { ls_u32 b = (ls_u32)h << 16; float f; memcpy(&f, &b, 4); return f; }
   _Float16 v; memcpy(&v, &h, 2); return (float)v;
 }
-/* one row (see the module's docstring); e: V doubles, h: 65536 doubles of scratch */
+/* radix passes over the 32-bit keys: 11, 11 and 10 bits (histograms of 2048 bins stay in cache) */
+static const int ls_shift[3] = {21, 10, 0}, ls_bits[3] = {11, 11, 10};
+/* one row (see the module's docstring); e: V doubles, h: 2048 doubles of scratch */
 static long long ls_sample_row(const void* x, int dtype, long long V, const double* prm, double* e, double* h) {
   const double T = prm[0], p = prm[2], u = prm[3];
   const long long k = (long long)prm[1];
@@ -60,19 +62,22 @@ static long long ls_sample_row(const void* x, int dtype, long long V, const doub
     const ls_u32 key = ls_skey(ls_logit(x, dtype, i));
     if (key >= top) { top = key; last = i; }
   }
-  if (k > 0 && k < V) {  /* the k-th largest key, with multiplicity */
-    memset(cnt, 0, 65536 * sizeof(long long));
-    for (long long i = 0; i < V; i++) cnt[ls_skey(ls_logit(x, dtype, i)) >> 16]++;
-    long long above = 0, hb = 65535;
-    for (; hb > 0 && above + cnt[hb] < k; hb--) above += cnt[hb];
-    memset(cnt, 0, 65536 * sizeof(long long));
-    for (long long i = 0; i < V; i++) {
-      const ls_u32 key = ls_skey(ls_logit(x, dtype, i));
-      if ((long long)(key >> 16) == hb) cnt[key & 0xffffu]++;
+  if (k > 0 && k < V) {  /* the k-th largest key, with multiplicity, from the top bits down */
+    ls_u32 prefix = 0, mask = 0;
+    long long above = 0;
+    for (int pass = 0; pass < 3; pass++) {
+      const int sh = ls_shift[pass], nb = 1 << ls_bits[pass];
+      memset(cnt, 0, (size_t)nb * sizeof(long long));
+      for (long long i = 0; i < V; i++) {
+        const ls_u32 key = ls_skey(ls_logit(x, dtype, i));
+        if ((key & mask) == prefix) cnt[(key >> sh) & (ls_u32)(nb - 1)]++;
+      }
+      long long b = nb - 1;
+      for (; b > 0 && above + cnt[b] < k; b--) above += cnt[b];
+      prefix |= (ls_u32)b << sh;
+      mask |= (ls_u32)(nb - 1) << sh;
     }
-    long long lb = 65535;
-    for (; lb > 0 && above + cnt[lb] < k; lb--) above += cnt[lb];
-    kth = ((ls_u32)hb << 16) | (ls_u32)lb;
+    kth = prefix;
   }
   float xmax;
   { const ls_u32 b = (top & 0x80000000u) ? (top & 0x7fffffffu) : ~top; memcpy(&xmax, &b, 4); }
@@ -87,28 +92,32 @@ static long long ls_sample_row(const void* x, int dtype, long long V, const doub
     for (long long i = 0; i < V; i++) total += e[i];
     const double lim = 1.0 - p;
     double cum = 0.0;
-    memset(h, 0, 65536 * sizeof(double));
-    for (long long i = 0; i < V; i++) if (e[i] > 0.0) h[ls_skey(ls_logit(x, dtype, i)) >> 16] += e[i] / total;
-    long long hb = 0;
-    for (; hb < 65535 && cum + h[hb] <= lim; hb++) cum += h[hb];
-    memset(h, 0, 65536 * sizeof(double));
-    for (long long i = 0; i < V; i++) {
-      const ls_u32 key = ls_skey(ls_logit(x, dtype, i));
-      if (e[i] > 0.0 && (long long)(key >> 16) == hb) h[key & 0xffffu] += e[i] / total;
+    ls_u32 prefix = 0, mask = 0;
+    for (int pass = 0; pass < 3; pass++) {  /* the key where the cumulative sum passes 1 - p */
+      const int sh = ls_shift[pass], nb = 1 << ls_bits[pass];
+      memset(h, 0, (size_t)nb * sizeof(double));
+      for (long long i = 0; i < V; i++) {
+        if (e[i] <= 0.0) continue;
+        const ls_u32 key = ls_skey(ls_logit(x, dtype, i));
+        if ((key & mask) == prefix) h[(key >> sh) & (ls_u32)(nb - 1)] += e[i] / total;
+      }
+      long long b = 0;
+      for (; b < nb - 1 && cum + h[b] <= lim; b++) cum += h[b];
+      prefix |= (ls_u32)b << sh;
+      mask |= (ls_u32)(nb - 1) << sh;
     }
-    long long lb = 0;
-    for (; lb < 65535 && cum + h[lb] <= lim; lb++) cum += h[lb];
-    const ls_u32 bkey = ((ls_u32)hb << 16) | (ls_u32)lb;
+    const ls_u32 bkey = prefix;
     long long upto = 0;  /* tokens at bkey below this index drop out too */
     for (long long i = 0; i < V; i++) {
-      if (ls_skey(ls_logit(x, dtype, i)) != bkey || e[i] <= 0.0) continue;
+      if (e[i] <= 0.0 || ls_skey(ls_logit(x, dtype, i)) != bkey) continue;
       if (cum + e[i] / total > lim) break;
       cum += e[i] / total;
       upto = i + 1;
     }
     for (long long i = 0; i < V; i++) {
+      if (e[i] <= 0.0 || i == last) continue;
       const ls_u32 key = ls_skey(ls_logit(x, dtype, i));
-      if (i != last && (key < bkey || (key == bkey && i < upto))) e[i] = 0.0;
+      if (key < bkey || (key == bkey && i < upto)) e[i] = 0.0;
     }
   }
   double total = 0.0;
@@ -121,16 +130,23 @@ static long long ls_sample_row(const void* x, int dtype, long long V, const doub
   }
   return V - 1;
 }
-/* rows of logits (``stride`` elements apart) -> one token id each; params: 4 doubles per row */
+/* rows of logits (``stride`` elements apart) -> one token id each; params: 4 doubles per row.
+   Each thread keeps its scratch (V + 2048 doubles) from call to call. */
+static _Thread_local double* ls_scratch;
+static _Thread_local long long ls_scratch_n;
 void ls_sample_rows(const void* logits, int dtype, long long rows, long long stride, long long V,
                     const double* params, long long* out) {
   #pragma omp parallel for schedule(dynamic, 1) if (rows > 1)
   for (long long r = 0; r < rows; r++) {
-    double* e = (double*)malloc((size_t)(V + 65536) * sizeof(double));
+    if (ls_scratch_n < V + 2048) {
+      free(ls_scratch);
+      ls_scratch = (double*)malloc((size_t)(V + 2048) * sizeof(double));
+      ls_scratch_n = ls_scratch ? V + 2048 : 0;
+    }
     const size_t es = dtype == 0 ? 4 : 2;
-    out[r] = e ? ls_sample_row((const char*)logits + (size_t)(r * stride) * es, dtype, V, params + 4 * r, e, e + V)
-               : -1;
-    free(e);
+    out[r] = ls_scratch ? ls_sample_row((const char*)logits + (size_t)(r * stride) * es, dtype, V, params + 4 * r,
+                                        ls_scratch, ls_scratch + V)
+                        : -1;
   }
 }
 """
