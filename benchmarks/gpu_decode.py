@@ -1,7 +1,7 @@
 """Batch-1 decode on the GPU: lightspeed's ``cuda`` backend beside PyTorch eager and torch.compile
 (``reduce-overhead``: CUDA graphs), Llama shapes, random bf16 weights, in the same run.
 
-    python benchmarks/gpu_decode.py [SHAPE ...] [--steps N] [--prompt N] [--no-peer]
+    python benchmarks/gpu_decode.py [SHAPE ...] [--steps N] [--prompt N] [--no-peer] [--sample T,P]
     python benchmarks/gpu_decode.py [SHAPE ...] --prefill N [--no-peer | --peers eager,max-autotune-no-cudagraphs]
     python benchmarks/gpu_decode.py --weights FAMILY[:PATH] [--dtype bfloat16] [--backend cuda] ...
 
@@ -13,6 +13,10 @@ no peer (the peers take random weights of a shape).  Prints, per shape, TPOT
 ratio to torch.compile.  Our step is what ``Generator.generate`` times: upload the token, replay
 the decode program's CUDA graph(s), download the logits, argmax on the host (the peers keep the
 token on the GPU and never synchronise).  Writes ``$OUT/gpu_decode.json`` when ``$OUT`` is set.
+
+``--sample T,P``: a second lightspeed row per shape whose steps sample with temperature T and
+top-p P (the backend's sampler on the step's logits where they lie, the next step queued on the
+sampled token; the peers stay greedy).
 
 ``--prefill N``: time to first token of an N-token prompt instead (our median over 10 prompts
 after a warm-up, each ``generate(max_new_tokens=1)``: the prefill program and the first token on
@@ -78,7 +82,7 @@ def random_llama(name: str):
     return model, weights, wbytes, rng
 
 
-def ours(name: str, steps: int, prompt: int) -> dict:
+def ours(name: str, steps: int, prompt: int, sampling: dict | None = None) -> dict:
     from peer_torch_decode import SHAPES
 
     import lightspeed as ls
@@ -90,8 +94,8 @@ def ours(name: str, steps: int, prompt: int) -> dict:
     gen = Generator(model, weights, backend="cuda", search=ls.SearchOptions(budget=4, seed=0, progress=False))
     compile_s = time.perf_counter() - t0
     ids = list(rng.integers(0, c["vocab"], prompt))
-    gen.generate(ids, max_new_tokens=4, stop_ids=[])  # warm-up: plans, captures
-    res = gen.generate(ids, max_new_tokens=steps, stop_ids=[])
+    gen.generate(ids, max_new_tokens=4, stop_ids=[], **(sampling or {}))  # warm-up: plans, captures
+    res = gen.generate(ids, max_new_tokens=steps, stop_ids=[], **(sampling or {}))
     tpot = float(np.median(res.step_s)) * 1e3
     kernels = kernels_per_step(gen.decode)
     from lightspeed.backends.cuda.driver import device
@@ -241,7 +245,9 @@ def main() -> None:
             with open(os.path.join(os.environ["OUT"], "gpu_decode_file.json"), "w") as f:
                 json.dump({"date": time.strftime("%Y-%m-%d"), name: r}, f, indent=1)
         return
-    names = [a for a in args if not a.startswith("--") and not a.isdigit()] or ["smollm2-135m"]
+    valued = {"--steps", "--prompt", "--sample", "--prefill", "--peers", "--weights", "--backend", "--dtype"}
+    names = [a for i, a in enumerate(args) if not a.startswith("--") and (i == 0 or args[i - 1] not in valued)]
+    names = names or ["smollm2-135m"]
     if "--prefill" in args:
         peers = (args[args.index("--peers") + 1].split(",") if "--peers" in args
                  else ["eager", "max-autotune-no-cudagraphs"])
@@ -257,6 +263,11 @@ def main() -> None:
         res = {"lightspeed cuda": ours(name, steps, prompt)}
         wb = res["lightspeed cuda"]["weight_bytes"]
         print(name, "lightspeed", res["lightspeed cuda"], flush=True)
+        if "--sample" in args:
+            t, p = (float(v) for v in args[args.index("--sample") + 1].split(","))
+            key = f"lightspeed cuda (T {t}, top-p {p})"
+            res[key] = ours(name, steps, prompt, dict(temperature=t, top_p=p, seed=0))
+            print(name, key, res[key], flush=True)
         if "--no-peer" not in args:
             _, peers = peer.run(name, ["eager", "reduce-overhead"], prompt=prompt, steps=steps)
             res["torch eager"] = peers["eager"]
