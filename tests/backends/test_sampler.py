@@ -153,6 +153,10 @@ def test_draws_follow_the_distribution(sampler):
     np.testing.assert_allclose(k2 / us.size, [5 / 7, 2 / 7, 0, 0, 0], atol=0.012)
 
 
+def test_no_rows(sampler):
+    assert sampler.sample(np.zeros((0, 8), np.float32), np.zeros((0, 4))).result()["ids"].shape == (0,)
+
+
 def test_bad_input_is_named(sampler):
     x = np.zeros((2, 8), np.float32)
     with pytest.raises(InputError, match=r"params must be \[2, 4\]"):

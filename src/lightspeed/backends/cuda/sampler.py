@@ -46,6 +46,9 @@ class DeviceSampler:
                              f"{logits.dtype.name}{list(logits.shape)}")
         rows, vocab = logits.shape
         prm = checked_params(rows, params)
+        if rows == 0:
+            empty = np.empty(0, np.int64)
+            return Pending({"ids": DeviceArray.empty((0,), empty.dtype)}, {"ids": empty})
         prm_dev = DeviceArray.from_host(prm, stream, wait=False)  # the driver stages it before returning
         ids = DeviceArray.empty((rows,), np.dtype(np.int64))
         args = (logits.ptr, LOGIT_CODES[logits.dtype.name], rows, vocab, vocab, prm_dev.ptr, ids.ptr)

@@ -69,8 +69,10 @@ class HostSampler:
 
     def sample(self, logits: Any, params: Any) -> Pending:
         x = np.asarray(logits)
-        if x.ndim != 2 or x.dtype.name not in LOGIT_CODES or x.strides[1] != x.itemsize:
-            raise InputError(f"sampler: logits must be [rows, V] rows of contiguous float32/bfloat16/float16, "
+        if x.ndim == 2 and x.shape[1] > 0 and x.strides[1] != x.itemsize:
+            x = np.ascontiguousarray(x)  # the kernel reads each row's elements side by side
+        if x.ndim != 2 or x.dtype.name not in LOGIT_CODES:
+            raise InputError(f"sampler: logits must be [rows, V] of float32/bfloat16/float16, "
                              f"got {x.dtype.name}{list(x.shape)}")
         prm = checked_params(x.shape[0], params)
         ids = np.empty(x.shape[0], np.int64)
