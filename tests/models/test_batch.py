@@ -97,6 +97,53 @@ def test_sampled_rows_are_drawn_together_with_each_sequences_own_draws(monkeypat
     assert together == alone == host
 
 
+@pytest.mark.skipif(not NATIVE, reason="no C compiler")
+def test_a_device_step_brings_back_token_ids_only(monkeypatch):
+    """Where outputs live in device memory (cuda; here native told so) the paged program also
+    gives each logit row's argmax and a step fetches token ids: the greedy rows' argmaxes, the
+    sampled rows' draws (the sampler on the logits where they lie); the logits come back only for
+    rows that need them (here a repetition penalty).  The tokens equal the host path's."""
+    from lightspeed.models import batch as batch_mod
+
+    _, cfg, sd = hf_model("llama")
+    model = from_hf_config(cfg)
+    prompts = _prompts(3)[:4]
+    opts = [dict(temperature=0.0), dict(temperature=0.9, top_p=0.8, seed=1), dict(temperature=1.2, top_k=20, seed=2),
+            dict(temperature=0.7, repetition_penalty=1.2, seed=3)]
+
+    def run(batcher, which):
+        seqs = [batcher.start(prompts[i], 10, stop_ids=(), **opts[i]) for i in which]
+        while any(not s.done for s in seqs):
+            batcher.step([s for s in seqs if not s.done])
+        return [s.new_ids for s in seqs]
+
+    def batcher():
+        return PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=128, pages=2)
+
+    on_host = run(batcher(), range(4))
+    monkeypatch.setattr(type(get_backend("native")), "device_memory", True)
+    device = batcher()
+    assert "next_token" in device.program.output_names
+    fetched, sampled = [], []
+    launch = type(device.program).launch
+    monkeypatch.setattr(type(device.program), "launch",
+                        lambda self, *a, **k: fetched.append(tuple(k.get("fetch", ()))) or launch(self, *a, **k))
+    real = batch_mod.token_sampler("native")
+
+    class Counting:
+        def sample(self, logits, params):
+            sampled.append(len(params))
+            return real.sample(logits, params)
+
+    monkeypatch.setattr(batch_mod, "token_sampler", lambda backend: Counting())
+    assert run(device, range(4)) == on_host
+    assert ("next_token", "logits") in fetched and sampled  # the penalty row's logits; the sampled rows
+    fetched.clear()
+    sampled.clear()
+    assert run(device, [0]) == on_host[:1]  # greedy alone: ids only, no sampler
+    assert set(fetched) == {("next_token",)} and not sampled
+
+
 def test_pages_follow_the_sequences():
     """Pages are taken as a sequence grows (one per 32 positions), given back when it ends or is
     cancelled, and reused; the pool doubles when it runs out, keeping the pages in use."""

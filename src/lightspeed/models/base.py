@@ -212,9 +212,10 @@ class DecoderLM(Module):
         """The ``'prefill'``, ``'decode'`` or ``'paged'`` graph (cached per model object);
         ``storage``: weights declared in another dtype than the model's (:func:`block_storage`),
         cast where used; ``next_token``: the decode graph also outputs its last row's argmax
-        (int64 [1]), so a greedy step can fetch one token id instead of the logits."""
+        (int64 [1]), the paged graph each logit row's (int64 [r]), so a greedy step can fetch
+        token ids instead of the logits."""
         if mode == "paged":
-            return self.paged_graph(storage)
+            return self.paged_graph(storage, next_token)
         if mode not in ("prefill", "decode"):
             raise ValueError(f"mode must be 'prefill', 'decode' or 'paged', got {mode!r}")
         key = (mode, all_logits, tuple(sorted((n, d.name) for n, d in (storage or {}).items())), next_token)
@@ -239,7 +240,7 @@ class DecoderLM(Module):
     PAGE_SIZE: ClassVar[int] = 32  # rows of a KV page (a multiple of the kernels' 32 reduction lanes)
     supports_paged: ClassVar[bool] = True  # whether paged_graph builds (lightspeed serve batches it)
 
-    def paged_graph(self, storage: Mapping[str, DType] | None = None) -> Graph:
+    def paged_graph(self, storage: Mapping[str, DType] | None = None, next_token: bool = False) -> Graph:
         """The batched step over a paged KV cache (``lightspeed serve``): ``s`` rows, each one
         token of some sequence: ``input_ids``, ``positions`` and ``slots`` int64 [s] (the pool row
         its key/value goes to: page * PAGE_SIZE + position % PAGE_SIZE), ``pages`` int64 [s, NP]
@@ -248,10 +249,12 @@ class DecoderLM(Module):
         ``logits`` [r, vocab] of the first ``r`` rows (the dim ``r``: a step puts the rows that
         choose a token first, so the inner rows of a prompt chunk cost no head).  Rows of one
         sequence at consecutive positions are a prompt chunk (each sees the rows before it).  A
-        row's logits do not depend on the other rows (see :func:`lightspeed.nn.paged_attention`)."""
+        row's logits do not depend on the other rows (see :func:`lightspeed.nn.paged_attention`).
+        ``next_token``: also each logit row's argmax, ``next_token`` int64 [r] (a device backend's
+        greedy rows fetch it instead of their logits)."""
         if not self.supports_paged:
             raise UnsupportedError(f"{self.family}: no paged (batched) step yet")
-        key = ("paged", tuple(sorted((n, d.name) for n, d in (storage or {}).items())))
+        key = ("paged", tuple(sorted((n, d.name) for n, d in (storage or {}).items())), next_token)
         if key in self._graphs:
             return self._graphs[key]
         b = Builder(dtype=self.dtype, storage=storage)
@@ -263,6 +266,8 @@ class DecoderLM(Module):
                  for i in range(self.config.num_layers)]
         logits, _ = self.forward(b, step, ids, pools, True, out_prefix="pool", logit_rows="r")
         g.output("logits", logits)
+        if next_token:
+            g.output("next_token", hl.argmax(logits, -1))
         self._graphs[key] = g
         return g
 

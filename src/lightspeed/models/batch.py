@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends import get_backend
 from ..errors import InputError
 from ..search import SearchOptions
 from .base import DecoderLM
@@ -181,11 +182,51 @@ class PagedBatcher:
         inputs: dict[str, Any] = {"input_ids": np.array([t for _, _, t in rows], np.int64),
                                   "positions": np.array([p for _, p, _ in rows], np.int64),
                                   "pages": table, "slots": slots}
+        if self._on_device():
+            return self._step_on_device(inputs, rows, choosing)
         logits = self._call(inputs, max(1, len(choosing)))
         for s, pos, _ in rows:
             s.fed = max(s.fed, pos + 1)
         picked = self._sample(choosing, logits)
         return {s: s._take(np.asarray(logits[j]), picked.get(j)) for j, s in enumerate(choosing)}
+
+    def _on_device(self) -> bool:
+        """Whether the step's tokens are chosen where its outputs live (a device backend: the
+        greedy rows' argmaxes, ``next_token``, and the sampled rows by the backend's sampler)."""
+        return get_backend(self.backend).device_memory and "next_token" in self.program.output_names
+
+    def _step_on_device(self, inputs: dict[str, Any], rows: list, choosing: list[PagedSequence]
+                        ) -> dict[PagedSequence, int]:
+        """:meth:`step` on a device backend: only token ids come back (the argmaxes, the sampled
+        rows' draws); the logits only when a row needs them on the host (logprobs, kept logits, a
+        repetition penalty, no sampler)."""
+        r = max(1, len(choosing))
+        sampler = token_sampler(self.backend)
+        draws = {}  # the rows the sampler draws: {row: its params}
+        for j, s in enumerate(choosing):
+            if sampler is not None and not s.want_logits and s.kept is None and (row := s.sample_row()) is not None:
+                draws[j] = row
+        host = [j for j, s in enumerate(choosing) if j not in draws and (
+            s.want_logits or s.kept is not None or s.params.get("temperature", 0.0) > 0
+            or s.params.get("repetition_penalty", 1.0) != 1.0)]
+        for i, (k, v) in enumerate(self.pools):
+            inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
+        step = self.program.launch(inputs, dims={"r": r}, fetch=["next_token", *(["logits"] if host else [])])
+        picked = None
+        if draws:  # every logit row through the sampler (one launch); the greedy rows' draws unused
+            params = [draws.get(j, [1.0, 0.0, 1.0, 0.0]) for j in range(r)]
+            picked = sampler.sample(step.value("logits"), params).result()["ids"]
+        out = step.result()
+        for s, pos, _ in rows:
+            s.fed = max(s.fed, pos + 1)
+        logits = out.get("logits")
+        chosen = {}
+        for j, s in enumerate(choosing):
+            if j in host:
+                chosen[s] = s._take(np.asarray(logits[j]))
+            else:
+                chosen[s] = s._take(None, int(picked[j] if j in draws else out["next_token"][j]))
+        return chosen
 
     def _sample(self, choosing: list[PagedSequence], logits: Any) -> dict[int, int]:
         """The tokens of the rows the backend's sampler takes (``TokenStream.sample_row``), sampled
