@@ -24,6 +24,7 @@ OPTS = ls.SearchOptions(budget=2, seed=0, progress=False)
 
 
 TYPES = ["q4_1", "q4_0", "q8_0", "q5_0", "q4_k", "q6_k"]
+LANE_TYPES = ("q4_0", "q4_1", "q8_0", "q5_0")  # the lane dots' types (q5_0: read as the q8_0 blocks of its values)
 PER_BLOCK = {"q4_k": 256, "q6_k": 256}  # weights per block (others: 32)
 KERNEL_TYPE = {"q5_0": "q8_0"}  # Q5_0 weights are read as the Q8_0 blocks of their values (Blocks.widened)
 
@@ -161,11 +162,29 @@ def test_quantised_activations(activations, qtype, k, monkeypatch):
         assert np.array_equal(got2[0], bound(x=xs, r=r2[:1])["y"][0])
         for i in range(1, rows, 1 if rows == 13 else 7):
             assert np.array_equal(got2[i], bound(x=xs2[i:i + 1], r=r2[i:i + 1])["y"][0]), i
-    # more rows (a long prompt) keep float activations: the exact product
-    xs3 = rng.standard_normal((65, k)).astype(np.float32)
-    r3 = rng.standard_normal((65, n)).astype(np.float32)
-    want3 = xs3.astype(np.float64) @ w64.T + r3
-    np.testing.assert_allclose(bound(x=xs3, r=r3)["y"], want3, rtol=1e-5, atol=1e-5 * np.abs(want3).max())
+    # more rows (a long prompt): with the lane dots (q4_0, q4_1, q8_0 on AVX-512 VNNI) each row is
+    # still quantised as a decode row, in chunks of 64 rows (each row bit for bit its own result,
+    # across the chunks); otherwise they keep float activations: the exact product
+    xs3 = rng.standard_normal((130, k)).astype(np.float32)
+    r3 = rng.standard_normal((130, n)).astype(np.float32)
+    got3 = bound(x=xs3, r=r3)["y"]
+    if qtype in LANE_TYPES and lane_dots():
+        for i in (0, 63, 64, 127, 128, 129):
+            assert np.array_equal(got3[i], bound(x=xs3[i:i + 1], r=r3[i:i + 1])["y"][0]), i
+    else:
+        want3 = xs3.astype(np.float64) @ w64.T + r3
+        np.testing.assert_allclose(got3, want3, rtol=1e-5, atol=1e-5 * np.abs(want3).max())
+
+
+def lane_dots() -> bool:
+    """Whether this machine's native kernels have the lane-per-block dots (``LS_TDOT``: the
+    prelude compiled for this CPU defines it)."""
+    from lightspeed.backends.codegen.kernels.source import prelude, prelude_part
+    from lightspeed.backends.native import executor
+
+    probe = "\nint ls_has_lanes(void) {\n#ifdef LS_TDOT\n  return 1;\n#else\n  return 0;\n#endif\n}\n"
+    lib, _ = executor._build(prelude("c") + prelude_part("ggml_blocks") + probe)
+    return bool(lib.ls_has_lanes())
 
 
 @pytest.mark.parametrize("build", ["portable", "narrow"])
@@ -314,11 +333,12 @@ def test_weights_as_either_operand(qtype, activations, monkeypatch):
     bound = _matmul_program(g, side=0).persist(w=q)
     assert _block_launches(bound)
     rng = np.random.default_rng(0)
-    for rows in (1, 6, 65):  # a decode row; rows quantised each (up to 64); more keep floats
+    lanes = qtype in LANE_TYPES and lane_dots()
+    for rows in (1, 6, 65):  # a decode row; rows quantised each (up to 64, any number with the lane dots)
         xs = rng.standard_normal((rows, k)).astype(np.float32)
         r = rng.standard_normal((n, rows)).astype(np.float32)
-        xq = _quantised_rows(xs, 16 if activations == "q16" else 8)[0] if rows <= 64 and activations != "float" \
-            else xs.astype(np.float64)
+        quantised = activations != "float" and (rows <= 64 or lanes)
+        xq = _quantised_rows(xs, 16 if activations == "q16" else 8)[0] if quantised else xs.astype(np.float64)
         want = w.astype(np.float64) @ xq.T + r
         np.testing.assert_allclose(bound(x=xs, r=r)["y"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
                                    err_msg=f"{rows} rows")

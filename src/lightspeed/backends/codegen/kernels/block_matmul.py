@@ -250,19 +250,23 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
     return finish(w, "cuda", "matmul_dot", bufs, m * n, body, f"{qtype}matmul_cuda", preludes=("ggml_blocks",))
 
 
-QUANT_ROWS_MAX = 64  # rows of x (a batch of decode rows, a short prompt) quantised like a decode row
+# rows of x (a batch of decode rows, a short prompt) quantised like a decode row where the CPU has
+# no lane dots (with them, every row count is)
+QUANT_ROWS_MAX = 64
 
 
 def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], code: int, nb: int, row_bytes: int,
                     activations: str, side: int, xrow: str, at: str, coords: tuple) -> list[str]:
-    """The run-time branch for 2 to :data:`QUANT_ROWS_MAX` rows of x with quantised activations:
-    every row quantised once (into a scratch buffer, by ``ls_quant_x``), then each weight row
-    (an item, read once from memory) dotted with every row of x by the decode row's own arithmetic
-    (``ls_tdot_rows``/``ls_tdot8_rows`` 8, 4 or 1 rows at a time, each row's operations the same in
-    all three; without them, the decode row's function row by row).
-    So each row's result is bit for bit the one it gets as a single decode row, whatever other rows
-    share the call: a batch of sequences decoded together gives each one its solo result (batch
-    invariance, ``lightspeed serve``).  More rows keep float activations (the tiles above)."""
+    """The run-time branch for more than one row of x with quantised activations: every row
+    quantised once (into a scratch buffer, by ``ls_quant_x``), then each weight row (an item, read
+    once from memory per chunk of rows) dotted with every row of x by the decode row's own
+    arithmetic: with the lane dots (AVX-512 VNNI; q4_0, q4_1, q8_0) ``ls_tdot_rows`` /
+    ``ls_tdot8_rows`` 8, 4 or 1 rows at a time, each row's operations the same in all three, for
+    any number of rows (a long prompt too); without them, the decode row's function row by row,
+    for up to :data:`QUANT_ROWS_MAX` rows (more keep float activations: the tiles above).  So each
+    row's result is bit for bit the one it gets as a single decode row, whatever other rows share
+    the call: a batch of sequences decoded together gives each one its solo result (batch
+    invariance, ``lightspeed serve``)."""
     from ....weights.quant import QK
 
     a = op.args
@@ -282,15 +286,16 @@ def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], code: int, nb: i
         w.line(f"out[{at}] = _ls_v;")
     store = w.pop()
     w.index_vars |= {"_ls_r0", "_ls_t"}
-    w.line(f"if ({xx} > 1 && {xx} <= {QUANT_ROWS_MAX}) {{")
+    w.index_vars |= {"_ls_rc", "_ls_rs"}
+    w.line(f"if ({xx} > 1) {{")
     w.line(f"  const long long _ls_qn = {nb * QK * bits // 8}, _ls_rows = {xx};")
-    if code < 3:
+    if code < 3:  # the lane dots take any number of rows (a long prompt too)
         w.line("#ifdef LS_TDOT")
         _lane_rows(w, nb, code, bits, ww, k, row_bytes, side, xrow, store)
-        w.line("#else")
-    _ordered_rows(w, nb, code, bits, ww, k, row_bytes, side, xrow, store, dot)
-    if code < 3:
         w.line("#endif")
+    w.line(f"  if (_ls_rows <= {QUANT_ROWS_MAX}) {{")
+    _ordered_rows(w, nb, code, bits, ww, k, row_bytes, side, xrow, store, dot)
+    w.line("  }")
     w.line("}")
     return w.pop()
 
@@ -311,42 +316,53 @@ def _lane_dot(nb: int, code: int, bits: int, y: str, ystride: str, d: str, s: st
     return f"ls_tdot_rows(rb, {nb}, {code}, {bits}, {y}, {ystride}, {d}, {s}, {xstride}, {out}, {rows})"
 
 
-def _row_groups(w: Writer, groups: tuple[int, ...], call, store: list[str]) -> None:
-    """Rows of x ``group`` at a time for each group size in turn: ``call(group)`` fills ``_ls_vg``."""
+def _row_groups(w: Writer, groups: tuple[int, ...], call, store: list[str], count: str = "_ls_rows",
+                first: str = "0") -> None:
+    """Rows of x ``group`` at a time for each group size in turn, ``count`` of them: ``call(group)``
+    fills ``_ls_vg`` for the group starting at slot ``_ls_r0``; the row stored is ``first`` + slot."""
     w.line("      long long _ls_r0 = 0;")
     for group in groups:
-        w.line(f"      for (; _ls_r0 + {group} <= _ls_rows; _ls_r0 += {group}) {{")
+        w.line(f"      for (; _ls_r0 + {group} <= {count}; _ls_r0 += {group}) {{")
         w.line(f"        float _ls_vg[{group}];")
         w.line(f"        {call(group)};")
         w.line(f"        for (int _ls_t = 0; _ls_t < {group}; _ls_t++) {{")
-        w.line("          const long long _ls_r = _ls_r0 + _ls_t; const float _ls_v = _ls_vg[_ls_t];")
+        w.line(f"          const long long _ls_r = {first} + _ls_r0 + _ls_t; const float _ls_v = _ls_vg[_ls_t];")
         w.scope.lines.extend("          " + ln for ln in store)
         w.line("        }")
         w.line("      }")
 
 
+# rows of x laid out at a time by the lane path: their layout (~7 KB a row for k = 1536) stays in
+# the L2 cache while every weight row is dotted with them
+LANE_CHUNK = 64
+
+
 def _lane_rows(w: Writer, nb: int, code: int, bits: int, ww: str, k: int, row_bytes: int, side: int,
                xrow: str, store: list[str]) -> None:
-    """The rows of x laid out for ``ls_tdot_rows`` (lane-per-block dots: 8, 4, then 1 row at a time,
-    each row's float operations the same in all three)."""
+    """The rows of x, :data:`LANE_CHUNK` at a time, laid out for ``ls_tdot_rows`` by the threads
+    that then share the weight rows (lane-per-block dots: 8, 4, then 1 row at a time, each row's
+    float operations the same in all three, so a row's result does not depend on the others)."""
     tb, tf = _lane_layout(nb, bits, code)
-    w.line(f"  const long long _ls_tb = {tb}, _ls_tf = {tf};")
-    # per row: its laid-out integers and floats, and the scratch ls_quant_x / ls_tlayout_x use on
-    # the way (rows are laid out by the threads that then share the weight rows)
+    w.line(f"  const long long _ls_tb = {tb}, _ls_tf = {tf}, _ls_cn = _ls_rows < {LANE_CHUNK} ? _ls_rows : "
+           f"{LANE_CHUNK};")
+    # per row of a chunk: its laid-out integers and floats, and the scratch ls_quant_x /
+    # ls_tlayout_x use on the way
     w.line(f"  const long long _ls_scr = _ls_qn + {8 * nb + 64 * nb};")
-    w.line("  unsigned char* _ls_q = (unsigned char*)malloc(_ls_rows * (_ls_tb + 8 * _ls_tf + _ls_scr));")
+    w.line("  unsigned char* _ls_q = (unsigned char*)malloc(_ls_cn * (_ls_tb + 8 * _ls_tf + _ls_scr));")
     w.line("  if (_ls_q) {")
-    w.line("    float* _ls_dt = (float*)(_ls_q + _ls_rows * _ls_tb); float* _ls_st = _ls_dt + _ls_rows * _ls_tf;")
-    w.line("    unsigned char* _ls_scratch = (unsigned char*)(_ls_st + _ls_rows * _ls_tf);")
+    w.line("    float* _ls_dt = (float*)(_ls_q + _ls_cn * _ls_tb); float* _ls_st = _ls_dt + _ls_cn * _ls_tf;")
+    w.line("    unsigned char* _ls_scratch = (unsigned char*)(_ls_st + _ls_cn * _ls_tf);")
     w.line(f"    #pragma omp parallel if ({ww} * _ls_rows * {k} >= 32768)")
-    w.line("    {")
+    w.line("    for (long long _ls_rc = 0; _ls_rc < _ls_rows; _ls_rc += _ls_cn) {")
+    w.line("      const long long _ls_rn = _ls_rows - _ls_rc < _ls_cn ? _ls_rows - _ls_rc : _ls_cn;")
     w.line("      #pragma omp for schedule(static)")
-    w.line("      for (long long _ls_r = 0; _ls_r < _ls_rows; _ls_r++) {")
-    w.line("        unsigned char* _ls_y = _ls_scratch + _ls_r * _ls_scr;")
+    w.line("      for (long long _ls_rs = 0; _ls_rs < _ls_rn; _ls_rs++) {")
+    w.line("        const long long _ls_r = _ls_rc + _ls_rs;")
+    w.line("        unsigned char* _ls_y = _ls_scratch + _ls_rs * _ls_scr;")
     w.line(f"        float* _ls_d = (float*)(_ls_y + _ls_qn); float* _ls_s = _ls_d + {nb};")
     w.line(f"        ls_quant_x({xrow}, {nb}, {bits}, _ls_y, _ls_d, _ls_s);")
     w.line(f"        ls_tlayout_x(_ls_y, {bits}, {code}, _ls_d, _ls_s, {nb}, (unsigned char*)(_ls_s + {nb}), "
-           "_ls_q + _ls_r * _ls_tb, _ls_dt + _ls_r * _ls_tf, _ls_st + _ls_r * _ls_tf);")
+           "_ls_q + _ls_rs * _ls_tb, _ls_dt + _ls_rs * _ls_tf, _ls_st + _ls_rs * _ls_tf);")
     w.line("      }")
     w.line("      #pragma omp for schedule(static)")
     w.line(f"      for (long long _ls_wrow = 0; _ls_wrow < {ww}; _ls_wrow++) {{")
@@ -354,7 +370,7 @@ def _lane_rows(w: Writer, nb: int, code: int, bits: int, ww: str, k: int, row_by
     w.push()
     _row_groups(w, (8, 4, 1), lambda g: _lane_dot(nb, code, bits, "_ls_q + _ls_r0 * _ls_tb", "_ls_tb",
                                                   "_ls_dt + _ls_r0 * _ls_tf", "_ls_st + _ls_r0 * _ls_tf", "_ls_tf",
-                                                  "_ls_vg", g), store)
+                                                  "_ls_vg", g), store, "_ls_rn", "_ls_rc")
     w.scope.parent.lines.extend("  " + ln for ln in w.pop())
     w.line("      }")
     w.line("    }")
