@@ -391,6 +391,16 @@ static LS_INLINE void ls_tlayout_x(const void* y, int bits, int qtype, const flo
     }
   }
 }
+/* 256 bytes at q as four 64-byte loads L0..L3 transposed as 4 x 4 dwords within each 128-bit
+   chunk: lane (c, i) of T[u] is dword u of chunk c of L_i */
+static LS_INLINE void ls_tload(const unsigned char* q, __m512i* T) {
+  const __m512i L0 = _mm512_loadu_si512(q), L1 = _mm512_loadu_si512(q + 64);
+  const __m512i L2 = _mm512_loadu_si512(q + 128), L3 = _mm512_loadu_si512(q + 192);
+  const __m512i t0 = _mm512_unpacklo_epi32(L0, L1), t1 = _mm512_unpackhi_epi32(L0, L1);
+  const __m512i t2 = _mm512_unpacklo_epi32(L2, L3), t3 = _mm512_unpackhi_epi32(L2, L3);
+  T[0] = _mm512_unpacklo_epi64(t0, t2); T[1] = _mm512_unpackhi_epi64(t0, t2);
+  T[2] = _mm512_unpacklo_epi64(t1, t3); T[3] = _mm512_unpackhi_epi64(t1, t3);
+}
 /* packed q4 row (qtype 0: q4_0, 1: q4_1) dotted with ``nr`` rows of x laid out by ls_tlayout_x
    (rows ``ystride`` bytes and ``xstride`` floats apart): sum over blocks of dw * dx * (integer
    dot), lane by lane, plus the offsets (q4_1: m, q4_0: -8 dw) times s; the lanes summed last. */
@@ -407,12 +417,8 @@ static LS_INLINE void ls_tdot_rows(const unsigned char* row, long long nb, int q
   const long long nf = nb / 16;
   for (long long g = 0; g < nf; g++) {
     const unsigned char* q = qs + 256 * g;
-    const __m512i L0 = _mm512_loadu_si512(q), L1 = _mm512_loadu_si512(q + 64);
-    const __m512i L2 = _mm512_loadu_si512(q + 128), L3 = _mm512_loadu_si512(q + 192);
-    const __m512i t0 = _mm512_unpacklo_epi32(L0, L1), t1 = _mm512_unpackhi_epi32(L0, L1);
-    const __m512i t2 = _mm512_unpacklo_epi32(L2, L3), t3 = _mm512_unpackhi_epi32(L2, L3);
-    const __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
-                          _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+    __m512i T[4];
+    ls_tload(q, T);
     __m512i E[16];  /* T[u]'s weights: 16-bit pairs (E[4u + e]) or bytes (E[2u], low; E[2u + 1], high) */
     for (int u = 0; u < 4; u++) {
       if (bits == 16) {
@@ -496,12 +502,8 @@ static LS_INLINE void ls_tdot8_rows(const unsigned char* row, long long nb, int 
   const long long nf = nb / 8;
   for (long long g = 0; g < nf; g++) {
     const unsigned char* q = qs + 256 * g;
-    const __m512i L0 = _mm512_loadu_si512(q), L1 = _mm512_loadu_si512(q + 64);
-    const __m512i L2 = _mm512_loadu_si512(q + 128), L3 = _mm512_loadu_si512(q + 192);
-    const __m512i t0 = _mm512_unpacklo_epi32(L0, L1), t1 = _mm512_unpackhi_epi32(L0, L1);
-    const __m512i t2 = _mm512_unpacklo_epi32(L2, L3), t3 = _mm512_unpackhi_epi32(L2, L3);
-    const __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
-                          _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+    __m512i T[4];
+    ls_tload(q, T);
     __m512i E[8], corr = _mm512_setzero_si512();
     if (bits == 16) {  /* signed bytes 0 and 2, 1 and 3 of each dword as 16-bit pairs */
       for (int u = 0; u < 4; u++) {
