@@ -73,7 +73,8 @@ def _graphs():
     for name, (make, _) in BLOCKS.items():
         out[f"block:{name}"] = make()
     out["tiny-llama-decode"] = from_hf_config(TINY).decode_graph()
-    out["tiny-llama-paged"] = from_hf_config(TINY).paged_graph()  # lightspeed serve's batched step
+    # lightspeed serve's batched step, as a device backend builds it (each row's argmax too)
+    out["tiny-llama-paged"] = from_hf_config(TINY).paged_graph(next_token=True)
     return out
 
 
