@@ -3,13 +3,15 @@ shape with seeded random bf16 weights, ``PagedBatcher`` with N concurrent greedy
 the same batcher with one, in one process.  Issue 24's GPU figure: 32 streams of the 1B shape.
 
     python benchmarks/gpu_serve.py [SHAPE] [--streams 1,8,32] [--prompt 32] [--tokens 32]
-                                   [--backend cuda] [--check N]
+                                   [--backend cuda] [--check N] [--sample T,P]
 
 Prints per stream count: the decode steps' median time (every sequence decoding), aggregate
 tokens/s over those steps, the ratio to one stream, and the batch-1 ``Generator`` TPOT of the
 same weights (the non-paged decode program) for reference.  ``--check N``: the first N sequences
 of the largest count are also run alone and must give the same greedy tokens (batch invariance;
-the script exits 1 when one differs).  Writes ``$OUT/gpu_serve.json`` when ``$OUT`` is set.
+the script exits 1 when one differs).  ``--sample T,P``: every sequence samples with temperature
+T and top-p P (sequence i seeded i; the backend's sampler draws the step's rows together) instead
+of greedy.  Writes ``$OUT/gpu_serve.json`` when ``$OUT`` is set.
 """
 
 from __future__ import annotations
@@ -24,10 +26,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 
 
-def decode_steps(batcher, prompts: list[list[int]], tokens: int) -> tuple[list[float], list[list[int]]]:
-    """Run ``prompts`` together; the wall time of each step in which every sequence decodes
-    (prefill steps excluded) and each sequence's new tokens."""
-    seqs = [batcher.start(p, max_new_tokens=tokens, stop_ids=[]) for p in prompts]
+def decode_steps(batcher, prompts: list[list[int]], tokens: int, sampling: dict | None = None,
+                 seeds: list[int] | None = None) -> tuple[list[float], list[list[int]]]:
+    """Run ``prompts`` together (greedy, or ``sampling`` with sequence i seeded ``seeds[i]``); the
+    wall time of each step in which every sequence decodes (prefill steps excluded) and each
+    sequence's new tokens."""
+    seeds = seeds or list(range(len(prompts)))
+    seqs = [batcher.start(p, max_new_tokens=tokens, stop_ids=[], **(dict(sampling, seed=seed) if sampling else {}))
+            for p, seed in zip(prompts, seeds)]
     times = []
     while True:
         live = [s for s in seqs if not s.done]
@@ -62,6 +68,10 @@ def main() -> None:
     streams = sorted({int(x) for x in opt("--streams", "1,8,32").split(",")} | {1})
     prompt, tokens = int(opt("--prompt", "32")), int(opt("--tokens", "32"))
     backend, check = opt("--backend", "cuda"), int(opt("--check", "4"))
+    sampling = None
+    if "--sample" in args:
+        t, p = (float(v) for v in opt("--sample", "").split(","))
+        sampling = dict(temperature=t, top_p=p)
     model, weights, wbytes, rng = random_llama(shape)
     vocab = model.config.vocab_size
     prompts = [[int(t) for t in rng.integers(3, vocab, prompt)] for _ in range(max(streams))]
@@ -83,11 +93,12 @@ def main() -> None:
     print(f"paged program compiled in {time.perf_counter() - t0:.1f} s", flush=True)
     decode_steps(batcher, prompts[:2], 4)  # warm-up: plans and captures for small row counts
     out = {"date": time.strftime("%Y-%m-%d"), "shape": shape, "backend": backend, "prompt": prompt,
+           "sampling": sampling,
            "tokens": tokens, "generator_tpot_ms": round(tpot1, 4), "weight_GB": round(wbytes / 1e9, 3)}
     rows, base, outputs = [], None, {}
     for n in streams:
-        decode_steps(batcher, prompts[:n], 2)  # this row count's first call (capture) untimed
-        times, new = decode_steps(batcher, prompts[:n], tokens)
+        decode_steps(batcher, prompts[:n], 2, sampling)  # this row count's first call (capture) untimed
+        times, new = decode_steps(batcher, prompts[:n], tokens, sampling)
         outputs[n] = new
         step = float(np.median(times)) * 1e3
         tok_s = n * 1000 / step
@@ -99,7 +110,7 @@ def main() -> None:
     if check:
         n = max(streams)
         for i in range(min(check, n)):
-            _, alone = decode_steps(batcher, [prompts[i]], tokens)
+            _, alone = decode_steps(batcher, [prompts[i]], tokens, sampling, [i])
             if alone[0] != outputs[n][i]:
                 same = False
                 print(f"sequence {i}: alone {alone[0][:8]}... beside {n - 1} others {outputs[n][i][:8]}...")

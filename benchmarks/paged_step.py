@@ -31,6 +31,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=40)
     ap.add_argument("--backend", default="native")
     ap.add_argument("--family", default="llama")
+    ap.add_argument("--dtype", default="float32", help="float32: the file's blocks kept (native); bfloat16: converted")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--top-p", type=float, default=None)
@@ -44,7 +45,8 @@ def main() -> None:
     from lightspeed.search import SearchOptions
 
     counts = [int(r) for r in args.rows.split(",")]
-    tm = library.load_text_model(args.family, lazy=library.blocks_for(args.backend), progress=False)
+    tm = library.load_text_model(args.family, lazy=library.blocks_for(args.backend) and args.dtype == "float32",
+                                 dtype=args.dtype, progress=False)
     batcher = library.compile_batcher(tm, args.backend, SearchOptions(budget=3), max_batch=max(counts), say=None)
     rng = np.random.default_rng(0)
     vocab = tm.model.config.vocab_size
@@ -71,7 +73,8 @@ def main() -> None:
         times[n] = statistics.median(ts)
     how = "greedy" if args.temperature == 0 else (f"T {args.temperature} top-k {args.top_k} top-p {args.top_p}, "
                                                    f"{'numpy' if args.host_sampler else 'the backend'}'s sampler")
-    print(f"| rows | step ms | tokens/s | over 1 row |  ({args.family}, {args.backend}, prompt {args.prompt}, {how})")
+    print(f"| rows | step ms | tokens/s | over 1 row |  ({args.family}, {args.backend}, {args.dtype}, "
+          f"prompt {args.prompt}, {how})")
     print("|---|---|---|---|")
     base = counts[0] / times[counts[0]]
     for n in counts:
