@@ -170,6 +170,30 @@ def test_sampled_tokens_from_the_backends_sampler_equal_the_token_samplers(monke
             assert used == (0 if host_only else 12), opts
 
 
+def test_a_sampler_that_cannot_be_built_leaves_sampling_on_the_host(monkeypatch):
+    """A backend whose sampler fails to build (no NVRTC, a compiler error) samples on the host
+    with a warning, instead of failing every sampled request."""
+    from lightspeed.errors import LightspeedError
+    from lightspeed.models import generate as gen_mod
+
+    backend = type(ls.backends.get_backend("cpu"))
+
+    def broken(self):
+        raise LightspeedError("no compiler for the sampler")
+
+    monkeypatch.setattr(backend, "sampler", broken)
+    gen_mod.token_sampler.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="sampling on the host"):
+            assert gen_mod.token_sampler("cpu") is None
+        model = from_hf_config(TINY)
+        gen = Generator(model, tiny_weights(model, seed=2), backend="cpu")
+        a = gen.generate([1, 5, 9], 6, stop_ids=(), temperature=0.9, seed=4).new_ids
+        assert a == gen.generate([1, 5, 9], 6, stop_ids=(), temperature=0.9, seed=4).new_ids
+    finally:
+        gen_mod.token_sampler.cache_clear()
+
+
 @pytest.mark.skipif(not ls.backends.get_backend("native").available(), reason="no C compiler")
 def test_sampled_decode_steps_draw_on_the_device(monkeypatch):
     """Where outputs live in device memory (cuda; here native told so) a sampled step's token is

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import get_backend
-from ..errors import InputError
+from ..errors import InputError, LightspeedError
 from ..program import BucketedProgram, Pending, Program
 from ..search import SearchOptions
 from .base import DecoderLM
@@ -122,8 +123,13 @@ def sample_token(logits: np.ndarray, rng: np.random.Generator, history: Sequence
 def token_sampler(backend: str) -> Any | None:
     """``backend``'s token sampler (``Backend.sampler``: native's C kernel, cuda's kernel), built
     once per process when a request first samples; None where the host samples in numpy (the
-    reference and cpu backends)."""
-    return get_backend(backend).sampler()
+    reference and cpu backends, or a sampler that could not be built: said once, as a warning)."""
+    try:
+        return get_backend(backend).sampler()
+    except LightspeedError as e:
+        warnings.warn(f"lightspeed: {backend}'s token sampler could not be built ({e}); sampling on the host",
+                      RuntimeWarning, stacklevel=2)
+        return None
 
 
 # ---------------------------------------------------------------------- compiling
