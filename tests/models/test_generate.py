@@ -222,6 +222,13 @@ def test_sampled_decode_steps_draw_on_the_device(monkeypatch):
     stop = on_host[6]
     ended = gen.generate([1, 5, 9], 16, stop_ids=(stop,), **opts)
     assert ended.new_ids == on_host[:on_host.index(stop) + 1] and ended.stop_reason == "stop_token"
+    # logits wanted from the fifth token on (a server's logprobs): the step queued ahead is dropped
+    # and its draw given back, so the tokens stay the host's
+    state = gen.start([1, 5, 9], 16, stop_ids=(), **opts)
+    while not state.done:
+        state.want_logits = len(state.new_ids) >= 4
+        state.advance()
+    assert state.new_ids == on_host
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("native", marks=pytest.mark.skipif(

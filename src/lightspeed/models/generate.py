@@ -500,7 +500,8 @@ class GenerationState(TokenStream):
         if params.get("temperature", 0.0) > 0:
             self.sampler = token_sampler(gen.backend)
         self._inputs: dict[str, Any] | None = None  # the decode inputs; None until the prefill ran
-        self._ahead: tuple[int, Pending] | None = None  # a greedy step queued ahead: (its row, the call)
+        # a step queued ahead: (its row, the call, the generator's state before the call's draw)
+        self._ahead: tuple[int, Pending, Any] | None = None
 
     def advance(self) -> int:
         """Prefill (first call) or one decode step; returns the new token."""
@@ -543,7 +544,7 @@ class GenerationState(TokenStream):
             p = len(self.ids) - 1  # rows in the cache: every id but the last, which this step feeds
             if self._on_device():  # the token chosen on the device: no logits copied to the host
                 return self._device_step(p, t0)
-            self._ahead = None  # a step queued ahead is dropped: this one needs its logits
+            self._drop_ahead()  # a step queued ahead is dropped: this one needs its logits
             out = gen.decode(self._step_inputs(p, [self.ids[-1]]), dims={"p": p})
         return self.choose(out["logits"][-1], t0)
 
@@ -554,13 +555,24 @@ class GenerationState(TokenStream):
         it lies (on a GPU the host never waits between steps: it reads token k while step k + 1
         runs); a step queued past a stop token is dropped (it wrote only the cache row after the
         generation's end, and its draw came from a generator no later token reads)."""
-        ahead, self._ahead = self._ahead, None
-        step = ahead[1] if ahead is not None and ahead[0] == p else self._launch(p, [self.ids[-1]])
+        if self._ahead is not None and self._ahead[0] == p:
+            step, self._ahead = self._ahead[1], None
+        else:
+            self._drop_ahead()
+            step = self._launch(p, [self.ids[-1]])
         name = self._token_name()
         if len(self.new_ids) + 1 < self.max_new_tokens:  # another step will follow this one
-            self._ahead = (p + 1, self._launch(p + 1, step.value(name)))
+            state = self.rng.bit_generator.state
+            self._ahead = (p + 1, self._launch(p + 1, step.value(name)), state)
         self.last_logits = None
         return self.chose(int(step.result()[name].reshape(-1)[-1]), t0)
+
+    def _drop_ahead(self) -> None:
+        """Drop the step queued ahead, if any, and give its draw back (the generator as before
+        it): the next token draws what the host sampler would."""
+        if self._ahead is not None:
+            self.rng.bit_generator.state = self._ahead[2]
+            self._ahead = None
 
     def _token_name(self) -> str:
         return "next_token" if self.params.get("temperature", 0.0) == 0 else "ids"
