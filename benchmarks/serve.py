@@ -5,9 +5,10 @@ runs one request at a time (concurrent ones queue: ``--interrupt_requests False`
 request would cut the running one off).
 
     python benchmarks/serve.py [--clients 1,4,16] [--tokens 32] [--backend native] [--no-peer]
+                               [--temperature T [--top-p P]]
 
-Each client streams one chat completion (greedy, ``--tokens`` tokens, a different short prompt per
-client) and records its time to first token and its end; the table gives, per server and client
+Each client streams one chat completion (greedy, or sampled with ``--temperature``/``--top-p``,
+client i with seed i; ``--tokens`` tokens, a different short prompt per client) and records its time to first token and its end; the table gives, per server and client
 count: requests, wall time, generated tokens per second over all clients, mean and worst TTFT,
 and mean time per output token as each client saw it.
 """
@@ -82,11 +83,11 @@ def start_llama_cpp(weights: str, threads: int, port: int = 18099) -> tuple[subp
     return proc, wait_url(proc, r"Uvicorn running on (http://[\w.]+:\d+)")
 
 
-def one_client(url: str, i: int, tokens: int, out: list) -> None:
+def one_client(url: str, i: int, tokens: int, out: list, sampling: dict | None = None) -> None:
     import httpx
 
     body = {"model": "llama", "messages": [{"role": "user", "content": f"Tell me fact number {i} about the sea."}],
-            "max_tokens": tokens, "temperature": 0, "stream": True}
+            "max_tokens": tokens, "temperature": 0, "stream": True, **(dict(sampling, seed=i) if sampling else {})}
     t0 = time.perf_counter()
     first, n = None, 0
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
@@ -104,9 +105,9 @@ def one_client(url: str, i: int, tokens: int, out: list) -> None:
     out.append((first - t0, end - t0, n))
 
 
-def run_clients(url: str, clients: int, tokens: int) -> dict:
+def run_clients(url: str, clients: int, tokens: int, sampling: dict | None = None) -> dict:
     results: list = []
-    threads = [threading.Thread(target=one_client, args=(url, i, tokens, results)) for i in range(clients)]
+    threads = [threading.Thread(target=one_client, args=(url, i, tokens, results, sampling)) for i in range(clients)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -127,7 +128,12 @@ def main() -> int:
     ap.add_argument("--clients", default="1,4,16")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--temperature", type=float, default=0.0, help="> 0: sampled requests (client i seeded i)")
+    ap.add_argument("--top-p", type=float, default=None)
     args = ap.parse_args()
+    sampling = None
+    if args.temperature > 0:
+        sampling = {"temperature": args.temperature, **({"top_p": args.top_p} if args.top_p is not None else {})}
     counts = [int(c) for c in args.clients.split(",")]
     weights = args.weights
     if weights is None:
@@ -154,7 +160,7 @@ def main() -> int:
         try:
             run_clients(url, 1, 4)  # warm up
             for c in counts:
-                rows.append((name, run_clients(url, c, args.tokens)))
+                rows.append((name, run_clients(url, c, args.tokens, sampling)))
         except Exception as e:  # a peer that fails is reported, the others' rows stay
             print(f"{name}: failed: {type(e).__name__}: {e}", file=sys.stderr)
         finally:
@@ -163,7 +169,8 @@ def main() -> int:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    print(f"\n{Path(weights).name}, {args.tokens} tokens per client, greedy, streamed, {os.cpu_count()} cores\n")
+    how = "greedy" if sampling is None else ", ".join(f"{k} {v}" for k, v in sampling.items())
+    print(f"\n{Path(weights).name}, {args.tokens} tokens per client, {how}, streamed, {os.cpu_count()} cores\n")
     print("| server | clients | wall s | tokens | tok/s (all clients) | TTFT mean ms | TTFT max ms | TPOT ms |")
     print("|---|---|---|---|---|---|---|---|")
     for name, r in rows:
