@@ -8,9 +8,10 @@ request would cut the running one off).
                                [--temperature T [--top-p P]]
 
 Each client streams one chat completion (greedy, or sampled with ``--temperature``/``--top-p``,
-client i with seed i; ``--tokens`` tokens, a different short prompt per client) and records its time to first token and its end; the table gives, per server and client
-count: requests, wall time, generated tokens per second over all clients, mean and worst TTFT,
-and mean time per output token as each client saw it.
+client i with seed i; ``--tokens`` tokens, a different short prompt per client) and records its
+time to first token and its end; the table gives, per server and client count: requests, wall
+time, generated tokens per second over all clients, mean and worst TTFT, and mean time per output
+token as each client saw it.
 """
 
 from __future__ import annotations
