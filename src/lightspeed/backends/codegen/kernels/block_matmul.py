@@ -101,15 +101,13 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
         dot = "ls_qdot" if code < 3 else "ls_kdot"
         solo = f"  out[{at}] = {dot}(rb, {nb}, {code}, {bits}, _ls_xq, _ls_xd, _ls_xs);"
         if code < 3:  # q4 / q8_0 rows: the lane-per-block dots where the CPU has them (ls_tdot_rows)
-            tb, tf = _lane_layout(nb, bits, code)
-            setup += ["#ifdef LS_TDOT",
+            tb, tf = _lane_sizes(nb, bits, code)
+            setup += [f"  if ({xx} == 1) {{ const long long _ls_r = 0; {quant} }}",
+                      "#ifdef LS_TDOT",
                       f"  unsigned char _ls_xt[{tb}], _ls_xtmp[{64 * nb if bits == 16 else 1}]; "
                       f"float _ls_xdt[{tf}], _ls_xst[{tf}];",
-                      f"  if ({xx} == 1) {{ const long long _ls_r = 0; {quant} "
-                      f"ls_tlayout_x(_ls_xq, {bits}, {code}, _ls_xd, _ls_xs, {nb}, _ls_xtmp, _ls_xt, _ls_xdt, "
-                      "_ls_xst); }",
-                      "#else",
-                      f"  if ({xx} == 1) {{ const long long _ls_r = 0; {quant} }}",
+                      f"  if ({xx} == 1) ls_tlayout_x(_ls_xq, {bits}, {code}, _ls_xd, _ls_xs, {nb}, _ls_xtmp, _ls_xt, "
+                      "_ls_xdt, _ls_xst);",
                       "#endif"]
             w.line("#ifdef LS_TDOT")
             w.line(f"  {_lane_dot(nb, code, bits, '_ls_xt', '0', '_ls_xdt', '_ls_xst', '0', f'out + ({at})', 1)};")
@@ -285,8 +283,7 @@ def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], code: int, nb: i
     else:
         w.line(f"out[{at}] = _ls_v;")
     store = w.pop()
-    w.index_vars |= {"_ls_r0", "_ls_t"}
-    w.index_vars |= {"_ls_rc", "_ls_rs"}
+    w.index_vars |= {"_ls_r0", "_ls_t", "_ls_rc", "_ls_rs"}
     w.line(f"if ({xx} > 1) {{")
     w.line(f"  const long long _ls_qn = {nb * QK * bits // 8}, _ls_rows = {xx};")
     if code < 3:  # the lane dots take any number of rows (a long prompt too)
@@ -300,12 +297,11 @@ def _quantised_rows(w: Writer, op: LOp, in_dtypes: list[DType], code: int, nb: i
     return w.pop()
 
 
-def _lane_layout(nb: int, bits: int, code: int) -> tuple[int, int]:
-    """Bytes and floats of one row of x in ``ls_tlayout_x``'s layout for weights of type ``code``
-    (``LS_TBLOCKS``, ``LS_TFLOATS``: full groups of 16 q4 or 8 q8_0 blocks, then subgroups of 4 or 2)."""
-    group, sub = (8, 2) if code == 2 else (16, 4)
-    subs = (nb % group + sub - 1) // sub
-    return (nb // group * group + subs * sub) * 4 * bits, (nb // group + subs) * 16
+def _lane_sizes(nb: int, bits: int, code: int) -> tuple[str, str]:
+    """Bytes and floats of one row of x in ``ls_tlayout_x``'s layout for weights of type ``code``:
+    the prelude's ``LS_TBLOCKS`` / ``LS_TFLOATS`` (C constant expressions, under ``LS_TDOT``)."""
+    q8 = int(code == 2)
+    return f"LS_TBLOCKS({nb}, {q8}) * {4 * bits}", f"LS_TFLOATS({nb}, {q8})"
 
 
 def _lane_dot(nb: int, code: int, bits: int, y: str, ystride: str, d: str, s: str, xstride: str, out: str,
@@ -316,8 +312,7 @@ def _lane_dot(nb: int, code: int, bits: int, y: str, ystride: str, d: str, s: st
     return f"ls_tdot_rows(rb, {nb}, {code}, {bits}, {y}, {ystride}, {d}, {s}, {xstride}, {out}, {rows})"
 
 
-def _row_groups(w: Writer, groups: tuple[int, ...], call, store: list[str], count: str = "_ls_rows",
-                first: str = "0") -> None:
+def _row_groups(w: Writer, groups: tuple[int, ...], call, store: list[str], count: str, first: str) -> None:
     """Rows of x ``group`` at a time for each group size in turn, ``count`` of them: ``call(group)``
     fills ``_ls_vg`` for the group starting at slot ``_ls_r0``; the row stored is ``first`` + slot."""
     w.line("      long long _ls_r0 = 0;")
@@ -342,7 +337,7 @@ def _lane_rows(w: Writer, nb: int, code: int, bits: int, ww: str, k: int, row_by
     """The rows of x, :data:`LANE_CHUNK` at a time, laid out for ``ls_tdot_rows`` by the threads
     that then share the weight rows (lane-per-block dots: 8, 4, then 1 row at a time, each row's
     float operations the same in all three, so a row's result does not depend on the others)."""
-    tb, tf = _lane_layout(nb, bits, code)
+    tb, tf = _lane_sizes(nb, bits, code)
     w.line(f"  const long long _ls_tb = {tb}, _ls_tf = {tf}, _ls_cn = _ls_rows < {LANE_CHUNK} ? _ls_rows : "
            f"{LANE_CHUNK};")
     # per row of a chunk: its laid-out integers and floats, and the scratch ls_quant_x /

@@ -346,6 +346,7 @@ static LS_INLINE void ls_tlayout_x(const void* y, int bits, int qtype, const flo
                             : _mm512_add_epi32(_mm512_slli_epi32(li, 2), lc);
   const __m512i lhalf = _mm512_and_si512(lc, one);
   const int nv = q8 ? 4 * bits / 8 : bits;  /* vectors per full group */
+  const __m512i first = _mm512_mullo_epi32(lblock, _mm512_set1_epi32(dw));  /* lane p's block's first dword */
   for (long long g = 0; g < nf; g++) {
     for (int v = 0; v < nv; v++) {
       /* the dword of the (reordered) block each lane takes: q4 16-bit: vector v = 4u + e is dword
@@ -354,7 +355,7 @@ static LS_INLINE void ls_tlayout_x(const void* y, int bits, int qtype, const flo
       __m512i col;
       if (!q8) col = _mm512_set1_epi32(bits == 16 ? v : v / 2 + 4 * (v % 2));
       else col = _mm512_add_epi32(_mm512_slli_epi32(lhalf, bits == 16 ? 3 : 2), _mm512_set1_epi32(v));
-      __m512i t = _mm512_i32gather_epi32(_mm512_add_epi32(_mm512_mullo_epi32(lblock, _mm512_set1_epi32(dw)), col),
+      __m512i t = _mm512_i32gather_epi32(_mm512_add_epi32(first, col),
                                           base + (long long)G * dw * g, 4);
       if (flipped) t = _mm512_xor_si512(t, flip);
       _mm512_storeu_si512(yt + 64 * (nv * g + v), t);
