@@ -26,6 +26,7 @@ The executor provides memory, compilation and launching; see :class:`Executor`.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -43,21 +44,25 @@ from ...symbolic import Expr, compile_exprs, prod
 from .. import trace
 from .fused import IN_PLACE_OPS
 from .kernels import KernelSpec
+from .kernels.merge import merge_kernels, merge_key
 from .lowering import VALUES, FormedValue, OpTable
 
-__all__ = ["KernelProgram", "Executor", "Launch", "check_in_place"]
+__all__ = ["KernelProgram", "Executor", "Launch", "check_in_place", "grouped_order"]
 
 ALIGN = 256  # bytes: every arena value starts on a 256-byte boundary (coalesced, vector loads)
+# LIGHTSPEED_CUDA_MERGE=0: every op's kernels launched on their own (an A/B switch; see _launches)
+MERGE = os.environ.get("LIGHTSPEED_CUDA_MERGE", "1") != "0"
 
 
 @dataclass(frozen=True)
 class Launch:
     """One kernel launch: its spec, its slot arguments (dims then buffers) and the LLIR op it
-    computes (for traces and errors)."""
+    computes (for traces and errors; a merged launch's first part's, ``merged`` naming all)."""
 
     spec: KernelSpec
     args: tuple[int, ...]
     op: int
+    merged: tuple[int, ...] = ()  # a merged launch (kernels/merge.py): the ops of its parts
 
 
 class Executor:
@@ -196,33 +201,73 @@ class KernelProgram(Program):
 
     # ------------------------------------------------------------------ building
     def _launches(self) -> list[Launch]:
+        """Each op's launches in run order; on cuda (unless ``LIGHTSPEED_CUDA_MERGE=0``) the ops
+        reordered so that independent kernels of one merge key are adjacent, and each such run
+        merged into one launch (:mod:`.kernels.merge`).  ``self.order`` becomes the new order
+        (the arena is planned along it)."""
+        ops = self.lprog.ops
+        per_op = {i: self._op_launches(i) for i in self.order}
+        if self.executor.dialect != "cuda" or not MERGE:
+            return [x for i in self.order for x in per_op[i]]
+        aliased = [i for i in self.order if ops[i].op == "Output" and ops[i].args["name"] in self.output_aliases]
+        leaves = [i for i in self.order if ops[i].op in ("Input", "Constant")]  # no launch: first
+        body = [i for i in self.order if i not in set(aliased) | set(leaves)]
+        key = {i: merge_key(per_op[i][0].spec) if len(per_op[i]) == 1 else None for i in body}
+        self.order = leaves + grouped_order(body, {i: set(ops[i].inputs) for i in body}, key) + aliased
+        out: list[Launch] = []
+        run: list[Launch] = []  # adjacent launches of one key, independent of each other
+
+        def flush() -> None:
+            if len(run) > 1:
+                spec = merge_kernels([x.spec for x in run])
+                args = tuple(a for x in run for a in x.args[:len(x.spec.dims)])
+                args += tuple(a for x in run for a in x.args[len(x.spec.dims):])
+                out.append(Launch(spec, args, run[0].op, tuple(x.op for x in run)))
+            else:
+                out.extend(run)
+            run.clear()
+
+        for i in self.order:
+            if not per_op[i]:
+                continue  # an input, a constant: no launch between the run's
+            k = key.get(i)
+            if run and (k is None or k != key[run[-1].op] or set(ops[i].inputs) & {x.op for x in run}):
+                flush()
+            if k is None:
+                out.extend(per_op[i])
+            else:
+                run.append(per_op[i][0])
+        flush()
+        return out
+
+    def _op_launches(self, i: int) -> list[Launch]:
+        """Op ``i``'s launches (none for inputs, constants and outputs written in place)."""
         ops = self.lprog.ops
         out: list[Launch] = []
         dialect = self.executor.dialect
-        for i in self.order:
-            op = ops[i]
-            if op.op in ("Input", "Constant"):
-                continue
-            if op.op == "Output":
-                name = op.args["name"]
-                src = self.buffer_of[op.inputs[0]]
-                alias = self.output_aliases.get(name)
-                if alias is not None and ops[src].op == "Input" and ops[src].args["name"] == alias:
-                    if op.args["x_view"].is_contiguous:
-                        continue  # the value already is the input's buffer: written in place
-                    raise LightspeedError(f"output {name!r} aliases input {alias!r} but reads it through a view; "
-                                          "it cannot be written into itself")
-                target = self.output_slot[name]
-            else:
-                target = self.value_slot[self.buffer_of[i]]
-            in_dtypes = [ops[j].dtype for j in op.inputs]
-            slot_of = {k: self.value_slot[self.buffer_of[j]] for k, j in enumerate(op.inputs)}
-            lowered = self.table.lower(op, in_dtypes, dialect)
-            for k, form in lowered.forms.items():  # an input read in another form (its blocks)
-                slot_of[k] = self._form_slot(ops[op.inputs[k]].args["name"], form)
-            for spec in lowered.specs:
-                bufs = tuple(target if b == "out" else slot_of[b] for b in spec.buffers)
-                out.append(Launch(spec, tuple(self.dim_slot[d] for d in spec.dims) + bufs, i))
+        op = ops[i]
+        if op.op in ("Input", "Constant"):
+            return out
+        if op.op == "Output":
+            name = op.args["name"]
+            src = self.buffer_of[op.inputs[0]]
+            alias = self.output_aliases.get(name)
+            if alias is not None and ops[src].op == "Input" and ops[src].args["name"] == alias:
+                if op.args["x_view"].is_contiguous:
+                    return out  # the value already is the input's buffer: written in place
+                raise LightspeedError(f"output {name!r} aliases input {alias!r} but reads it through a view; "
+                                      "it cannot be written into itself")
+            target = self.output_slot[name]
+        else:
+            target = self.value_slot[self.buffer_of[i]]
+        in_dtypes = [ops[j].dtype for j in op.inputs]
+        slot_of = {k: self.value_slot[self.buffer_of[j]] for k, j in enumerate(op.inputs)}
+        lowered = self.table.lower(op, in_dtypes, dialect)
+        for k, form in lowered.forms.items():  # an input read in another form (its blocks)
+            slot_of[k] = self._form_slot(ops[op.inputs[k]].args["name"], form)
+        for spec in lowered.specs:
+            bufs = tuple(target if b == "out" else slot_of[b] for b in spec.buffers)
+            out.append(Launch(spec, tuple(self.dim_slot[d] for d in spec.dims) + bufs, i))
         return out
 
     def _form_slot(self, name: str, form: str) -> int:
@@ -386,8 +431,8 @@ class KernelProgram(Program):
         if trace.enabled():  # kernels one by one, each timed on the device's clock
             t0 = time.perf_counter()
             for launch, start, seconds in ex.run_traced(st, self.launches, self.handles, plan.bounds):
-                op = self.lprog.ops[launch.op]
-                trace.event(op.op, "run.kernel", start, seconds, kernel=launch.spec.name, kind=launch.spec.launch.kind)
+                name = "+".join(self.lprog.ops[j].op for j in launch.merged or (launch.op,))
+                trace.event(name, "run.kernel", start, seconds, kernel=launch.spec.name, kind=launch.spec.launch.kind)
             trace.event(f"run ({self.backend_name})", "run", t0, time.perf_counter() - t0, dims=str(dims))
         else:
             ex.run(st, self.launches, self.handles, plan.bounds)
@@ -409,6 +454,41 @@ class KernelProgram(Program):
 
     def report(self) -> str:
         return self.search_report.format() if self.search_report is not None else "no search was run"
+
+
+def grouped_order(order: list[int], deps: Mapping[int, set[int]], key: Mapping[int, Any]) -> list[int]:
+    """A topological order of ``order`` (itself one; ``deps[i]``: the ops op i reads) that keeps
+    its order except that ops of one non-None ``key`` that are ready together and independent of
+    each other come one after another: after an op of key K, the earliest ready op of key K that
+    reads none of the ops placed since the last op of another key is placed next."""
+    pos = {i: n for n, i in enumerate(order)}
+    inside = set(order)
+    waiting = {i: len(deps[i] & inside) for i in order}
+    readers: dict[int, list[int]] = {i: [] for i in order}
+    for i in order:
+        for j in deps[i] & inside:
+            readers[j].append(i)
+    ready = sorted((i for i in order if not waiting[i]), key=pos.__getitem__)
+    out: list[int] = []
+    run: set[int] = set()
+    run_key = None
+    while ready:
+        pick = None
+        if run_key is not None:
+            pick = next((i for i in ready if key.get(i) == run_key and not deps[i] & run), None)
+        if pick is None:
+            pick = ready[0]
+            run, run_key = set(), key.get(pick)
+        ready.remove(pick)
+        out.append(pick)
+        run.add(pick)
+        for r in readers[pick]:
+            waiting[r] -= 1
+            if not waiting[r]:
+                ready.insert(next((n for n, x in enumerate(ready) if pos[x] > pos[r]), len(ready)), r)
+    if len(out) != len(order):
+        raise LightspeedError("grouped_order: the ops' dependencies form a cycle")
+    return out
 
 
 def monotone(e: Expr) -> bool:
