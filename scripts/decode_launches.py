@@ -61,14 +61,17 @@ def main() -> int:
         rec = _Recorder()  # the NVRTC test's recorder, in this backend's dialect
         rec.dialect = backend.executor.dialect
         prog = KernelProgram(graph, lprog, rec, table=backend.op_table)
-        counts = collections.Counter(f"{lprog.ops[x.op].op}:{x.spec.launch.kind}" for x in prog.launches)
+        def name(x, ops=lprog.ops):  # a merged launch (kernels/merge.py) by its parts
+            return "+".join(ops[j].op for j in x.merged or (x.op,))
+
+        counts = collections.Counter(f"{name(x)}:{x.spec.launch.kind}" for x in prog.launches)
         print(f"{origin}: {len(prog.launches)} launches ({len(prog.launches) / args.layers:.1f} per layer "
               f"incl. prelude/epilogue): {dict(counts)}")
         if origin == args.show:
             for x in prog.launches:
                 op = lprog.ops[x.op]
                 body = op.args.get("body")
-                print(f"   {op.op:14s} {x.spec.launch.kind:12s} {tuple(str(d) for d in op.shape)} "
+                print(f"   {name(x):14s} {x.spec.launch.kind:12s} {tuple(str(d) for d in op.shape)} "
                       f"{str(body)[:140] if body else ''}")
     return 0
 

@@ -2,7 +2,9 @@
 # One GPU round on the device host, from the repository root: the cuda tests that cover decode
 # (GPU_TEST_FILES; kernels, attention, models, launch), the decode timeline of lightspeed
 # (scripts/gpu_profile.py on GPU_PROFILE_SHAPES, PDL off so kernel durations are the kernels' own;
-# empty: none), then benchmarks/gpu_decode.py beside PyTorch on GPU_DECODE_SHAPES (empty: none), and with
+# empty: none), then benchmarks/gpu_decode.py beside PyTorch on GPU_DECODE_SHAPES (empty: none; more
+# arguments in GPU_DECODE_ARGS), with GPU_ROUND_AB="VAR=VALUE" the decode of GPU_AB_SHAPES under an
+# A/B switch, with GPU_ROUND_PREFILL="SHAPES" their 512-token prefill beside the peers, and with
 # GPU_ROUND_TRACE=1 the 1B step's kernels by op (scripts/trace_summary.py); with GPU_ROUND_MMA=1
 # the tensor-core tiles' GPU tests and a 512-token prefill of the 1B shape with them (the default)
 # and without (LIGHTSPEED_CUDA_MMA=0) beside torch.compile's, then that prefill traced kernel by kernel
@@ -37,8 +39,20 @@ if [ -n "${GPU_PROFILE_SHAPES-llama-3.2-1b}" ]; then
 fi
 if [ -n "${GPU_DECODE_SHAPES-smollm2-135m llama-3.2-1b}" ]; then
   step decode "${GPU_DECODE_S:-300}" python3 benchmarks/gpu_decode.py ${GPU_DECODE_SHAPES-smollm2-135m llama-3.2-1b} \
-    --steps "${GPU_DECODE_STEPS:-64}"
+    --steps "${GPU_DECODE_STEPS:-64}" ${GPU_DECODE_ARGS:-}
   sed -n '/^shape/,$p' "$OUT/decode.log"
+fi
+# an A/B switch (GPU_ROUND_AB="NAME=VALUE ..."): the decode of GPU_AB_SHAPES under it, no peer,
+# beside the decode step above (same machine, same call)
+if [ -n "${GPU_ROUND_AB:-}" ]; then
+  step ab "${GPU_AB_S:-120}" env ${GPU_ROUND_AB} python3 benchmarks/gpu_decode.py ${GPU_AB_SHAPES:-llama-3.2-1b} \
+    --steps "${GPU_DECODE_STEPS:-64}" --no-peer
+  echo "== under ${GPU_ROUND_AB}"; sed -n '/^shape/,$p' "$OUT/ab.log"
+fi
+# issue 28's prefill beside eager and torch.compile max-autotune (GPU_ROUND_PREFILL="SHAPES")
+if [ -n "${GPU_ROUND_PREFILL:-}" ]; then
+  step prefill "${GPU_PREFILL_S:-240}" python3 benchmarks/gpu_decode.py ${GPU_ROUND_PREFILL} --prefill "${GPU_PREFILL_N:-512}"
+  sed -n '/^shape/,$p' "$OUT/prefill.log"
 fi
 # the 1B step kernel by kernel with op names (LIGHTSPEED_TRACE: plain launches between events)
 if [ "${GPU_ROUND_TRACE:-0}" = 1 ]; then

@@ -97,7 +97,8 @@ def test_split_products_match_the_reference_and_stay_batch_invariant(dtype, monk
         # few rows: the decode's kernels, not the tensor-core tiles
         prog = g.compile(backend="cuda", search=ls.SearchOptions(budget=3, seed=0, dims={"s": 4}, roll=False))
         launches = getattr(prog, "launches", None)  # None: a program of parts (dim buckets)
-        kinds = None if launches is None else {launch.spec.launch.kind for launch in launches}
+        kinds = None if launches is None else {s.launch.kind for launch in launches
+                                                for s in launch.spec.parts or (launch.spec,)}
         for rows in (1, 3):
             inputs = {**checked, "input_ids": np.asarray(ids[:rows], np.int64)}
             if "positions" in prog.input_args:

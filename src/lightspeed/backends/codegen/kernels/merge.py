@@ -101,4 +101,5 @@ def merge_kernels(specs: list[KernelSpec]) -> KernelSpec:
     launch = LaunchShape("merged", (grid, as_expr(1), as_expr(1)), block)
     preludes = tuple(sorted({p for s in specs for p in s.preludes}))
     return KernelSpec(name, text.replace("KNAME", name), tuple(d for s in specs for d in s.dims),
-                      tuple(b for s in specs for b in s.buffers), launch, specs[0].count, preludes)
+                      tuple(b for s in specs for b in s.buffers), launch, specs[0].count, preludes,
+                      parts=tuple(specs))

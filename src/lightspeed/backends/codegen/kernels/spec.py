@@ -69,7 +69,8 @@ class KernelSpec:
     (empty for a library call), the dims and buffers it takes in parameter order (``buffers``:
     ``"out"`` for the op's value, an int k for the op's k-th operand), its launch shape, its
     work-item count (an expression of the dims), the prelude parts it needs beyond the dialect's
-    own (``preludes``: see :mod:`.source`) and, for a library call, the library's name."""
+    own (``preludes``: see :mod:`.source`), for a library call the library's name, and for a
+    merged kernel the kernels it runs (``parts``)."""
 
     name: str
     source: str
@@ -79,3 +80,4 @@ class KernelSpec:
     count: Expr
     preludes: tuple[str, ...] = ()
     library: str | None = None
+    parts: tuple[KernelSpec, ...] = ()  # a merged kernel's parts (kernels/merge.py), in block order
