@@ -30,7 +30,7 @@ from ....symbolic import Expr, const, prod, sym
 from .region import Region, node_dtype
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import WARP, Point, Writer, finish
+from .writer import CLUSTER, WARP, Point, Writer, finish
 
 __all__ = ["attention_kernel", "blocked_value", "RENDERERS", "WARPS"]
 
@@ -284,24 +284,41 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
             w.line("  }")
             w.line("  if (lane == 0) { _ls_bm = _ls_M; _ls_bs = _ls_S; }")
             w.line("}")
+            # rank 0 gathers the blocks' partials, warp u reading block u's (all of a warp's
+            # remote loads issued before any is used: one round trip per block, in parallel,
+            # where one warp reading them one after another waited ~56 round trips), then
+            # merges them in rank order in its own shared memory after the other blocks may go
+            w.line(f"__shared__ float _ls_rm[{CLUSTER}], _ls_rs[{CLUSTER}], _ls_racc[{CLUSTER}][{vpl * WARP}];")
             w.line("ls_cluster_sync();")
-            w.line("if (_ls_crank == 0 && slice == 0) {")
-            w.line(f"  float _ls_M = {NINF}, _ls_S = 0.0f;")
-            w.line("  for (unsigned int u = 0; u < _ls_csize; u++) { const float m = ls_cluster_ld(&_ls_bm, u); "
-                   "_ls_M = m > _ls_M ? m : _ls_M; }")
-            w.line("  for (unsigned int u = 0; u < _ls_csize; u++) { const float m = ls_cluster_ld(&_ls_bm, u); "
-                   f"if (m != {NINF}) _ls_S += ls_cluster_ld(&_ls_bs, u) * ls_exp2f(m - _ls_M); }}")
-            w.line(f"  for (int t = 0; t < {vpl}; t++) {{")
-            w.line(f"    const int j = lane + t * {WARP};")
-            w.line(f"    if (j < {hv}) {{")
-            w.line("      float o = 0.0f;")
-            w.line("      for (unsigned int u = 0; u < _ls_csize; u++) { const float m = ls_cluster_ld(&_ls_bm, u); "
-                   f"if (m != {NINF}) o += ls_cluster_ld(_ls_bacc + j, u) * ls_exp2f(m - _ls_M); }}")
-            w.line(f"      out[_ls_item * {hv} + j] = {store(op.dtype, 'o / _ls_S')};")
-            w.line("    }")
+            w.line("if (_ls_crank == 0) {")
+            w.line(f"  for (unsigned int u = slice; u < _ls_csize; u += {WARPS}) {{")
+            w.line(f"    float _ls_ra[{vpl}];")
+            w.line(f"    for (int t = 0; t < {vpl}; t++) _ls_ra[t] = ls_cluster_ld(_ls_bacc + lane + t * {WARP}, u);")
+            w.line("    const float _ls_um = ls_cluster_ld(&_ls_bm, u), _ls_us = ls_cluster_ld(&_ls_bs, u);")
+            w.line(f"    for (int t = 0; t < {vpl}; t++) _ls_racc[u][lane + t * {WARP}] = _ls_ra[t];")
+            w.line("    if (lane == 0) { _ls_rm[u] = _ls_um; _ls_rs[u] = _ls_us; }")
             w.line("  }")
             w.line("}")
-            w.line("ls_cluster_sync();")
+            w.line("ls_cluster_sync();  // the other blocks' shared memory is read: they may finish")
+            w.line("if (_ls_crank == 0) {")
+            w.line("  __syncthreads();")
+            w.line("  if (slice == 0) {")
+            w.line(f"    float _ls_M = {NINF}, _ls_S = 0.0f;")
+            w.line("    for (unsigned int u = 0; u < _ls_csize; u++) _ls_M = _ls_rm[u] > _ls_M ? _ls_rm[u] : _ls_M;")
+            w.line(f"    for (unsigned int u = 0; u < _ls_csize; u++) if (_ls_rm[u] != {NINF}) "
+                   "_ls_S += _ls_rs[u] * ls_exp2f(_ls_rm[u] - _ls_M);")
+            w.line(f"    for (int t = 0; t < {vpl}; t++) {{")
+            w.line(f"      const int j = lane + t * {WARP};")
+            w.line(f"      if (j < {hv}) {{")
+            w.line("        float o = 0.0f;")
+            w.line(f"        for (unsigned int u = 0; u < _ls_csize; u++) if (_ls_rm[u] != {NINF}) "
+                   "o += _ls_racc[u][j] * ls_exp2f(_ls_rm[u] - _ls_M);")
+            w.line(f"        out[_ls_item * {hv} + j] = {store(op.dtype, 'o / _ls_S')};")
+            w.line("      }")
+            w.line("    }")
+            w.line("  }")
+            w.line("  __syncthreads();  // the gathered partials are read before the next item writes them")
+            w.line("}")
         else:
             w.line(f"  for (int t = 0; t < {vpl}; t++) {{")
             w.line(f"    const int j = lane + t * {WARP};")

@@ -30,7 +30,7 @@ from ....shape import ShapeTracker
 from ....symbolic import Expr, const, prod, sym
 from .spec import KernelSpec
 from .types import cast, compute_type, literal, load, min_value, storage_type, store
-from .writer import WARP, Point, Writer, finish, flat_of, index_at, index_in, loop_axes, pairwise
+from .writer import CLUSTER, WARP, Point, Writer, finish, flat_of, index_at, index_in, loop_axes, pairwise
 
 __all__ = ["Region", "region_kernel", "RENDERERS", "node_dtype", "combine"]
 
@@ -242,9 +242,18 @@ class Region:
             w.line(f"__shared__ {ct} {part};")
             w.line(f"if (lane == 0 && slice == 0) {part} = {acc};")
             w.line("ls_cluster_sync();")
-            w.line(f"{acc} = ls_cluster_ld(&{part}, 0);")
-            w.line(f"for (unsigned int {u} = 1; {u} < _ls_csize; {u}++) {{ "
-                   f"const {ct} other = ls_cluster_ld(&{part}, {u}); {acc} = {combine(tag, d, acc, 'other')}; }}")
+            # every block's partial loaded before any is combined: the remote loads overlap (one
+            # after another, each waited for by its combine, they cost a round trip each)
+            got = w.tmp("_ls_cv")
+            w.line(f"{ct} {got}[{CLUSTER}];")
+            w.line("#pragma unroll")
+            w.line(f"for (unsigned int {u} = 0; {u} < {CLUSTER}; {u}++) "
+                   f"if ({u} < _ls_csize) {got}[{u}] = ls_cluster_ld(&{part}, {u});")
+            w.line(f"{acc} = {got}[0];")
+            w.line("#pragma unroll")
+            w.line(f"for (unsigned int {u} = 1; {u} < {CLUSTER}; {u}++) "
+                   f"if ({u} < _ls_csize) {{ const {ct} other = {got}[{u}]; "
+                   f"{acc} = {combine(tag, d, acc, 'other')}; }}")
             w.line("ls_cluster_sync();  // every block has read the others' partials before any moves on")
         return acc
 
