@@ -8,9 +8,16 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     > "$OUT/pip.log" 2>&1 || { echo "wheel install failed"; tail -5 "$OUT/pip.log"; }
 fi
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 LIGHTSPEED_CACHE_DIR=${LIGHTSPEED_CACHE_DIR:-/tmp/ls-cache}
+# every step ends by GPU_DEADLINE_S seconds after this file was sourced (default 585: a device call
+# is limited to 600 s, and what a step leaves in $OUT comes back only if the call ends in time);
+# a step with less than 20 s left is skipped
+GPU_T0=$(date +%s)
 step() {  # name, timeout, command...
   local name=$1 limit=$2; shift 2
   local t0=$(date +%s)
+  local left=$(( GPU_T0 + ${GPU_DEADLINE_S:-585} - t0 ))
+  if [ "$left" -lt 20 ]; then echo "$name: skipped (${left}s left)"; return; fi
+  [ "$limit" -gt "$left" ] && limit=$left
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name: rc=$? $(( $(date +%s) - t0 ))s :: $(tail -1 "$OUT/$name.log")"
 }
