@@ -1,6 +1,7 @@
 # Sourced by the GPU-host scripts (gpu_round.sh, gpu_decode_check.sh): $OUT made, the carried
 # wheelhouse (.whl, when there) installed under /tmp/site, the paths and caches exported, and
 # `step NAME TIMEOUT COMMAND...` (the command's output in $OUT/NAME.log, a one-line summary).
+GPU_T0=${GPU_T0:-$(date +%s)}  # the call's start (step's deadline below)
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -11,7 +12,6 @@ export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 LIGHTSPEED_CACHE_DI
 # every step ends by GPU_DEADLINE_S seconds after this file was sourced (default 585: a device call
 # is limited to 600 s, and what a step leaves in $OUT comes back only if the call ends in time);
 # a step with less than 20 s left is skipped
-GPU_T0=$(date +%s)
 step() {  # name, timeout, command...
   local name=$1 limit=$2; shift 2
   local t0=$(date +%s)
