@@ -26,6 +26,7 @@ The executor provides memory, compilation and launching; see :class:`Executor`.
 
 from __future__ import annotations
 
+import heapq
 import os
 import threading
 import time
@@ -468,24 +469,50 @@ def grouped_order(order: list[int], deps: Mapping[int, set[int]], key: Mapping[i
     for i in order:
         for j in deps[i] & inside:
             readers[j].append(i)
-    ready = sorted((i for i in order if not waiting[i]), key=pos.__getitem__)
+    ready: list[tuple[int, int]] = []  # heaps of (position, op): every ready op, and by key
+    by_key: dict[Any, list[tuple[int, int]]] = {}
+    placed: set[int] = set()
+
+    def make_ready(i: int) -> None:
+        heapq.heappush(ready, (pos[i], i))
+        if key.get(i) is not None:
+            heapq.heappush(by_key.setdefault(key[i], []), (pos[i], i))
+
+    for i in order:
+        if not waiting[i]:
+            make_ready(i)
     out: list[int] = []
     run: set[int] = set()
     run_key = None
     while ready:
         pick = None
-        if run_key is not None:
-            pick = next((i for i in ready if key.get(i) == run_key and not deps[i] & run), None)
+        if run_key is not None:  # the earliest ready op of the run's key that reads none of the run
+            heap, skipped = by_key.get(run_key, []), []
+            while heap:
+                p, i = heapq.heappop(heap)
+                if i in placed:
+                    continue
+                if deps[i] & run:
+                    skipped.append((p, i))
+                    continue
+                pick = i
+                break
+            for item in skipped:
+                heapq.heappush(heap, item)
         if pick is None:
-            pick = ready[0]
+            while ready[0][1] in placed:
+                heapq.heappop(ready)
+            pick = heapq.heappop(ready)[1]
             run, run_key = set(), key.get(pick)
-        ready.remove(pick)
+        placed.add(pick)
         out.append(pick)
         run.add(pick)
         for r in readers[pick]:
             waiting[r] -= 1
             if not waiting[r]:
-                ready.insert(next((n for n, x in enumerate(ready) if pos[x] > pos[r]), len(ready)), r)
+                make_ready(r)
+        while ready and ready[0][1] in placed:
+            heapq.heappop(ready)
     if len(out) != len(order):
         raise LightspeedError("grouped_order: the ops' dependencies form a cycle")
     return out
