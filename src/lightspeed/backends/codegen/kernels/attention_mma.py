@@ -29,6 +29,8 @@ order, not the other kernel's: the search compares them against the reference, n
 
 from __future__ import annotations
 
+import os
+
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
@@ -45,6 +47,9 @@ __all__ = ["attention_mma_kernel", "RENDERERS", "ROWS"]
 ROWS = 64  # query rows per block (16 per warp)
 MMA_DTYPES = {"bfloat16": "bf16", "float16": "f16"}
 PAD = 8  # elements after each shared row (bank spread; 4-byte pairs stay aligned)
+# LIGHTSPEED_CUDA_ATTENTION_PIPELINE=0: each key tile loaded, then its products (an A/B switch;
+# default: the next tile's 16-byte loads issued before this tile's products)
+PIPELINE = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PIPELINE", "1") != "0"
 
 
 def _is(e, value: int) -> bool:
@@ -176,6 +181,32 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
             w.line("    for (int u = 0; u < 8; u++) _ls_vt[_ls_c + u][_ls_r] = _ls_h[u];")
         w.line("  }")
 
+    per_thread = -(-bn * d // (8 * 128))  # 16-byte vectors of a K or V tile per thread (at most)
+
+    def load_regs(what: str, leaf: int, off: str, row_stride: str, l0: str, indent: str) -> None:
+        """This thread's 16-byte vectors of the K or V tile starting at key ``l0`` into registers
+        (``_ls_r<what>``; keys past n: zeros), the loads left in flight."""
+        src = region.names[leaf]
+        w.line(f"{indent}for (int u = 0; u < {per_thread}; u++) {{")
+        w.line(f"{indent}  const int _ls_e = _ls_t * 8 + u * 1024, _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
+        w.line(f"{indent}  const long long _ls_l = ({l0}) + _ls_r;")
+        w.line(f"{indent}  _ls_r{what}[u] = _ls_e < {bn * d} && _ls_l < {nn} ? *(const uint4*)({src} + {off} "
+               f"+ _ls_l * {row_stride} + _ls_c) : make_uint4(0u, 0u, 0u, 0u);")
+        w.line(f"{indent}}}")
+
+    def store_regs(what: str, indent: str) -> None:
+        """The registers ``load_regs`` filled into the shared tile (the values without ldmatrix:
+        transposed element by element)."""
+        w.line(f"{indent}for (int u = 0; u < {per_thread}; u++) {{")
+        w.line(f"{indent}  const int _ls_e = _ls_t * 8 + u * 1024, _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
+        w.line(f"{indent}  if (_ls_e >= {bn * d}) break;")
+        if what == "k" or ldm:
+            w.line(f"{indent}  *(uint4*)&_ls_{what}s[_ls_r][_ls_c] = _ls_r{what}[u];")
+        else:
+            w.line(f"{indent}  const {st}* _ls_h = (const {st}*)&_ls_r{what}[u];")
+            w.line(f"{indent}  for (int e = 0; e < 8; e++) _ls_vt[_ls_c + e][_ls_r] = _ls_h[e];")
+        w.line(f"{indent}}}")
+
     w.index_vars |= {"_ls_qz", "_ls_kz", "_ls_vz"}
     w.push()
     row_coords("_ls_m0 + _ls_r", "_r", out_row=False)
@@ -200,6 +231,19 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     for what, leaf in vec.items():
         if leaf is not None:  # a buffer at an odd address (a view made by a caller) reads element by element
             w.line(f"const bool _ls_vec_{what} = ((unsigned long long){region.names[leaf]} & 15) == 0;")
+    # keys and values both read by 16-byte loads: the next tile's loads are issued before this
+    # tile's products (registers, then shared memory at the next tile), so they are in flight while
+    # the tensor cores work (bn * d / 1024 vectors of each per thread); else each tile is loaded
+    # and stored before its products
+    pipe = PIPELINE and vec["k"] is not None and vec["v"] is not None
+    offs = {"k": ("_ls_ok", w.expr(a["k_stride_n"])), "v": ("_ls_ov", w.expr(a["v_stride_n"]))}
+    if pipe:
+        w.line("const bool _ls_pipe = _ls_vec_k && _ls_vec_v;")
+        w.line(f"uint4 _ls_rk[{per_thread}], _ls_rv[{per_thread}];")
+        w.line("if (_ls_pipe) {")
+        for what in ("k", "v"):
+            load_regs(what, vec[what], *offs[what], "0", "  ")
+        w.line("}")
     # this thread's rows have seen a key their mask leaves open (ORed over the row's 4 threads)
     w.line("bool _ls_open[2] = {false, false};")
     w.line(f"for (long long _ls_l0 = 0; _ls_l0 < {nn}; _ls_l0 += {bn}) {{")
@@ -235,8 +279,24 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line("  }")
     w.line("  const bool _ls_idle = !_ls_seen[0] && !_ls_seen[1] && (_ls_open[0] || !_ls_in_0) && "
            "(_ls_open[1] || !_ls_in_1);")
-    w.line("  if (__syncthreads_and(_ls_idle)) continue;")
+    if pipe:  # a skipped tile's registers give way to the next tile's
+        w.line("  if (__syncthreads_and(_ls_idle)) {")
+        w.line("    if (_ls_pipe) {")
+        for what in ("k", "v"):
+            load_regs(what, vec[what], *offs[what], f"_ls_l0 + {bn}", "      ")
+        w.line("    }")
+        w.line("    continue;")
+        w.line("  }")
+    else:
+        w.line("  if (__syncthreads_and(_ls_idle)) continue;")
     w.line("  _ls_open[0] |= _ls_seen[0]; _ls_open[1] |= _ls_seen[1];")
+    if pipe:
+        w.line("  if (_ls_pipe) {")
+        for what in ("k", "v"):
+            store_regs(what, "    ")
+        for what in ("k", "v"):
+            load_regs(what, vec[what], *offs[what], f"_ls_l0 + {bn}", "    ")
+        w.line("  } else {")
     w.push()
     for what, stride, row_stride, off, dest in (("k", "k_stride_k", "k_stride_n", "_ls_ok", "_ls_ks[_ls_r][_ls_c]"),
                                                 ("v", "v_stride_j", "v_stride_n", "_ls_ov",
@@ -253,7 +313,9 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         if leaf is not None:
             w.line("}")
     tile_fill = w.pop()
-    w.scope.lines.extend("  " + ln for ln in tile_fill)
+    w.scope.lines.extend(("    " if pipe else "  ") + ln for ln in tile_fill)
+    if pipe:
+        w.line("  }")
     w.line("  __syncthreads();")
     # S = Q K^T: BN / 8 tiles of 16 x 8 per warp
     w.line(f"  float _ls_s[{bn // 8}][4];")
