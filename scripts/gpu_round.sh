@@ -53,6 +53,12 @@ fi
 if [ -n "${GPU_ROUND_PREFILL:-}" ]; then
   step prefill "${GPU_PREFILL_S:-240}" python3 benchmarks/gpu_decode.py ${GPU_ROUND_PREFILL} --prefill "${GPU_PREFILL_N:-512}"
   sed -n '/^shape/,$p' "$OUT/prefill.log"
+  # ... and under an A/B switch (GPU_PREFILL_AB="VAR=VALUE ..."), ours only
+  if [ -n "${GPU_PREFILL_AB:-}" ]; then
+    step prefill_ab "${GPU_PREFILL_S:-240}" env ${GPU_PREFILL_AB} python3 benchmarks/gpu_decode.py ${GPU_ROUND_PREFILL} \
+      --prefill "${GPU_PREFILL_N:-512}" --no-peer
+    echo "== under ${GPU_PREFILL_AB}"; sed -n '/^shape/,$p' "$OUT/prefill_ab.log"
+  fi
 fi
 # the 1B step kernel by kernel with op names (LIGHTSPEED_TRACE: plain launches between events)
 if [ "${GPU_ROUND_TRACE:-0}" = 1 ]; then
