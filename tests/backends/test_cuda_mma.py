@@ -28,6 +28,16 @@ def fragments(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=[False, True], ids=["staged", "pipelined"])
+def pipeline(request, monkeypatch):
+    """The attention tiles' key loads: each tile before its products, or the next tile's issued
+    into registers during them (LIGHTSPEED_CUDA_ATTENTION_PIPELINE)."""
+    from lightspeed.backends.codegen.kernels import attention_mma
+
+    monkeypatch.setattr(attention_mma, "PIPELINE", request.param)
+    return request.param
+
+
 @pytest.fixture(params=[False, True], ids=["64", "128"])
 def large(request, monkeypatch):
     """The tile shape: 64 x 64 of 4 warps, or 128 rows of 8 warps (LIGHTSPEED_CUDA_MMA_TILE=128)."""
@@ -244,7 +254,7 @@ def _flash(g: ls.Graph):
 
 @pytest.mark.parametrize("d,grouped,rows", [(16, False, False), (64, False, False), (128, False, False),
                                             (64, True, False), (64, True, True), (128, False, True)])
-def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows, fragments):
+def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows, fragments, pipeline):
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
 
@@ -255,6 +265,7 @@ def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows, frag
     specs = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")
     assert specs[0].launch.kind == "matmul_mma" and "ls_mma_bf16" in specs[0].source
     assert ("_ls_vec_k" in specs[0].source) == rows  # 16-byte staging where the strides allow it
+    assert ("_ls_pipe" in specs[0].source) == (rows and pipeline)  # ... the next tile's loads early
     assert "__syncthreads_and" in specs[0].source  # blocked tiles skipped
     assert ("ls_ldmatrix_x4_trans(" in specs[0].source) == fragments  # the values read transposed
     # grouped: the positions folded into the rows (a block per 64 of m x 4 rows of a KV head)
@@ -268,7 +279,7 @@ def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows, frag
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
 @pytest.mark.parametrize("d,grouped,rows", [(64, False, False), (128, False, False), (64, True, False),
                                             (128, True, False), (64, True, True), (128, False, True)])
-def test_attention_tiles_match_the_reference(d, grouped, rows, fragments):
+def test_attention_tiles_match_the_reference(d, grouped, rows, fragments, pipeline):
     import ml_dtypes
 
     g = _attention_graph(d, grouped=grouped, rows=rows)
