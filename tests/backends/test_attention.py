@@ -223,11 +223,41 @@ def test_a_paged_step_reads_keys_through_the_page_tables(backend):
     inputs = _inputs(graph, dims, np.array([5, 6, 3]))
     inputs["pages"] = np.array([[0, 1], [0, 1], [2, 0]], np.int64)  # rows 0, 1: sequence A; row 2: B
     inputs["slots"] = np.array([5, 6, 2 * page + 3], np.int64)
+    if backend == "native":  # the page looked up once per position's row (Operand.inline_run)
+        assert any("_ls_kzb" in spec.source for spec in prog.kernels if "attention" in spec.name)
     want = ref({k: v.copy() for k, v in inputs.items()}, dims=dims)
     got = prog({k: v.copy() for k, v in inputs.items()}, dims=dims)
     for k in want:
         w, g = np.asarray(want[k]), to_numpy(got[k])
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(w).max()), err_msg=k)
+
+
+def test_run_slopes_of_index_arithmetic():
+    """How an index expression of the flat index z moves inside a run of z that keeps every
+    divisor's quotient (the check a kernel makes before reading a run at once): the page-table
+    arithmetic of a paged step rises by one; anything it cannot vouch for is None."""
+    from lightspeed.backends.codegen.kernels.attention import below, run_slope, tree_slope
+    from lightspeed.shape import ShapeTracker
+    from lightspeed.symbolic import const, sym
+
+    z, s = sym("z"), sym("s")
+    cases = [(z, 1, []), (z // 8, 0, [8]), (z % 8, 1, [8]), (3 * (z % 8) + 5, 3, [8]),
+             (z // (8 * s), 0, [8 * s]), (s * (z // 8), 0, [8]), ((z + 1) // 8, None, None),
+             ((z % 8) * (z // 8), None, None), (s * z, None, None), (s + 2, 0, [])]
+    for e, slope, divisors in cases:
+        found: list = []
+        assert run_slope(e, found) == slope, e
+        if divisors is not None:
+            assert found == divisors, e
+    # pages[z // 64] * 64 + z % 64: rises by one inside a page row
+    view = ShapeTracker.contiguous((4,)).reshape((4, 1)).expand((4, 64))  # element z reads pages[z // 64]
+    tree = ("Add", ("iota", z % 64, ls.int64), ("Mul", ("leaf", 0), ("iota", const(64), ls.int64)))
+    found = []
+    assert tree_slope(tree, [view], found) == 1
+    assert tree_slope(("Mul", ("leaf", 0), ("iota", z % 64, ls.int64)), [view], []) is None  # no constant factor
+    # a quotient by the whole flat range is 0 (z < n): nothing to divide at run time
+    n = 256 * s
+    assert below(("iota", 4 * (z // n) + z % 64, ls.int64), n) == ("iota", z % 64, ls.int64)
 
 
 @needs_native

@@ -26,7 +26,7 @@ import numpy as np
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
-from ....symbolic import Expr, const, prod, sym
+from ....symbolic import INDEX_VAR, Expr, const, prod, smax, smin, sym
 from .region import Region, node_dtype
 from .spec import KernelSpec
 from .types import load, storage_type, store
@@ -93,8 +93,12 @@ class Operand:
     or anything else, computed per element where it is read (a paged step's gather: each row's
     keys read through its page table, never copied)."""
 
-    def __init__(self, w: Writer, region: Region, body: tuple, in_dtypes: list[DType], var: str):
-        self.w, self.region, self.body, self.var = w, region, body, var
+    def __init__(self, w: Writer, region: Region, body: tuple, in_dtypes: list[DType], var: str,
+                 numel: Expr | None = None):
+        self.w, self.region, self.var = w, region, var
+        # the flat index is below numel: a quotient by it is 0 (a batch axis of one, a view's
+        # outer coordinate), which the kernel then never divides out
+        self.body = below(body, numel) if numel is not None else body
         leaf = body[1] if body[0] == "leaf" else None
         self.ptr = f"in{leaf}" if leaf is not None and region.views[leaf].is_contiguous else None
         self.dtype = in_dtypes[leaf] if leaf is not None else node_dtype(body, in_dtypes)
@@ -110,6 +114,20 @@ class Operand:
                 return ix, data
         return None
 
+    def inline_run(self) -> tuple[tuple, int, list[Expr]] | None:
+        """(the index tree, the data leaf, the divisors) when the body gathers a contiguous buffer
+        through an index the kernel computes (a paged step's page-table arithmetic, recomputed
+        where it is read: rolling._sequence) whose value rises by exactly one with the flat index
+        inside any run of elements that keeps every divisor's quotient (``z // D``, ``z % D``);
+        the run's index is then its first element's plus the offset (see :func:`run_slope`)."""
+        body, views = self.body, self.region.views
+        if body[0] != "gather" or body[1][0] == "leaf" or not views[body[2]].is_contiguous:
+            return None
+        divisors: list[Expr] = []
+        if tree_slope(body[1], views, divisors) != 1:
+            return None
+        return body[1], body[2], divisors
+
     def fill(self, dest: str, count: int, base: str, unit: bool, ahead: tuple[str, str] | None = None,
              checked: str | None = None, export: str | None = None) -> None:
         """``dest[c] = `` the element at flat index ``base + c`` (``unit``: consecutive elements;
@@ -120,6 +138,10 @@ class Operand:
         one an earlier fill exported for the same indexes at the same ``base`` (the values read
         through the keys' index buffer): the run is not checked again, only its first index read."""
         w = self.w
+        inline = self.inline_run() if unit else None
+        if inline is not None:
+            self._fill_inline(dest, count, base, *inline, ahead, checked, export)
+            return
         run = self.run_leaves() if unit else None
         if run is None:
             self.use(f"for (int c = 0; c < {count}; c++)", f"{base} + c", lambda v: f"{dest}[c] = {v};")
@@ -153,6 +175,70 @@ class Operand:
         w.line("    }")
         w.line("  }")
 
+    def _fill_inline(self, dest: str, count: int, base: str, tree: tuple, data: int, divisors: list[Expr],
+                     ahead: tuple[str, str] | None = None, checked: str | None = None,
+                     export: str | None = None) -> None:
+        """:meth:`fill` of an :meth:`inline_run` body: where the run of ``count`` elements from
+        ``base`` keeps every divisor's quotient, its index is computed once (at ``base``) and
+        the run copied; else element by element.  ``ahead`` (condition, flat offset): a later
+        run's index computed the same way, its elements prefetched.  ``export``: a name prefix
+        the run's check, index and the later run's are stored under (``<p>`` and ``<p>_r0``,
+        ``<p>_a``, ``<p>_ar0``, declared by the caller); ``checked``: the prefix an earlier fill
+        of the same index at the same base exported (a paged step's values, read through the
+        keys' page table): nothing is computed again."""
+        w = self.w
+        size = w.expr(prod(self.region.views[data].shape))
+        dd = self.region.leaf_dtypes[data]
+        divs = list(dict.fromkeys(w.expr(d) for d in divisors))
+
+        def start(b: str, indent: str, ok: str, r0: str) -> None:  # ok, r0: the run's check and index
+            w.index_vars.add(b)
+            conds = [f"{b} % {d} + {count} <= {d}" for d in divs]
+            w.line(f"{indent}int {ok} = {' && '.join(conds) if conds else '1'};")
+            w.line(f"{indent}long long {r0} = 0;")
+            w.line(f"{indent}if ({ok}) {{")
+            w.push()
+            value = self.region.value(tree, b)
+            w.scope.parent.lines.extend(indent + "  " + ln for ln in w.pop())
+            w.line(f"{indent}  {r0} = (long long){value};")
+            w.line(f"{indent}  {ok} = {r0} >= 0 && {r0} <= {size} - {count};")
+            w.line(f"{indent}}}")
+
+        b = f"{self.var}b"
+        w.line("  {")
+        w.line(f"    const long long {b} = {base};")
+        if checked is not None:
+            w.line(f"    int _ls_one = {checked};")
+            w.line(f"    const long long _ls_r0 = {checked}_r0;")
+        else:
+            start(b, "    ", "_ls_one", "_ls_r0")
+        if export is not None:
+            w.line(f"    {export} = _ls_one; {export}_r0 = _ls_r0; {export}_a = 0;")
+        if ahead is not None:  # (condition, flat offset): a later run fetched while this one is used
+            cond, off = ahead
+            w.line(f"    if ({cond}) {{")
+            if checked is not None:
+                w.line(f"      const int _ls_aok = {checked}_a;")
+                w.line(f"      const long long _ls_ar0 = {checked}_ar0;")
+            else:
+                w.line(f"      const long long {b}a = {b} + {off};")
+                start(f"{b}a", "      ", "_ls_aok", "_ls_ar0")
+                if export is not None:
+                    w.line(f"      {export}_a = _ls_aok; {export}_ar0 = _ls_ar0;")
+            w.line("      if (_ls_aok)")
+            w.line(f"        for (int c = 0; c < {count}; c += 16) "
+                   f"__builtin_prefetch({self.region.names[data]} + _ls_ar0 + c);")
+            w.line("    }")
+        w.line("    if (_ls_one) {")
+        src = load(dd, f"{self.region.names[data]}[_ls_r0 + c]")
+        w.line(f"      for (int c = 0; c < {count}; c++) {dest}[c] = (float){src};")
+        w.line("    } else {")
+        w.push()
+        self.use(f"for (int c = 0; c < {count}; c++)", f"{base} + c", lambda v: f"{dest}[c] = {v};")
+        w.scope.parent.lines.extend("    " + ln for ln in w.pop())
+        w.line("    }")
+        w.line("  }")
+
     def use(self, head: str, flat: str, statement: Callable[[str], str]) -> None:
         """``head {`` (a loop or a guard, inside the key loop), the element at flat index ``flat``
         as a float, ``statement`` of it, ``}``."""
@@ -164,6 +250,118 @@ class Operand:
             value = f"(float){nested(self.w, '    ', lambda: self.region.value(self.body, self.var))}"
         self.w.line(f"    {statement(value)}")
         self.w.line("  }")
+
+
+def _below_expr(e: Expr, n: Expr) -> Expr:
+    """``e`` with ``z // n`` as 0 and ``z % n`` as ``z`` (z < n)."""
+    if e.kind in ("var", "const") or INDEX_VAR not in e.free_vars():
+        return e
+    if e.kind in ("floordiv", "mod") and e.args[0].kind == "var" and e.args[1] == n:
+        return const(0) if e.kind == "floordiv" else e.args[0]
+    args = [_below_expr(x, n) for x in e.args]
+    if e.kind == "add":
+        return sum(args[1:], args[0])
+    if e.kind == "mul":
+        out = args[0]
+        for x in args[1:]:
+            out = out * x
+        return out
+    if e.kind == "floordiv":
+        return args[0] // args[1]
+    if e.kind == "mod":
+        return args[0] % args[1]
+    if e.kind == "min":
+        return smin(*args)
+    if e.kind == "max":
+        return smax(*args)
+    return e
+
+
+def below(node: tuple, n: Expr) -> tuple:
+    """A region tree evaluated at flat indexes below ``n``: its iotas' ``z // n`` are 0 and
+    ``z % n`` is z (leaves keep their views)."""
+    if node[0] == "iota":
+        return ("iota", _below_expr(node[1], n), *node[2:])
+    if node[0] in ("leaf", "const") or not isinstance(node, tuple):
+        return node
+    return tuple(below(x, n) if isinstance(x, tuple) else x for x in node)
+
+
+def run_slope(e: Expr, divisors: list[Expr]) -> int | None:
+    """How much the integer expression ``e`` of the flat index ``z`` rises per element inside a
+    run of consecutive z that keeps the quotient of z by every divisor appended to ``divisors``
+    (the run check a kernel makes at run time): 0 for what stays (constants, dims, ``z // D``),
+    1 for ``z`` and ``z % D``, sums and constant multiples of those; None where it cannot say
+    (``z`` inside anything else: a quotient of ``z + 1``, a product of two z terms, ...)."""
+    kind = e.kind
+    if INDEX_VAR not in e.free_vars():
+        return 0
+    if kind == "var":
+        return 1
+    if kind in ("floordiv", "mod"):
+        a, d = e.args
+        if a.kind != "var" or INDEX_VAR in d.free_vars():
+            return None
+        divisors.append(d)
+        return 0 if kind == "floordiv" else 1
+    if kind == "add":
+        parts = [run_slope(x, divisors) for x in e.args]
+        return None if None in parts else sum(parts)
+    if kind == "mul":  # a product of what stays is what stays; one moving factor times constants
+        slopes = [run_slope(x, divisors) for x in e.args]
+        if None in slopes:
+            return None
+        moving = [k for k, sl in enumerate(slopes) if sl]
+        if not moving:
+            return 0
+        others = [x for k, x in enumerate(e.args) if k != moving[0]]
+        if len(moving) > 1 or not all(x.kind == "const" for x in others):
+            return None
+        factor = 1
+        for x in others:
+            factor *= int(x.value)
+        return slopes[moving[0]] * factor
+    return None
+
+
+def tree_slope(node: tuple, views: list, divisors: list[Expr]) -> int | None:
+    """:func:`run_slope` of a region tree's integer value (iotas, leaves read at positions that
+    stay within the run, sums, products with a side that stays and is an iota constant or a
+    literal, casts): None where it cannot say."""
+    tag = node[0]
+    if tag == "iota":
+        return run_slope(node[1], divisors)
+    if tag == "const":
+        return 0
+    if tag == "leaf":
+        st = views[node[1]]
+        return 0 if run_slope(st.index_expr(), divisors) == 0 and run_slope(st.valid_expr(), divisors) == 0 else None
+    if tag == "Cast":
+        return tree_slope(node[2], views, divisors)
+    if tag == "Add":
+        parts = [tree_slope(x, views, divisors) for x in node[1:]]
+        return None if None in parts else sum(parts)
+    if tag == "Mul":
+        x, y = node[1:]
+        sx, sy = tree_slope(x, views, divisors), tree_slope(y, views, divisors)
+        if sx is None or sy is None:
+            return None
+        if sx == 0 and sy == 0:
+            return 0
+        if sx != 0 and sy != 0:
+            return None  # both move
+        factor = _literal_int(x if sx == 0 else y)
+        return None if factor is None else factor * (sy if sx == 0 else sx)
+    return None
+
+
+def _literal_int(node: tuple) -> int | None:
+    """The integer a tree node always is (a constant, or an iota of a constant expression)."""
+    if node[0] == "const" and isinstance(node[1], (int, np.integer)):
+        return int(node[1])
+    if node[0] == "iota" and node[1].is_const:
+        return int(node[1].value)
+    return None
 
 
 def online_step(w: Writer, region: Region, at: Point | str, indent: str, mx: str, total: str,
@@ -206,8 +404,8 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
     # operand 0 is the mask; the bodies' leaves (queries, keys, values) operands 1, 2, ...
     views = [a["mask_view"], *op.leaf_views]
     region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
-    keys = Operand(w, region, a["k_body"], in_dtypes, "_ls_kz")
-    values = Operand(w, region, a["v_body"], in_dtypes, "_ls_vz")
+    keys = Operand(w, region, a["k_body"], in_dtypes, "_ls_kz", prod(a["k_shape"]))
+    values = Operand(w, region, a["v_body"], in_dtypes, "_ls_vz", prod(a["v_shape"]))
     w.index_vars.add("_ls_qz")
 
     def query(c: str) -> str:  # the query element c of this row, as the body computes it
@@ -363,8 +561,8 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
                                                             "v_stride_n", "v_stride_j"))
     views = [a["mask_view"], *op.leaf_views]  # the mask, then the bodies' leaves
     region = Region(w, views, list(in_dtypes), False, names=[f"in{k}" for k in range(len(in_dtypes))])
-    keys = Operand(w, region, a["k_body"], in_dtypes, "_ls_kz")
-    values = Operand(w, region, a["v_body"], in_dtypes, "_ls_vz")
+    keys = Operand(w, region, a["k_body"], in_dtypes, "_ls_kz", prod(a["k_shape"]))
+    values = Operand(w, region, a["v_body"], in_dtypes, "_ls_vz", prod(a["v_shape"]))
     shape = (*batch, a["m"], n)
     at = Point("_ls_z", sym("_ls_z"), tuple(shape), coords) if tuple(a["mask_view"].shape) == shape else "_ls_z"
     hk8 = -(-hk // 8) * 8  # the rows padded to whole 8-lane vectors (zeros)
@@ -411,8 +609,22 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
               and prod(region.views[kr[1]].shape) == prod(region.views[vr[1]].shape)
               and a["k_offset"] == a["v_offset"] and a["k_stride_n"] == a["v_stride_n"]
               and tuple(a["k_batch_strides"]) == tuple(a["v_batch_strides"]))
+    ki, vi = keys.inline_run(), values.inline_run()
+    same_rows = (a["k_stride_k"] == 1 and a["v_stride_j"] == 1 and hk == hv and a["k_offset"] == a["v_offset"]
+                 and a["k_stride_n"] == a["v_stride_n"] and tuple(a["k_batch_strides"]) == tuple(a["v_batch_strides"]))
+    # the values' index computed once with the keys' (one page table for both pools: the same
+    # tree over the same leaves at the same offsets)
+    def canonical(tree: tuple) -> tuple:  # leaves as (the value read, its view): equal trees read alike
+        if tree[0] == "leaf":
+            return ("leaf", op.inputs[tree[1]], region.views[tree[1]])
+        return tuple(canonical(x) if isinstance(x, tuple) else x for x in tree)
+
+    if (ki is not None and vi is not None and same_rows and canonical(ki[0]) == canonical(vi[0])
+            and prod(region.views[ki[1]].shape) == prod(region.views[vi[1]].shape)):
+        shared = True
     if shared:
-        w.line("  int _ls_krun = 0;")
+        w.line("  int _ls_krun = 0, _ls_krun_a = 0; long long _ls_krun_r0 = 0, _ls_krun_ar0 = 0;")
+        w.line("  (void)_ls_krun_a; (void)_ls_krun_r0; (void)_ls_krun_ar0;")
     if a["k_stride_k"] == 1:
         keys.fill("_ls_kf", hk, f"_ls_ok + _ls_l * {ksn}", True, ahead_k, export="_ls_krun" if shared else None)
     else:
