@@ -138,14 +138,14 @@ def test_merged_launches_give_the_same_logits_bit_for_bit(monkeypatch):
     weights = model.check_weights({n: (rng.standard_normal(s) * 0.05 + (1.0 if "norm" in n else 0.0)).astype(np.float32)
                                    for n, s in model.param_shapes().items()})
     inputs = {**weights, "input_ids": rng.integers(3, TINY["vocab_size"], 3).astype(np.int64)}
+    if "positions" in g.inputs:
+        inputs["positions"] = np.arange(3, dtype=np.int64)
     want = np.asarray(g.compile(backend="reference")(inputs)["logits"], np.float32)
     out, merged = {}, {}
     for merge in (True, False):
         monkeypatch.setattr(program_module, "MERGE", merge)
         # few rows: the decode's kernels (the products a block per output)
         prog = g.compile(backend="cuda", search=ls.SearchOptions(budget=3, seed=0, dims={"s": 4}, roll=False))
-        if "positions" in prog.input_args:
-            inputs["positions"] = np.arange(3, dtype=np.int64)
         out[merge] = np.asarray(prog(inputs)["logits"], np.float32)
         merged[merge] = sum(1 for x in getattr(prog, "launches", ()) if x.merged)
         np.testing.assert_allclose(out[merge], want, rtol=2e-2, atol=2e-2 * np.abs(want).max())

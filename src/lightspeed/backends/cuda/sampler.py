@@ -38,8 +38,9 @@ class DeviceSampler:
         stream, dev = thread_stream(), driver.device()
         if not isinstance(logits, DeviceArray):
             host = np.asarray(logits)
-            if host.dtype.name not in LOGIT_CODES:
-                raise InputError(f"sampler: logits must be float32/bfloat16/float16, got {host.dtype.name}")
+            if host.ndim != 2 or host.dtype.name not in LOGIT_CODES:  # one message for every backend
+                raise InputError(f"sampler: logits must be [rows, V] of float32/bfloat16/float16, got "
+                                 f"{host.dtype.name}{list(host.shape)}")
             logits = DeviceArray.from_host(np.ascontiguousarray(host), stream, wait=False)
         if logits.ndim != 2 or logits.dtype.name not in LOGIT_CODES:
             raise InputError(f"sampler: logits must be [rows, V] of float32/bfloat16/float16, got "
