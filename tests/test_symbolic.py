@@ -614,3 +614,14 @@ def test_regression_minmax_of_provably_equal_operands():
     assert smin(x, -1, a - 5).evaluate({"a": 9}) == -1
     m = smin(x, -1, a - 5)
     assert pickle.loads(pickle.dumps(m)) is m
+
+
+def test_with_args_rebuilds_an_operation_over_new_operands():
+    a, b = sym("a"), sym("b")
+    e = a // 4 + b
+    # the same operation over other operands, re-canonicalised
+    assert (a // 4).with_args([b, const(2)]) == b // 2
+    assert (a * 3).with_args([const(2), const(5)]) == const(10)
+    assert e.with_args([const(0), b]) == b
+    # a variable or a constant is itself
+    assert a.with_args([]) is a and const(7).with_args([]) == const(7)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Union
 
 import numpy as np
@@ -194,6 +194,10 @@ class Expr:
         return 1 - self.eq(o)
 
     # ------------------------------------------------------------------ substitution / evaluation
+    def with_args(self, args: Sequence[Expr]) -> Expr:
+        """This operation over other operands (re-canonicalised); a constant or variable is itself."""
+        return self if self.op in (_CONST, _VAR) else _REBUILD[self.op](list(args))
+
     def substitute(self, mapping: Mapping[str, ExprLike]) -> Expr:
         """Replace variables by expressions (or ints); the result is re-canonicalised."""
         if not mapping or not (self.free_vars() & mapping.keys()):

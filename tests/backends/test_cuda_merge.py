@@ -47,19 +47,23 @@ def test_grouped_order_is_topological_and_groups_independent_ops_of_a_key():
     deps = {0: set(), 1: {0}, 4: {1}, 2: {0}, 3: {0}, 5: {2, 3, 4}}
     order = [0, 1, 4, 2, 3, 5]
     key = {0: None, 1: "a", 2: "a", 3: "a", 4: "a", 5: None}
-    out = grouped_order(order, deps, key)
-    assert _is_topological(out, deps)
-    assert out == [0, 1, 2, 3, 4, 5]  # 2 and 3 join 1's run; 4 reads 1, so it starts the next
-    # no keys: the order itself
-    assert grouped_order(order, deps, {i: None for i in order}) == order
+    runs = grouped_order(order, deps, key)
+    assert runs == [[0], [1, 2, 3], [4], [5]]  # 2 and 3 join 1's run; 4 reads 1, so it starts the next
+    assert _is_topological([i for r in runs for i in r], deps)
+    # no keys: the order itself, an op a run
+    assert grouped_order(order, deps, {i: None for i in order}) == [[i] for i in order]
     # random DAGs with random keys: always a permutation in topological order
     rng = random.Random(0)
     for _ in range(200):
         n = rng.randint(1, 30)
         deps = {i: {j for j in range(i) if rng.random() < 0.15} for i in range(n)}
         key = {i: rng.choice([None, "a", "b"]) for i in range(n)}
-        out = grouped_order(list(range(n)), deps, key)
+        runs = grouped_order(list(range(n)), deps, key)
+        out = [i for r in runs for i in r]
         assert sorted(out) == list(range(n)) and _is_topological(out, deps)
+        for r in runs:  # a run: one key, none of its ops reading another
+            assert len(r) == 1 or (len({key[i] for i in r}) == 1 and key[r[0]] is not None
+                                   and not any(deps[i] & set(r) for i in r))
     with pytest.raises(LightspeedError, match="cycle"):
         grouped_order([0, 1], {0: {1}, 1: {0}}, {0: None, 1: None})
 

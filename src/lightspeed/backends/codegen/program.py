@@ -212,33 +212,22 @@ class KernelProgram(Program):
             return [x for i in self.order for x in per_op[i]]
         aliased = [i for i in self.order if ops[i].op == "Output" and ops[i].args["name"] in self.output_aliases]
         leaves = [i for i in self.order if ops[i].op in ("Input", "Constant")]  # no launch: first
-        body = [i for i in self.order if i not in set(aliased) | set(leaves)]
+        apart = set(aliased) | set(leaves)
+        body = [i for i in self.order if i not in apart]
         key = {i: merge_key(per_op[i][0].spec) if len(per_op[i]) == 1 else None for i in body}
-        self.order = leaves + grouped_order(body, {i: set(ops[i].inputs) for i in body}, key) + aliased
+        runs = grouped_order(body, {i: set(ops[i].inputs) for i in body}, key)
+        self.order = leaves + [i for r in runs for i in r] + aliased
         out: list[Launch] = []
-        run: list[Launch] = []  # adjacent launches of one key, independent of each other
-
-        def flush() -> None:
-            if len(run) > 1:
-                spec = merge_kernels([x.spec for x in run])
-                args = tuple(a for x in run for a in x.args[:len(x.spec.dims)])
-                args += tuple(a for x in run for a in x.args[len(x.spec.dims):])
-                out.append(Launch(spec, args, run[0].op, tuple(x.op for x in run)))
-            else:
-                out.extend(run)
-            run.clear()
-
-        for i in self.order:
-            if not per_op[i]:
-                continue  # an input, a constant: no launch between the run's
-            k = key.get(i)
-            if run and (k is None or k != key[run[-1].op] or set(ops[i].inputs) & {x.op for x in run}):
-                flush()
-            if k is None:
-                out.extend(per_op[i])
-            else:
-                run.append(per_op[i][0])
-        flush()
+        for r in runs:
+            if len(r) == 1:
+                out.extend(per_op[r[0]])
+                continue
+            parts = [per_op[i][0] for i in r]  # a run of one key: one launch each
+            spec = merge_kernels([x.spec for x in parts])
+            args = tuple(a for x in parts for a in x.args[:len(x.spec.dims)])
+            args += tuple(a for x in parts for a in x.args[len(x.spec.dims):])
+            out.append(Launch(spec, args, parts[0].op, tuple(r)))
+        out.extend(x for i in aliased for x in per_op[i])
         return out
 
     def _op_launches(self, i: int) -> list[Launch]:
@@ -457,11 +446,12 @@ class KernelProgram(Program):
         return self.search_report.format() if self.search_report is not None else "no search was run"
 
 
-def grouped_order(order: list[int], deps: Mapping[int, set[int]], key: Mapping[int, Any]) -> list[int]:
+def grouped_order(order: list[int], deps: Mapping[int, set[int]], key: Mapping[int, Any]) -> list[list[int]]:
     """A topological order of ``order`` (itself one; ``deps[i]``: the ops op i reads) that keeps
     its order except that ops of one non-None ``key`` that are ready together and independent of
-    each other come one after another: after an op of key K, the earliest ready op of key K that
-    reads none of the ops placed since the last op of another key is placed next."""
+    each other come one after another, as runs: after an op of key K, the earliest ready op of key
+    K that reads none of its run joins the run.  Returns the runs in order (an op of key None is a
+    run of its own); their concatenation is the order."""
     pos = {i: n for n, i in enumerate(order)}
     inside = set(order)
     waiting = {i: len(deps[i] & inside) for i in order}
@@ -481,7 +471,7 @@ def grouped_order(order: list[int], deps: Mapping[int, set[int]], key: Mapping[i
     for i in order:
         if not waiting[i]:
             make_ready(i)
-    out: list[int] = []
+    runs: list[list[int]] = []
     run: set[int] = set()
     run_key = None
     while ready:
@@ -504,8 +494,9 @@ def grouped_order(order: list[int], deps: Mapping[int, set[int]], key: Mapping[i
                 heapq.heappop(ready)
             pick = heapq.heappop(ready)[1]
             run, run_key = set(), key.get(pick)
+            runs.append([])
         placed.add(pick)
-        out.append(pick)
+        runs[-1].append(pick)
         run.add(pick)
         for r in readers[pick]:
             waiting[r] -= 1
@@ -513,9 +504,9 @@ def grouped_order(order: list[int], deps: Mapping[int, set[int]], key: Mapping[i
                 make_ready(r)
         while ready and ready[0][1] in placed:
             heapq.heappop(ready)
-    if len(out) != len(order):
+    if len(placed) != len(order):
         raise LightspeedError("grouped_order: the ops' dependencies form a cycle")
-    return out
+    return runs
 
 
 def monotone(e: Expr) -> bool:

@@ -26,7 +26,7 @@ import numpy as np
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
-from ....symbolic import INDEX_VAR, Expr, const, prod, smax, smin, sym
+from ....symbolic import INDEX_VAR, Expr, const, prod, sym
 from .region import Region, node_dtype
 from .spec import KernelSpec
 from .types import load, storage_type, store
@@ -148,7 +148,7 @@ class Operand:
             return
         ix, data = run
         size = w.expr(prod(self.region.views[data].shape))
-        names, dd = self.region.names, self.region.leaf_dtypes[data]
+        names = self.region.names
         w.line("  {")
         w.line(f"    const {storage_type(self.region.leaf_dtypes[ix])}* _ls_ix = {names[ix]} + ({base});")
         w.line("    const long long _ls_r0 = (long long)_ls_ix[0];")
@@ -166,8 +166,15 @@ class Operand:
             w.line(f"      if (_ls_pf >= 0 && _ls_pf <= {size} - {count})")
             w.line(f"        for (int c = 0; c < {count}; c += 16) __builtin_prefetch({names[data]} + _ls_pf + c);")
             w.line("    }")
+        self._copy_run(dest, count, base, data)
+
+    def _copy_run(self, dest: str, count: int, base: str, data: int) -> None:
+        """The end of a fill: where ``_ls_one`` holds, the run of ``count`` elements of the data
+        leaf from ``_ls_r0`` copied into ``dest``; else element by element through the body."""
+        w = self.w
+        src = load(self.region.leaf_dtypes[data], f"{self.region.names[data]}[_ls_r0 + c]")
         w.line("    if (_ls_one) {")
-        w.line(f"      for (int c = 0; c < {count}; c++) {dest}[c] = (float){load(dd, f'{names[data]}[_ls_r0 + c]')};")
+        w.line(f"      for (int c = 0; c < {count}; c++) {dest}[c] = (float){src};")
         w.line("    } else {")
         w.push()
         self.use(f"for (int c = 0; c < {count}; c++)", f"{base} + c", lambda v: f"{dest}[c] = {v};")
@@ -188,7 +195,6 @@ class Operand:
         keys' page table): nothing is computed again."""
         w = self.w
         size = w.expr(prod(self.region.views[data].shape))
-        dd = self.region.leaf_dtypes[data]
         divs = list(dict.fromkeys(w.expr(d) for d in divisors))
 
         def start(b: str, indent: str, ok: str, r0: str) -> None:  # ok, r0: the run's check and index
@@ -229,15 +235,7 @@ class Operand:
             w.line(f"        for (int c = 0; c < {count}; c += 16) "
                    f"__builtin_prefetch({self.region.names[data]} + _ls_ar0 + c);")
             w.line("    }")
-        w.line("    if (_ls_one) {")
-        src = load(dd, f"{self.region.names[data]}[_ls_r0 + c]")
-        w.line(f"      for (int c = 0; c < {count}; c++) {dest}[c] = (float){src};")
-        w.line("    } else {")
-        w.push()
-        self.use(f"for (int c = 0; c < {count}; c++)", f"{base} + c", lambda v: f"{dest}[c] = {v};")
-        w.scope.parent.lines.extend("    " + ln for ln in w.pop())
-        w.line("    }")
-        w.line("  }")
+        self._copy_run(dest, count, base, data)
 
     def use(self, head: str, flat: str, statement: Callable[[str], str]) -> None:
         """``head {`` (a loop or a guard, inside the key loop), the element at flat index ``flat``
@@ -258,23 +256,7 @@ def _below_expr(e: Expr, n: Expr) -> Expr:
         return e
     if e.kind in ("floordiv", "mod") and e.args[0].kind == "var" and e.args[1] == n:
         return const(0) if e.kind == "floordiv" else e.args[0]
-    args = [_below_expr(x, n) for x in e.args]
-    if e.kind == "add":
-        return sum(args[1:], args[0])
-    if e.kind == "mul":
-        out = args[0]
-        for x in args[1:]:
-            out = out * x
-        return out
-    if e.kind == "floordiv":
-        return args[0] // args[1]
-    if e.kind == "mod":
-        return args[0] % args[1]
-    if e.kind == "min":
-        return smin(*args)
-    if e.kind == "max":
-        return smax(*args)
-    return e
+    return e.with_args([_below_expr(x, n) for x in e.args])
 
 
 def below(node: tuple, n: Expr) -> tuple:

@@ -165,22 +165,6 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
             return None
         return body[1]
 
-    def stage_vector(what: str, leaf: int, off: str, row_stride: str) -> None:
-        """Fill a shared tile with 16-byte loads of 8 elements (keys past n: zeros), stored as
-        they are (the values without ldmatrix: transposed element by element)."""
-        src = region.names[leaf]
-        w.line(f"  for (int _ls_e = _ls_t * 8; _ls_e < {bn * d}; _ls_e += 1024) {{")
-        w.line(f"    const int _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
-        w.line("    const long long _ls_l = _ls_l0 + _ls_r;")
-        w.line("    uint4 _ls_u = make_uint4(0u, 0u, 0u, 0u);")
-        w.line(f"    if (_ls_l < {nn}) _ls_u = *(const uint4*)({src} + {off} + _ls_l * {row_stride} + _ls_c);")
-        if what == "k" or ldm:
-            w.line(f"    *(uint4*)&_ls_{what}s[_ls_r][_ls_c] = _ls_u;")
-        else:
-            w.line(f"    const {st}* _ls_h = (const {st}*)&_ls_u;")
-            w.line("    for (int u = 0; u < 8; u++) _ls_vt[_ls_c + u][_ls_r] = _ls_h[u];")
-        w.line("  }")
-
     per_thread = -(-bn * d // (8 * 128))  # 16-byte vectors of a K or V tile per thread (at most)
 
     def load_regs(what: str, leaf: int, off: str, row_stride: str, l0: str, indent: str) -> None:
@@ -206,6 +190,15 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
             w.line(f"{indent}  const {st}* _ls_h = (const {st}*)&_ls_r{what}[u];")
             w.line(f"{indent}  for (int e = 0; e < 8; e++) _ls_vt[_ls_c + e][_ls_r] = _ls_h[e];")
         w.line(f"{indent}}}")
+
+    def stage_vector(what: str, leaf: int, off: str, row_stride: str) -> None:
+        """Fill a shared tile with 16-byte loads of 8 elements (keys past n: zeros): this tile's
+        vectors into registers, then into shared memory (:func:`load_regs`, :func:`store_regs`)."""
+        w.line("  {")
+        w.line(f"    uint4 _ls_r{what}[{per_thread}];")
+        load_regs(what, leaf, off, row_stride, "_ls_l0", "    ")
+        store_regs(what, "    ")
+        w.line("  }")
 
     w.index_vars |= {"_ls_qz", "_ls_kz", "_ls_vz"}
     w.push()
