@@ -209,13 +209,8 @@ class Expr:
             if not (e.free_vars() & m.keys()):
                 return e
             r = cache.get(e)
-            if r is not None:
-                return r
-            if e.op == _VAR:
-                r = m[e.args[0]]
-            else:
-                r = _REBUILD[e.op]([go(a) for a in e.args])
-            cache[e] = r
+            if r is None:
+                r = cache[e] = m[e.args[0]] if e.op == _VAR else e.with_args([go(a) for a in e.args])
             return r
 
         return go(self)
