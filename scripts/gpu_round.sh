@@ -9,7 +9,7 @@
 # the tensor-core tiles' GPU tests and a 512-token prefill of the 1B shape with them (the default)
 # and without (LIGHTSPEED_CUDA_MMA=0) beside torch.compile's, then that prefill traced kernel by kernel
 # (GPU_ROUND_PREFILL_TRACE=0: not); with GPU_ROUND_SERVE=1 benchmarks/gpu_serve.py (32 streams
-# of the 1B shape, paged).  Logs under $OUT.
+# of the 1B shape, paged); with GPU_ROUND_SAMPLER=1 benchmarks/gpu_sampler.py.  Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
 # weight-file parts carried in this call, kept for a later call on the same warm machine
@@ -31,6 +31,11 @@ if [ "${GPU_ROUND_CONFORMANCE:-0}" = 1 ]; then
   grep -oE "(PASSED|FAILED|SKIPPED|ERROR) tests/[^ ]+" "$OUT/conformance.log" | awk '{print $2}' | sort > "$OUT/conf_done.txt"
   echo "passed: $(grep -c PASSED "$OUT/conformance.log")"; grep -E "FAILED tests" "$OUT/conformance.log" | head -5
   echo "not finished:"; comm -23 "$OUT/conf_all.txt" "$OUT/conf_done.txt" | head -20
+fi
+# the token sampler alone beside PyTorch's sampling (GPU_ROUND_SAMPLER=1)
+if [ "${GPU_ROUND_SAMPLER:-0}" = 1 ]; then
+  step sampler "${GPU_SAMPLER_S:-90}" python3 benchmarks/gpu_sampler.py
+  sed -n '/^sampler/,$p' "$OUT/sampler.log"
 fi
 if [ -n "${GPU_PROFILE_SHAPES-llama-3.2-1b}" ]; then
   LIGHTSPEED_CUDA_PDL=${GPU_PROFILE_PDL:-0} step profile "${GPU_PROFILE_S:-120}" python3 scripts/gpu_profile.py \

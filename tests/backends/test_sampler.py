@@ -36,7 +36,8 @@ def sampler(request, tmp_path_factory):
 
 class _HostBlocks:
     """The cuda dialect's sampler kernel run on host threads (tests/backends/cuda_block_shim.h):
-    the kernel's own source, its barriers, scans and radix passes, on a machine without a GPU."""
+    the kernel's own source, its block and cluster barriers, scans and radix passes, on a machine
+    without a GPU."""
 
     def __init__(self, lib):
         self.fn = lib.run_rows
@@ -60,16 +61,20 @@ class _HostBlocks:
 def _cuda_kernel_on_host(tmp: Path) -> _HostBlocks:
     from lightspeed.backends.codegen.kernels.sample import sampler_source
 
-    threads = 256  # the smallest block the kernel takes: a thread per CUDA thread here
+    # a thread per CUDA thread here: small blocks, and an odd cluster so the row's parts are uneven
+    threads, cluster = 64, 3
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler for the host block harness")
-    (tmp / "kernel.cuh").write_text(sampler_source("cuda", threads))
+    (tmp / "kernel.cuh").write_text(sampler_source("cuda", threads, cluster))
     (tmp / "run.cpp").write_text(
         f'#include "{Path(__file__).with_name("cuda_block_shim.h")}"\n#include "kernel.cuh"\n'
         'extern "C" void run_rows(const void* x, int dtype, long long rows, long long stride, long long V, '
         'const double* prm, long long* out) {\n'
-        f'  ls_run_blocks(rows, {threads}, [=] {{ ls_sample_rows(x, dtype, rows, stride, V, prm, out); }});\n}}\n')
+        '  std::vector<ls_u64> scratch((size_t)(rows * V));\n'
+        '  ls_u64* w = scratch.data();\n'
+        f'  ls_run_clusters(rows * {cluster}, {cluster}, {threads}, '
+        '[=] { ls_sample_rows(x, dtype, rows, stride, V, prm, out, w); });\n}\n')
     res = subprocess.run([cxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-o", str(tmp / "run.so"),
                           str(tmp / "run.cpp")], capture_output=True, text=True)
     if res.returncode != 0 and "std=c++20" in res.stderr:
@@ -103,10 +108,8 @@ def _cases(rng, vocab, n):
 @pytest.mark.parametrize("vocab", [2, 37, 5000, 49152])
 def test_sampler_draws_the_host_samplers_token(sampler, vocab):
     rng = np.random.default_rng(vocab)
-    slow = isinstance(sampler, _HostBlocks)  # a thread per CUDA thread: fewer, smaller cases
-    if slow and vocab == 49152:
-        pytest.skip("the host block harness runs the small vocabularies")
-    for x, t, k, p, seed in _cases(rng, vocab, (8 if slow else 60) if vocab < 49152 else 12):
+    slow = isinstance(sampler, _HostBlocks)  # a thread per CUDA thread: fewer cases
+    for x, t, k, p, seed in _cases(rng, vocab, (8 if slow else 60) if vocab < 49152 else (4 if slow else 12)):
         want = _host(x, seed, t, k, p)
         got = int(sampler.sample(x[None], [_row(seed, t, k, p)]).result()["ids"][0])
         assert got == want, (vocab, t, k, p, seed)

@@ -221,15 +221,16 @@ class Device:
 
     def launch(self, fn: Any, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[int, ...],
                stream: Any, shared_bytes: int = 0, cluster: tuple[int, int, int] = (1, 1, 1),
-               overlap: bool = False) -> None:
-        """Launch ``fn(T, ints...)``: the first argument is a device pointer, the rest ints; with
+               overlap: bool = False, types: tuple | None = None) -> None:
+        """Launch ``fn(T, ints...)``: the first argument is a device pointer, the rest ints (or
+        ``args`` of the ctypes ``types``); with
         ``shared_bytes`` of dynamic shared memory per block and, when ``cluster`` is not (1, 1, 1),
         in thread-block clusters of that shape (sm_90: ``cuLaunchKernelEx``).  ``overlap``: a
         programmatic dependent launch (sm_90): the kernel may be scheduled while the previous one
         on the stream still runs, and waits for it at its ``griddepcontrol.wait`` (every generated
         kernel's first statement), so only the launch latency overlaps, never the work."""
         drv = bindings()
-        types = (ctypes.c_void_p, *([ctypes.c_int] * (len(args) - 1)))
+        types = types or (ctypes.c_void_p, *([ctypes.c_int] * (len(args) - 1)))
         if tuple(cluster) == (1, 1, 1) and not overlap:
             check(drv.cuLaunchKernel(fn, *grid, *block, shared_bytes, stream, (args, types), 0), "cuLaunchKernel")
             return
