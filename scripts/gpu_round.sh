@@ -8,7 +8,7 @@
 # GPU_ROUND_TRACE=1 the 1B step's kernels by op (scripts/trace_summary.py); with GPU_ROUND_MMA=1
 # the tensor-core tiles' GPU tests and a 512-token prefill of the 1B shape with them (the default)
 # and without (LIGHTSPEED_CUDA_MMA=0) beside torch.compile's, then that prefill traced kernel by kernel
-# (GPU_ROUND_PREFILL_TRACE=0: not); with GPU_ROUND_SERVE=1 benchmarks/gpu_serve.py (32 streams
+# (GPU_ROUND_PREFILL_TRACE=1 alone, =0 not); with GPU_ROUND_SERVE=1 benchmarks/gpu_serve.py (32 streams
 # of the 1B shape, paged); with GPU_ROUND_SAMPLER=1 benchmarks/gpu_sampler.py.  Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
@@ -81,13 +81,14 @@ if [ "${GPU_ROUND_MMA:-0}" = 1 ]; then
     --steps 4
   step prefill_peer "${GPU_PREFILL_S:-150}" python3 benchmarks/peer_torch_decode.py llama-3.2-1b --prefill 512
   for f in prefill_generic prefill_mma prefill_peer; do echo "== $f"; tail -6 "$OUT/$f.log"; done
-  # where a prompt's time goes with the tiles: the prefill and decode programs kernel by kernel
-  if [ "${GPU_ROUND_PREFILL_TRACE:-1}" = 1 ]; then
-    LIGHTSPEED_TRACE=$OUT/ptrace.json step prefill_trace 90 python3 benchmarks/gpu_decode.py \
-      llama-3.2-1b --prompt 512 --no-peer --steps 2
-    python3 scripts/trace_summary.py "$OUT/ptrace.json" --by-run > "$OUT/prefill_trace.txt" 2>&1
-    rm -f "$OUT/ptrace.json"; head -40 "$OUT/prefill_trace.txt"
-  fi
+fi
+# where a 512-token prompt's time goes: the prefill and decode programs kernel by kernel
+# (GPU_ROUND_PREFILL_TRACE=1; with GPU_ROUND_MMA=1 too unless it is 0)
+if [ "${GPU_ROUND_PREFILL_TRACE:-${GPU_ROUND_MMA:-0}}" = 1 ]; then
+  LIGHTSPEED_TRACE=$OUT/ptrace.json step prefill_trace 90 python3 benchmarks/gpu_decode.py \
+    llama-3.2-1b --prompt 512 --no-peer --steps 2
+  python3 scripts/trace_summary.py "$OUT/ptrace.json" --by-run > "$OUT/prefill_trace.txt" 2>&1
+  rm -f "$OUT/ptrace.json"; head -40 "$OUT/prefill_trace.txt"
 fi
 # batched paged decode (issue 24's GPU figure): 1, 8, 32 streams of the 1B shape, batch invariance
 if [ "${GPU_ROUND_SERVE:-0}" = 1 ]; then

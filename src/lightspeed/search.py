@@ -308,6 +308,13 @@ def _prefer_backend(index: EGraphIndex, absorb: bool, avoid: frozenset[str] = fr
             via = next((n for n in ops if n.op == "Fused" and _reads_library(index, n, library)), None)
             if via is not None:
                 return via
+        if library_first and ops and ops[0].op not in prefer | library | {"Fused"}:
+            # a warp kernel computing a product (a prompt's v product into the cache: every row
+            # re-reads the weight) where another op reads a library op of the same operands: that one
+            mine = {c for c in ops[0].children if index.sort_of.get(c) == "IR"}
+            ops = [n for n in ops[1:] + list(nodes) if any(c not in mine and any(
+                m.op in library and mine & set(m.children) for m in index.classes.get(c, ()))
+                for c in n.children)] or ops
         return ops[0] if ops else nodes[0]
     return pick
 

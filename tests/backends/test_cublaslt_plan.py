@@ -598,3 +598,24 @@ def test_the_library_candidate_computes_the_gated_pair_from_two_library_products
     greedy = ops("greedy")
     assert greedy.count("LtMatmulRows") == 2 and "MatmulGLUMma" not in greedy and "Fused" in greedy, greedy
     assert "MatmulGLUMma" in ops("fused")
+
+
+def test_the_library_candidate_writes_a_prompts_value_rows_from_a_library_product():
+    """A prompt's v projection written into the KV cache: the warp kernels `MatmulScatter` /
+    `NormMatmulScatter` compute it with every row re-reading the weight; the greedy candidate
+    takes the library product and the in-place scatter of its rows instead (the few-rows
+    candidate, a decode step's, keeps the warp kernel). Before, greedy took the warp kernel: a
+    512-token prefill ran its v products as 512 x 512 dot products of 2048 each."""
+    from lightspeed.models import from_hf_config
+
+    cfg = dict(model_type="llama", vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-5,
+               tie_word_embeddings=True)
+    programs = _candidate_programs(from_hf_config(cfg, dtype="bfloat16").decode_graph())
+
+    def ops(origin):
+        return [o.op for o in programs[origin].ops]
+    greedy = ops("greedy")
+    assert not {"MatmulScatter", "NormMatmulScatter"} & set(greedy), greedy
+    assert greedy.count("ScatterInPlace") == 2 and greedy.count("LtMatmulRows") >= 2 * 5, greedy
+    assert {"MatmulScatter", "NormMatmulScatter"} & set(ops("few-rows"))
