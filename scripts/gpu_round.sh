@@ -9,7 +9,8 @@
 # the tensor-core tiles' GPU tests and a 512-token prefill of the 1B shape with them (the default)
 # and without (LIGHTSPEED_CUDA_MMA=0) beside torch.compile's, then that prefill traced kernel by kernel
 # (GPU_ROUND_PREFILL_TRACE=1 alone, =0 not); with GPU_ROUND_SERVE=1 benchmarks/gpu_serve.py (32 streams
-# of the 1B shape, paged); with GPU_ROUND_SAMPLER=1 benchmarks/gpu_sampler.py.  Logs under $OUT.
+# of the 1B shape, paged); with GPU_ROUND_SAMPLER=1 benchmarks/gpu_sampler.py; with GPU_ROUND_GEMV=1
+# benchmarks/gpu_gemv.py, plain and streaming weight loads.  Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
 # weight-file parts carried in this call, kept for a later call on the same warm machine
@@ -36,6 +37,13 @@ fi
 if [ "${GPU_ROUND_SAMPLER:-0}" = 1 ]; then
   step sampler "${GPU_SAMPLER_S:-90}" python3 benchmarks/gpu_sampler.py
   sed -n '/^sampler/,$p' "$OUT/sampler.log"
+fi
+# the batch-1 weight products alone against the copy bandwidth and cuBLAS (GPU_ROUND_GEMV=1), then
+# the generated kernel with streaming weight loads (LIGHTSPEED_CUDA_WEIGHT_LOADS=stream)
+if [ "${GPU_ROUND_GEMV:-0}" = 1 ]; then
+  step gemv 90 python3 benchmarks/gpu_gemv.py --gib 1.5
+  LIGHTSPEED_CUDA_WEIGHT_LOADS=stream step gemv_stream 60 python3 benchmarks/gpu_gemv.py --gib 1.5 --systems generated
+  for f in gemv gemv_stream; do echo "== $f"; grep -E "^device|^\| [18]b" "$OUT/$f.log" | head -12; done
 fi
 if [ -n "${GPU_PROFILE_SHAPES-llama-3.2-1b}" ]; then
   LIGHTSPEED_CUDA_PDL=${GPU_PROFILE_PDL:-0} step profile "${GPU_PROFILE_S:-120}" python3 scripts/gpu_profile.py \

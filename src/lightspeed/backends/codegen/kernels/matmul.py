@@ -34,6 +34,7 @@ from .writer import (
     loop_axes,
     split_products,
     vector_dot,
+    weight16,
     weight_prefetch,
 )
 
@@ -333,7 +334,7 @@ def _grouped_rows(w: Writer, vec: tuple[int, str], mm: str, kk: str, sam: str, s
     w.line(f"  for (int _ls_t = 0; _ls_t < {ROW_GROUP}; _ls_t++) _ls_acc[_ls_t] = 0.0f;")
     w.line("  #pragma unroll 2")
     w.line(f"  for (long long l = lane * {width}; l < {kk}; l += {WARP * width}) {{")
-    w.line("    const uint4 _ls_bv = *(const uint4*)(_ls_rb + l);")
+    w.line(f"    const uint4 _ls_bv = {weight16('_ls_rb + l')};")
     w.line("    #pragma unroll")
     w.line(f"    for (int _ls_t = 0; _ls_t < {ROW_GROUP}; _ls_t++)")
     w.line(f"      _ls_acc[_ls_t] += {dot8}(*(const uint4*)(_ls_ra + _ls_t * {sam} + l), _ls_bv);")
@@ -446,7 +447,7 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
             w.line("  #pragma unroll 8")
             w.line(f"  for (long long l = lane * {width}; l < {kk}; l += {WARP * width}) {{")
             w.line("    const uint4 x = *(const uint4*)(ra + l);")
-            w.line(f"    g += {dot}(x, *(const uint4*)(rg + l)); u += {dot}(x, *(const uint4*)(ru + l));")
+            w.line(f"    g += {dot}(x, {weight16('rg + l')}); u += {dot}(x, {weight16('ru + l')});")
             w.line("  }")
             w.line("} else {")
             scalar("lane", WARP, "  ")

@@ -16,7 +16,7 @@ from .matmul_rows import LOAD8
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import SPLIT_WARPS, WARP, Point, Writer, block_sums, finish, split_products, weight_prefetch
+from .writer import SPLIT_WARPS, WARP, Point, Writer, block_sums, finish, split_products, weight16, weight_prefetch
 
 __all__ = ["row_norm_kernel", "norm_product_kernel", "RENDERERS"]
 
@@ -179,7 +179,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         w.line("    const uint4 xv = *(const uint4*)(rx + _ls_l), wv = *(const uint4*)(rw + _ls_l);")
         w.line(f"    ss += {dot2}(xv, xv);")
         for r, acc in zip(rows, accs):
-            w.line(f"    {acc} += {dot3}(xv, wv, *(const uint4*)({r} + _ls_l));")
+            w.line(f"    {acc} += {dot3}(xv, wv, {weight16(r + ' + _ls_l')});")
         w.line("  }")
         w.line("} else {")
         scalar(first, "  ")
@@ -259,7 +259,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
                + "".join(f" _ls_{acc}[_ls_t] = 0.0f;" for acc in accs) + " }")
         w.line(f"  for (long long _ls_l = lane * {width}; _ls_l < {kk}; _ls_l += {WARP * width}) {{")
         w.line("    const uint4 wv = *(const uint4*)(_ls_rw + _ls_l)"
-               + "".join(f", bv{q} = *(const uint4*)({r} + _ls_l)" for q, r in enumerate(rows)) + ";")
+               + "".join(f", bv{q} = {weight16(r + ' + _ls_l')}" for q, r in enumerate(rows)) + ";")
         w.line("    #pragma unroll")
         w.line(f"    for (int _ls_t = 0; _ls_t < {ROW_GROUP}; _ls_t++) {{")
         w.line(f"      const uint4 xv = *(const uint4*)(_ls_rx + _ls_t * {kk} + _ls_l);")

@@ -386,6 +386,14 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
 PREFETCH_MAX_BYTES = 16 << 20
 # LIGHTSPEED_CUDA_PREFETCH=0 renders the products without their prefetch (an A/B switch)
 PREFETCH = os.environ.get("LIGHTSPEED_CUDA_PREFETCH", "1") != "0"
+# LIGHTSPEED_CUDA_WEIGHT_LOADS=stream: a weight product reads its weight rows with streaming loads
+# (read-only, no L1 line, 256-byte L2 fetches: cuda.cuh's ls_ldw) instead of plain 16-byte loads
+STREAM_WEIGHTS = os.environ.get("LIGHTSPEED_CUDA_WEIGHT_LOADS", "plain").strip() == "stream"
+
+
+def weight16(ptr: str) -> str:
+    """The cuda dialect's 16-byte load of a weight row's chunk at ``ptr`` (a ``uint4``)."""
+    return f"ls_ldw({ptr})" if STREAM_WEIGHTS else f"*(const uint4*)({ptr})"
 
 
 def pairwise(terms: list[str], combine) -> str:
@@ -410,7 +418,7 @@ def vector_dot(w: Writer, indent: str, first: str, step: int, width: int, dot: s
     flight (k = 2048 bf16 over a warp: all 8)."""
     w.line(f"{indent}#pragma unroll 8")
     w.line(f"{indent}for (long long l = {first} * {width}; l < {kk}; l += {step * width})")
-    w.line(f"{indent}  acc += {dot}(*(const uint4*)(ra + l), *(const uint4*)(rb + l));")
+    w.line(f"{indent}  acc += {dot}(*(const uint4*)(ra + l), {weight16('rb + l')});")
 
 
 def split_products(dialect: str, n: Expr, k: Expr, itemsize: int) -> bool:

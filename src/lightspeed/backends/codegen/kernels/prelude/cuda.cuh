@@ -52,6 +52,14 @@ static LS_INLINE long long ls_cluster_ld(const long long* p, unsigned int rank) 
   return v;
 }
 #endif
+// a weight chunk streamed from memory (LIGHTSPEED_CUDA_WEIGHT_LOADS=stream): read-only for the
+// kernel's life, no L1 line allocated, 256-byte L2 fetches
+static LS_INLINE uint4 ls_ldw(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
 static LS_INLINE float ls_bits_f(unsigned int u) { return __uint_as_float(u); }
 static LS_INLINE unsigned int ls_f_bits(float f) { return __float_as_uint(f); }
 static LS_INLINE float ls_h2f(unsigned short h) {
