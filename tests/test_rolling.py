@@ -379,3 +379,31 @@ def test_wrappers_share_every_array_hook():
     wrapper = BucketedProgram(g, [({"s": (1, 64)}, inner)])
     assert wrapper.zeros((2, 3), np.float32) == ("zeros", (2, 3))
     assert wrapper.rows(np.zeros((4, 2)), 1, 2) == ("rows", 1, 2)
+
+
+def test_index_arithmetic_over_inputs_is_rebuilt_in_each_layer():
+    """Integer arithmetic over graph inputs (a paged step's page-table lookups) is shared: each
+    part that reads it rebuilds it (its kernels compute the index where they read it), the
+    template takes the input itself, and the rolled program matches the reference. It used to
+    stay in the prelude as one materialised index tensor per element that every layer read."""
+    g = ls.Graph()
+    rows, width = "s", 16
+    h = g.input("x", (rows, width))
+    pages = g.input("pages", (rows,), dtype=ls.int32)
+    for i in range(3):
+        table = g.input(f"t{i}", (8, width))
+        picked = ls.embedding(pages * 2 + 1, table)  # the gather index: integer math over an input
+        h = (h + picked) @ g.input(f"w{i}", (width, width))
+    g.output("y", h)
+    plan = find_repeated_blocks(g)
+    assert plan is not None and plan.count == 3
+    index_math = {nid for nid in plan.shared if g.nodes[nid].dtype.is_int}
+    assert index_math and not index_math & set(plan.prelude)
+    template = next(p for p in split_graph(g, plan) if p.role == "template")
+    assert g.inputs["pages"] in template.inputs.values()  # read directly, not through a boundary slot
+    prog = g.compile(backend="cpu", search=ls.SearchOptions(budget=2, seed=0, dims={"s": 3}, repeats=1))
+    assert isinstance(prog, RolledProgram) and prog.plan.count == 3
+    inputs = inputs_for(g, {"s": 3})
+    inputs["pages"] = np.array([0, 3, 1], np.int32)
+    want = g.compile(backend="reference")(inputs)
+    np.testing.assert_allclose(prog(inputs)["y"], want["y"], rtol=1e-5, atol=1e-5)

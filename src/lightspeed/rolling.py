@@ -2,10 +2,11 @@
 
 A loop over layers leaves a periodic run in the node list (nodes are appended in creation order).
 :func:`find_repeated_blocks` finds it in the *sequence* (reachable compute and Output nodes in id
-order; inputs and *shared* nodes, those computed from no input such as masks and rope tables, are
-left out, so that layer 0, where hash-consing puts them, looks like the others) and verifies it
-exactly: nodes agree position by position (op, argument, dtype, shape, views) and each operand is
-the same block-local node, shared node or *boundary* slot (outside values numbered by first use).
+order; inputs and *shared* nodes -- those computed from no input such as masks and rope tables,
+and integer arithmetic over inputs and them (index math) -- are left out, so that layer 0, where
+hash-consing puts them, looks like the others) and verifies it exactly: nodes agree position by
+position (op, argument, dtype, shape, views) and each operand is the same block-local node,
+shared node or *boundary* slot (outside values numbered by first use).
 :func:`split_graph` cuts the graph into a prelude, one block template and an epilogue (each
 rebuilding the shared nodes it reads); the compile pipeline (``lightspeed.pipeline.compile_rolled``)
 compiles each and the backend composes them (``Backend.compose_rolled``).  Costs: no fusion across
@@ -36,7 +37,7 @@ class RollPlan:
     exported: tuple[int, ...]  # offsets read after their block (by a later block, the epilogue or an output)
     prelude: tuple[int, ...]  # sequence nodes before the run
     epilogue: tuple[int, ...]  # sequence nodes after it
-    shared: frozenset[int]  # input-free nodes: rebuilt in every part that reads them
+    shared: frozenset[int]  # input-free nodes and index math: rebuilt in every part that reads them
 
     @property
     def count(self) -> int:
@@ -59,10 +60,10 @@ def _sequence(graph: Graph) -> tuple[list[int], set[int]]:
         if name == "Input":
             continue
         if name != "Output":
-            for src, _ in nodes[nid].inputs:
-                if src not in shared:
-                    break
-            else:  # Constant and Iota (no operands), and whatever is computed from them only
+            # Constant and Iota, what is computed from them only, and integer math over them and inputs
+            # (a paged step's page lookups: each layer's kernels compute them, no materialised index)
+            index = nodes[nid].dtype.is_int
+            if all(src in shared or (index and nodes[src].op.name == "Input") for src, _ in nodes[nid].inputs):
                 shared.add(nid)
                 continue
         seq.append(nid)
@@ -279,7 +280,7 @@ def _build_part(graph: Graph, members: Sequence[int], shared: frozenset[int], ex
         s = stack.pop()
         if s not in need:
             need.add(s)
-            stack.extend(src for src, _ in nodes[s].inputs)
+            stack.extend(src for src, _ in nodes[s].inputs if src in shared)
 
     def operand(src: int, st) -> GraphTensor:
         t = tens.get(src)

@@ -86,7 +86,7 @@ class BlockLoopProgram(Program):
             for i, block in enumerate(plan.blocks):  # rename block 0's nodes to block i's by offset
                 at = dict(zip(plan.blocks[0], block))
                 at.update(zip(plan.boundary[0], plan.boundary[i]))
-                self.steps.append(_Step(prog, {n: at[s] for n, s in part.inputs.items()},
+                self.steps.append(_Step(prog, {n: at.get(s, s) for n, s in part.inputs.items()},  # inputs: as they are
                                         {n: at[s] for n, s in part.exports.items()},
                                         {n: graph.nodes[block[int(n[1:])]].arg for n in part.finals}))
         last: dict[int, int] = {}

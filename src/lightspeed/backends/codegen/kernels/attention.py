@@ -37,6 +37,7 @@ __all__ = ["attention_kernel", "blocked_value", "RENDERERS", "WARPS"]
 WARPS = 8  # warps per query row (cuda); the block is (32, WARPS): lane, slice
 GROUP_ROWS = 16  # c: up to this many static query rows of a batch index share one item
 PREFETCH_KEYS = 4  # c: a gathered key's and value's rows are prefetched this many keys ahead
+KEY_BLOCK = 16  # c, the grouped kernel: keys loaded, scored and softmaxed this many at a time
 NINF = "(-ls_inf())"
 # a query row's keys split over a thread-block cluster (sm_90, kind ``attention_cluster``: CLUSTER
 # blocks per row, merged through distributed shared memory): -24% on the 1B decode step at 512
@@ -548,7 +549,7 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     shape = (*batch, a["m"], n)
     at = Point("_ls_z", sym("_ls_z"), tuple(shape), coords) if tuple(a["mask_view"].shape) == shape else "_ls_z"
     hk8 = -(-hk // 8) * 8  # the rows padded to whole 8-lane vectors (zeros)
-    w.line(f"float _ls_q[{m}][{hk8}], _ls_mx[{m}], _ls_sum[{m}], _ls_acc[{m}][{hv}], _ls_kf[{hk8}], _ls_vf[{hv}];")
+    w.line(f"float _ls_q[{m}][{hk8}], _ls_mx[{m}], _ls_sum[{m}], _ls_acc[{m}][{hv}];")
     w.line(f"int _ls_open[{m}];  /* the row has seen a key it does not block */")
     w.line(f"for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
     w.line(f"  _ls_mx[_ls_mi] = {NINF}; _ls_sum[_ls_mi] = 0.0f; _ls_open[_ls_mi] = 0;")
@@ -563,24 +564,35 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line(f"    _ls_q[_ls_mi][c] = (float){qv};")
     w.line("  }")
     w.line("}")
-    w.line(f"for (int c = {hk}; c < {hk8}; c++) _ls_kf[c] = 0.0f;")
-    w.line(f"for (long long _ls_l = 0; _ls_l < {nn}; _ls_l++) {{")
+    kb = KEY_BLOCK
+    w.index_vars |= {"_ls_l0", "_ls_b"}
+    w.line(f"float _ls_kb[{kb}][{hk8}], _ls_vb[{kb}][{hv}];")
+    w.line(f"for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) for (int c = {hk}; c < {hk8}; c++) _ls_kb[_ls_b][c] = 0.0f;")
+    # keys in blocks of KEY_BLOCK (from key 0, whatever the batch: a row's sums in one order): the
+    # block's rows loaded, then per query row its scores, one rescale of the running sums by the
+    # block's maximum, the block's weights (a vector of exp2) and their weighted values
+    w.line(f"for (long long _ls_l0 = 0; _ls_l0 < {nn}; _ls_l0 += {kb}) {{")
+    w.line(f"  float _ls_mk[{kb}][{m}]; int _ls_kept[{kb}], _ls_any = 0;")
+    w.line(f"  for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) {{")
+    w.line("  const long long _ls_l = _ls_l0 + _ls_b;")
     # the group's mask values of this key first: a key that every row blocks after that row saw
     # a key it does not block (a prompt's future keys) is skipped without being loaded.  Exact:
     # blocked means the mask's dtype's lowest value (-3.4e38 for float32 and bfloat16; the models'
     # masks), so the online step would give it the weight 0 and the scale 1 (its score far below
     # the row's maximum); a row that has seen no open key yet keeps every key (its result stays
     # what it was when all its keys are blocked)
-    w.line(f"  float _ls_mk[{m}]; int _ls_keep = 0;")
-    w.line(f"  for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
+    w.line("  int _ls_keep = 0;")
+    w.line(f"  if (_ls_l < {nn}) for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
     w.line(f"    const long long _ls_z = (_ls_item * {m} + _ls_mi) * {nn} + _ls_l;")
     mval = nested(w, "    ", lambda: region.leaf(0, at))
-    w.line(f"    _ls_mk[_ls_mi] = (float){mval};")
-    w.line(f"    const int _ls_blocked = _ls_mk[_ls_mi] <= {blocked_value(in_dtypes[0])};")
+    w.line(f"    _ls_mk[_ls_b][_ls_mi] = (float){mval};")
+    w.line(f"    const int _ls_blocked = _ls_mk[_ls_b][_ls_mi] <= {blocked_value(in_dtypes[0])};")
     w.line("    _ls_keep |= !_ls_blocked || !_ls_open[_ls_mi];")
     w.line("    _ls_open[_ls_mi] |= !_ls_blocked;")
     w.line("  }")
-    w.line("  if (!_ls_keep) continue;")
+    w.line("  _ls_kept[_ls_b] = _ls_keep; _ls_any |= _ls_keep;")
+    # a skipped key's value row is zeros (its weight is 0; an unset row could hold a NaN)
+    w.line(f"  if (!_ls_keep) {{ for (int j = 0; j < {hv}; j++) _ls_vb[_ls_b][j] = 0.0f; continue; }}")
     ahead_k = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {ksn}")
     ahead_v = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {vsn}")
     # the values gathered through the keys' own index buffer at the same offsets (a paged step's
@@ -608,25 +620,46 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line("  int _ls_krun = 0, _ls_krun_a = 0; long long _ls_krun_r0 = 0, _ls_krun_ar0 = 0;")
         w.line("  (void)_ls_krun_a; (void)_ls_krun_r0; (void)_ls_krun_ar0;")
     if a["k_stride_k"] == 1:
-        keys.fill("_ls_kf", hk, f"_ls_ok + _ls_l * {ksn}", True, ahead_k, export="_ls_krun" if shared else None)
+        keys.fill("_ls_kb[_ls_b]", hk, f"_ls_ok + _ls_l * {ksn}", True, ahead_k, export="_ls_krun" if shared else None)
     else:
         keys.use(f"for (int c = 0; c < {hk}; c++)", f"_ls_ok + _ls_l * {ksn} + c * {ksk}",
-                 lambda k: f"_ls_kf[c] = {k};")
+                 lambda k: f"_ls_kb[_ls_b][c] = {k};")
     if a["v_stride_j"] == 1:
-        values.fill("_ls_vf", hv, f"_ls_ov + _ls_l * {vsn}", True, ahead_v, "_ls_krun" if shared else None)
+        values.fill("_ls_vb[_ls_b]", hv, f"_ls_ov + _ls_l * {vsn}", True, ahead_v, "_ls_krun" if shared else None)
     else:
         values.use(f"for (int j = 0; j < {hv}; j++)", f"_ls_ov + _ls_l * {vsn} + j * {vsj}",
-                   lambda v: f"_ls_vf[j] = {v};")
+                   lambda v: f"_ls_vb[_ls_b][j] = {v};")
+    w.line("  }")
+    w.line("  if (!_ls_any) continue;")
     w.line(f"  for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
+    w.line(f"    float _ls_x[{kb}], _ls_p[{kb}], _ls_bm = {NINF};")
+    w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) {{")
+    w.line(f"      if (!_ls_kept[_ls_b]) {{ _ls_x[_ls_b] = {NINF}; continue; }}")
     # 8 independent partial sums (one vector register; the same order for every row and batch)
-    w.line("    float _ls_part[8] = {0};")
-    w.line(f"    for (int c = 0; c < {hk8}; c += 8)")
-    w.line("      for (int u = 0; u < 8; u++) _ls_part[u] += _ls_q[_ls_mi][c + u] * _ls_kf[c + u];")
-    w.line("    float _ls_x = ((_ls_part[0] + _ls_part[1]) + (_ls_part[2] + _ls_part[3])) + "
-           "((_ls_part[4] + _ls_part[5]) + (_ls_part[6] + _ls_part[7]));")
-    online_step(w, region, at, "    ", "_ls_mx[_ls_mi]", "_ls_sum[_ls_mi]", "_ls_mk[_ls_mi]")
+    w.line("      float _ls_part[8] = {0};")
+    w.line(f"      for (int c = 0; c < {hk8}; c += 8)")
+    w.line("        for (int u = 0; u < 8; u++) _ls_part[u] += _ls_q[_ls_mi][c + u] * _ls_kb[_ls_b][c + u];")
+    w.line("      const float _ls_s = (((_ls_part[0] + _ls_part[1]) + (_ls_part[2] + _ls_part[3])) + "
+           "((_ls_part[4] + _ls_part[5]) + (_ls_part[6] + _ls_part[7]))) + _ls_mk[_ls_b][_ls_mi];")
+    w.line("      _ls_x[_ls_b] = _ls_s;")
+    w.line("      _ls_bm = _ls_s > _ls_bm ? _ls_s : _ls_bm;")
+    w.line("    }")
+    # the online softmax step once per block: a new maximum rescales what was summed (exactly 1
+    # when it stays), each key gets its weight (0 for a skipped key or a score of -inf)
+    w.line("    const float _ls_om = _ls_mx[_ls_mi], _ls_nm = _ls_bm > _ls_om ? _ls_bm : _ls_om;")
+    w.line("    const float _ls_sc = _ls_nm == _ls_om ? 1.0f : ls_exp2f(_ls_om - _ls_nm);")
+    w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) "
+           f"_ls_p[_ls_b] = _ls_x[_ls_b] == {NINF} ? 0.0f : ls_exp2f(_ls_x[_ls_b] - _ls_nm);")
+    w.line("    float _ls_ps = 0.0f;")
+    w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) _ls_ps += _ls_p[_ls_b];")
+    w.line("    _ls_sum[_ls_mi] = _ls_sum[_ls_mi] * _ls_sc + _ls_ps;")
+    w.line("    _ls_mx[_ls_mi] = _ls_nm;")
     w.line("    float* _ls_ar = _ls_acc[_ls_mi];")
-    w.line(f"    for (int j = 0; j < {hv}; j++) _ls_ar[j] = _ls_ar[j] * _ls_sc + _ls_p * _ls_vf[j];")
+    w.line(f"    for (int j = 0; j < {hv}; j++) {{")
+    w.line("      float _ls_a = _ls_ar[j] * _ls_sc;")
+    w.line(f"      for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) _ls_a += _ls_p[_ls_b] * _ls_vb[_ls_b][j];")
+    w.line("      _ls_ar[j] = _ls_a;")
+    w.line("    }")
     w.line("  }")
     w.line("}")
     w.line(f"for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++)")
