@@ -266,8 +266,11 @@ def main() -> None:
         if "--sample" in args:
             t, p = (float(v) for v in args[args.index("--sample") + 1].split(","))
             key = f"lightspeed cuda (T {t}, top-p {p})"
-            res[key] = ours(name, steps, prompt, dict(temperature=t, top_p=p, seed=0))
-            print(name, key, res[key], flush=True)
+            try:  # a failing sampler costs its own row, not the shape's greedy and peer rows
+                res[key] = ours(name, steps, prompt, dict(temperature=t, top_p=p, seed=0))
+                print(name, key, res[key], flush=True)
+            except Exception as e:  # noqa: BLE001 - reported, then the table goes on without the row
+                print(f"{name} {key} FAILED: {type(e).__name__}: {e}", flush=True)
         if "--no-peer" not in args:
             _, peers = peer.run(name, ["eager", "reduce-overhead"], prompt=prompt, steps=steps)
             res["torch eager"] = peers["eager"]

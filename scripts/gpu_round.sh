@@ -53,7 +53,7 @@ fi
 if [ -n "${GPU_DECODE_SHAPES-smollm2-135m llama-3.2-1b}" ]; then
   step decode "${GPU_DECODE_S:-300}" python3 benchmarks/gpu_decode.py ${GPU_DECODE_SHAPES-smollm2-135m llama-3.2-1b} \
     --steps "${GPU_DECODE_STEPS:-64}" ${GPU_DECODE_ARGS:-}
-  sed -n '/^shape/,$p' "$OUT/decode.log"
+  grep FAILED "$OUT/decode.log"; sed -n '/^shape/,$p' "$OUT/decode.log"
 fi
 # an A/B switch (GPU_ROUND_AB="NAME=VALUE ..."): the decode of GPU_AB_SHAPES under it, no peer,
 # beside the decode step above (same machine, same call)
