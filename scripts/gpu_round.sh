@@ -19,8 +19,9 @@ if [ -d .wparts ]; then mkdir -p /tmp/wparts && cp .wparts/*/* /tmp/wparts/ 2>/d
 if [ "${GPU_ROUND_TESTS:-1}" = 1 ]; then
   step tests "${GPU_TESTS_S:-170}" python3 -m pytest -o addopts="" ${GPU_TEST_FILES:-tests/backends/test_attention.py \
     tests/backends/test_cuda.py tests/models/test_cuda_models.py tests/models/test_generate.py \
-    tests/backends/test_cuda_blocks.py tests/backends/test_cuda_rows.py tests/backends/test_sampler.py} -q -p no:cacheprovider -n 8
-  grep -E "FAILED|Error" "$OUT/tests.log" | head -20
+    tests/backends/test_cuda_blocks.py tests/backends/test_cuda_rows.py tests/backends/test_sampler.py} -v -p no:cacheprovider -n 8
+  # -v: each failure is named as it happens (a step cut by its timeout prints no summary)
+  echo "passed: $(grep -c PASSED "$OUT/tests.log")"; grep -E "FAILED|Error" "$OUT/tests.log" | head -20
 fi
 # cuda conformance alone (GPU_ROUND_CONFORMANCE=1), verbose, naming the tests that did not finish
 # within its limit (two bool cases hung in the fourteenth session)
