@@ -5,7 +5,8 @@ temperature + top-p, top-k and plain temperature.
 PyTorch's side is the Hugging Face recipe (``TopKLogitsWarper`` / ``TopPLogitsWarper``: a sort of
 the vocabulary, a softmax, a cumulative sum, a mask, then ``torch.multinomial``), timed with CUDA
 events like ours.  Both read logits already on the device and leave one id per row there; our
-figure includes the copy of the ids to page-locked host memory the decode loop makes.
+figure includes the copy of the ids to page-locked host memory the decode loop makes. ``host
+ms``: the host's time to queue one call (what a decode loop pays per sampled token on the CPU).
 
     python benchmarks/gpu_sampler.py [--vocab 128256] [--rows 1 8 32] [--repeats 50]
 """
@@ -67,7 +68,7 @@ def main() -> None:
     stream = thread_stream()
     rng = np.random.default_rng(0)
     print(f"sampler: cluster of {sampler.cluster} blocks a row; vocabulary {args.vocab}")
-    print(f"{'case':<16} {'rows':>5} {'ours ms':>9} {'torch ms':>9} {'ratio':>7}  same draw as host")
+    print(f"{'case':<16} {'rows':>5} {'ours ms':>9} {'host ms':>8} {'torch ms':>9} {'ratio':>7}  same draw as host")
     from lightspeed.models.generate import sample_token
 
     for name, (t, k, p) in CASES.items():
@@ -83,8 +84,10 @@ def main() -> None:
 
             xt = torch.from_numpy(x).cuda()
             ms_ours = _timed_ours(sampler, dev, prm, stream, args.repeats)
+            ms_host = _host_ms(sampler, dev, prm, args.repeats)
             ms_torch = timed(torch, lambda xt=xt, t=t, k=k, p=p: torch_sample(torch, xt, t, k, p), args.repeats)
-            print(f"{name:<16} {rows:>5} {ms_ours:>9.3f} {ms_torch:>9.3f} {ms_ours / ms_torch:>6.2f}x  {same}/{rows}")
+            print(f"{name:<16} {rows:>5} {ms_ours:>9.3f} {ms_host:>8.3f} {ms_torch:>9.3f} {ms_ours / ms_torch:>6.2f}x"
+                  f"  {same}/{rows}")
 
 
 class _Fixed:
@@ -95,6 +98,22 @@ class _Fixed:
 
     def random(self) -> float:
         return self.u
+
+
+def _host_ms(sampler, dev, prm, repeats: int) -> float:
+    """Milliseconds of host time a call takes to queue its work (params upload, launch, copy and
+    event), the median over ``repeats`` calls left unwaited until the end: what a decode loop pays
+    on the host per sampled token, beside the kernel's GPU time."""
+    import time
+
+    times, pending = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        pending.append(sampler.sample(dev, prm))
+        times.append((time.perf_counter() - t0) * 1e3)
+    for p in pending:
+        p.result()
+    return float(np.median(times))
 
 
 def _timed_ours(sampler, dev, prm, stream, repeats: int) -> float:
