@@ -23,7 +23,7 @@ needs_native = pytest.mark.skipif(not NATIVE.available(), reason="no C compiler"
 
 
 @pytest.fixture(scope="module", params=["native", pytest.param("cuda", marks=pytest.mark.skipif(
-    not CUDA.available(), reason="no GPU")), "cuda-on-host"])
+    not CUDA.available(), reason="no GPU")), "cuda-on-host", "cuda-on-host-one-block"])
 def sampler(request, tmp_path_factory):
     if request.param == "native":
         if not NATIVE.available():
@@ -31,7 +31,8 @@ def sampler(request, tmp_path_factory):
         return NATIVE.sampler()
     if request.param == "cuda":
         return CUDA.sampler()
-    return _cuda_kernel_on_host(tmp_path_factory.mktemp("shim"))
+    # a cluster of 3 blocks a row (sm_90's form, uneven parts), or one block (GPUs before sm_90)
+    return _cuda_kernel_on_host(tmp_path_factory.mktemp("shim"), 1 if request.param.endswith("one-block") else 3)
 
 
 class _HostBlocks:
@@ -58,11 +59,10 @@ class _HostBlocks:
         return Pending({"ids": ids}, {"ids": ids})
 
 
-def _cuda_kernel_on_host(tmp: Path) -> _HostBlocks:
+def _cuda_kernel_on_host(tmp: Path, cluster: int) -> _HostBlocks:
     from lightspeed.backends.codegen.kernels.sample import sampler_source
 
-    # a thread per CUDA thread here: small blocks, and an odd cluster so the row's parts are uneven
-    threads, cluster = 64, 3
+    threads = 64  # a thread per CUDA thread here: small blocks
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler for the host block harness")
