@@ -35,19 +35,53 @@ def decode_steps(batcher, prompts: list[list[int]], tokens: int, sampling: dict 
     seqs = [batcher.start(p, max_new_tokens=tokens, stop_ids=[], **(dict(sampling, seed=seed) if sampling else {}))
             for p, seed in zip(prompts, seeds)]
     times = []
+    calls.clear()
     while True:
         live = [s for s in seqs if not s.done]
         if not live:
             break
         all_decoding = not any(s.prefilling for s in live)
         t0 = time.perf_counter()
+        calls.append([t0])
         batcher.step(live)
+        calls[-1].append(time.perf_counter())
         if all_decoding:
             times.append(time.perf_counter() - t0)
+        else:
+            calls.pop()
     for s in seqs:
         if s.pages:
             s.close()
     return times, [s.new_ids for s in seqs]
+
+
+# per timed step: [start, the program's launch called, launch returned, step end] (host seconds)
+calls: list[list[float]] = []
+
+
+def timed_launches(program) -> None:
+    """Record when each step calls and leaves the paged program's ``launch``: the host's work
+    before the launch (page table, slots, inputs), the launch itself (uploads, graph launch)
+    and the wait for the step's ids, split per step."""
+    launch = program.launch
+
+    def wrapped(*args, **kw):
+        if calls:
+            calls[-1].append(time.perf_counter())
+        out = launch(*args, **kw)
+        if calls:
+            calls[-1].append(time.perf_counter())
+        return out
+    program.launch = wrapped
+
+
+def host_split() -> str:
+    """Median ms of the last run's steps: before the launch, in it, after it (the wait)."""
+    full = [c for c in calls if len(c) == 4]
+    if not full:
+        return "host split: no launch recorded (the host path)"
+    parts = [float(np.median([(c[k + 1] - c[k]) * 1e3 for c in full])) for k in range(3)]
+    return f"host split (median ms): building {parts[0]:.3f}, launching {parts[1]:.3f}, waiting {parts[2]:.3f}"
 
 
 def main() -> None:
@@ -91,6 +125,7 @@ def main() -> None:
                            chunk=min(max(streams), 16), max_context=prompt + tokens + 16,
                            pages=max(streams) * -(-(prompt + tokens) // model.PAGE_SIZE))
     print(f"paged program compiled in {time.perf_counter() - t0:.1f} s", flush=True)
+    timed_launches(batcher.program)
     decode_steps(batcher, prompts[:2], 4)  # warm-up: plans and captures for small row counts
     out = {"date": time.strftime("%Y-%m-%d"), "shape": shape, "backend": backend, "prompt": prompt,
            "sampling": sampling,
@@ -99,13 +134,15 @@ def main() -> None:
     for n in streams:
         decode_steps(batcher, prompts[:n], 2, sampling)  # this row count's first call (capture) untimed
         times, new = decode_steps(batcher, prompts[:n], tokens, sampling)
+        split = host_split()
         outputs[n] = new
         step = float(np.median(times)) * 1e3
         tok_s = n * 1000 / step
         base = base or tok_s
         rows.append((n, step, tok_s, tok_s / base))
         out[f"streams_{n}"] = dict(step_ms=round(step, 4), tok_s=round(tok_s, 1), x_one=round(tok_s / base, 2))
-        print(f"{n} streams: step {step:.3f} ms, {tok_s:.1f} tok/s", flush=True)
+        out[f"streams_{n}"]["host_split"] = split
+        print(f"{n} streams: step {step:.3f} ms, {tok_s:.1f} tok/s; {split}", flush=True)
     same = True
     if check:
         n = max(streams)
