@@ -595,27 +595,23 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line(f"  if (!_ls_keep) {{ for (int j = 0; j < {hv}; j++) _ls_vb[_ls_b][j] = 0.0f; continue; }}")
     ahead_k = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {ksn}")
     ahead_v = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {vsn}")
-    # the values gathered through the keys' own index buffer at the same offsets (a paged step's
-    # two pools, one page table): the keys' check of the run holds for them
-    kr, vr = keys.run_leaves(), values.run_leaves()
-    shared = (kr is not None and vr is not None and a["k_stride_k"] == 1 and a["v_stride_j"] == 1 and hk == hv
-              and op.inputs[kr[0]] == op.inputs[vr[0]] and region.views[kr[0]] == region.views[vr[0]]
-              and prod(region.views[kr[1]].shape) == prod(region.views[vr[1]].shape)
-              and a["k_offset"] == a["v_offset"] and a["k_stride_n"] == a["v_stride_n"]
-              and tuple(a["k_batch_strides"]) == tuple(a["v_batch_strides"]))
-    ki, vi = keys.inline_run(), values.inline_run()
+    # the values gathered through the keys' index at the same offsets (a paged step's two pools,
+    # one page table): the keys' check of the run, and their run's index, hold for them -- the same
+    # index buffer (a materialised index), or the same index tree over the same leaves (computed)
     same_rows = (a["k_stride_k"] == 1 and a["v_stride_j"] == 1 and hk == hv and a["k_offset"] == a["v_offset"]
                  and a["k_stride_n"] == a["v_stride_n"] and tuple(a["k_batch_strides"]) == tuple(a["v_batch_strides"]))
-    # the values' index computed once with the keys' (one page table for both pools: the same
-    # tree over the same leaves at the same offsets)
+
     def canonical(tree: tuple) -> tuple:  # leaves as (the value read, its view): equal trees read alike
         if tree[0] == "leaf":
             return ("leaf", op.inputs[tree[1]], region.views[tree[1]])
         return tuple(canonical(x) if isinstance(x, tuple) else x for x in tree)
 
-    if (ki is not None and vi is not None and same_rows and canonical(ki[0]) == canonical(vi[0])
-            and prod(region.views[ki[1]].shape) == prod(region.views[vi[1]].shape)):
-        shared = True
+    def same_index(kx, vx, index) -> bool:  # the (index, data leaf) pairs read one index, equal pools
+        return (kx is not None and vx is not None and canonical(index(kx)) == canonical(index(vx))
+                and prod(region.views[kx[1]].shape) == prod(region.views[vx[1]].shape))
+
+    shared = same_rows and (same_index(keys.run_leaves(), values.run_leaves(), lambda r: ("leaf", r[0]))
+                            or same_index(keys.inline_run(), values.inline_run(), lambda r: r[0]))
     if shared:
         w.line("  int _ls_krun = 0, _ls_krun_a = 0; long long _ls_krun_r0 = 0, _ls_krun_ar0 = 0;")
         w.line("  (void)_ls_krun_a; (void)_ls_krun_r0; (void)_ls_krun_ar0;")
