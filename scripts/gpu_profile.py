@@ -4,7 +4,10 @@ graphs, included -- over some steps of lightspeed's decode and of torch.compile'
 scripts/step_timeline.py splits the timeline into steps: kernel time, gaps inside a step, idle time
 between steps (the host's part), the kernels that cost most.
 
-    python scripts/gpu_profile.py [SHAPE ...] [--steps 24] [--no-peer]     (traces under $OUT)
+    python scripts/gpu_profile.py [SHAPE ...] [--steps 24] [--no-peer] [--paged N]   (traces under $OUT)
+
+``--paged N``: the paged batched program instead (``lightspeed serve``'s: ``PagedBatcher``, N
+greedy sequences decoding together), to compare its step with the batch-1 program's.
 """
 
 from __future__ import annotations
@@ -43,6 +46,22 @@ def ours(name: str, steps: int, path: Path) -> None:
     profiled(lambda: gen.generate(ids, max_new_tokens=steps, stop_ids=[]), path)
 
 
+def paged(name: str, steps: int, path: Path, streams: int) -> None:
+    from gpu_decode import random_llama
+    from gpu_serve import decode_steps
+
+    import lightspeed as ls
+    from lightspeed.models.batch import PagedBatcher
+
+    model, weights, _, rng = random_llama(name)
+    prompts = [[int(t) for t in rng.integers(3, model.config.vocab_size, 32)] for _ in range(streams)]
+    batcher = PagedBatcher(model, weights, backend="cuda", search=ls.SearchOptions(budget=4, seed=0, progress=False),
+                           max_rows=streams, chunk=min(streams, 16), max_context=32 + steps + 16,
+                           pages=streams * -(-(32 + steps + 8) // model.PAGE_SIZE))
+    decode_steps(batcher, prompts, 4)  # plans and captures for this row count
+    profiled(lambda: decode_steps(batcher, prompts, steps), path)
+
+
 def peer(name: str, steps: int, path: Path) -> None:
     import peer_torch_decode as p
     import torch
@@ -74,17 +93,20 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
         runs = [("lightspeed", ours, ["--sequence"])]
+        if "--paged" in args:
+            n = int(args[args.index("--paged") + 1])
+            runs = [(f"lightspeed paged x{n}", lambda *a, n=n: paged(*a, streams=n), ["--sequence"])]
         if "--no-peer" not in args:  # its loop never waits: steps split after each argmax
             runs.append(("torch.compile", peer, ["--marker", "ArgMax"]))
         for label, fn, extra in runs:
-            path = Path("/tmp") / f"trace-{label}-{name}.json"
+            path = Path("/tmp") / f"trace-{label.replace(' ', '_')}-{name}.json"
             fn(name, steps, path)
             res = subprocess.run([sys.executable, str(ROOT / "scripts" / "step_timeline.py"), str(path), "--name",
                                   f"{label} {name}", *extra], capture_output=True, text=True)
             print(res.stdout + res.stderr, flush=True)
             with open(path, "rb") as src, gzip.open(out / f"{path.stem}.json.gz", "wb") as dst:
                 shutil.copyfileobj(src, dst)  # the whole timeline, for a closer look off the host
-            (out / f"steps-{label.replace('.', '_')}-{name}.txt").write_text(res.stdout + res.stderr)
+            (out / f"steps-{label.replace('.', '_').replace(' ', '_')}-{name}.txt").write_text(res.stdout + res.stderr)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ here; on a GPU, a decode-sized layer's logits against the reference backend and,
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -21,6 +23,7 @@ from tests.backends.harness import nvrtc_or_skip, saturate
 from tests.backends.test_conformance import TINY
 
 CUDA = get_backend("cuda")
+GENERATED = CudaBackend(cublaslt="off", mma=False)
 RENDER = CudaBackend(cublaslt="off")  # the generic kernels only (see test_cuda_rows.py)
 # every product of this layer is under 8192 outputs over rows of >= 4 KiB (k >= 2048 bf16): all split
 WIDE = {**TINY, "hidden_size": 2048, "intermediate_size": 4096, "num_attention_heads": 16,
@@ -43,12 +46,22 @@ def test_few_long_products_render_a_block_per_output_and_compile_for_sm90(monkey
     specs = _rendered(g)
     split = [s for s in specs if s.launch.kind == "matmul_split"]
     assert {s.name.split("_")[1] for s in split} >= {"matmul", "normmatmul", "normmatmulglu"}
+    warps = set()
     for s in split:
-        assert s.launch.block == (32, writer.SPLIT_WARPS, 1)
-        assert "_ls_bsum" in s.source and "lane == 0 && slice == 0" in s.source
+        # 4 warps for rows of 4 KiB (k = 2048 bf16), 2 for the down product's 8 KiB (k = 4096)
+        warps.add(s.launch.block[1])
+        assert s.launch.block[0] == 32 and s.launch.block[2] == 1
+        assert re.search(rf"__shared__ float _ls_bsum\[\d+\]\[{s.launch.block[1]}\];", s.source)  # a partial a warp
+        assert "lane == 0 && slice == 0" in s.source
         assert "(slice * 32 + lane) * 8" in s.source  # the block's threads along k, 16-byte loads
     images = nvrtc.compile_many([module_source([s], "cuda") for s in split], "sm_90")
     assert all(len(img) > 1000 for img in images)
+    assert warps == {4}  # this layer's split products read rows of 4 KiB
+    # the warps by the row's length: 4 under 8 KiB, 2 from 8 KiB, none under 4 KiB or from 8192 outputs
+    c = ls.symbolic.const
+    assert [writer.split_products("cuda", c(2048), c(k), 2) for k in (1024, 2048, 4096, 14336)] == [0, 4, 2, 2]
+    assert writer.split_products("cuda", c(8192), c(2048), 2) == 0
+    assert writer.split_products("c", c(2048), c(2048), 2) == 0
     # the switch off: a warp per output again
     monkeypatch.setattr(writer, "SPLIT_BELOW", 0)
     assert not [s for s in _rendered(g) if s.launch.kind == "matmul_split"]
@@ -80,6 +93,38 @@ def test_long_reductions_of_few_rows_render_a_cluster_per_row_and_compile(monkey
     assert not [s for s in _rendered(g2) if s.launch.kind == "row_cluster"]
 
 
+def test_long_reductions_of_a_run_time_row_count_take_a_cluster_per_row():
+    # a paged batch's argmax over its logit rows ("r" rows, known at run time): a warp per row
+    # walked 128k logits alone (1 ms of a 1B step); a cluster per row now, whatever the count
+    g = ls.Graph()
+    g.output("i", g.input("x", ("r", 40_000), dtype=ls.bfloat16).argmax(-1))
+    rows = [s for s in _rendered(g) if s.launch.kind == "row_cluster"]
+    assert rows and all(s.launch.cluster == (8, 1, 1) and "r" in str(s.launch.grid[0]) for s in rows)
+    short = ls.Graph()  # rows of a few thousand over a run-time count: a warp each, as before
+    short.output("i", short.input("x", ("r", 8_000), dtype=ls.float32).argmax(-1))
+    kinds = {p.launch.kind for s in _rendered(short) for p in s.parts or (s,)}
+    assert "warp" in kinds and not kinds & {"row", "row_cluster"}
+
+
+@pytest.mark.skipif(not CUDA.available(), reason="no CUDA GPU here")
+def test_a_run_time_row_count_of_long_argmaxes_matches_numpy_and_stays_batch_invariant():
+    g = ls.Graph()
+    x = g.input("x", ("r", 40_000), dtype=ls.float32)
+    g.output("i", x.argmax(-1))
+    g.output("s", x.sum(-1))
+    prog = g.compile(backend="cuda", search=ls.SearchOptions(budget=2, seed=0, dims={"r": 4}))
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal((20, 40_000)).astype(np.float32)
+    data[3, 12_345] = 50.0  # a clear maximum late in a row
+    first = None
+    for rows in (1, 3, 20):
+        out = prog({"x": data[:rows]})
+        np.testing.assert_array_equal(np.asarray(out["i"]), data[:rows].argmax(-1))
+        np.testing.assert_allclose(np.asarray(out["s"]), data[:rows].astype(np.float64).sum(-1), rtol=1e-4, atol=1e-2)
+        first = np.asarray(out["s"])[0] if first is None else first
+        assert np.asarray(out["s"])[0] == first  # row 0's sum in the same order at every count
+
+
 @pytest.mark.skipif(not CUDA.available(), reason="no CUDA GPU here")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_split_products_match_the_reference_and_stay_batch_invariant(dtype, monkeypatch):
@@ -94,8 +139,9 @@ def test_split_products_match_the_reference_and_stay_batch_invariant(dtype, monk
     results = {}
     for below in (writer.SPLIT_BELOW, 0):  # split, then a warp per output
         monkeypatch.setattr(writer, "SPLIT_BELOW", below)
-        # few rows: the decode's kernels, not the tensor-core tiles
-        prog = g.compile(backend="cuda", search=ls.SearchOptions(budget=3, seed=0, dims={"s": 4}, roll=False))
+        # few rows: the decode's generated kernels, not the tensor-core tiles nor cuBLASLt (which
+        # the search may pick for every product, leaving no split kernel to check)
+        prog = g.compile(backend=GENERATED, search=ls.SearchOptions(budget=3, seed=0, dims={"s": 4}, roll=False))
         launches = getattr(prog, "launches", None)  # None: a program of parts (dim buckets)
         kinds = None if launches is None else {s.launch.kind for launch in launches
                                                 for s in launch.spec.parts or (launch.spec,)}

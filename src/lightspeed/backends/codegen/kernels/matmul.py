@@ -21,7 +21,6 @@ from .region import Region, store_with_addend
 from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import (
-    SPLIT_WARPS,
     TILE_K,
     TILE_N,
     WARP,
@@ -70,8 +69,8 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     # and reads the column's weight row once for all of them (a batch of decode rows, a prompt)
     grouped = dialect == "cuda" and mode == "matmul_dot" and vec is not None and not batch and ROW_GROUP > 1
     # cuda, few long weight products (no batch, contiguous along k): a block of warps per output
-    split = (mode == "matmul_dot" and vec is not None and not batch and not grouped
-             and split_products(dialect, n, k, db.itemsize))
+    split = (split_products(dialect, n, k, db.itemsize)
+             if mode == "matmul_dot" and vec is not None and not batch and not grouped else 0)
     if split:
         mode = "matmul_split"
     w.index_vars |= {"_ls_item"}
@@ -118,7 +117,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     if mode == "matmul_tile":
         first, step = "slice", str(TILE_K)
     elif split:  # the block's threads along k
-        first, step = f"(slice * {WARP} + lane)", str(WARP * SPLIT_WARPS)
+        first, step = f"(slice * {WARP} + lane)", str(WARP * split)
     elif dialect == "cuda":
         first, step = "lane", str(WARP)
     else:
@@ -171,7 +170,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
         writer = "lane == 0"
         if split:
-            block_sums(w, ["acc"])
+            block_sums(w, ["acc"], split)
             writer = "lane == 0 && slice == 0"
     elif mode == "matmul_tile":
         w.line(f"__shared__ {ct} part[{TILE_K}][{TILE_N}];")
@@ -213,7 +212,7 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     prefetch = None
     if mode in ("matmul_dot", "matmul_split") and not batch:  # a weight product: its rows early
         prefetch = weight_prefetch(w, dialect, m, n, k, [("in1", db, a["b_offset"], a["b_stride_n"])], split)
-    return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k, before_wait=prefetch)
+    return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k, before_wait=prefetch, warps=split)
 
 
 def row_pair_branches(w: Writer, mm: str, sam: str, a_type: str, sums: Callable[[list[int]], None]) -> None:

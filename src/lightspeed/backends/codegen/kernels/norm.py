@@ -16,7 +16,7 @@ from .matmul_rows import LOAD8
 from .region import Region
 from .spec import KernelSpec
 from .types import load, storage_type, store
-from .writer import SPLIT_WARPS, WARP, Point, Writer, block_sums, finish, split_products, weight16, weight_prefetch
+from .writer import WARP, Point, Writer, block_sums, finish, split_products, weight16, weight_prefetch
 
 __all__ = ["row_norm_kernel", "norm_product_kernel", "RENDERERS"]
 
@@ -122,7 +122,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     # one-column order, so rows stay batch-invariant
     paired = c_vector and kind == "NormMatmul"
     # cuda, few outputs over a long k: a block of warps per output (the decode's q, k, v)
-    split = vec is not None and woff is not None and not grouped and split_products(dialect, n, k, dwt.itemsize)
+    split = split_products(dialect, n, k, dwt.itemsize) if vec is not None and woff is not None and not grouped else 0
     axes = None
     w.push()
     if grouped:
@@ -154,7 +154,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
                     names=[names[ic], names[ie], names[iw]])
     first, step = ("lane", WARP) if dialect == "cuda" else ("0", 1)
     if split:  # the block's threads along k
-        first, step = f"(slice * {WARP} + lane)", WARP * SPLIT_WARPS
+        first, step = f"(slice * {WARP} + lane)", WARP * split
 
     def scalar(start: str | None, indent: str) -> None:  # any layout: the weight through its view
         init = "" if start is None else f"long long _ls_l = {start}"  # None: on from _ls_l
@@ -221,7 +221,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
             w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {{ "
                    + " ".join(f"{v} += __shfl_xor_sync(0xffffffffu, {v}, o);" for v in sums) + " }")
             if split:
-                block_sums(w, sums)
+                block_sums(w, sums, split)
         c = region.leaf(0, "_ls_mi")
         e = region.leaf(1, "_ls_mi")
         w.line(f"const float r = 1.0f / sqrtf(ss * (float){c} + (float){e});")
@@ -282,7 +282,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     count = n * ((m + (ROW_GROUP - 1)) // ROW_GROUP) if grouped else m * ((n + 1) // 2) if paired else m * n
     return finish(w, dialect, "matmul_split" if split else "matmul_dot", bufs, count, body, kind.lower(), axes,
                   item_cost=(2 + len(rows)) * k,
-                  before_wait=prefetch)
+                  before_wait=prefetch, warps=split)
 
 
 def _norm_product(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:

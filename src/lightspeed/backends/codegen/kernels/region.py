@@ -341,8 +341,8 @@ _CLUSTER_TYPES = ("float", "double", "int", "unsigned int", "long long")  # ls_c
 def wants_cluster(tree: tuple, items: Expr, leaf_dtypes: list[DType]) -> bool:
     """Whether a region's top-level reductions run over a thread-block cluster per item: very few
     items, very long reductions of a type distributed shared memory is read in."""
-    if not CLUSTER_ROWS or not items.is_const or items.value > CLUSTER_ITEMS:
-        return False
+    if not CLUSTER_ROWS or (items.is_const and items.value > CLUSTER_ITEMS):
+        return False  # a run-time count (a batch's logit rows) is a few rows too: see wants_block
     reds = top_reductions(tree)
     return bool(reds) and all(
         space.shape[axis].is_const and space.shape[axis].value >= CLUSTER_REDUCTION
@@ -351,11 +351,16 @@ def wants_cluster(tree: tuple, items: Expr, leaf_dtypes: list[DType]) -> bool:
 
 def wants_block(tree: tuple, items: Expr) -> bool:
     """Whether a region's top-level reductions run over a block per item rather than a warp: few
-    items, long reductions (the argmax over a vocabulary: one warp would walk 128k logits alone)."""
-    if not items.is_const or items.value > BLOCK_ITEMS:
-        return False
+    items, long reductions (the argmax over a vocabulary: one warp would walk 128k logits alone).
+    A run-time item count takes a block per item when every reduction is very long
+    (CLUSTER_REDUCTION): a paged batch's argmax over its logit rows, one warp per row, took a
+    millisecond of a 1B step."""
     sizes = top_reduction_sizes(tree)
-    return bool(sizes) and all(n.is_const and n.value >= BLOCK_REDUCTION for n in sizes)
+    if not sizes or not all(n.is_const for n in sizes):
+        return False
+    if not items.is_const:
+        return all(n.value >= CLUSTER_REDUCTION for n in sizes)
+    return items.value <= BLOCK_ITEMS and all(n.value >= BLOCK_REDUCTION for n in sizes)
 
 
 def store_with_addend(w, view: ShapeTracker, dtype: DType, head: str, flat: str, value, at=None) -> tuple:

@@ -37,7 +37,16 @@ __all__ = ["Writer", "Point", "finish", "launch_shape", "loop_axes", "weight_pre
 WARP = 32
 THREADS = 256  # threads per block of the grid-stride kinds
 TILE_N, TILE_K = 32, 8  # matmul_tile: outputs per block row, k slices per block
-SPLIT_WARPS = 8  # matmul_split: warps sharing one output's k
+# matmul_split: warps sharing one output's k, by the length of its weight row (split_warps):
+# fewer warps a block give more blocks resident and more loads in flight per thread.  Measured on
+# an H100 (twentieth session), one warp count for every product: the 1B step 1.288 / 1.258 /
+# 1.280 ms with 8 / 4 / 2 warps, the 8B's 6.186 / 6.152 / 6.002 (ncu had put the 1B's q/k
+# products at 21% of DRAM bandwidth with 3 blocks of 8 warps a multiprocessor).
+# LIGHTSPEED_CUDA_SPLIT_WARPS=N: N warps for every product (an A/B switch)
+_SPLIT_WARPS = os.environ.get("LIGHTSPEED_CUDA_SPLIT_WARPS", "auto").strip()
+if _SPLIT_WARPS not in ("auto", "1", "2", "4", "8"):
+    raise LightspeedError(f"LIGHTSPEED_CUDA_SPLIT_WARPS must be auto, 1, 2, 4 or 8, got {_SPLIT_WARPS!r}")
+SPLIT_WARPS = 8  # the most warps a split product's block has (shared partials are sized by it)
 # a weight product of fewer outputs than this runs a block per output (kind ``matmul_split``) rather
 # than a warp: 2048 warps (the 1B's o, down and q) are ~16 a multiprocessor, too few loads in
 # flight (the 1B's down product reached 59% of the copy bandwidth, its 8192-output gated one 85%;
@@ -49,7 +58,7 @@ if not _SPLIT.isdigit():
 SPLIT_BELOW = 8192 if _SPLIT == "1" else int(_SPLIT)
 # ... and rows of at least this many bytes: one 16-byte load per thread of the block (shorter rows
 # leave lanes idle; with k = 1024 bf16 the Qwen3-0.6B step went 1.33 -> 1.49 ms)
-SPLIT_MIN_ROW_BYTES = WARP * SPLIT_WARPS * 16
+SPLIT_MIN_ROW_BYTES = WARP * 8 * 16
 
 
 def _thread_loop(n: str) -> list[str]:
@@ -98,15 +107,18 @@ _CUDA_WORK: dict[str, tuple[str, int, tuple[int, int, int]]] = {
 KINDS = (*_CUDA_WORK, "matmul_rows")  # matmul_rows: the c dialect's row items (kernels/matmul_rows.py)
 
 
-def launch_shape(kind: str, items: Expr) -> LaunchShape:
+def launch_shape(kind: str, items: Expr, warps: int = 0) -> LaunchShape:
     """The launch shape of a grid-stride kernel of ``kind`` over ``items`` work items (a c-dialect
-    only kind gets one block: the host executor runs the items itself)."""
+    only kind gets one block: the host executor runs the items itself); ``warps``: a
+    ``matmul_split`` block's own warp count."""
     if kind not in KINDS:
         raise LightspeedError(f"kernel renderer: unknown work kind {kind!r} (known: {', '.join(KINDS)})")
     work = _CUDA_WORK.get(kind)
     if work is None:
         return LaunchShape(kind, (const(1), const(1), const(1)))
     loop, per_block, block = work
+    if kind == "matmul_split" and warps:
+        block = (WARP, warps, 1)
     if loop == "cluster":  # a cluster per item: the grid counts clusters' blocks
         shape = grid_stride(kind, items, per_block, block)
         return LaunchShape(kind, (shape.grid[0] * CLUSTER, shape.grid[1], shape.grid[2]), block,
@@ -325,7 +337,7 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
            body: list[str], label: str, axes: list[tuple[str, Expr]] | None = None,
            item_cost: Expr | int = 1, setup: list[str] | None = None,
            early: list[str] | None = None, preludes: tuple[str, ...] = (),
-           before_wait: list[str] | None = None) -> KernelSpec:
+           before_wait: list[str] | None = None, warps: int = 0) -> KernelSpec:
     """Wrap a work-item body into a kernel function of the dialect.  ``buffers``: (param name,
     storage type, written, what it is: "out" or the op's operand index).  ``axes``: the c dialect
     walks the items as this loop nest ((coordinate name, extent), product ``count``); it splits
@@ -336,7 +348,8 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
     ``preludes``: the prelude parts the body calls beyond the dialect's own.  ``before_wait``
     (cuda): lines run before the wait on the previous kernel (programmatic dependent launch):
     they may read the table and the dims-only prologue, and must not read what a kernel writes
-    (:func:`weight_prefetch`: the predecessor still runs)."""
+    (:func:`weight_prefetch`: the predecessor still runs).  ``warps``: a ``matmul_split``
+    block's warps (:func:`split_products`; default SPLIT_WARPS)."""
     n = w.expr(count)  # into the prologue
     work = w.expr(count * item_cost) if dialect == "c" else n
     nest = [(name, w.expr(e)) for name, e in axes] if axes and dialect == "c" else None
@@ -378,7 +391,7 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
     digest = hashlib.sha256(f"{dialect}\n{mode}\n{text}".encode()).hexdigest()[:16]
     name = f"ls_{label}_{digest}"
     return KernelSpec(name, text.replace("KNAME", name), tuple(dims), tuple(b[3] for b in buffers),
-                      launch_shape(mode, count), count, tuple(preludes))
+                      launch_shape(mode, count, warps), count, tuple(preludes))
 
 
 # a product prefetches its weights only when they fit a third of the L2 (50 MB on the H100, 60 on
@@ -421,33 +434,38 @@ def vector_dot(w: Writer, indent: str, first: str, step: int, width: int, dot: s
     w.line(f"{indent}  acc += {dot}(*(const uint4*)(ra + l), {weight16('rb + l')});")
 
 
-def split_products(dialect: str, n: Expr, k: Expr, itemsize: int) -> bool:
-    """Whether a weight product [m, n] over k (rows contiguous along k, of ``itemsize``-byte
-    elements) runs a block of SPLIT_WARPS warps per output (kind ``matmul_split``): cuda, few
+def split_products(dialect: str, n: Expr, k: Expr, itemsize: int) -> int:
+    """The warps of the block per output of a weight product [m, n] over k (rows contiguous along
+    k, of ``itemsize``-byte elements) that runs kind ``matmul_split``, 0 for none: cuda, few
     static outputs, long rows.  A choice by n and k only, so every row count gets the same sums
-    (batch invariance)."""
-    return (dialect == "cuda" and n.is_const and n.value < SPLIT_BELOW and k.is_const
-            and k.value * itemsize >= SPLIT_MIN_ROW_BYTES)
+    (batch invariance).  4 warps for rows under 8 KiB (2 16-byte loads a thread at 4 KiB), 2
+    for longer ones (4 or more a thread)."""
+    if not (dialect == "cuda" and n.is_const and n.value < SPLIT_BELOW and k.is_const
+            and k.value * itemsize >= SPLIT_MIN_ROW_BYTES):
+        return 0
+    if _SPLIT_WARPS != "auto":
+        return int(_SPLIT_WARPS)
+    return 4 if k.value * itemsize < 8192 else 2
 
 
-def block_sums(w: Writer, sums: list[str]) -> None:
-    """The float sums ``sums`` of a ``matmul_split`` block (each already summed over its warp's
-    lanes) summed over the block's warps through shared memory, in a fixed order: afterwards
-    every thread holds the totals."""
+def block_sums(w: Writer, sums: list[str], warps: int = SPLIT_WARPS) -> None:
+    """The float sums ``sums`` of a ``matmul_split`` block of ``warps`` warps (each already summed
+    over its warp's lanes) summed over the block's warps through shared memory, in a fixed order:
+    afterwards every thread holds the totals."""
     n = len(sums)
-    w.line(f"__shared__ float _ls_bsum[{n}][{SPLIT_WARPS}];")
+    w.line(f"__shared__ float _ls_bsum[{n}][{warps}];")
     w.line("if (lane == 0) { " + " ".join(f"_ls_bsum[{q}][slice] = {v};" for q, v in enumerate(sums)) + " }")
     w.line("__syncthreads();")
     for q, v in enumerate(sums):
-        w.line(f"{v} = {pairwise([f'_ls_bsum[{q}][{s}]' for s in range(SPLIT_WARPS)], lambda x, y: f'({x} + {y})')};")
+        w.line(f"{v} = {pairwise([f'_ls_bsum[{q}][{s}]' for s in range(warps)], lambda x, y: f'({x} + {y})')};")
     w.line("__syncthreads();  // the partials are read before the next item writes them")
 
 
 def weight_prefetch(w: Writer, dialect: str, m: Expr, n: Expr, k: Expr,
-                    weights: list[tuple[str, DType, Expr, Expr]], split: bool = False) -> list[str] | None:
+                    weights: list[tuple[str, DType, Expr, Expr]], split: int = 0) -> list[str] | None:
     """Lines (``finish``'s ``before_wait``) prefetching into L2, before the wait on the previous
     kernel, the weight rows of this warp's first output of a warp-per-output product [m, n] over
-    k (``split``: this block's, a block per output): ``weights`` are (buffer, dtype, offset, stride
+    k (``split``: this block's of that many warps, a block per output): ``weights`` are (buffer, dtype, offset, stride
     between rows; rows contiguous along k).
     Weights are never written by a step, so their lines stream in while the predecessor finishes
     (its tail and this kernel's ramp overlap).  None where nothing is prefetched: the c dialect,
@@ -457,7 +475,7 @@ def weight_prefetch(w: Writer, dialect: str, m: Expr, n: Expr, k: Expr,
         return None
     kk = w.expr(k)
     if split:  # a block per output, its threads over the row
-        first, lanes, step = "blockIdx.x", f"(threadIdx.y * {WARP} + threadIdx.x)", WARP * SPLIT_WARPS * 128
+        first, lanes, step = "blockIdx.x", f"(threadIdx.y * {WARP} + threadIdx.x)", WARP * split * 128
     else:
         first = f"(blockIdx.x * (long long)blockDim.x + threadIdx.x) / {WARP}"
         lanes, step = f"(threadIdx.x & {WARP - 1})", WARP * 128
