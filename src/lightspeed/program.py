@@ -459,12 +459,35 @@ class BucketedProgram(Program):
         self.backend_name = buckets[0][1].backend_name
         share_array_hooks(self, buckets[0][1])
 
-    def execute(self, arrays: dict[str, Any], dims: dict[str, int], out=None) -> dict[str, Any]:
+    def _bucket(self, dims: Mapping[str, int]) -> Program:
         for ranges, prog in self.buckets:
             if all(lo <= dims[s] <= hi for s, (lo, hi) in ranges.items()):
-                return prog.execute(arrays, dims, out)
+                return prog
         have = ", ".join(str(r) for r, _ in self.buckets)
         raise InputError(f"dims {dims} fall outside every dim bucket ({have})")
+
+    def execute(self, arrays: dict[str, Any], dims: dict[str, int], out=None) -> dict[str, Any]:
+        return self._bucket(dims).execute(arrays, dims, out)
+
+    def persist(self, inputs: Mapping[str, Any] | None = None, /, **named: Any) -> BucketedProgram:
+        """Also each bucket's program with the same resident arrays (moved once), so that
+        :meth:`launch` hands a call to its bucket's own (asynchronous) launch."""
+        bound = super().persist(inputs, **named)
+        bound.buckets = []
+        for ranges, prog in self.buckets:
+            inner = copy.copy(prog)
+            inner._resident, inner._resident_dims = bound._resident, bound._resident_dims
+            inner._fresh_state()
+            bound.buckets.append((ranges, inner))
+        return bound
+
+    def launch(self, inputs: Mapping[str, Any], *, dims: Mapping[str, int] | None = None,
+               fetch: Sequence[str] = ()) -> Pending:
+        if any(n not in inputs and n not in self._resident for n in self.input_args):
+            return super().launch(inputs, dims=dims, fetch=fetch)  # the call's error names them
+        env = dict(self._resident_dims, **(dims or {}))
+        self._check(inputs, env, partial=True)  # the given inputs' dims pick the bucket
+        return self._bucket(env).launch(inputs, dims=dims, fetch=fetch)
 
     def report(self) -> str:
         return "\n\n".join(f"bucket {r}:\n{p.report()}" for r, p in self.buckets)

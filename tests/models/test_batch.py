@@ -144,6 +144,39 @@ def test_a_device_step_brings_back_token_ids_only(monkeypatch):
     assert set(fetched) == {("next_token",)} and not sampled
 
 
+@pytest.mark.skipif(not NATIVE, reason="no C compiler")
+def test_few_and_many_rows_run_their_own_paged_program(monkeypatch):
+    """Where a backend declares many-rows kernels (cuda's tensor-core tiles; here native told so,
+    on a device as well) the paged program is two, searched at one row and at 8: a step of fewer
+    than 8 rows launches the first, a busier one the second, both reading the same resident
+    weights; the tokens equal one program's."""
+    from lightspeed.backends.cuda.backend import MATMUL_MMA
+    from lightspeed.search import BucketedProgram, SearchOptions
+
+    _, cfg, sd = hf_model("llama")
+    model = from_hf_config(cfg)
+    prompts = _prompts(4)[:4]
+    be = type(get_backend("native"))
+    monkeypatch.setattr(be, "device_memory", True)
+    plain = PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=128, pages=2)
+    want = plain.generate(prompts, 8, stop_ids=()) + plain.generate(prompts[:1], 8, stop_ids=())
+    monkeypatch.setattr(be, "ops", (*be.ops, MATMUL_MMA))  # declared, never offered: no rule makes it
+    split = PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=128, pages=2,
+                         search=SearchOptions(budget=3, seed=1))
+    assert isinstance(split.program, BucketedProgram) and len(split.program.buckets) == 2
+    (few_rows, few), (many_rows, many) = split.program.buckets
+    assert few_rows == {"s": (1, 7)} and many_rows["s"][0] == 8
+    assert few._resident is many._resident is split.program._resident  # the weights held once
+    rows = {id(few): [], id(many): []}
+    for prog in (few, many):
+        launch = prog.launch
+        monkeypatch.setattr(prog, "launch", lambda inputs, _l=launch, _p=prog, **k: rows[id(_p)].append(
+            len(inputs["input_ids"])) or _l(inputs, **k))
+    got = split.generate(prompts, 8, stop_ids=()) + split.generate(prompts[:1], 8, stop_ids=())
+    assert [g.new_ids for g in got] == [w.new_ids for w in want]
+    assert rows[id(few)] and max(rows[id(few)]) < 8 and rows[id(many)] and min(rows[id(many)]) >= 8
+
+
 def test_pages_follow_the_sequences():
     """Pages are taken as a sequence grows (one per 32 positions), given back when it ends or is
     cancelled, and reused; the pool doubles when it runs out, keeping the pages in use."""

@@ -249,7 +249,8 @@ def test_prompts_long_and_short_run_their_own_prefill(backend, monkeypatch):
     be = type(ls.backends.get_backend(backend))
     monkeypatch.setattr(be, "ops", (*be.ops, MATMUL_MMA))  # declared, never offered: no rule makes it
     buckets = gen_mod.prompt_buckets(backend, "prefill", None)
-    assert buckets == [({"s": (1, 63)}, 16), ({"s": (64, 1 << 31)}, 128)]
+    assert buckets == [({"s": (1, 63)}, {"s": 16}), ({"s": (64, 1 << 31)}, {"s": 128})]
+    assert [r for r, _ in gen_mod.prompt_buckets(backend, "paged", None)] == [{"s": (1, 7)}, {"s": (8, 1 << 31)}]
     assert not gen_mod.prompt_buckets(backend, "decode", None)
     # the caller's own dims or buckets: searched where asked, one program
     assert not gen_mod.prompt_buckets(backend, "prefill", ls.SearchOptions(dims={"s": 32}))

@@ -161,18 +161,31 @@ def profile_options(mode: str, search: SearchOptions | None = None) -> SearchOpt
     return opts if opts.dims is not None else dataclasses.replace(opts, dims=_PROFILE_DIMS[mode])
 
 
+# a paged step of fewer rows than this (a few streams decoding) runs the paged program searched at
+# PAGED_FEW_DIMS; more rows (many streams, a prompt chunk) the one searched at _PROFILE_DIMS["paged"]:
+# on an H100 the attention tiles chosen for 8 rows took 44 us a layer for one row (the 1B's paged
+# step 3.18 ms at one stream, 2.19 without the tiles; 3.38 vs 5.38 at 32 streams; twentieth session)
+PAGED_FEW = 8
+PAGED_FEW_DIMS = {"s": 1, "NP": 4, "N": 16, "r": 1}
+
+
 def prompt_buckets(backend: str, mode: str, search: SearchOptions | None
-                   ) -> list[tuple[dict[str, tuple[int, int]], int]]:
-    """``[(ranges of s, the s it is searched at)]`` of the prefill program: two buckets where the
+                   ) -> list[tuple[dict[str, tuple[int, int]], dict[str, int]]]:
+    """``[(ranges of s, the dims it is searched at)]``: the prefill program's two buckets (short
+    and long prompts), the paged program's two (few rows and many: :data:`PAGED_FEW`) where the
     backend declares many-rows kernels and the caller's options name no dims nor buckets (else
     it is searched where asked), none otherwise.  Whole programs per bucket, not
     ``SearchOptions.dim_buckets``: those bucket a rolled model's template part, which a kernel
     backend then cannot stitch into one program (one CUDA graph per step)."""
-    if mode != "prefill" or (search is not None and (search.dims is not None or search.dim_buckets)):
+    if mode not in ("prefill", "paged") or (search is not None and (search.dims is not None or search.dim_buckets)):
         return []
     if not any(d.many_rows for d in get_backend(backend).declarations().values()):
         return []
-    return [({"s": (1, LONG_PROMPT - 1)}, PROMPT_ROWS[0]), ({"s": (LONG_PROMPT, 1 << 31)}, PROMPT_ROWS[1])]
+    dims = _PROFILE_DIMS[mode]
+    if mode == "paged":
+        return [({"s": (1, PAGED_FEW - 1)}, PAGED_FEW_DIMS), ({"s": (PAGED_FEW, 1 << 31)}, dims)]
+    return [({"s": (1, LONG_PROMPT - 1)}, {**dims, "s": PROMPT_ROWS[0]}),
+            ({"s": (LONG_PROMPT, 1 << 31)}, {**dims, "s": PROMPT_ROWS[1]})]
 
 
 def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: SearchOptions | None = None,
@@ -195,7 +208,7 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
         buckets = prompt_buckets(backend, mode, search)
         if buckets:
             prog = BucketedProgram(g, [(ranges, g.compile(backend=backend, search=dataclasses.replace(
-                opts, dims={**opts.dims, "s": rows}))) for ranges, rows in buckets])
+                opts, dims=dims))) for ranges, dims in buckets])
         else:
             prog = g.compile(backend=backend, search=opts)
         record_build(prog, built)
