@@ -209,3 +209,36 @@ def test_index_at_takes_a_broadcast_views_coordinates_without_dividing():
     idx, valid = index_at(st, tuple(sym(n) for n in ("b", "h", "g", "l")))
     text = f"{idx} {valid}"
     assert "//" not in text and "%" not in text, text
+
+
+@pytest.mark.skipif(not get_backend("native").available(), reason="no C compiler")
+def test_an_output_is_written_by_its_producer_not_copied():
+    """An output laid out as its value (a generated kernel's own buffer) is written by that
+    kernel into the output's array, read there by the value's other readers, and copied by no
+    Output kernel; a second output of the same value, and one read through a view, are copies.
+    Values equal numpy's at two row counts, into fresh arrays and into ``out=`` ones."""
+    g = ls.Graph()
+    x = g.input("x", ("s", 8))
+    y = (x * 2.0).exp()
+    g.output("y", y)
+    g.output("again", y)
+    g.output("total", (y + 1.0).sum(-1))
+    g.output("t", y.transpose(0, 1))
+    prog = g.compile(backend="native", search=ls.SearchOptions(budget=1, seed=0))
+    ops = prog.lprog.ops
+    copied = {ops[i].args["name"] for launch in prog.launches for i in (launch.merged or (launch.op,))
+              if ops[i].op == "Output"}
+    assert {ops[o].args["name"] for o in prog.direct} == {"y", "total"}
+    assert copied == {"again", "t"}
+    rng = np.random.default_rng(0)
+    for rows in (3, 5):
+        a = rng.standard_normal((rows, 8)).astype(np.float32)
+        want = np.exp(a * 2)
+        for out in (None, {"y": np.empty((rows, 8), np.float32), "total": np.empty(rows, np.float32)}):
+            got = prog({"x": a}, out=out)
+            np.testing.assert_allclose(got["y"], want, rtol=1e-6)
+            np.testing.assert_array_equal(got["again"], got["y"])
+            np.testing.assert_allclose(got["total"], (want + 1).sum(-1), rtol=1e-5)
+            np.testing.assert_array_equal(got["t"], np.asarray(got["y"]).T)
+            if out is not None:
+                assert got["y"] is out["y"] and got["total"] is out["total"]
