@@ -3,7 +3,7 @@ shape with seeded random bf16 weights, ``PagedBatcher`` with N concurrent greedy
 the same batcher with one, in one process.  Issue 24's GPU figure: 32 streams of the 1B shape.
 
     python benchmarks/gpu_serve.py [SHAPE] [--streams 1,8,32] [--prompt 32] [--tokens 32]
-                                   [--backend cuda] [--check N] [--sample T,P]
+                                   [--backend cuda] [--check N] [--sample T,P] [--no-pipeline]
 
 Prints per stream count: the decode steps' median time (every sequence decoding), aggregate
 tokens/s over those steps, the ratio to one stream, and the batch-1 ``Generator`` TPOT of the
@@ -11,7 +11,9 @@ same weights (the non-paged decode program) for reference.  ``--check N``: the f
 of the largest count are also run alone and must give the same greedy tokens (batch invariance;
 the script exits 1 when one differs).  ``--sample T,P``: every sequence samples with temperature
 T and top-p P (sequence i seeded i; the backend's sampler draws the step's rows together) instead
-of greedy.  Writes ``$OUT/gpu_serve.json`` when ``$OUT`` is set.
+of greedy.  ``--no-pipeline``: each step waits for its ids before the next is queued
+(``PagedBatcher(pipeline=False)``; an A/B switch).  Writes ``$OUT/gpu_serve.json`` when ``$OUT``
+is set.
 """
 
 from __future__ import annotations
@@ -123,12 +125,13 @@ def main() -> None:
     t0 = time.perf_counter()
     batcher = PagedBatcher(model, weights, backend=backend, search=search, max_rows=max(streams),
                            chunk=min(max(streams), 16), max_context=prompt + tokens + 16,
-                           pages=max(streams) * -(-(prompt + tokens) // model.PAGE_SIZE))
+                           pages=max(streams) * -(-(prompt + tokens) // model.PAGE_SIZE),
+                           pipeline="--no-pipeline" not in args)
     print(f"paged program compiled in {time.perf_counter() - t0:.1f} s", flush=True)
     timed_launches(batcher.program)
     decode_steps(batcher, prompts[:2], 4)  # warm-up: plans and captures for small row counts
     out = {"date": time.strftime("%Y-%m-%d"), "shape": shape, "backend": backend, "prompt": prompt,
-           "sampling": sampling,
+           "sampling": sampling, "pipeline": batcher.pipeline,
            "tokens": tokens, "generator_tpot_ms": round(tpot1, 4), "weight_GB": round(wbytes / 1e9, 3)}
     rows, base, outputs = [], None, {}
     for n in streams:

@@ -177,6 +177,52 @@ def test_few_and_many_rows_run_their_own_paged_program(monkeypatch):
     assert rows[id(few)] and max(rows[id(few)]) < 8 and rows[id(many)] and min(rows[id(many)]) >= 8
 
 
+@pytest.mark.skipif(not NATIVE, reason="no C compiler")
+def test_a_pipelined_step_gives_the_same_tokens_as_waiting_for_each(monkeypatch):
+    """On a device (native told so) a step of greedy decode rows queues the next one on its own
+    token ids; the next step takes it when its rows are those, else drops it (a sequence that
+    hit its stop token, a new prompt joining, one that reached its length, a sampled row).
+    Every sequence's tokens equal the unpipelined batcher's, and most steps ran ahead."""
+    _, cfg, sd = hf_model("llama")
+    model = from_hf_config(cfg)
+    monkeypatch.setattr(type(get_backend("native")), "device_memory", True)
+    prompts = _prompts(5)[:4]
+
+    def run(pipeline: bool, stops=()):
+        b = PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=128, pages=2,
+                         pipeline=pipeline)
+        fed_ahead = []
+        launch = b.program.launch
+        last = {}
+
+        def spy(inputs, **k):
+            fed_ahead.append(inputs["input_ids"] is last.get("ids"))
+            out = launch(inputs, **k)
+            last["ids"] = out.value("next_token")
+            return out
+        b.program.launch = spy
+        seqs = [b.start(p, n, stop_ids=stops) for p, n in zip(prompts[:3], (24, 5, 24))]
+        for k in range(60):
+            live = [s for s in seqs if not s.done]
+            if not live:
+                break
+            if k == 16:  # a new prompt joins, and a sampled sequence
+                seqs.append(b.start(prompts[3], 6, stop_ids=stops))
+                seqs.append(b.start(prompts[0], 4, stop_ids=stops, temperature=0.8, seed=3))
+            b.step([s for s in seqs if not s.done])
+        assert all(s.done for s in seqs) and b.pages_in_use == 0
+        return [s.new_ids for s in seqs], fed_ahead
+
+    want, plain = run(False)
+    assert not any(plain)
+    stop = want[0][4]  # the first sequence's fifth token ends it (and any other that draws it)
+    want_stopped, _ = run(False, (stop,))
+    for stops, expect in (((), want), ((stop,), want_stopped)):
+        got, fed = run(True, stops)
+        assert got == expect
+        assert sum(fed) >= 10, fed  # steps queued on the device's ids (15 of 32 launches without the stop)
+
+
 def test_pages_follow_the_sequences():
     """Pages are taken as a sequence grows (one per 32 positions), given back when it ends or is
     cancelled, and reused; the pool doubles when it runs out, keeping the pages in use."""

@@ -79,11 +79,13 @@ class PagedBatcher:
     """The paged program of ``model`` with ``weights`` resident, its KV page pools and their free
     pages.  ``max_rows``: rows per step (decode rows first, then prompt chunks), at most
     :data:`ROWS_LIMIT`; ``chunk``: prompt rows one sequence feeds per step; ``max_context``:
-    the longest sequence (prompt + new tokens); ``pages``: the pool's first size in pages."""
+    the longest sequence (prompt + new tokens); ``pages``: the pool's first size in pages;
+    ``pipeline``: on a device, a step of greedy decode rows queues the next one on its own token
+    ids before the host waits for them (:meth:`_launch_ahead`)."""
 
     def __init__(self, model: DecoderLM, weights: Mapping[str, Any], *, backend: str = "cpu",
                  search: SearchOptions | None = None, max_rows: int = 24, chunk: int = 16,
-                 max_context: int = 2048, pages: int = 64) -> None:
+                 max_context: int = 2048, pages: int = 64, pipeline: bool = True) -> None:
         if not 1 <= max_rows <= ROWS_LIMIT:
             raise ValueError(f"max_rows must be in [1, {ROWS_LIMIT}], got {max_rows}")
         if not 1 <= chunk <= max_rows:
@@ -92,6 +94,8 @@ class PagedBatcher:
             raise ValueError(f"max_context must be >= 2, got {max_context}")
         self.model, self.backend = model, backend
         self._logits: np.ndarray | None = None  # the logits' buffer, reused by every step
+        self.pipeline = pipeline
+        self._ahead: _Ahead | None = None  # the next step, queued on this one's device ids
         self.max_rows, self.chunk, self.max_context = max_rows, chunk, max_context
         self.page = model.PAGE_SIZE
         self.max_pages = math.ceil(max_context / self.page)  # pages of the longest sequence
@@ -171,17 +175,8 @@ class PagedBatcher:
         # computes one it does not use); a row's result does not depend on its place
         rows.sort(key=lambda row: row[1] + 1 != len(row[0].ids))
         choosing = [s for s, pos, _ in rows if pos + 1 == len(s.ids)]
-        for s, pos, _ in rows:  # pages for every position this step writes
-            self._cover(s, pos + 1)
-        width = max(len(s.pages) for s, _, _ in rows)
-        table = np.zeros((len(rows), width), np.int64)  # padding: page 0, behind the row's mask
-        slots = np.empty(len(rows), np.int64)
-        for i, (s, pos, _) in enumerate(rows):
-            table[i, :len(s.pages)] = s.pages
-            slots[i] = s.pages[pos // self.page] * self.page + pos % self.page
         inputs: dict[str, Any] = {"input_ids": np.array([t for _, _, t in rows], np.int64),
-                                  "positions": np.array([p for _, p, _ in rows], np.int64),
-                                  "pages": table, "slots": slots}
+                                  **self._page_inputs([(s, pos) for s, pos, _ in rows])}
         if self._on_device():
             return self._step_on_device(inputs, rows, choosing)
         logits = self._call(inputs, max(1, len(choosing)))
@@ -189,6 +184,19 @@ class PagedBatcher:
             s.fed = max(s.fed, pos + 1)
         picked = self._sample(choosing, logits)
         return {s: s._take(np.asarray(logits[j]), picked.get(j)) for j, s in enumerate(choosing)}
+
+    def _page_inputs(self, rows: list[tuple[PagedSequence, int]]) -> dict[str, Any]:
+        """The positions, page table and cache slots of ``rows`` ((sequence, position) each),
+        with pages given to every position they write."""
+        for s, pos in rows:
+            self._cover(s, pos + 1)
+        width = max(len(s.pages) for s, _ in rows)
+        table = np.zeros((len(rows), width), np.int64)  # padding: page 0, behind the row's mask
+        slots = np.empty(len(rows), np.int64)
+        for i, (s, pos) in enumerate(rows):
+            table[i, :len(s.pages)] = s.pages
+            slots[i] = s.pages[pos // self.page] * self.page + pos % self.page
+        return {"positions": np.array([p for _, p in rows], np.int64), "pages": table, "slots": slots}
 
     def _on_device(self) -> bool:
         """Whether the step's tokens are chosen where its outputs live (a device backend: the
@@ -209,9 +217,17 @@ class PagedBatcher:
         host = [j for j, s in enumerate(choosing) if j not in draws and (
             s.want_logits or s.kept is not None or s.params.get("temperature", 0.0) > 0
             or s.params.get("repetition_penalty", 1.0) != 1.0)]
-        for i, (k, v) in enumerate(self.pools):
-            inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
-        step = self.program.launch(inputs, dims={"r": r}, fetch=["next_token", *(["logits"] if host else [])])
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.rows == [(s, pos) for s, pos, _ in rows] and not draws and not host \
+                and [t for _, _, t in rows] == [int(t) for t in ahead.fed]:
+            step = ahead.step  # queued by the last step on the ids it chose: already running
+        else:
+            for i, (k, v) in enumerate(self.pools):
+                inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
+            step = self.program.launch(inputs, dims={"r": r}, fetch=["next_token", *(["logits"] if host else [])])
+        if (self.pipeline and not draws and not host and len(choosing) == len(rows)
+                and all(len(s.ids) + 1 - len(s.prompt) < s.max_new_tokens for s in choosing)):
+            self._ahead = self._launch_ahead(rows, step)
         picked = None
         if draws:  # every logit row through the sampler (one launch); the greedy rows' draws unused
             params = [draws.get(j, [1.0, 0.0, 1.0, 0.0]) for j in range(r)]
@@ -226,7 +242,23 @@ class PagedBatcher:
                 chosen[s] = s._take(np.asarray(logits[j]))
             else:
                 chosen[s] = s._take(None, int(picked[j] if j in draws else out["next_token"][j]))
+        if self._ahead is not None:
+            self._ahead.fed = out["next_token"][:len(rows)]
         return chosen
+
+    def _launch_ahead(self, rows: list, step: Any) -> _Ahead:
+        """The step after this one (greedy decode rows only, every sequence able to go on) queued
+        now on this step's ``next_token`` as its input ids, so the device runs it while the host
+        reads this step's ids and returns them.  The next :meth:`step` takes it when its rows are
+        these (same sequences, next positions, the ids fed are the ones chosen), else drops it:
+        a sequence that stopped or a new prompt.  A dropped step wrote keys and values only at
+        positions its sequences write again, into pages that stay theirs until they end, before
+        (stream order) anything later reads or reuses them."""
+        nxt = [(s, pos + 1) for s, pos, _ in rows]
+        inputs: dict[str, Any] = {"input_ids": step.value("next_token"), **self._page_inputs(nxt)}
+        for i, (k, v) in enumerate(self.pools):
+            inputs[f"pool.{i}.k"], inputs[f"pool.{i}.v"] = k, v
+        return _Ahead(nxt, self.program.launch(inputs, dims={"r": len(nxt)}, fetch=["next_token"]), step)
 
     def _sample(self, choosing: list[PagedSequence], logits: Any) -> dict[int, int]:
         """The tokens of the rows the backend's sampler takes (``TokenStream.sample_row``), sampled
@@ -262,6 +294,9 @@ class PagedBatcher:
         idle level after a busy spell); returns whether it did."""
         if self.pages_in_use or self.n_pages <= self.initial_pages:
             return False
+        if self._ahead is not None:  # it reads and writes the pools about to go
+            self._ahead.step.result()
+            self._ahead = None
         self.pools, self.free, self.n_pages = [], [], 0
         self._grow(self.initial_pages)
         return True
@@ -292,3 +327,13 @@ class PagedBatcher:
             self.pools.append((pair[0], pair[1]))
         self.free = list(range(n - 1, self.n_pages - 1, -1)) + self.free
         self.n_pages = n
+
+
+class _Ahead:
+    """A step queued before its rows were asked for (:meth:`PagedBatcher._launch_ahead`): its rows
+    ((sequence, position) each), the pending call, the step whose ids it was fed (kept alive
+    until it ran) and, once that step's ids are on the host, those ids (``fed``)."""
+
+    def __init__(self, rows: list[tuple[PagedSequence, int]], step: Any, source: Any) -> None:
+        self.rows, self.step, self.source = rows, step, source
+        self.fed: Any = ()
