@@ -165,6 +165,18 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
             return None
         return body[1]
 
+    def vector_query() -> int | None:
+        """The leaf the query body reads when it is one contiguous buffer of the result's dtype
+        with unit stride along the head dim and row strides, offsets and batch strides of whole
+        16-byte vectors (its alignment checked at run time), else None."""
+        body = a["q_body"]
+        if body[0] != "leaf" or not region.views[body[1]].is_contiguous or in_dtypes[body[1]] != op.dtype:
+            return None
+        fields = [a["q_stride_m"], a["q_offset"], *a["q_batch_strides"]]
+        if not (_is(a["q_stride_k"], 1) and all(not e.free_vars() and int(e.value) % 8 == 0 for e in fields)):
+            return None
+        return body[1]
+
     per_thread = -(-bn * d // (8 * 128))  # 16-byte vectors of a K or V tile per thread (at most)
 
     def load_regs(what: str, leaf: int, off: str, row_stride: str, l0: str, indent: str) -> None:
@@ -204,8 +216,36 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.push()
     row_coords("_ls_m0 + _ls_r", "_r", out_row=False)
     q_row = w.pop()
+    q_leaf = vector_query()
+    if q_leaf is not None:
+        # a plain query buffer: 16-byte loads, a row's coordinates once per 8 elements, every
+        # load issued before the first store (element by element, the staging was a chain of
+        # ROWS * d / 128 loads, each behind two 64-bit divisions: ~14 us of the 28 a 32-token
+        # prompt's attention took on an H100, ncu, twentieth session)
+        src = region.names[q_leaf]
+        per_q = ROWS * d // (8 * 128)
+        w.line(f"if ((((unsigned long long){src}) & 15) == 0) {{")
+        w.line(f"  uint4 _ls_rq[{per_q}];")
+        w.line("  #pragma unroll")
+        w.line(f"  for (int u = 0; u < {per_q}; u++) {{")
+        w.line(f"    const int _ls_e = _ls_t * 8 + u * 1024, _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
+        w.scope.lines.extend("    " + ln for ln in q_row)
+        w.line(f"    _ls_rq[u] = _ls_m0 + _ls_r < {rr} ? *(const uint4*)({src} + _ls_q_r + _ls_c) "
+               ": make_uint4(0u, 0u, 0u, 0u);")
+        w.line("  }")
+        w.line("  #pragma unroll")
+        w.line(f"  for (int u = 0; u < {per_q}; u++) {{")
+        w.line(f"    const int _ls_e = _ls_t * 8 + u * 1024, _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
+        w.line("    *(uint4*)&_ls_qs[_ls_r][_ls_c] = _ls_rq[u];")
+        w.line("  }")
+        w.line("} else {")
+        w.push()
     stage("q", f"{ROWS * d}", "\n  ".join(q_row), f"_ls_m0 + _ls_r < {rr}", f"_ls_q_r + _ls_c * {qsk}",
           "_ls_qs[_ls_r][_ls_c]")
+    if q_leaf is not None:
+        inner = w.pop()
+        w.scope.lines.extend("  " + ln for ln in inner)
+        w.line("}")
     w.line("__syncthreads();")
     # the warp's 16 query rows as A fragments, once
     w.line(f"unsigned int _ls_qf[{d // 16}][4];")
