@@ -39,6 +39,8 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
     else:
         first, step = "0", "1"
     w.line("float _ls_ss = 0.0f;")
+    if dialect == "cuda":  # a thread's loads in flight together (region.py's reductions: the same)
+        w.line("#pragma unroll 4")
     w.line(f"for (long long _ls_j = {first}; _ls_j < {nn}; _ls_j += {step}) {{ "
            f"const float v = {load(dx, '_ls_xr[_ls_j]')}; _ls_ss += v * v; }}")
     if dialect == "cuda":

@@ -223,6 +223,11 @@ class Region:
             tree = pairwise([f"{part}[{k}]" for k in range(8)], lambda x, y: combine(tag, d, x, y))
             w.line(f"{acc} = {combine(tag, d, acc, tree)};")
             return acc
+        if lanes:
+            # unrolled, a thread's loads go out together instead of each after the last one's
+            # combine (the same combines in the same order): a cluster's argmax over 128k logits,
+            # 63 elements a thread, took 16.6 us of the 1B decode step (H100, twentieth session)
+            w.line("#pragma unroll 4")
         w.line(f"for (long long {r} = {start}; {r} < {size}; {r} += {step}) {{")
         self._reduce_step(tag, d, axis, shape, size, post, child, pt, acc, None, r, "  ")
         w.line("}")
