@@ -223,6 +223,36 @@ def test_a_pipelined_step_gives_the_same_tokens_as_waiting_for_each(monkeypatch)
         assert sum(fed) >= 10, fed  # steps queued on the device's ids (15 of 32 launches without the stop)
 
 
+CUDA = get_backend("cuda").available()
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA GPU here")
+def test_cuda_paged_steps_give_the_reference_tokens_pipelined_or_not():
+    """The paged program on the GPU (its few-rows and many-rows buckets, token ids fetched, the
+    next step queued on the device's ids): the greedy tokens of the reference backend's paged
+    steps, with a prompt joining mid-way and a stop token, pipelined or not."""
+    _, cfg, sd = hf_model("llama")
+    model = from_hf_config(cfg)
+    prompts = _prompts(6)[:4]
+
+    def run(backend: str, **kw) -> list[list[int]]:
+        b = PagedBatcher(model, sd, backend=backend, max_rows=12, chunk=5, max_context=128, pages=2, **kw)
+        seqs = [b.start(p, 16, stop_ids=()) for p in prompts[:3]]
+        for k in range(80):
+            live = [s for s in seqs if not s.done]
+            if not live:
+                break
+            if k == 12:
+                seqs.append(b.start(prompts[3], 8, stop_ids=()))
+            b.step([s for s in seqs if not s.done])
+        assert all(s.done for s in seqs) and b.pages_in_use == 0
+        return [s.new_ids for s in seqs]
+
+    want = run("reference")
+    assert run("cuda") == want
+    assert run("cuda", pipeline=False) == want
+
+
 def test_pages_follow_the_sequences():
     """Pages are taken as a sequence grows (one per 32 positions), given back when it ends or is
     cancelled, and reused; the pool doubles when it runs out, keeping the pages in use."""
