@@ -10,7 +10,8 @@
 # and without (LIGHTSPEED_CUDA_MMA=0) beside torch.compile's, then that prefill traced kernel by kernel
 # (GPU_ROUND_PREFILL_TRACE=1 alone, =0 not); with GPU_ROUND_SERVE=1 benchmarks/gpu_serve.py (32 streams
 # of the 1B shape, paged; GPU_ROUND_SERVE_AB=1 also without the pipelined step); with
-# GPU_ROUND_SAMPLER=1 benchmarks/gpu_sampler.py; with GPU_ROUND_GEMV=1
+# GPU_ROUND_SAMPLER=1 benchmarks/gpu_sampler.py; with GPU_ROUND_ATTENTION=1
+# benchmarks/gpu_attention.py (a prompt's attention beside SDPA); with GPU_ROUND_GEMV=1
 # benchmarks/gpu_gemv.py, plain and streaming weight loads.  Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
@@ -39,6 +40,17 @@ fi
 if [ "${GPU_ROUND_SAMPLER:-0}" = 1 ]; then
   step sampler "${GPU_SAMPLER_S:-90}" python3 benchmarks/gpu_sampler.py
   sed -n '/^sampler/,$p' "$OUT/sampler.log"
+fi
+# a prompt's attention alone beside PyTorch's SDPA (GPU_ROUND_ATTENTION=1; GPU_ATTENTION_AB="VAR=VALUE"
+# also under that switch)
+if [ "${GPU_ROUND_ATTENTION:-0}" = 1 ]; then
+  step attention 150 python3 benchmarks/gpu_attention.py --seq "${GPU_ATTENTION_SEQ:-32,512,4096}"
+  sed -n '/^ *seq/,$p' "$OUT/attention.log"
+  if [ -n "${GPU_ATTENTION_AB:-}" ]; then
+    step attention_ab 120 env ${GPU_ATTENTION_AB} python3 benchmarks/gpu_attention.py --no-peer \
+      --seq "${GPU_ATTENTION_SEQ:-32,512,4096}"
+    echo "== under ${GPU_ATTENTION_AB}"; sed -n '/^ *seq/,$p' "$OUT/attention_ab.log"
+  fi
 fi
 # the batch-1 weight products alone against the copy bandwidth and cuBLAS (GPU_ROUND_GEMV=1), then
 # the generated kernel with streaming weight loads (LIGHTSPEED_CUDA_WEIGHT_LOADS=stream)
