@@ -501,3 +501,32 @@ def test_paired_gated_products_match_float64_and_do_not_depend_on_the_rows_besid
     for i in range(5):
         alone = np.asarray(prog({"x": xs[i:i + 1], "wg": wg, "wu": wu})["y"])[0]
         assert np.array_equal(alone.astype(np.float64), got[i]), i
+
+
+def test_norm_gated_products_walk_columns_outermost_and_do_not_depend_on_the_rows_beside():
+    """silu(norm(x) @ G.T) * (norm(x) @ U.T) as one NormMatmulGLU: in c a loop nest over (column,
+    row), rows innermost, so a column's two weight rows are read once for every row of x (item
+    by item in row order each prompt row streamed the whole weight matrices again); equal to the
+    float64 result within float32 rounding, each row bit for bit the same computed alone."""
+    from lightspeed.nn.mlp import silu_mul
+
+    n, k = 9, 72
+    g = ls.Graph()
+    x = g.input("x", ("s", k))
+    h = ls.rms_norm(x, k, g.input("nw", (k,)), 1e-5)
+    gate, up = (h @ g.input(name, (n, k)).transpose(0, 1) for name in ("wg", "wu"))
+    g.output("y", silu_mul(gate, up))
+    prog, source = _lowered_with(g, "NormMatmulGLU")
+    assert "const long long _ls_mi = _ls_cl + _ls_j;" in source  # the rows: the nest's innermost axis
+    rng = np.random.default_rng(3)
+    xs, wg, wu = (rng.standard_normal(sh).astype(np.float32) for sh in ((5, k), (n, k), (n, k)))
+    nw = (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)
+    got = np.asarray(prog({"x": xs, "nw": nw, "wg": wg, "wu": wu})["y"]).astype(np.float64)
+    x64 = xs.astype(np.float64)
+    h64 = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-5) * nw
+    gate, up = h64 @ wg.astype(np.float64).T, h64 @ wu.astype(np.float64).T
+    want = gate / (1 + np.exp(-gate)) * up
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    for i in range(5):
+        alone = np.asarray(prog({"x": xs[i:i + 1], "nw": nw, "wg": wg, "wu": wu})["y"])[0]
+        assert np.array_equal(alone.astype(np.float64), got[i]), i
