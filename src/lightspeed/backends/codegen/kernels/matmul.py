@@ -215,27 +215,40 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     return finish(w, dialect, mode, bufs, count, body, "matmul", axes, k, before_wait=prefetch, warps=split)
 
 
-def row_pair_branches(w: Writer, mm: str, sam: str, a_type: str, sums: Callable[[list[int]], None]) -> None:
-    """A row-pair item's two branches: rows i0 and i0 + 1 when both exist (A's second row
-    ``ra1``), else row i0 alone -- ``sums`` writes the same per-output code for either."""
-    w.line(f"if (_ls_i0 + 1 < {mm}) {{")
-    w.line(f"  const {a_type}* ra1 = ra0 + {sam};")
-    sums([0, 1])
-    w.line("} else {")
-    sums([0])
+# c, Matmul/MatmulAdd of a weight: rows of A an item takes for its two columns (LIGHTSPEED_NATIVE_DOT_ROWS,
+# an A/B switch; each 8 of a column pair's B rows loaded once for all of them).  4 measured slower on
+# the 2-core VM (o and down at 256 tokens 4.8-5.2 ms a launch against 4.1-4.5; twentieth session)
+DOT_ROWS = int(os.environ.get("LIGHTSPEED_NATIVE_DOT_ROWS", "2"))
+# c, MatmulGLU: rows of A an item takes for one column (LIGHTSPEED_NATIVE_GLU_ROWS, an A/B switch):
+# each 8 of G's and U's rows loaded once for all of them, so A streams from the cache once per
+# GLU_ROWS rows instead of per pair
+GLU_ROWS = int(os.environ.get("LIGHTSPEED_NATIVE_GLU_ROWS", "4"))
+
+
+def row_group_branches(w: Writer, mm: str, sam: str, a_type: str, sums: Callable[[list[int]], None],
+                       group: int) -> None:
+    """A row group's branches: rows i0 .. i0 + g - 1 for the g of them that exist (A's rows
+    ``ra1`` ...), the full group first -- ``sums`` writes the same per-output code for any g."""
+    for g in range(group, 0, -1):
+        head = f"if (_ls_i0 + {g - 1} < {mm}) {{" if g == group else (
+            f"}} else if (_ls_i0 + {g - 1} < {mm}) {{" if g > 1 else "} else {")
+        w.line(head)
+        for r in range(1, g):
+            w.line(f"  const {a_type}* ra{r} = ra0 + {r} * {sam};")
+        sums(list(range(g)))
     w.line("}")
 
 
 def paired_dot_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     """The c dialect's weight product ``x @ W.T`` (no batch, both operands contiguous along k, 8-wide
-    loads): an item is a tile of two rows i, i + 1 by two columns j, j + 1, in a loop nest over
-    (column pair, row pair), rows innermost -- each 8 of a row of A loaded once for both columns
-    and each 8 of a weight row once for both rows, so the products stream half as much from the
-    caches.  A pair with one row (an odd or a single-row batch: a decode step) runs the same code
-    for that row alone.  Each output's sum: two vector partial sums over k in 16s, the last 8 into
-    the first, the last k % 8 terms, then the lanes in a fixed tree -- the same arithmetic in
-    either branch, so a row's outputs never depend on the rows or columns beside it (batch
-    invariance)."""
+    loads): an item is a tile of :data:`DOT_ROWS` rows i, i + 1, ... by two columns j, j + 1, in a
+    loop nest over (column pair, row group), rows innermost -- each 8 of a row of A loaded once
+    for both columns and each 8 of a weight row once for all the rows, so A streams from the
+    caches once per column pair and B once per row group.  A group with fewer rows (the last of
+    a prompt, a single-row batch: a decode step) runs the same code for those rows.  Each
+    output's sum: two vector partial sums over k in 16s, the last 8 into the first, the last k % 8
+    terms, then the lanes in a fixed tree -- the same arithmetic in every branch, so a row's
+    outputs never depend on the rows or columns beside it (batch invariance)."""
     a = op.args
     w = Writer("c")
     da, db = in_dtypes[0], in_dtypes[1]
@@ -244,13 +257,14 @@ def paired_dot_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.index_vars |= {"_ls_item", "_ls_np", "_ls_mp", "_ls_mi", "_ls_nj"}
     sam, sbn = w.expr(a["a_stride_m"]), w.expr(a["b_stride_n"])
     la, lb = LOAD8[da.name], LOAD8[db.name]
+    rows_n = DOT_ROWS
     w.push()
-    w.line("const long long _ls_j0 = 2 * _ls_np, _ls_i0 = 2 * _ls_mp;")
+    w.line(f"const long long _ls_j0 = 2 * _ls_np, _ls_i0 = {rows_n} * _ls_mp;")
     w.line(f"const {storage_type(da)}* ra0 = in0 + {w.expr(a['a_offset'])} + _ls_i0 * {sam};")
     w.line(f"const {storage_type(db)}* rb0 = in1 + {w.expr(a['b_offset'])} + _ls_j0 * {sbn};")
     w.line(f"const int _ls_two = _ls_j0 + 1 < {nn};")
     w.line(f"const {storage_type(db)}* rb1 = _ls_two ? rb0 + {sbn} : rb0;  /* n odd: the last column twice */")
-    w.line("float acc00 = 0, acc01 = 0, acc10 = 0, acc11 = 0;")
+    w.line("float " + ", ".join(f"acc{r}{c} = 0" for r in range(rows_n) for c in (0, 1)) + ";")
 
     def sums(rows: list[int]) -> None:  # the tile's sums for these rows of the pair (both columns)
         outs = [(r, c) for r in rows for c in (0, 1)]
@@ -270,12 +284,12 @@ def paired_dot_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         for r, c in outs:
             w.line(f"  p{r}{c}0 += p{r}{c}1; acc{r}{c} += {lane_sum8(f'p{r}{c}0')};")
 
-    row_pair_branches(w, mm, sam, storage_type(da), sums)
+    row_group_branches(w, mm, sam, storage_type(da), sums, rows_n)
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(da), False, 0),
             ("in1", storage_type(db), False, 1)]
     extra = None
-    for r, c in ((0, 0), (0, 1), (1, 0), (1, 1)):
-        cond = " && ".join(x for x in (("_ls_two" if c else ""), (f"_ls_i0 + 1 < {mm}" if r else "")) if x)
+    for r, c in ((r, c) for r in range(rows_n) for c in (0, 1)):
+        cond = " && ".join(x for x in (("_ls_two" if c else ""), (f"_ls_i0 + {r} < {mm}" if r else "")) if x)
         w.line(f"if ({cond}) {{" if cond else "{")
         w.push()
         w.line(f"const long long _ls_mi = _ls_i0 + {r}, _ls_nj = _ls_j0 + {c};")
@@ -293,9 +307,9 @@ def paired_dot_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     body = w.pop()
     if extra is not None:
         bufs.append(extra)
-    count = ((m + 1) // 2) * ((n + 1) // 2)
-    return finish(w, "c", "matmul_dot", bufs, count, body, "matmul",
-                  [("_ls_np", (n + 1) // 2), ("_ls_mp", (m + 1) // 2)], 4 * k)
+    groups = (m + (rows_n - 1)) // rows_n
+    return finish(w, "c", "matmul_dot", bufs, groups * ((n + 1) // 2), body, "matmul",
+                  [("_ls_np", (n + 1) // 2), ("_ls_mp", groups)], 2 * rows_n * k)
 
 
 # cuda: rows of A one warp takes for a column of B (grouped weight products), 1 = a warp per
@@ -478,12 +492,13 @@ def _glu_buffers(op: LOp, in_dtypes: list[DType]) -> list[tuple[str, str, bool, 
 
 
 def paired_glu_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
-    """``MatmulGLU`` in the c dialect with 8-wide loads: an item is rows i, i + 1 of column j (a loop
-    nest over (column, row pair), rows innermost), each 8 of G's and U's rows loaded once for both
-    rows and each 8 of A's rows once for both products; a pair with one row (odd counts, a decode
-    step) runs the same per-output code alone.  Per output: two 8-lane partial sums per product
-    over k in 16s, the last 8 into the first, the last terms, the lanes in a fixed tree; each
-    product rounded to the dtype, then the SiLU·mul in float -- independent of the other rows."""
+    """``MatmulGLU`` in the c dialect with 8-wide loads: an item is :data:`GLU_ROWS` rows i, i + 1,
+    ... of column j (a loop nest over (column, row group), rows innermost), each 8 of G's and U's
+    rows loaded once for all the rows and each 8 of A's rows once for both products; a group with
+    fewer rows (the last of a prompt, a decode step) runs the same per-output code for those.
+    Per output: two 8-lane partial sums per product over k in 16s, the last 8 into the first,
+    the last terms, the lanes in a fixed tree; each product rounded to the dtype, then the
+    SiLU·mul in float -- independent of the other rows."""
     a = op.args
     da, dg, du, dc1, dc2 = in_dtypes
     w = Writer("c")
@@ -493,12 +508,13 @@ def paired_glu_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     sam, aoff, sgn, goff, sun, uoff = (w.expr(a[f]) for f in ("a_stride_m", "a_offset", "g_stride_n", "g_offset",
                                                                "u_stride_n", "u_offset"))
     la, lg, lu = LOAD8[da.name], LOAD8[dg.name], LOAD8[du.name]
+    rg_n = GLU_ROWS
     w.push()
-    w.line("const long long _ls_i0 = 2 * _ls_mp;")
+    w.line(f"const long long _ls_i0 = {rg_n} * _ls_mp;")
     w.line(f"const {storage_type(da)}* ra0 = in0 + {aoff} + _ls_i0 * {sam};")
     w.line(f"const {storage_type(dg)}* rg = in1 + {goff} + _ls_nj * {sgn};")
     w.line(f"const {storage_type(du)}* ru = in2 + {uoff} + _ls_nj * {sun};")
-    w.line("float g0 = 0.0f, u0 = 0.0f, g1 = 0.0f, u1 = 0.0f;")
+    w.line("float " + ", ".join(f"g{r} = 0.0f, u{r} = 0.0f" for r in range(rg_n)) + ";")
 
     def sums(rows: list[int]) -> None:
         acc = [f"p{q}{r}{h}" for r in rows for q in "gu" for h in (0, 1)]
@@ -520,17 +536,18 @@ def paired_glu_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
             w.line(f"  pg{r}0 += pg{r}1; pu{r}0 += pu{r}1; g{r} += {lane_sum8(f'pg{r}0')}; "
                    f"u{r} += {lane_sum8(f'pu{r}0')};")
 
-    row_pair_branches(w, mm, sam, storage_type(da), sums)
+    row_group_branches(w, mm, sam, storage_type(da), sums, rg_n)
     c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
-    for r in (0, 1):
+    for r in range(rg_n):
         w.line(f"if (_ls_i0 + {r} < {mm}) {{" if r else "{")
         value = silu_mul(w, op.dtype, f"g{r}", f"u{r}", c1, c2, "  ")
         w.line(f"  out[(_ls_i0 + {r}) * {nn} + _ls_nj] = {value};")
         w.line("}")
     body = w.pop()
     bufs = _glu_buffers(op, in_dtypes)
-    return finish(w, "c", "matmul_dot", bufs, n * ((m + 1) // 2), body, "matmul_glu",
-                  [("_ls_nj", n), ("_ls_mp", (m + 1) // 2)], 4 * k)
+    groups = (m + (rg_n - 1)) // rg_n
+    return finish(w, "c", "matmul_dot", bufs, n * groups, body, "matmul_glu",
+                  [("_ls_nj", n), ("_ls_mp", groups)], 2 * rg_n * k)
 
 
 def gather_matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
