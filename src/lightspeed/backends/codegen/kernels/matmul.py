@@ -216,8 +216,10 @@ def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
 
 
 # c, Matmul/MatmulAdd of a weight: rows of A an item takes for its two columns (LIGHTSPEED_NATIVE_DOT_ROWS,
-# an A/B switch; each 8 of a column pair's B rows loaded once for all of them).  4 measured slower on
-# the 2-core VM (o and down at 256 tokens 4.8-5.2 ms a launch against 4.1-4.5; twentieth session)
+# an A/B switch; each 8 of a column pair's B rows loaded once for all of them).  With more than 2 an
+# output keeps one 8-lane chain (two, the halves of 16, the compiler reloaded B for every FMA: 4.8-5.2
+# ms a launch for o and down at 256 tokens against 4.1-4.5); one chain, 3.40-3.46 against 3.61-3.75
+# on the 2-core VM (twentieth session), but a decode row would then run 2 dependent chains: kept at 2
 DOT_ROWS = int(os.environ.get("LIGHTSPEED_NATIVE_DOT_ROWS", "2"))
 # c, MatmulGLU: rows of A an item takes for one column (LIGHTSPEED_NATIVE_GLU_ROWS, an A/B switch):
 # each 8 of G's and U's rows loaded once for all of them, so A streams from the cache once per
@@ -268,6 +270,19 @@ def paired_dot_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
 
     def sums(rows: list[int]) -> None:  # the tile's sums for these rows of the pair (both columns)
         outs = [(r, c) for r in rows for c in (0, 1)]
+        if rows_n > 2:  # one chain per output (4 x 2 of them keep the FMA pipes busy), in 8s
+            w.line("  ls_v8 " + ", ".join(f"p{r}{c}0 = {{0}}" for r, c in outs) + "; long long l = 0;")
+            w.line(f"  for (; l + 8 <= {kk}; l += 8) {{")
+            w.line(f"    const ls_v8 b0 = {lb}(rb0 + l), b1 = {lb}(rb1 + l);")
+            for r in rows:
+                w.line(f"    {{ const ls_v8 x{r} = {la}(ra{r} + l); p{r}00 += x{r} * b0; p{r}10 += x{r} * b1; }}")
+            w.line("  }")
+            w.line(f"  for (; l < {kk}; l++) {{ "
+                   + " ".join(f"acc{r}{c} += {load(da, f'ra{r}[l]')} * {load(db, f'rb{c}[l]')};" for r, c in outs)
+                   + " }")
+            for r, c in outs:
+                w.line(f"  acc{r}{c} += {lane_sum8(f'p{r}{c}0')};")
+            return
         w.line("  ls_v8 " + ", ".join(f"p{r}{c}{h} = {{0}}" for r, c in outs for h in (0, 1)) + "; long long l = 0;")
         w.line(f"  for (; l + 16 <= {kk}; l += 16) {{")
         for h in (0, 1):
