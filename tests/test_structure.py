@@ -59,9 +59,10 @@ AROUND = ("hl", "nn", "models", "weights", "torch", "backends", "parallel", "ser
 # tensor cores' rate
 # + 7 (nineteenth session): the library candidate's in-place scatter of a library product over a
 # warp kernel computing the same product (a 512-token prompt's v products as 512 x 512 dots)
-# + 23 (twentieth session): a bucketed program persists its buckets with one set of resident
-# arrays and hands launch() to the bucket's own (the paged step's few-rows and many-rows programs)
-CORE_BUDGET = 5083 + 23 + 22 + 44 + 41 + 4 + 13 + 29 + 9 + 82 + 21 + 9 + 173 + 20 + 11 + 4 + 66 + 46 + 7 + 23
+# + 25 (twentieth session): a bucketed program persists its buckets with one set of resident
+# arrays and hands launch() to the bucket's own (the paged step's few-rows and many-rows programs),
+# having checked only the inputs that carry the bucket's dims (the rest once, by the bucket)
+CORE_BUDGET = 5083 + 23 + 22 + 44 + 41 + 4 + 13 + 29 + 9 + 82 + 21 + 9 + 173 + 20 + 11 + 4 + 66 + 46 + 7 + 25
 # a string "lightspeed.module:Name" names a module loaded by name (an entry point)
 ENTRY_POINT = re.compile(r"lightspeed(\.\w+)*:\w+")
 

@@ -485,8 +485,10 @@ class BucketedProgram(Program):
                fetch: Sequence[str] = ()) -> Pending:
         if any(n not in inputs and n not in self._resident for n in self.input_args):
             return super().launch(inputs, dims=dims, fetch=fetch)  # the call's error names them
-        env = dict(self._resident_dims, **(dims or {}))
-        self._check(inputs, env, partial=True)  # the given inputs' dims pick the bucket
+        env, picks = dict(self._resident_dims, **(dims or {})), {s for r, _ in self.buckets for s in r}
+        # the dims that pick the bucket, from the inputs that carry them (the bucket checks all)
+        self._check({n: a for n, a in inputs.items() if n in self.input_args and any(
+            d.free_vars() & picks for d in self.input_args[n].shape)}, env, partial=True)
         return self._bucket(env).launch(inputs, dims=dims, fetch=fetch)
 
     def report(self) -> str:

@@ -244,17 +244,17 @@ def test_prompts_long_and_short_run_their_own_prefill(backend, monkeypatch):
     weights = tiny_weights(model, seed=5)
     prompts = [[1, *range(3, 12)], [1] + [int(t) for t in np.random.default_rng(0).integers(3, 32, 79)]]
     plain = Generator(model, weights, backend=backend)
-    assert not gen_mod.prompt_buckets(backend, "prefill", None)
+    assert not gen_mod.row_buckets(backend, "prefill", None)
     want = [plain.generate(p, 3, stop_ids=(), keep_logits=True) for p in prompts]
     be = type(ls.backends.get_backend(backend))
     monkeypatch.setattr(be, "ops", (*be.ops, MATMUL_MMA))  # declared, never offered: no rule makes it
-    buckets = gen_mod.prompt_buckets(backend, "prefill", None)
+    buckets = gen_mod.row_buckets(backend, "prefill", None)
     assert buckets == [({"s": (1, 63)}, {"s": 16}), ({"s": (64, 1 << 31)}, {"s": 128})]
-    assert [r for r, _ in gen_mod.prompt_buckets(backend, "paged", None)] == [{"s": (1, 7)}, {"s": (8, 1 << 31)}]
-    assert not gen_mod.prompt_buckets(backend, "decode", None)
+    assert [r for r, _ in gen_mod.row_buckets(backend, "paged", None)] == [{"s": (1, 7)}, {"s": (8, 1 << 31)}]
+    assert not gen_mod.row_buckets(backend, "decode", None)
     # the caller's own dims or buckets: searched where asked, one program
-    assert not gen_mod.prompt_buckets(backend, "prefill", ls.SearchOptions(dims={"s": 32}))
-    assert not gen_mod.prompt_buckets(backend, "prefill", ls.SearchOptions(dim_buckets={"s": [(1, 8)]}))
+    assert not gen_mod.row_buckets(backend, "prefill", ls.SearchOptions(dims={"s": 32}))
+    assert not gen_mod.row_buckets(backend, "prefill", ls.SearchOptions(dim_buckets={"s": [(1, 8)]}))
     split = Generator(model, weights, backend=backend, search=ls.SearchOptions(budget=3, seed=1))
     assert isinstance(split.prefill, ls.search.BucketedProgram)
     calls = []

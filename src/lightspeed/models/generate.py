@@ -169,7 +169,7 @@ PAGED_FEW = 8
 PAGED_FEW_DIMS = {"s": 1, "NP": 4, "N": 16, "r": 1}
 
 
-def prompt_buckets(backend: str, mode: str, search: SearchOptions | None
+def row_buckets(backend: str, mode: str, search: SearchOptions | None
                    ) -> list[tuple[dict[str, tuple[int, int]], dict[str, int]]]:
     """``[(ranges of s, the dims it is searched at)]``: the prefill program's two buckets (short
     and long prompts), the paged program's two (few rows and many: :data:`PAGED_FEW`) where the
@@ -192,8 +192,8 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
                   all_logits: bool = False, storage: Mapping[str, Any] | None = None) -> Program:
     """The compiled prefill or decode program of ``model``, cached in-process by (model class,
     config, dtype, mode, backend, search options, weight storage dtypes): programs do not depend
-    on weight values.  A prefill on a backend with many-rows kernels is two programs, for short
-    and long prompts (:func:`prompt_buckets`), each searched at its own row count."""
+    on weight values.  A prefill or paged step on a backend with many-rows kernels is two
+    programs by row count (:func:`row_buckets`), each searched at its own rows."""
     opts = profile_options(mode, search)
     graph_mode = "decode" if mode == "extend" else mode  # the same graph, searched at a chunk's rows
     stored = tuple(sorted((n, d.name) for n, d in (storage or {}).items()))
@@ -205,7 +205,7 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
         t0 = time.perf_counter()
         g = model.build_graph(graph_mode, all_logits, storage, next_token=token)
         built = time.perf_counter() - t0
-        buckets = prompt_buckets(backend, mode, search)
+        buckets = row_buckets(backend, mode, search)
         if buckets:
             prog = BucketedProgram(g, [(ranges, g.compile(backend=backend, search=dataclasses.replace(
                 opts, dims=dims))) for ranges, dims in buckets])

@@ -68,6 +68,15 @@ class Launch:
     merged: tuple[int, ...] = ()  # a merged launch (kernels/merge.py): the ops of its parts
 
 
+def _retarget(launch: Launch, moved: Mapping[int, int]) -> Launch:
+    """``launch`` with its buffer slots in ``moved`` replaced by theirs (its dim slots as they are)."""
+    nd = len(launch.spec.dims)
+    bufs = launch.args[nd:]
+    if not any(a in moved for a in bufs):
+        return launch
+    return dataclasses.replace(launch, args=(*launch.args[:nd], *(moved.get(a, a) for a in bufs)))
+
+
 class Executor:
     """What a device gives the kernel runtime (the GPU executor and the host one implement it)."""
 
@@ -181,8 +190,9 @@ class KernelProgram(Program):
         self._forms_of: dict[str, list[tuple[int, str]]] = {}
         for slot, (name, form) in self.forms_at.items():
             self._forms_of.setdefault(name, []).append((slot, form))
+        direct_values = set(self.direct.values())  # their buffers are the output arrays
         self.computed = [i for i, op in enumerate(ops) if op.op not in ("Input", "Constant", "Output")
-                         and self.buffer_of[i] == i and i not in self.direct.values()]
+                         and self.buffer_of[i] == i and i not in direct_values]
         # values whose size could outgrow their place at dims within the plan's bounds: sizes
         # that are not monotone in the dims (a monotone one is largest at the bounds it was planned at)
         sizes = {i: prod(ops[i].shape) * ops[i].dtype.itemsize for i in self.computed}
@@ -211,14 +221,14 @@ class KernelProgram(Program):
         ops = self.lprog.ops
         per_op = {i: self._op_launches(i) for i in self.order}
         self.direct = self._direct_outputs(per_op)
-        for o, src in self.direct.items():  # the producer's launches (and readers') use the output's slot
-            old, new = self.value_slot[src], self.output_slot[ops[o].args["name"]]
-            per_op[o] = []
-            for i, launches in per_op.items():
-                per_op[i] = [x if old not in x.args[len(x.spec.dims):] else dataclasses.replace(x, args=(
-                    *x.args[:len(x.spec.dims)], *(new if a == old else a for a in x.args[len(x.spec.dims):])))
-                    for x in launches]
-            self.value_slot[src] = new
+        # a direct output's value lives in the output's slot: its producer's launches and its
+        # readers' take that slot for the value's, and its Output launches nothing
+        moved = {self.value_slot[src]: self.output_slot[ops[o].args["name"]] for o, src in self.direct.items()}
+        if moved:
+            for o, src in self.direct.items():
+                per_op[o] = []
+                self.value_slot[src] = moved[self.value_slot[src]]
+            per_op = {i: [_retarget(x, moved) for x in launches] for i, launches in per_op.items()}
         if self.executor.dialect != "cuda" or not MERGE:
             return [x for i in self.order for x in per_op[i]]
         aliased = [i for i in self.order if ops[i].op == "Output" and ops[i].args["name"] in self.output_aliases]

@@ -152,28 +152,17 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line(f"  {dest} = {store(op.dtype, '_ls_v')};")
         w.line("}")
 
-    def vector_leaf(what: str, stride: str, row_stride: str) -> int | None:
-        """The leaf a key or value body reads when it is one contiguous buffer of the result's
-        dtype with unit stride along the head dim and rows, offsets and batch strides of whole
-        16-byte vectors: staged 8 elements per load (the buffer's own alignment checked at run
-        time, :func:`stage_vector`); else None (element by element through the body)."""
+    def vector_leaf(what: str, stride: str, row_stride: str, axes: list[int] = kept) -> int | None:
+        """The leaf a query, key or value body reads when it is one contiguous buffer of the
+        result's dtype with unit stride along the head dim and rows, offsets and strides along the
+        batch ``axes`` of whole 16-byte vectors: staged 8 elements per load (the buffer's own
+        alignment checked at run time, :func:`stage_vector`); else None (element by element
+        through the body).  Keys and values move along the kept axes only, queries along all."""
         body = a[f"{what}_body"]
         if body[0] != "leaf" or not region.views[body[1]].is_contiguous or in_dtypes[body[1]] != op.dtype:
             return None
-        fields = [a[row_stride], a[f"{what}_offset"], *(a[f"{what}_batch_strides"][x] for x in kept)]
+        fields = [a[row_stride], a[f"{what}_offset"], *(a[f"{what}_batch_strides"][x] for x in axes)]
         if not (_is(a[stride], 1) and all(not e.free_vars() and int(e.value) % 8 == 0 for e in fields)):
-            return None
-        return body[1]
-
-    def vector_query() -> int | None:
-        """The leaf the query body reads when it is one contiguous buffer of the result's dtype
-        with unit stride along the head dim and row strides, offsets and batch strides of whole
-        16-byte vectors (its alignment checked at run time), else None."""
-        body = a["q_body"]
-        if body[0] != "leaf" or not region.views[body[1]].is_contiguous or in_dtypes[body[1]] != op.dtype:
-            return None
-        fields = [a["q_stride_m"], a["q_offset"], *a["q_batch_strides"]]
-        if not (_is(a["q_stride_k"], 1) and all(not e.free_vars() and int(e.value) % 8 == 0 for e in fields)):
             return None
         return body[1]
 
@@ -216,7 +205,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.push()
     row_coords("_ls_m0 + _ls_r", "_r", out_row=False)
     q_row = w.pop()
-    q_leaf = vector_query()
+    q_leaf = vector_leaf("q", "q_stride_k", "q_stride_m", list(range(len(batch))))
     if q_leaf is not None:
         # a plain query buffer: 16-byte loads, a row's coordinates once per 8 elements, every
         # load issued before the first store (element by element, the staging was a chain of
