@@ -4,6 +4,7 @@ the same batcher with one, in one process.  Issue 24's GPU figure: 32 streams of
 
     python benchmarks/gpu_serve.py [SHAPE] [--streams 1,8,32] [--prompt 32] [--tokens 32]
                                    [--backend cuda] [--check N] [--sample T,P] [--no-pipeline]
+                                   [--buckets]
 
 Prints per stream count: the decode steps' median time (every sequence decoding), aggregate
 tokens/s over those steps, the ratio to one stream, and the batch-1 ``Generator`` TPOT of the
@@ -12,7 +13,8 @@ of the largest count are also run alone and must give the same greedy tokens (ba
 the script exits 1 when one differs).  ``--sample T,P``: every sequence samples with temperature
 T and top-p P (sequence i seeded i; the backend's sampler draws the step's rows together) instead
 of greedy.  ``--no-pipeline``: each step waits for its ids before the next is queued
-(``PagedBatcher(pipeline=False)``; an A/B switch).  Writes ``$OUT/gpu_serve.json`` when ``$OUT``
+(``PagedBatcher(pipeline=False)``; an A/B switch).  ``--buckets``: steps of fewer than 8 rows run
+a second program searched at one row (``PagedBatcher(batch_invariant=False)``).  Writes ``$OUT/gpu_serve.json`` when ``$OUT``
 is set.
 """
 
@@ -126,12 +128,13 @@ def main() -> None:
     batcher = PagedBatcher(model, weights, backend=backend, search=search, max_rows=max(streams),
                            chunk=min(max(streams), 16), max_context=prompt + tokens + 16,
                            pages=max(streams) * -(-(prompt + tokens) // model.PAGE_SIZE),
-                           pipeline="--no-pipeline" not in args)
+                           pipeline="--no-pipeline" not in args, batch_invariant="--buckets" not in args)
     print(f"paged program compiled in {time.perf_counter() - t0:.1f} s", flush=True)
     timed_launches(batcher.program)
     decode_steps(batcher, prompts[:2], 4)  # warm-up: plans and captures for small row counts
     out = {"date": time.strftime("%Y-%m-%d"), "shape": shape, "backend": backend, "prompt": prompt,
            "sampling": sampling, "pipeline": batcher.pipeline,
+           "buckets": "--buckets" in args,
            "tokens": tokens, "generator_tpot_ms": round(tpot1, 4), "weight_GB": round(wbytes / 1e9, 3)}
     rows, base, outputs = [], None, {}
     for n in streams:

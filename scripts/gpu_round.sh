@@ -9,7 +9,8 @@
 # the tensor-core tiles' GPU tests and a 512-token prefill of the 1B shape with them (the default)
 # and without (LIGHTSPEED_CUDA_MMA=0) beside torch.compile's, then that prefill traced kernel by kernel
 # (GPU_ROUND_PREFILL_TRACE=1 alone, =0 not); with GPU_ROUND_SERVE=1 benchmarks/gpu_serve.py (32 streams
-# of the 1B shape, paged; GPU_ROUND_SERVE_AB=1 also without the pipelined step); with
+# of the 1B shape, paged; GPU_ROUND_SERVE_AB=1 also without the pipelined step, and with a
+# few-rows program beside the many-rows one, batch invariance checked); with
 # GPU_ROUND_SAMPLER=1 benchmarks/gpu_sampler.py; with GPU_ROUND_ATTENTION=1
 # benchmarks/gpu_attention.py (a prompt's attention beside SDPA); with GPU_ROUND_GEMV=1
 # benchmarks/gpu_gemv.py, plain and streaming weight loads.  Logs under $OUT.
@@ -122,6 +123,9 @@ if [ "${GPU_ROUND_SERVE:-0}" = 1 ]; then
     step serve_nopipe "${GPU_SERVE_S:-240}" python3 benchmarks/gpu_serve.py llama-3.2-1b --streams 1,8,32 --check 0 \
       --no-pipeline
     echo "== without the pipeline"; grep -E "streams:" "$OUT/serve_nopipe.log"
+    step serve_buckets "${GPU_SERVE_S:-240}" python3 benchmarks/gpu_serve.py llama-3.2-1b --streams 1,8,32 --check 4 \
+      --buckets
+    echo "== with a few-rows program"; grep -E "streams:|invariance|^sequence" "$OUT/serve_buckets.log"
   fi
 fi
 # long prompts (issue 28): device memory at its peak for 4k and 16k tokens of the 1B shape,

@@ -147,7 +147,8 @@ def test_a_device_step_brings_back_token_ids_only(monkeypatch):
 @pytest.mark.skipif(not NATIVE, reason="no C compiler")
 def test_few_and_many_rows_run_their_own_paged_program(monkeypatch):
     """Where a backend declares many-rows kernels (cuda's tensor-core tiles; here native told so,
-    on a device as well) the paged program is two, searched at one row and at 8: a step of fewer
+    on a device as well) the paged program is one unless batch invariance is given up
+    (``batch_invariant=False``); then it is two, searched at one row and at 8: a step of fewer
     than 8 rows launches the first, a busier one the second, both reading the same resident
     weights; the tokens equal one program's."""
     from lightspeed.backends.cuda.backend import MATMUL_MMA
@@ -161,8 +162,11 @@ def test_few_and_many_rows_run_their_own_paged_program(monkeypatch):
     plain = PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=128, pages=2)
     want = plain.generate(prompts, 8, stop_ids=()) + plain.generate(prompts[:1], 8, stop_ids=())
     monkeypatch.setattr(be, "ops", (*be.ops, MATMUL_MMA))  # declared, never offered: no rule makes it
+    one = PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=128, pages=2,
+                       search=SearchOptions(budget=3, seed=1))
+    assert not isinstance(one.program, BucketedProgram)  # batch invariant by default: one program
     split = PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=128, pages=2,
-                         search=SearchOptions(budget=3, seed=1))
+                         search=SearchOptions(budget=3, seed=1), batch_invariant=False)
     assert isinstance(split.program, BucketedProgram) and len(split.program.buckets) == 2
     (few_rows, few), (many_rows, many) = split.program.buckets
     assert few_rows == {"s": (1, 7)} and many_rows["s"][0] == 8

@@ -81,11 +81,16 @@ class PagedBatcher:
     :data:`ROWS_LIMIT`; ``chunk``: prompt rows one sequence feeds per step; ``max_context``:
     the longest sequence (prompt + new tokens); ``pages``: the pool's first size in pages;
     ``pipeline``: on a device, a step of greedy decode rows queues the next one on its own token
-    ids before the host waits for them (:meth:`_launch_ahead`)."""
+    ids before the host waits for them (:meth:`_launch_ahead`); ``batch_invariant``: one
+    program for every row count, so a sequence's tokens are the same alone or beside others
+    (False: on a backend with many-rows kernels a step of few rows runs a second program searched
+    at one row, faster at low load, whose kernels may round differently -- a bfloat16 1B's greedy
+    tokens differed alone and beside 31 others on an H100)."""
 
     def __init__(self, model: DecoderLM, weights: Mapping[str, Any], *, backend: str = "cpu",
                  search: SearchOptions | None = None, max_rows: int = 24, chunk: int = 16,
-                 max_context: int = 2048, pages: int = 64, pipeline: bool = True) -> None:
+                 max_context: int = 2048, pages: int = 64, pipeline: bool = True,
+                 batch_invariant: bool = True) -> None:
         if not 1 <= max_rows <= ROWS_LIMIT:
             raise ValueError(f"max_rows must be in [1, {ROWS_LIMIT}], got {max_rows}")
         if not 1 <= chunk <= max_rows:
@@ -102,7 +107,7 @@ class PagedBatcher:
         t0 = time.perf_counter()
         checked = model.check_weights(weights)
         storage = model.block_storage(checked, backend)
-        self.program = compile_model(model, "paged", backend, search, storage=storage).persist(checked)
+        self.program = compile_model(model, "paged", backend, search, storage=storage, buckets=not batch_invariant).persist(checked)
         self.compile_s = time.perf_counter() - t0
         self.layers = model.config.num_layers
         self.pools: list[tuple[Any, Any]] = []

@@ -189,26 +189,29 @@ def row_buckets(backend: str, mode: str, search: SearchOptions | None
 
 
 def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: SearchOptions | None = None,
-                  all_logits: bool = False, storage: Mapping[str, Any] | None = None) -> Program:
+                  all_logits: bool = False, storage: Mapping[str, Any] | None = None, buckets: bool = True
+                  ) -> Program:
     """The compiled prefill or decode program of ``model``, cached in-process by (model class,
     config, dtype, mode, backend, search options, weight storage dtypes): programs do not depend
     on weight values.  A prefill or paged step on a backend with many-rows kernels is two
-    programs by row count (:func:`row_buckets`), each searched at its own rows."""
+    programs by row count (:func:`row_buckets`), each searched at its own rows, unless
+    ``buckets`` is False (one program: a row's arithmetic the same at every row count)."""
     opts = profile_options(mode, search)
     graph_mode = "decode" if mode == "extend" else mode  # the same graph, searched at a chunk's rows
     stored = tuple(sorted((n, d.name) for n, d in (storage or {}).items()))
     # on a device, greedy steps fetch the program's own argmax instead of the logits
     token = get_backend(backend).device_memory
-    key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts), stored, token)
+    key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts), stored, token,
+           buckets)
     prog = _PROGRAMS.get(key)
     if prog is None:
         t0 = time.perf_counter()
         g = model.build_graph(graph_mode, all_logits, storage, next_token=token)
         built = time.perf_counter() - t0
-        buckets = row_buckets(backend, mode, search)
-        if buckets:
+        split = row_buckets(backend, mode, search) if buckets else []
+        if split:
             prog = BucketedProgram(g, [(ranges, g.compile(backend=backend, search=dataclasses.replace(
-                opts, dims=dims))) for ranges, dims in buckets])
+                opts, dims=dims))) for ranges, dims in split])
         else:
             prog = g.compile(backend=backend, search=opts)
         record_build(prog, built)

@@ -9,7 +9,8 @@ graph captured from it, never change when dims or buffers do.
 
 *Planned at bounds.*  Values computed by kernels live in one arena per thread, planned from
 their lifetimes at the dims' upper bounds (:meth:`KernelProgram.reserve`, or the first call's
-values; a call past a bound plans again at twice the bound, counted in ``preparations``).  Grids
+values; a call past a bound plans again at twice the bound, counted in ``preparations``); the parts
+of a merged launch run at once, so what any part reads lives until the whole launch ends.  Grids
 are sized at the bounds too: kernels loop over the work of the call's dims.
 
 *In place.*  ``ScatterInPlace`` and the fused writes (:data:`.fused.IN_PLACE_OPS`) write into their
@@ -179,6 +180,7 @@ class KernelProgram(Program):
                           for i, op in enumerate(ops) if op.op == "Constant"}
         self.outputs_of: dict[str, LOp] = {op.args["name"]: op for op in ops if op.op == "Output"}
         self._output_shape = {name: compile_exprs(op.shape) for name, op in self.outputs_of.items()}
+        self._run_end: dict[int, int] = {}  # position in order -> its merged run's last position
         self.launches = self._launches()
         read = {a for launch in self.launches for a in launch.args[len(launch.spec.dims):]}
         # a formed input's values are made only where a launch reads them (a block weight's Cast)
@@ -238,6 +240,11 @@ class KernelProgram(Program):
         key = {i: merge_key(per_op[i][0].spec) if len(per_op[i]) == 1 else None for i in body}
         runs = grouped_order(body, {i: set(ops[i].inputs) for i in body}, key)
         self.order = leaves + [i for r in runs for i in r] + aliased
+        # a merged run's parts run at once: a value read in it lives to the run's end (_make_plan)
+        at = len(leaves)
+        for r in runs:
+            self._run_end.update((p, at + len(r) - 1) for p in range(at, at + len(r)))
+            at += len(r)
         out: list[Launch] = []
         for r in runs:
             if len(r) == 1:
@@ -371,7 +378,9 @@ class KernelProgram(Program):
         """Byte offsets of the computed values: best fit among freed ranges, in run order."""
         self._preparations += 1
         ops = self.lprog.ops
-        free_after = liveness([tuple(self.buffer_of[j] for j in ops[i].inputs) for i in self.order])
+        free_after: dict[int, list[int]] = {}
+        for pos, values in liveness([tuple(self.buffer_of[j] for j in ops[i].inputs) for i in self.order]).items():
+            free_after.setdefault(self._run_end.get(pos, pos), []).extend(values)
         offsets: dict[int, int] = {}
         caps: dict[int, int] = {}
         free: list[tuple[int, int]] = []  # (offset, size)

@@ -32,6 +32,9 @@ STATIC_SHARED_LIMIT = 48 << 10  # bytes of dynamic shared memory a kernel may ta
 # graphs kept per run state: a program whose cuBLASLt calls take a dim (a prefill's rows) has one
 # per prompt length seen lately; one whose calls are static, one per set of buffers
 GRAPHS_PER_STATE = 16
+# LIGHTSPEED_CUDA_PDL_SKIP=a,b: kernels whose launch kind or name contains one of these launch
+# plainly (a debugging switch: which kernel's overlap with its predecessor breaks a result)
+PDL_SKIP = tuple(x for x in os.environ.get("LIGHTSPEED_CUDA_PDL_SKIP", "").split(",") if x)
 
 
 _local = threading.local()
@@ -176,7 +179,8 @@ class GpuExecutor(Executor):
         else:
             shape = spec.launch
             if overlap is None:  # only a kernel that waits for its predecessor may overlap it
-                overlap = self.overlap(dev) and "LS_KERNEL_BEGIN();" in spec.source
+                overlap = self.overlap(dev) and "LS_KERNEL_BEGIN();" in spec.source and not (
+                    PDL_SKIP and any(x in shape.kind or x in spec.name for x in PDL_SKIP))
             dev.launch(handle, grid, shape.block, (state.table_ptr, *launch.args), stream,
                        shape.shared_bytes, shape.cluster, overlap)
 
