@@ -31,11 +31,14 @@ fi
 if [ "${GPU_ROUND_CONFORMANCE:-0}" = 1 ]; then
   python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda --collect-only -q -p no:cacheprovider \
     2>/dev/null | grep :: | sort > "$OUT/conf_all.txt"
+  # a test still running after GPU_CONFORMANCE_DUMP_S seconds prints every thread's stack (where
+  # the unfinished ones wait: ten of them did not finish in 140 s, twenty-first session)
   step conformance "${GPU_CONFORMANCE_S:-150}" python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda \
-    -v -p no:cacheprovider -n 8
+    -v -p no:cacheprovider -n 8 -o faulthandler_timeout="${GPU_CONFORMANCE_DUMP_S:-60}"
   grep -oE "(PASSED|FAILED|SKIPPED|ERROR) tests/[^ ]+" "$OUT/conformance.log" | awk '{print $2}' | sort > "$OUT/conf_done.txt"
   echo "passed: $(grep -c PASSED "$OUT/conformance.log")"; grep -E "FAILED tests" "$OUT/conformance.log" | head -5
   echo "not finished:"; comm -23 "$OUT/conf_all.txt" "$OUT/conf_done.txt" | head -20
+  grep -A12 "Timeout" "$OUT/conformance.log" | grep -E "File|Timeout" | head -40
 fi
 # the token sampler alone beside PyTorch's sampling (GPU_ROUND_SAMPLER=1)
 if [ "${GPU_ROUND_SAMPLER:-0}" = 1 ]; then
