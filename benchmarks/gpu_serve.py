@@ -13,9 +13,9 @@ of the largest count are also run alone and must give the same greedy tokens (ba
 the script exits 1 when one differs).  ``--sample T,P``: every sequence samples with temperature
 T and top-p P (sequence i seeded i; the backend's sampler draws the step's rows together) instead
 of greedy.  ``--no-pipeline``: each step waits for its ids before the next is queued
-(``PagedBatcher(pipeline=False)``; an A/B switch).  ``--buckets``: steps of fewer than 8 rows run
-a second program searched at one row (``PagedBatcher(batch_invariant=False)``).  Writes ``$OUT/gpu_serve.json`` when ``$OUT``
-is set.
+(``PagedBatcher(pipeline=False)``; an A/B switch).  ``--buckets``: steps of fewer than 8 rows
+run a second program searched at one row (``PagedBatcher(batch_invariant=False)``).  Writes
+``$OUT/gpu_serve.json`` when ``$OUT`` is set.
 """
 
 from __future__ import annotations

@@ -12,10 +12,11 @@ sys.path.insert(0, os.getcwd())
 
 
 def paged(sync: bool) -> dict:
-    from lightspeed.models import from_hf_config
-    from lightspeed.models.batch import PagedBatcher
     from tests.models.test_batch import _prompts
     from tests.models.tiny import hf_model
+
+    from lightspeed.models import from_hf_config
+    from lightspeed.models.batch import PagedBatcher
 
     _, cfg, sd = hf_model("llama")
     model = from_hf_config(cfg)
@@ -47,7 +48,7 @@ def paged(sync: bool) -> dict:
     want, _ = run("reference")
     if os.environ.get("SHOW_LAUNCHES"):
         b = PagedBatcher(model, sd, backend="cuda", max_rows=12, chunk=5, max_context=128, pages=2)
-        for ranges, prog in getattr(b.program, "buckets", [(None, b.program)]):
+        for _, prog in getattr(b.program, "buckets", [(None, b.program)]):
             launches = getattr(prog, "launches", None) or getattr(getattr(prog, "program", None), "launches", [])
             log.setdefault("launches", []).append(
                 [(x.spec.launch.kind, x.spec.name.rsplit("_", 1)[0]) for x in launches])
@@ -107,7 +108,8 @@ if __name__ == "__main__":
             for name, r in res.items():
                 print(name, "equal", r["equal"])
                 if not r["equal"]:
-                    print(" got ", r["got"]); print(" want", r["want"])
+                    print(" got ", r["got"])
+                    print(" want", r["want"])
                     print(" first bad step", next((k for k, _, t in r["steps"] if any(
                         x is not None and x not in sum(r["want"], []) for x in t)), None))
         else:

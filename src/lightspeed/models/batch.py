@@ -107,7 +107,8 @@ class PagedBatcher:
         t0 = time.perf_counter()
         checked = model.check_weights(weights)
         storage = model.block_storage(checked, backend)
-        self.program = compile_model(model, "paged", backend, search, storage=storage, buckets=not batch_invariant).persist(checked)
+        self.program = compile_model(model, "paged", backend, search, storage=storage,
+                                     buckets=not batch_invariant).persist(checked)
         self.compile_s = time.perf_counter() - t0
         self.layers = model.config.num_layers
         self.pools: list[tuple[Any, Any]] = []
