@@ -69,6 +69,51 @@ def saturate(backend, g: ls.Graph):
     return r, enc, EGraphIndex(ser, set(backend.declarations())), ser
 
 
+def memory_hazards(prog, bounds: dict) -> list[tuple]:
+    """The launches of ``prog`` (a ``codegen.program.KernelProgram``) run over its memory plan at
+    ``bounds``, simulated: which value each byte range (arena) or table slot (inputs, outputs)
+    holds after each launch.  Returns every read that finds another value where it expects its
+    operand, and every part of a merged launch whose output overlaps what another part of that
+    launch reads or writes (the parts run at once)."""
+    ops = prog.lprog.ops
+    plan = prog._make_plan(bounds)
+
+    def where(v):
+        b = prog.buffer_of[v]
+        if b in plan.offsets:
+            return ("arena", plan.offsets[b], plan.offsets[b] + max(1, plan.caps[b]))
+        return ("slot", prog.value_slot[b], None)
+
+    def overlap(a, b):
+        return a[0] == b[0] == "arena" and a[1] < b[2] and b[1] < a[2]
+
+    arena: list[tuple[int, int, int]] = []  # (start, end, value)
+    slots = {prog.value_slot[i]: i for i, op in enumerate(ops) if op.op in ("Input", "Constant")}
+    found, previous = [], None
+    for x in prog.launches:
+        parts = x.merged or (x.op,)
+        if parts == previous:
+            continue  # an op's further launches
+        previous = parts
+        for p in parts:
+            for j in ops[p].inputs if ops[p].op != "Output" else ():
+                at = where(j)
+                held = {slots.get(at[1])} if at[0] == "slot" else {v for a, b, v in arena if a < at[2] and at[1] < b}
+                if held != {j}:
+                    found.append(("stale", ops[p].op, p, ops[j].op, j, held))
+        for p in parts:
+            for q in parts:
+                if q != p and any(overlap(where(p), where(j)) for j in (*ops[q].inputs, q)):
+                    found.append(("merged", ops[p].op, p, ops[q].op, q))
+        for p in (p for p in parts if ops[p].op != "Output"):
+            at = where(p)
+            if at[0] == "slot":
+                slots[at[1]] = p
+            else:
+                arena = [(a, b, v) for a, b, v in arena if not overlap(("arena", a, b), at)] + [(at[1], at[2], p)]
+    return found
+
+
 def random_candidates_agree(backend, g: ls.Graph, inputs: dict, dims: dict | None, n: int = 20,
                             rtol=1e-5, atol=1e-5):
     """Saturate ``g`` with the backend's rules; lower ``n`` random candidates (distinct ones) with

@@ -23,7 +23,7 @@ from lightspeed.egraph.llir import decode_program
 from lightspeed.errors import LightspeedError
 from lightspeed.models import from_hf_config
 from lightspeed.search import candidates
-from tests.backends.harness import nvrtc_or_skip, saturate
+from tests.backends.harness import memory_hazards, nvrtc_or_skip, saturate
 from tests.backends.test_conformance import TINY
 
 CUDA = get_backend("cuda")
@@ -161,51 +161,6 @@ def test_merged_launches_give_the_same_logits_bit_for_bit(monkeypatch):
     assert np.array_equal(out[True], out[False])
 
 
-def _hazards(prog: KernelProgram, bounds: dict) -> list[tuple]:
-    """The launches of ``prog`` run over its memory plan at ``bounds``, simulated: which value
-    each byte range (arena) or table slot (inputs, outputs) holds after each launch.  Returns
-    every read that finds another value where it expects its operand, and every part of a
-    merged launch whose output overlaps what another part of that launch reads or writes (the
-    parts run at once)."""
-    ops = prog.lprog.ops
-    plan = prog._make_plan(bounds)
-
-    def where(v):
-        b = prog.buffer_of[v]
-        if b in plan.offsets:
-            return ("arena", plan.offsets[b], plan.offsets[b] + max(1, plan.caps[b]))
-        return ("slot", prog.value_slot[b], None)
-
-    def overlap(a, b):
-        return a[0] == b[0] == "arena" and a[1] < b[2] and b[1] < a[2]
-
-    arena: list[tuple[int, int, int]] = []  # (start, end, value)
-    slots = {prog.value_slot[i]: i for i, op in enumerate(ops) if op.op in ("Input", "Constant")}
-    found, previous = [], None
-    for x in prog.launches:
-        parts = x.merged or (x.op,)
-        if parts == previous:
-            continue  # an op's further launches
-        previous = parts
-        for p in parts:
-            for j in ops[p].inputs if ops[p].op != "Output" else ():
-                at = where(j)
-                held = {slots.get(at[1])} if at[0] == "slot" else {v for a, b, v in arena if a < at[2] and at[1] < b}
-                if held != {j}:
-                    found.append(("stale", ops[p].op, p, ops[j].op, j, held))
-        for p in parts:
-            for q in parts:
-                if q != p and any(overlap(where(p), where(j)) for j in (*ops[q].inputs, q)):
-                    found.append(("merged", ops[p].op, p, ops[q].op, q))
-        for p in (p for p in parts if ops[p].op != "Output"):
-            at = where(p)
-            if at[0] == "slot":
-                slots[at[1]] = p
-            else:
-                arena = [(a, b, v) for a, b, v in arena if not overlap(("arena", a, b), at)] + [(at[1], at[2], p)]
-    return found
-
-
 def _gemma4_moe_decode() -> ls.Graph:
     from tests.models import test_moe
 
@@ -236,7 +191,7 @@ def test_merged_parts_never_overwrite_what_another_part_reads(name, monkeypatch)
         prog = KernelProgram(g, decode_program(cand, ser, enc.constants, decls), _Recorder(), table=RENDER.op_table)
         at = {s: bounds.get(s, 64) for s in prog.dim_names}
         assert sum(1 for x in prog.launches if x.merged) > 0
-        assert _hazards(prog, at) == []
+        assert memory_hazards(prog, at) == []
         prog._run_end = {}  # the frees after each op, as before the fix
-        racy += bool([h for h in _hazards(prog, at) if h[0] == "merged"])
+        racy += bool([h for h in memory_hazards(prog, at) if h[0] == "merged"])
     assert racy > 0

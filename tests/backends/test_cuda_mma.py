@@ -264,8 +264,10 @@ def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows, frag
     op = next(o for o in tiles.ops if o.op == "AttentionMma")
     specs = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")
     assert specs[0].launch.kind == "matmul_mma" and "ls_mma_bf16" in specs[0].source
-    assert ("_ls_vec_k" in specs[0].source) == rows  # 16-byte staging where the strides allow it
-    assert ("_ls_pipe" in specs[0].source) == (rows and pipeline)  # ... the next tile's loads early
+    # 16-byte staging: every layout here has strides of whole vectors (a batch stride of n x d
+    # too, for any n), and with the pipeline the next tile's loads issued early
+    assert "_ls_vec_k" in specs[0].source
+    assert ("_ls_pipe" in specs[0].source) == pipeline
     assert "__syncthreads_and" in specs[0].source  # blocked tiles skipped
     assert ("ls_ldmatrix_x4_trans(" in specs[0].source) == fragments  # the values read transposed
     # grouped: the positions folded into the rows (a block per 64 of m x 4 rows of a KV head)
@@ -274,6 +276,34 @@ def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows, frag
     # float32 (no tensor-core dtype): no tiles, and so no few-rows candidate
     tiles, plain = _flash(_attention_graph(d, ls.float32))
     assert plain is None and not any(o.op == "AttentionMma" for o in tiles.ops)
+
+
+def test_a_paged_steps_attention_tile_loads_its_keys_in_16_byte_vectors():
+    """The paged step's keys move along a batch axis by a stride of the page-table width's
+    multiple (4096 x NP elements): whole 16-byte vectors for any width, so the tile stages them
+    with vector loads (they were staged element by element while the check wanted a constant
+    stride), and the kernel compiles for sm_90."""
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import module_source, render
+    from lightspeed.models import from_hf_config
+    from tests.backends.test_conformance import TINY
+
+    cfg = {**TINY, "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+           "num_hidden_layers": 1}
+    g = from_hf_config(cfg, dtype="bfloat16").paged_graph(next_token=True)
+    _, enc, index, ser = saturate(MMA, g)
+    for seed in range(300):
+        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, MMA.declarations())
+        op = next((o for o in lp.ops if o.op == "AttentionMma"), None)
+        if op is not None:
+            break
+    else:
+        raise AssertionError("no paged candidate with the attention tiles")
+    k_strides = op.args["k_batch_strides"]
+    assert any(e.free_vars() for e in k_strides)  # the symbolic stride this test is about
+    (spec,) = render(op, [lp.ops[i].dtype for i in op.inputs], "cuda")
+    assert "_ls_vec_k" in spec.source and "*(const uint4*)" in spec.source
+    assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
 
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")

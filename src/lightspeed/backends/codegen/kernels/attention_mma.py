@@ -34,7 +34,7 @@ import os
 from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
-from ....symbolic import prod, sym
+from ....symbolic import gcd_const, prod, sym
 from . import matmul_mma
 from .attention import NINF, blocked_value, nested
 from .region import Region
@@ -162,7 +162,9 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         if body[0] != "leaf" or not region.views[body[1]].is_contiguous or in_dtypes[body[1]] != op.dtype:
             return None
         fields = [a[row_stride], a[f"{what}_offset"], *(a[f"{what}_batch_strides"][x] for x in axes)]
-        if not (_is(a[stride], 1) and all(not e.free_vars() and int(e.value) % 8 == 0 for e in fields)):
+        # (a paged step's batch strides are multiples of the page-table width: gcd_const proves
+        # them whole vectors for any width)
+        if not (_is(a[stride], 1) and all(gcd_const(e) % 8 == 0 for e in fields)):
             return None
         return body[1]
 
