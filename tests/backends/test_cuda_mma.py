@@ -278,11 +278,46 @@ def test_attention_tiles_are_offered_and_compile_for_sm90(d, grouped, rows, frag
     assert plain is None and not any(o.op == "AttentionMma" for o in tiles.ops)
 
 
-def test_a_paged_steps_attention_tile_loads_its_keys_in_16_byte_vectors():
-    """The paged step's keys move along a batch axis by a stride of the page-table width's
-    multiple (4096 x NP elements): whole 16-byte vectors for any width, so the tile stages them
-    with vector loads (they were staged element by element while the check wanted a constant
-    stride), and the kernel compiles for sm_90."""
+def _paged_attention_graph(d: int = 64) -> ls.Graph:
+    """A paged step's attention alone (bfloat16): 3 rows of queries [s, 2, 4, d] against the
+    keys and values of their pages (pools [N, 32, 2, d], page tables [s, NP]) under a mask."""
+    from lightspeed.nn.attention import paged_attention
+
+    g = ls.Graph()
+    q = g.input("q", ("s", 2, 4, d), ls.bfloat16)
+    kp, vp = (g.input(n, ("N", 32, 2, d), ls.bfloat16) for n in ("kp", "vp"))
+    pages = g.input("pages", ("s", "NP"), ls.int64)
+    mask = g.input("mask", ("s", pages.shape[1] * 32), ls.bfloat16)
+    g.output("o", paged_attention(q, kp, vp, pages, mask))
+    return g
+
+
+def _tile_programs(g: ls.Graph, want: int = 2) -> list:
+    """LLIR programs of ``g`` with the attention tiles: the listed candidates' and random ones'."""
+    from lightspeed.search import SearchOptions, candidates
+
+    _, enc, index, ser = saturate(MMA, g)
+    decls = MMA.declarations()
+    many = frozenset(n for n, d in decls.items() if d.many_rows)
+    cands = [c for _, c in candidates(index, SearchOptions(budget=3, seed=0), many)]
+    cands += [Candidate.random(index, random.Random(seed)) for seed in range(200)]
+    out = []
+    for cand in cands:
+        lp = decode_program(cand, ser, enc.constants, decls)
+        if any(o.op == "AttentionMma" for o in lp.ops):
+            out.append(lp)
+            if len(out) == want:
+                break
+    return out
+
+
+def test_a_paged_steps_attention_tiles_load_keys_and_values_16_bytes_at_a_time(fragments):
+    """A paged step's keys and values reach the tiles either copied out first (a buffer whose
+    batch stride is a multiple of the page-table width: whole 16-byte vectors for any width,
+    which the check once wanted constant) or gathered through the page tables inside the tile
+    (8 elements from one computed index where they are one aligned run); both stage with
+    16-byte loads (they were staged element by element, two 64-bit divisions by a run-time
+    value per element), and the kernels compile for sm_90."""
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
     from lightspeed.models import from_hf_config
@@ -290,20 +325,45 @@ def test_a_paged_steps_attention_tile_loads_its_keys_in_16_byte_vectors():
 
     cfg = {**TINY, "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
            "num_hidden_layers": 1}
-    g = from_hf_config(cfg, dtype="bfloat16").paged_graph(next_token=True)
-    _, enc, index, ser = saturate(MMA, g)
-    for seed in range(300):
-        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, MMA.declarations())
-        op = next((o for o in lp.ops if o.op == "AttentionMma"), None)
-        if op is not None:
-            break
-    else:
-        raise AssertionError("no paged candidate with the attention tiles")
-    k_strides = op.args["k_batch_strides"]
-    assert any(e.free_vars() for e in k_strides)  # the symbolic stride this test is about
-    (spec,) = render(op, [lp.ops[i].dtype for i in op.inputs], "cuda")
-    assert "_ls_vec_k" in spec.source and "*(const uint4*)" in spec.source
-    assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
+    specs, ways = [], set()
+    for g in (from_hf_config(cfg, dtype="bfloat16").paged_graph(next_token=True), _paged_attention_graph()):
+        for lp in _tile_programs(g, 6):
+            op = next(o for o in lp.ops if o.op == "AttentionMma")
+            (spec,) = render(op, [lp.ops[i].dtype for i in op.inputs], "cuda")
+            src = spec.source
+            ways.add(("vector" if "_ls_vec_k" in src else "runs" if "_ls_kb" in src else "elements",
+                      "vector" if "_ls_vec_v" in src else "runs" if "_ls_vb" in src else "elements"))
+            specs.append(spec)
+    keys, values = {k for k, _ in ways}, {v for _, v in ways}
+    assert {"runs", "vector"} <= keys, ways
+    # the values row-major for ldmatrix: staged like the keys (else transposed, element by element)
+    assert ("runs" in values) == fragments, ways
+    assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
+
+
+@pytest.mark.skipif(not MMA.available(), reason="no GPU")
+def test_a_paged_steps_attention_tiles_match_the_reference(fragments):
+    """The tiles reading keys and values through page tables (runs inside a page, pages out of
+    order, a shorter row's table padded with page 0 behind its mask) equal the reference."""
+    import ml_dtypes
+
+    g = _paged_attention_graph()
+    ref = g.compile(backend="reference")
+    bf = ml_dtypes.bfloat16
+    lowest = float(ml_dtypes.finfo(bf).min)
+    rng = np.random.default_rng(3)
+    for lp in _tile_programs(g):
+        tiles = MMA.lower(g, lp)
+        for s, n_pages, width in ((1, 3, 2), (3, 8, 3), (17, 40, 2)):
+            lengths = rng.integers(1, width * 32 + 1, s)
+            pages = np.stack([rng.permutation(n_pages)[:width] for _ in range(s)]).astype(np.int64)
+            mask = np.where(np.arange(width * 32)[None, :] < lengths[:, None], 0.0, lowest).astype(bf)
+            ins = {"q": (rng.standard_normal((s, 2, 4, 64)) * 0.3).astype(bf),
+                   "kp": rng.standard_normal((n_pages, 32, 2, 64)).astype(bf),
+                   "vp": rng.standard_normal((n_pages, 32, 2, 64)).astype(bf), "pages": pages, "mask": mask}
+            want = np.asarray(ref(ins)["o"], np.float32)
+            got = np.asarray(tiles(ins)["o"], np.float32)
+            np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max(), err_msg=f"s={s}")
 
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")

@@ -36,7 +36,7 @@ from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import gcd_const, prod, sym
 from . import matmul_mma
-from .attention import NINF, blocked_value, nested
+from .attention import NINF, Operand, blocked_value, nested
 from .region import Region
 from .spec import KernelSpec
 from .types import storage_type, store
@@ -170,6 +170,70 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
 
     per_thread = -(-bn * d // (8 * 128))  # 16-byte vectors of a K or V tile per thread (at most)
 
+    def gathered_runs(what: str, stride: str) -> tuple | None:
+        """(the operand, ("tree", index tree, divisors) or ("buffer", index leaf), the data leaf)
+        when the key or value body gathers rows of a buffer of the result's dtype through an
+        index that rises by one along the head dim (a paged step's keys through its page table,
+        :meth:`.attention.Operand.inline_run` / ``run_leaves``): :func:`stage_runs` stages 8
+        elements from one computed index with a 16-byte load; else None."""
+        if not _is(a[stride], 1):
+            return None
+        opnd = Operand(w, region, a[f"{what}_body"], in_dtypes, f"_ls_{what}z", prod(a[f"{what}_shape"]))
+        inline = opnd.inline_run()
+        if inline is not None:
+            tree, data, divisors = inline
+            how = ("tree", tree, divisors)
+        elif (buffer := opnd.run_leaves()) is not None:
+            how, data = ("buffer", buffer[0]), buffer[1]
+        else:
+            return None
+        return (opnd, how, data) if in_dtypes[data] == op.dtype else None
+
+    def stage_runs(what: str, off: str, row_stride: str, tile: str) -> None:
+        """Fill the K or V tile 8 elements at a time from a gathered body (:func:`gathered_runs`):
+        where the 8 elements' indexes are one aligned run inside the data (each divisor's quotient
+        kept, the first index computed once; or an index buffer's 8 entries consecutive), one
+        16-byte load; else the 8 elements through the body.  Keys past n: zeros."""
+        opnd, how, data = runs[what]
+        src, var, b = region.names[data], f"_ls_{what}z", f"_ls_{what}b"
+        size = w.expr(prod(region.views[data].shape))
+        w.line(f"for (int _ls_e = _ls_t * 8; _ls_e < {bn * d}; _ls_e += 1024) {{")
+        w.line(f"  const int _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
+        w.line("  const long long _ls_l = _ls_l0 + _ls_r;")
+        w.line("  uint4 _ls_x8 = make_uint4(0u, 0u, 0u, 0u);")
+        w.line(f"  if (_ls_l < {nn}) {{")
+        w.line(f"    const long long {b} = {off} + _ls_c + _ls_l * {row_stride};")
+        w.index_vars.add(b)
+        if how[0] == "tree":
+            divs = list(dict.fromkeys(w.expr(x) for x in how[2]))
+            w.line(f"    int _ls_one = {' && '.join(f'{b} % {x} + 8 <= {x}' for x in divs) or '1'};")
+            w.line("    long long _ls_r0 = 0;")
+            w.line("    if (_ls_one) {")
+            value = nested(w, "      ", lambda: region.value(how[1], b))
+            w.line(f"      _ls_r0 = (long long){value};")
+        else:
+            ix = region.names[how[1]]
+            w.line(f"    long long _ls_r0 = (long long){ix}[{b}];")
+            w.line("    int _ls_one = 1;")
+            w.line("    {")
+            w.line(f"      for (int e = 1; e < 8; e++) _ls_one &= (long long){ix}[{b} + e] == _ls_r0 + e;")
+        w.line(f"      _ls_one = _ls_one && _ls_r0 >= 0 && _ls_r0 <= {size} - 8 && "
+               f"(((unsigned long long)({src} + _ls_r0)) & 15) == 0;")
+        w.line("    }")
+        w.line(f"    if (_ls_one) _ls_x8 = *(const uint4*)({src} + _ls_r0);")
+        w.line("    else {")
+        w.line(f"      __align__(16) {st} _ls_h8[8];")
+        w.line("      for (int e = 0; e < 8; e++) {")
+        w.line(f"        const long long {var} = {b} + e;")
+        value = nested(w, "        ", lambda: region.value(opnd.body, var))
+        w.line(f"        _ls_h8[e] = {store(op.dtype, value)};")
+        w.line("      }")
+        w.line("      _ls_x8 = *(const uint4*)_ls_h8;")
+        w.line("    }")
+        w.line("  }")
+        w.line(f"  *(uint4*)&{tile}[_ls_r][_ls_c] = _ls_x8;")
+        w.line("}")
+
     def load_regs(what: str, leaf: int, off: str, row_stride: str, l0: str, indent: str) -> None:
         """This thread's 16-byte vectors of the K or V tile starting at key ``l0`` into registers
         (``_ls_r<what>``; keys past n: zeros), the loads left in flight."""
@@ -252,6 +316,8 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line(f"float _ls_mx[2] = {{{NINF}, {NINF}}}, _ls_sum[2] = {{0.0f, 0.0f}};")
     vec = {what: vector_leaf(what, stride, row_stride)
            for what, stride, row_stride in (("k", "k_stride_k", "k_stride_n"), ("v", "v_stride_j", "v_stride_n"))}
+    runs = {what: gathered_runs(what, stride) for what, stride in (("k", "k_stride_k"), ("v", "v_stride_j"))
+            if vec[what] is None and (what == "k" or ldm)}
     for what, leaf in vec.items():
         if leaf is not None:  # a buffer at an odd address (a view made by a caller) reads element by element
             w.line(f"const bool _ls_vec_{what} = ((unsigned long long){region.names[leaf]} & 15) == 0;")
@@ -328,6 +394,9 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         # the keys as rows ([key][c]); the values row-major for ldmatrix, else transposed ([j][key]:
         # B's layout for O += P V)
         leaf = vec[what]
+        if runs.get(what) is not None:  # gathered rows: 8 elements from one index
+            stage_runs(what, off, w.expr(a[row_stride]), f"_ls_{what}s")
+            continue
         if leaf is not None:
             w.line(f"if (_ls_vec_{what}) {{")
             stage_vector(what, leaf, off, w.expr(a[row_stride]))
