@@ -530,3 +530,33 @@ def test_norm_gated_products_walk_columns_outermost_and_do_not_depend_on_the_row
     for i in range(5):
         alone = np.asarray(prog({"x": xs[i:i + 1], "nw": nw, "wg": wg, "wu": wu})["y"])[0]
         assert np.array_equal(alone.astype(np.float64), got[i]), i
+
+
+def test_a_persisted_program_computes_what_its_resident_inputs_alone_decide_once(monkeypatch):
+    """What depends only on resident inputs (here 2w + 1 before the product; Gemma's norms'
+    1 + w) is computed at the persisted program's first call and kept: later calls launch the
+    rest and give the same results; a call passing another w runs the whole program for it;
+    the program it was persisted from is unchanged."""
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 8)), g.input("w", (8, 8))
+    g.output("y", (x @ (w * 2.0 + 1.0)).relu())
+    prog = g.compile(backend="native")
+    rng = np.random.default_rng(0)
+    wv, w2 = rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal((8, 8)).astype(np.float32)
+    want = lambda xv, wv: np.maximum(xv.astype(np.float64) @ (2.0 * wv + 1.0), 0.0)  # noqa: E731
+    bound = prog.persist(w=wv)
+    for s in (3, 5):
+        xv = rng.standard_normal((s, 8)).astype(np.float32)
+        np.testing.assert_allclose(bound(x=xv)["y"], want(xv, wv), rtol=1e-5, atol=1e-5)
+    hoisted = bound._hoisted
+    assert hoisted and bound._hoisted_from == ["w"]
+    assert len(bound.launches) < len(prog.launches) and prog._hoisted is None  # the compiled one untouched
+    ran = []
+    run = type(bound.executor).run
+    monkeypatch.setattr(type(bound.executor), "run", lambda self, st, launches, *a: ran.append(len(launches))
+                        or run(self, st, launches, *a))
+    xv = rng.standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_allclose(bound(x=xv)["y"], want(xv, wv), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(bound(x=xv, w=w2)["y"], want(xv, w2), rtol=1e-5, atol=1e-5)  # another w
+    np.testing.assert_allclose(bound(x=xv)["y"], want(xv, wv), rtol=1e-5, atol=1e-5)
+    assert ran == [len(bound.launches), len(prog.launches), len(bound.launches)] and bound._hoisted is hoisted

@@ -27,6 +27,7 @@ The executor provides memory, compilation and launching; see :class:`Executor`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import heapq
 import os
@@ -115,6 +116,9 @@ class Executor:
                    ) -> list[tuple[Launch, float, float]]:
         """The launches one by one: (launch, start on the perf_counter clock, seconds) each."""
         raise NotImplementedError
+
+    def finish(self) -> None:
+        """Wait until the runs this thread queued have finished (a host executor's have)."""
 
 
 def check_in_place(lprog: LProgram, i: int, aliases: Mapping[str, str]) -> None:
@@ -208,6 +212,7 @@ class KernelProgram(Program):
         self._fresh_state()
 
     def _fresh_state(self) -> None:
+        self._hoisted: dict[int, Any] | None = None  # decided at a persisted copy's first call
         self._plan: _Plan | None = None
         self._preparations = 0
         self._reserved = dict(self._reserved)
@@ -424,6 +429,12 @@ class KernelProgram(Program):
 
     def execute(self, arrays: dict[str, Any], dims: dict[str, int],
                 out: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        if self._hoisted is None and self._resident:
+            with self._lock:
+                if self._hoisted is None:
+                    self._hoist()
+        if self._hoisted and any(arrays.get(n) is not self._resident[n] for n in self._hoisted_from):
+            return self._unhoisted.execute(arrays, dims, out)  # another array for a hoisted value's input
         plan = self._plan_for(dims)
         st = self._state(plan)
         table = st.table
@@ -481,6 +492,76 @@ class KernelProgram(Program):
         else:
             ex.run(st, self.launches, self.handles, plan.bounds)
         return outputs
+
+    def _hoist(self) -> None:
+        """Compute once what depends on the resident inputs alone (a persisted program's first
+        call): the launches whose every op reads only resident inputs, constants and such ops'
+        values (static shapes, no in-place writes, no direct outputs) run now, once, and the
+        values later launches read become constants (``_hoisted``: {op: its array}); the call
+        runs the rest.  A call that passes another array for one of those inputs runs the whole
+        program (``_unhoisted``).  Gemma's norms read (1 + w): a launch a norm a step, before."""
+        ops = self.lprog.ops
+        static = {i for i, op in enumerate(ops) if op.op == "Constant"
+                  or (op.op == "Input" and op.args["name"] in self._resident)}
+        excluded = set(self.direct.values())
+        prelude = []
+        for x in self.launches:
+            parts = x.merged or (x.op,)
+            if all(ops[p].op not in ("Output", *IN_PLACE_OPS) and p not in excluded
+                   and not any(d.free_vars() for d in ops[p].shape) and set(ops[p].inputs) <= static for p in parts):
+                if not prelude or prelude[-1] is not x:
+                    prelude.append(x)
+                static.update(parts)
+        made = {p for x in prelude for p in (x.merged or (x.op,))}
+        # launches of one op are adjacent: an op is made only when all of its launches are static
+        made = {p for p in made if all(x in prelude for x in self.launches if p in (x.merged or (x.op,)))}
+        read = {j for i, op in enumerate(ops) if i not in made for j in op.inputs}
+        keep = sorted(made & read)
+        self._hoisted = {}
+        if not keep:
+            return
+        self._unhoisted = copy.copy(self)
+        self._unhoisted._fresh_state()
+        self._unhoisted._hoisted = {}
+        arrays = {i: self.executor.empty(tuple(int(d.value) for d in ops[i].shape), ops[i].dtype.np) for i in keep}
+        # the prelude: a copy whose launches are the static ones and whose kept values are the arrays
+        ex = self.executor
+        pre = copy.copy(self)
+        pre._fresh_state()
+        pre._hoisted = {}
+        pre.launches = [x for x in self.launches if all(p in made for p in (x.merged or (x.op,)))]
+        pre.handles = ex.compile([x.spec for x in pre.launches])  # each kernel (not a whole-program runner)
+        pre.constants = {**self.constants, **arrays}
+        pre.computed = [i for i in self.computed if i not in arrays]
+        dims = {s: max(1, self._reserved.get(s, 1)) for s in self.dim_names}
+        plan = pre._plan_for(dims)
+        st = pre._state(plan)
+        for s_, k in self.dim_slot.items():
+            st.table[k] = dims[s_]
+        read = {a for x in pre.launches for a in x.args[len(x.spec.dims):]}
+        for name, a in self._resident.items():
+            for slot in self._slots_of[name]:
+                if slot in read:
+                    st.table[slot] = ex.address(a.form(VALUES) if isinstance(a, FormedValue) else a)
+            for slot, form in self._forms_of.get(name, ()):
+                if slot in read:
+                    st.table[slot] = ex.address(a.form(form))
+        ex.run(st, pre.launches, pre.handles, plan.bounds)
+        ex.finish()
+        # the resident inputs the kept values depend on: another array for one runs the whole program
+        deps, todo = set(), list(keep)
+        while todo:
+            i = todo.pop()
+            if i in deps:
+                continue
+            deps.add(i)
+            todo.extend(j for j in ops[i].inputs if j in made or ops[j].op == "Input")
+        self._hoisted_from = sorted({ops[i].args["name"] for i in deps if ops[i].op == "Input"})
+        self.launches = [x for x in self.launches if not all(p in made for p in (x.merged or (x.op,)))]
+        self.handles = self.executor.compile([x.spec for x in self.launches], self.launches)
+        self.constants = {**self.constants, **arrays}
+        self.computed = [i for i in self.computed if i not in made]
+        self._hoisted = arrays
 
     def arena_bytes(self, dims: Mapping[str, int] | None = None) -> int:
         return self._plan_for({**(self._plan.bounds if self._plan else {}), **(dims or {})}).nbytes

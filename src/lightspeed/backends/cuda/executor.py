@@ -131,6 +131,9 @@ class GpuExecutor(Executor):
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
         return DeviceArray.empty(tuple(shape), dtype)
 
+    def finish(self) -> None:
+        driver.device().sync(thread_stream())
+
     def upload(self, host: np.ndarray) -> DeviceArray:
         return DeviceArray.from_host(host, thread_stream())
 
