@@ -18,6 +18,10 @@ destination input's buffer (checked: an aliased input that nothing else reads). 
 aliased output into its input runs after every other kernel (a later op might read the input's
 old values), and not at all when the value already is that buffer.
 
+*Hoisted.*  A persisted program (``persist``: some inputs resident) computes at its first call,
+once, the values that depend on resident inputs alone (:meth:`KernelProgram._hoist`); its calls
+run the other launches, and a call passing another array for one of those inputs runs them all.
+
 *Lowering.*  Each op's launches come from the backend's op table (:mod:`.lowering`): generated
 kernels by family, or library calls; an operand may read another form of an input (a block
 weight's packed blocks), which gets a table slot of its own.
