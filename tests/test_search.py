@@ -377,3 +377,32 @@ def test_a_float_copy_of_gguf_blocks_counts_as_a_candidates_memory():
     assert floats.dequantised_bytes({}) == 0
     from lightspeed import search
     assert search.LEAN_TIE > search.TIE
+
+
+def test_candidates_are_timed_with_static_inputs_resident_when_asked(monkeypatch):
+    """``static_resident``: a candidate is timed on a copy with its static-shaped inputs (a model's
+    weights) persisted and only the others passed; the program returned is the compiled one, with
+    nothing resident; without the option everything is passed as before."""
+    from lightspeed.backends import get_backend
+    from lightspeed.search import measure
+
+    g = ls.Graph()
+    x, w = g.input("x", ("s", 4)), g.input("w", (4, 4))
+    g.output("y", x @ (w * 2.0))
+    backend = get_backend("cpu")
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.search import SearchReport, candidates, saturate
+
+    sat = saturate(g, backend, ls.SearchOptions(budget=1), SearchReport(), use_cache=False)
+    _, cand = next(iter(candidates(sat.index, ls.SearchOptions(budget=1), frozenset())))
+    lprog = decode_program(cand, sat.ser, sat.enc.constants, sat.decls)
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.standard_normal((3, 4)).astype(np.float32), "w": rng.standard_normal((4, 4)).astype(np.float32)}
+    timed = []
+    monkeypatch.setattr(type(backend), "time", lambda self, prog, ins, dims, n: timed.append(
+        (set(prog._resident), set(ins))) or 1e-3)
+    for resident, want in ((True, ({"w"}, {"x"})), (False, (set(), {"x", "w"}))):
+        timed.clear()
+        prog, _ = measure(g, backend, lprog, inputs, {"s": 3}, 2, static_resident=resident)
+        assert not prog._resident and timed and all(t == want for t in timed)
+        np.testing.assert_allclose(prog(inputs)["y"], inputs["x"] @ (inputs["w"] * 2), rtol=1e-5)

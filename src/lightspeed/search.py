@@ -77,6 +77,9 @@ class SearchOptions:
     max_memory: int = 1 << 30
     # compile a run of repeated layers once (lightspeed.rolling): saturation stops growing with depth
     roll: bool = True
+    # time candidates with the inputs of static shape resident (a model's weights, which its caller
+    # persists): what they alone decide (stacked weights) is then computed once, not per call
+    static_resident: bool = False
 
 
 # bumped when the way decisions are made changes, so cached decisions of an older search are not
@@ -440,10 +443,16 @@ class _Measured:
 
 
 def measure(graph: Graph, backend: Any, lprog: LProgram, inputs: Mapping[str, Any], dims: Mapping[str, int],
-            repeats: int, cutoff: float | None = None) -> tuple[Program, float]:
+            repeats: int, cutoff: float | None = None, static_resident: bool = False) -> tuple[Program, float]:
     """Lower ``lprog``, run it once (checking the output shapes) and time it through the backend:
-    one run, then ``repeats - 1`` more unless it took over ``cutoff`` s (it cannot win: kept as is)."""
-    prog = backend.lower(graph, lprog)
+    one run, then ``repeats - 1`` more unless it took over ``cutoff`` s (it cannot win: kept as is).
+    ``static_resident``: timed with the static-shaped inputs persisted (returned: the program itself)."""
+    compiled = prog = backend.lower(graph, lprog)
+    fixed = {k for k, nid in graph.inputs.items() if static_resident and k in inputs
+             and not any(d.free_vars() for d in graph.nodes[nid].shape)}
+    if fixed:
+        prog = prog.persist({k: inputs[k] for k in fixed})
+        inputs = {k: v for k, v in inputs.items() if k not in fixed}
     out = prog(inputs, dims=dims)
     for name, nid in graph.outputs.items():
         want = tuple(int(d.evaluate(dims)) for d in graph.nodes[nid].shape)
@@ -452,7 +461,7 @@ def measure(graph: Graph, backend: Any, lprog: LProgram, inputs: Mapping[str, An
     sec = backend.time(prog, inputs, dims, 1)
     if repeats > 1 and (cutoff is None or sec <= cutoff):
         sec = min(sec, backend.time(prog, inputs, dims, repeats - 1))
-    return prog, sec
+    return compiled, sec
 
 
 
@@ -479,7 +488,7 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
     # a decision is the device's and the backend code's: a changed kernel or rule never reuses it
     decision_key = cache.digest(SEARCH_VERSION, _SEARCH_SOURCE, sat.key, backend.device(), backend.code_hash(),
                                 repr(sorted(dims.items())), opts.seed, opts.budget, opts.repeats, opts.mutation_rate,
-                                opts.time_budget, opts.max_memory)
+                                opts.time_budget, opts.max_memory, opts.static_resident)
     decided = cache.load(f"search-{decision_key}", validate=cache.decision_validator(sat.ser.nodes)) \
         if use_cache else None
     by_id = {n.id: n for nodes in sat.index.classes.values() for n in nodes} if decided else {}
@@ -551,7 +560,7 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
             inputs = {k: backend.to_device(v) for k, v in representative_inputs(graph, dims, opts.seed).items()}
         try:
             cutoff = CUTOFF * best.seconds if best is not None else None
-            prog, sec = measure(graph, backend, lprog, inputs, dims, opts.repeats, cutoff)
+            prog, sec = measure(graph, backend, lprog, inputs, dims, opts.repeats, cutoff, opts.static_resident)
             rep.candidates.append(CandidateResult(i, origin + ("+recompute" if recomputed else ""), ops, sec))
             m = _Measured(sec, i, lprog, cand, prog, need, recomputed)
             leanest = need if leanest is None else min(leanest, need)

@@ -156,8 +156,10 @@ PREFILL_CHUNK = 2048
 
 def profile_options(mode: str, search: SearchOptions | None = None) -> SearchOptions:
     """The search options a model's ``mode`` program compiles with: ``search`` (default budget 3,
-    seed 0), profiled at the shapes the program will see unless it names dims."""
+    seed 0), profiled at the shapes the program will see unless it names dims, the weights (its
+    inputs of static shape) timed resident, as a generator persists them."""
     opts = search or SearchOptions(budget=3, seed=0)
+    opts = dataclasses.replace(opts, static_resident=True)
     return opts if opts.dims is not None else dataclasses.replace(opts, dims=_PROFILE_DIMS[mode])
 
 

@@ -45,6 +45,8 @@ MATMUL_GLU_MMA = OpDecl("MatmulGLUMma", fused.MATMUL_GLU.fields, "MatmulGLU on t
 ATTENTION_MMA = OpDecl("AttentionMma", fused.ATTENTION.fields, "Attention on the tensor cores (cuda backend, "
                        "bfloat16/float16, equal head dims of 16 ... 128)", many_rows=True)
 MMA_RULE_FILE = Path(__file__).with_name("mma.egg")
+# products sharing their left operand as one product over stacked weights (codegen/stacked.egg)
+STACKED_RULE_FILE = Path(fused.__file__).with_name("stacked.egg")
 _LIBRARY_ONLY = ("LtMatmulEpi", "LtMatmulBias", "LtMatmulFp8")  # no generated kernel computes these
 
 
@@ -53,14 +55,16 @@ class CudaBackend(KernelBackend):
     ``always`` (also every generic matmul it can compute lowered to it) or ``off``; default
     ``$LIGHTSPEED_CUBLASLT``, else ``search`` where nvmath-python is installed.  ``mma``: offer
     tensor-core tiles for bfloat16/float16 products (``MatmulMma``; default
-    ``$LIGHTSPEED_CUDA_MMA``, on unless it is ``0``)."""
+    ``$LIGHTSPEED_CUDA_MMA``, on unless it is ``0``).  ``stacked``: offer products that share
+    their left operand (q, k, v; gate, up) as one product over stacked weights (default
+    ``$LIGHTSPEED_CUDA_STACKED``, off unless it is ``1``: not yet measured on a GPU)."""
 
     name = "cuda"
     program_class = CudaProgram
     device_memory = True
     block_dtypes = dt.BLOCK_DTYPES
 
-    def __init__(self, cublaslt: str | None = None, mma: bool | None = None) -> None:
+    def __init__(self, cublaslt: str | None = None, mma: bool | None = None, stacked: bool | None = None) -> None:
         mode = cublaslt or os.environ.get("LIGHTSPEED_CUBLASLT", "search")
         mode = {"1": "always", "0": "off"}.get(mode, mode)
         if mode not in CUBLASLT_MODES:
@@ -86,6 +90,11 @@ class CudaBackend(KernelBackend):
             self.rule_files = (*self.rule_files, MMA_RULE_FILE)
             rs = self.rulesets
             self.rulesets = (*rs[:rs.index("linalg") + 1], "mma", *rs[rs.index("linalg") + 1:], "mma_fused")
+        self.stacked = os.environ.get("LIGHTSPEED_CUDA_STACKED", "0") == "1" if stacked is None else stacked
+        if self.stacked:  # right after linalg: the library and tile rules see the stacked product
+            self.rule_files = (*self.rule_files, STACKED_RULE_FILE)
+            rs = self.rulesets
+            self.rulesets = (*rs[:rs.index("linalg") + 1], "stacked", *rs[rs.index("linalg") + 1:])
         self.executor = GpuExecutor()
         if mode != "off":  # cuBLASLt's ops (and, always, the generic matmuls) as library calls
             library_ops = [d.name for d in lt.LT_OPS] + (["Matmul", "MatmulAdd"] if mode == "always" else [])

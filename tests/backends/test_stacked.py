@@ -1,0 +1,131 @@
+"""Products sharing their left operand as one product over stacked weights (codegen/stacked.egg):
+offered by the ``stacked`` ruleset (cuda's with ``LIGHTSPEED_CUDA_STACKED=1``; here also a native
+backend given it), the stacked candidates compute the reference's logits, a persisted program
+stacks the weights once (its first call), and the cuda kernels of such programs compile and read
+nothing another launch overwrote."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import lightspeed as ls
+from lightspeed.backends import get_backend
+from lightspeed.backends.cuda.backend import STACKED_RULE_FILE, CudaBackend
+from lightspeed.backends.native import NativeBackend
+from lightspeed.egraph import Candidate
+from lightspeed.egraph.llir import decode_program
+from lightspeed.models import from_hf_config
+from tests.backends.harness import memory_hazards, nvrtc_or_skip, saturate
+from tests.backends.test_conformance import TINY
+
+NATIVE = get_backend("native").available()
+
+
+class _StackedNative(NativeBackend):
+    """The native backend with the stacked ruleset right after linalg."""
+
+    rule_files = (*NativeBackend.rule_files, STACKED_RULE_FILE)
+    rulesets = (*NativeBackend.rulesets[:NativeBackend.rulesets.index("linalg") + 1], "stacked",
+                *NativeBackend.rulesets[NativeBackend.rulesets.index("linalg") + 1:])
+
+
+def _stacked(lp) -> list:
+    """The products of ``lp`` whose right operand is computed from two or more weights alone."""
+    def stacked(b):
+        ins = lp.ops[b].inputs
+        return lp.ops[b].op not in ("Input", "Constant") and len(ins) >= 2 and all(
+            lp.ops[j].op == "Input" for j in ins)
+    return [o for o in lp.ops if "Matmul" in o.op and len(o.inputs) > 1 and stacked(o.inputs[1])]
+
+
+def _stacked_programs(backend, g: ls.Graph, want: int, draws: int = 60) -> list:
+    _, enc, index, ser = saturate(backend, g)
+    out = []
+    for seed in range(draws):
+        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, backend.declarations())
+        if _stacked(lp):
+            out.append(lp)
+            if len(out) == want:
+                break
+    return out
+
+
+def _inputs(model, g: ls.Graph, rows: int) -> dict:
+    rng = np.random.default_rng(0)
+    weights = {n: (rng.standard_normal(s) * 0.2 + (1.0 if "norm" in n else 0.0)).astype(np.float32)
+               for n, s in model.param_shapes().items()}
+    ins = {**model.check_weights(weights), "input_ids": rng.integers(3, TINY["vocab_size"], rows).astype(np.int64),
+           "positions": np.arange(rows, dtype=np.int64)}
+    for name in g.inputs:
+        if name.startswith("cache."):
+            dims = g.nodes[g.inputs[name]].shape
+            shape = [TINY["max_position_embeddings"] if str(d) == "M" else int(d) for d in dims]
+            ins[name] = np.zeros(shape, np.float32)
+    return {k: v for k, v in ins.items() if k in g.inputs}
+
+
+@pytest.mark.skipif(not NATIVE, reason="no C compiler")
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_stacked_products_give_the_reference_logits_and_stack_the_weights_once(family):
+    backend = _StackedNative()
+    cfg = {**TINY, "model_type": family} if family == "llama" else {**TINY, "model_type": "qwen3", "head_dim": 8}
+    model = from_hf_config(cfg)
+    g = model.build_graph("prefill")
+    ins = _inputs(model, g, 5)
+    want = np.asarray(g.compile(backend="reference")(ins)["logits"])
+    programs = _stacked_programs(backend, g, 3)
+    assert programs, "the stacked ruleset offered no candidate"
+    for lp in programs:
+        stacked = _stacked(lp)
+        ns = {int(o.args["n"].value) for o in stacked}
+        assert ns <= {24, 16, 64}  # q+k, k+v (TINY: 16, 8, 8), gate+up (32 + 32)
+        prog = backend.lower(g, lp)
+        np.testing.assert_allclose(np.asarray(prog(ins)["logits"]), want, rtol=1e-5, atol=1e-5)
+        weights = {k: v for k, v in ins.items() if k in model.param_shapes()}
+        bound = prog.persist(weights)
+        rest = {k: v for k, v in ins.items() if k not in weights}
+        np.testing.assert_allclose(np.asarray(bound(rest)["logits"]), want, rtol=1e-5, atol=1e-5)
+        # the stacked weights are made at the first call, not by every call's launches
+        made = {tuple(int(d.value) for d in lp.ops[o.inputs[1]].shape) for o in stacked}
+        assert made <= {tuple(v.shape) for v in bound._hoisted.values()}
+        assert len(bound.launches) < len(prog.launches)
+
+
+def test_the_cuda_backend_offers_the_stacked_products_only_when_asked(monkeypatch):
+    assert "stacked" not in CudaBackend("off").rulesets
+    monkeypatch.setenv("LIGHTSPEED_CUDA_STACKED", "1")
+    rs = CudaBackend("off").rulesets
+    assert rs.index("linalg") + 1 == rs.index("stacked") < rs.index("mma")
+
+
+def test_stacked_cuda_programs_compile_and_read_what_they_expect():
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import module_source
+    from lightspeed.backends.codegen.program import KernelProgram
+    from tests.backends.test_cuda_codegen import _Recorder
+
+    backend = CudaBackend("off", stacked=True)
+    g = from_hf_config(TINY, dtype="bfloat16").build_graph("prefill")
+    rec, n = _Recorder(), 0
+    for lp in _stacked_programs(backend, g, 3):
+        prog = KernelProgram(g, lp, rec, table=backend.op_table)
+        assert memory_hazards(prog, {s: 5 for s in prog.dim_names}) == []
+        n += 1
+    assert n
+    specs = sorted(rec.specs.values(), key=lambda s: s.name)
+    assert nvrtc.compile_ptx(module_source(specs, "cuda"))
+
+
+@pytest.mark.skipif(not CudaBackend("off").available(), reason="no GPU")
+def test_stacked_cuda_programs_give_the_reference_logits():
+    backend = CudaBackend("off", stacked=True)
+    model = from_hf_config(TINY)
+    g = model.build_graph("prefill")
+    ins = _inputs(model, g, 5)
+    want = np.asarray(g.compile(backend="reference")(ins)["logits"])
+    for lp in _stacked_programs(backend, g, 3):
+        got = np.asarray(backend.lower(g, lp)(ins)["logits"])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
