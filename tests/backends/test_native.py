@@ -549,7 +549,7 @@ def test_a_persisted_program_computes_what_its_resident_inputs_alone_decide_once
         xv = rng.standard_normal((s, 8)).astype(np.float32)
         np.testing.assert_allclose(bound(x=xv)["y"], want(xv, wv), rtol=1e-5, atol=1e-5)
     hoisted = bound._hoisted
-    assert hoisted and bound._hoisted_from == ["w"]
+    assert hoisted and bound._hoisted_from == {"w"}
     assert len(bound.launches) < len(prog.launches) and prog._hoisted is None  # the compiled one untouched
     ran = []
     run = type(bound.executor).run

@@ -437,8 +437,11 @@ class KernelProgram(Program):
             with self._lock:
                 if self._hoisted is None:
                     self._hoist()
-        if self._hoisted and any(arrays.get(n) is not self._resident[n] for n in self._hoisted_from):
-            return self._unhoisted.execute(arrays, dims, out)  # another array for a hoisted value's input
+        if self._hoisted:  # another array for an input of a hoisted value: the whole program
+            given = self._local.__dict__.get("given")
+            names = given[0] if given is not None and given[1] is arrays else arrays
+            if any(n in self._hoisted_from and arrays[n] is not self._resident[n] for n in names):
+                return self._unhoisted.execute(arrays, dims, out)
         plan = self._plan_for(dims)
         st = self._state(plan)
         table = st.table
@@ -560,7 +563,7 @@ class KernelProgram(Program):
                 continue
             deps.add(i)
             todo.extend(j for j in ops[i].inputs if j in made or ops[j].op == "Input")
-        self._hoisted_from = sorted({ops[i].args["name"] for i in deps if ops[i].op == "Input"})
+        self._hoisted_from = frozenset(ops[i].args["name"] for i in deps if ops[i].op == "Input")
         self.launches = [x for x in self.launches if not all(p in made for p in (x.merged or (x.op,)))]
         self.handles = self.executor.compile([x.spec for x in self.launches], self.launches)
         self.constants = {**self.constants, **arrays}
