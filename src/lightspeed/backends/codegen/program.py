@@ -519,9 +519,9 @@ class KernelProgram(Program):
                 if not prelude or prelude[-1] is not x:
                     prelude.append(x)
                 static.update(parts)
+        # (an op's launches all qualify or none does: the same op, inputs only more static later;
+        # a merged launch qualifies as a whole)
         made = {p for x in prelude for p in (x.merged or (x.op,))}
-        # launches of one op are adjacent: an op is made only when all of its launches are static
-        made = {p for p in made if all(x in prelude for x in self.launches if p in (x.merged or (x.op,)))}
         read = {j for i, op in enumerate(ops) if i not in made for j in op.inputs}
         keep = sorted(made & read)
         self._hoisted = {}
@@ -536,7 +536,7 @@ class KernelProgram(Program):
         pre = copy.copy(self)
         pre._fresh_state()
         pre._hoisted = {}
-        pre.launches = [x for x in self.launches if all(p in made for p in (x.merged or (x.op,)))]
+        pre.launches = prelude
         pre.handles = ex.compile([x.spec for x in pre.launches])  # each kernel (not a whole-program runner)
         pre.constants = {**self.constants, **arrays}
         pre.computed = [i for i in self.computed if i not in arrays]
@@ -545,13 +545,13 @@ class KernelProgram(Program):
         st = pre._state(plan)
         for s_, k in self.dim_slot.items():
             st.table[k] = dims[s_]
-        read = {a for x in pre.launches for a in x.args[len(x.spec.dims):]}
-        for name, a in self._resident.items():
+        slots = {a for x in pre.launches for a in x.args[len(x.spec.dims):]}  # (a block weight's float
+        for name, a in self._resident.items():                                # form made only if read)
             for slot in self._slots_of[name]:
-                if slot in read:
+                if slot in slots:
                     st.table[slot] = ex.address(a.form(VALUES) if isinstance(a, FormedValue) else a)
             for slot, form in self._forms_of.get(name, ()):
-                if slot in read:
+                if slot in slots:
                     st.table[slot] = ex.address(a.form(form))
         ex.run(st, pre.launches, pre.handles, plan.bounds)
         ex.finish()
@@ -564,7 +564,8 @@ class KernelProgram(Program):
             deps.add(i)
             todo.extend(j for j in ops[i].inputs if j in made or ops[j].op == "Input")
         self._hoisted_from = frozenset(ops[i].args["name"] for i in deps if ops[i].op == "Input")
-        self.launches = [x for x in self.launches if not all(p in made for p in (x.merged or (x.op,)))]
+        chosen = {id(x) for x in prelude}
+        self.launches = [x for x in self.launches if id(x) not in chosen]
         self.handles = self.executor.compile([x.spec for x in self.launches], self.launches)
         self.constants = {**self.constants, **arrays}
         self.computed = [i for i in self.computed if i not in made]
