@@ -41,13 +41,17 @@ def _stacked(lp) -> list:
     return [o for o in lp.ops if "Matmul" in o.op and len(o.inputs) > 1 and stacked(o.inputs[1])]
 
 
-def _stacked_programs(backend, g: ls.Graph, want: int, draws: int = 60) -> list:
+def _stacked_programs(backend, g: ls.Graph, want: int, draws: int = 200) -> list:
+    """Up to ``want`` random candidates of ``g`` with stacked products, each adding a stacked
+    width the ones before it lacked (pairs, all three of q, k and v, gate and up)."""
     _, enc, index, ser = saturate(backend, g)
-    out = []
+    out, widths = [], set()
     for seed in range(draws):
         lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, backend.declarations())
-        if _stacked(lp):
+        ns = {str(o.args["n"]) for o in _stacked(lp)}
+        if ns - widths:
             out.append(lp)
+            widths |= ns
             if len(out) == want:
                 break
     return out
@@ -76,12 +80,14 @@ def test_stacked_products_give_the_reference_logits_and_stack_the_weights_once(f
     g = model.build_graph("prefill")
     ins = _inputs(model, g, 5)
     want = np.asarray(g.compile(backend="reference")(ins)["logits"])
-    programs = _stacked_programs(backend, g, 3)
+    programs = _stacked_programs(backend, g, 4)
     assert programs, "the stacked ruleset offered no candidate"
+    widths = set()
     for lp in programs:
         stacked = _stacked(lp)
         ns = {int(o.args["n"].value) for o in stacked}
-        assert ns <= {24, 16, 64}  # q+k, k+v (TINY: 16, 8, 8), gate+up (32 + 32)
+        widths |= ns
+        assert ns <= {24, 16, 32, 64}  # q+k, k+v (TINY: 16, 8, 8), all three, gate+up (32 + 32)
         prog = backend.lower(g, lp)
         np.testing.assert_allclose(np.asarray(prog(ins)["logits"]), want, rtol=1e-5, atol=1e-5)
         weights = {k: v for k, v in ins.items() if k in model.param_shapes()}
@@ -92,6 +98,7 @@ def test_stacked_products_give_the_reference_logits_and_stack_the_weights_once(f
         made = {tuple(int(d.value) for d in lp.ops[o.inputs[1]].shape) for o in stacked}
         assert made <= {tuple(v.shape) for v in bound._hoisted.values()}
         assert len(bound.launches) < len(prog.launches)
+    assert 32 in widths  # q, k and v as one product
 
 
 def test_the_cuda_backend_offers_the_stacked_products_only_when_asked(monkeypatch):
