@@ -437,11 +437,12 @@ class KernelProgram(Program):
             with self._lock:
                 if self._hoisted is None:
                     self._hoist()
-        if self._hoisted:  # another array for an input of a hoisted value: the whole program
-            given = self._local.__dict__.get("given")
-            names = given[0] if given is not None and given[1] is arrays else arrays
-            if any(n in self._hoisted_from and arrays[n] is not self._resident[n] for n in names):
-                return self._unhoisted.execute(arrays, dims, out)
+        local = self._local
+        bound = local.__dict__.pop("given", None)  # the names this call's bind was passed
+        given = bound[0] if bound is not None and bound[1] is arrays else None
+        if self._hoisted and any(n in self._hoisted_from and arrays[n] is not self._resident[n]
+                                 for n in (arrays if given is None else given)):
+            return self._unhoisted.execute(arrays, dims, out)  # another array for a hoisted value's input
         plan = self._plan_for(dims)
         st = self._state(plan)
         table = st.table
@@ -451,10 +452,7 @@ class KernelProgram(Program):
         # an input's table entries are written when it is not the array they were written for
         # (the weights and a generation's KV caches come back call after call: their addresses
         # stay in the table; a repeated decode step writes only its token's and positions')
-        local = self._local
         seen = local.seen
-        bound = local.__dict__.pop("given", None)  # the names this call's bind was passed
-        given = bound[0] if bound is not None and bound[1] is arrays else None
         if given is None or local.full:
             names = arrays
             local.full = False
@@ -467,13 +465,7 @@ class KernelProgram(Program):
                 (local.overridden.discard if a is resident[name] else local.overridden.add)(name)
             if recall(seen, name, a):
                 continue
-            for slot in self._slots_of[name]:
-                if isinstance(a, FormedValue) and slot in self.unread:
-                    table[slot] = 0  # values no launch reads: never made (a null address on any executor)
-                    continue
-                table[slot] = ex.address(a.form(VALUES) if isinstance(a, FormedValue) else a)
-            for slot, form in self._forms_of.get(name, ()):
-                table[slot] = ex.address(a.form(form))
+            self._write_input(table, name, a, self.unread)
             remember(seen, name, a)
         outputs: dict[str, Any] = {}
         for name, slot in self.output_slot.items():
@@ -500,6 +492,19 @@ class KernelProgram(Program):
             ex.run(st, self.launches, self.handles, plan.bounds)
         return outputs
 
+    def _write_input(self, table: np.ndarray, name: str, a: Any, unread: set[int]) -> None:
+        """Input ``name``'s table entries for array ``a``: its own slots (a block weight's float
+        values only where a launch reads them, made then: ``unread`` holds the slots no launch
+        reads, given a null address on any executor), then the other forms launches read."""
+        ex = self.executor
+        for slot in self._slots_of[name]:
+            if isinstance(a, FormedValue) and slot in unread:
+                table[slot] = 0
+                continue
+            table[slot] = ex.address(a.form(VALUES) if isinstance(a, FormedValue) else a)
+        for slot, form in self._forms_of.get(name, ()):
+            table[slot] = ex.address(a.form(form))
+
     def _hoist(self) -> None:
         """Compute once what depends on the resident inputs alone (a persisted program's first
         call): the launches whose every op reads only resident inputs, constants and such ops'
@@ -522,8 +527,8 @@ class KernelProgram(Program):
         # (an op's launches all qualify or none does: the same op, inputs only more static later;
         # a merged launch qualifies as a whole)
         made = {p for x in prelude for p in (x.merged or (x.op,))}
-        read = {j for i, op in enumerate(ops) if i not in made for j in op.inputs}
-        keep = sorted(made & read)
+        needed = {j for i, op in enumerate(ops) if i not in made for j in op.inputs}
+        keep = sorted(made & needed)
         self._hoisted = {}
         if not keep:
             return
@@ -545,14 +550,9 @@ class KernelProgram(Program):
         st = pre._state(plan)
         for s_, k in self.dim_slot.items():
             st.table[k] = dims[s_]
-        slots = {a for x in pre.launches for a in x.args[len(x.spec.dims):]}  # (a block weight's float
-        for name, a in self._resident.items():                                # form made only if read)
-            for slot in self._slots_of[name]:
-                if slot in slots:
-                    st.table[slot] = ex.address(a.form(VALUES) if isinstance(a, FormedValue) else a)
-            for slot, form in self._forms_of.get(name, ()):
-                if slot in slots:
-                    st.table[slot] = ex.address(a.form(form))
+        read = {a for x in prelude for a in x.args[len(x.spec.dims):]}
+        for name, a in self._resident.items():
+            pre._write_input(st.table, name, a, set(self.inputs_at) - read)
         ex.run(st, pre.launches, pre.handles, plan.bounds)
         ex.finish()
         # the resident inputs the kept values depend on: another array for one runs the whole program
