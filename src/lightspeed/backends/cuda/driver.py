@@ -8,6 +8,7 @@ driver's error.  Nothing here is imported until the cuda backend is used.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import threading
@@ -86,6 +87,11 @@ class Device:
         self._free: dict[int, list[int]] = {}
         self._pinned_free: dict[int, list[int]] = {}
         self._alloc_lock = threading.Lock()
+        # blocks whose owners were collected, waiting to join the free lists.  A finalizer only
+        # appends here (atomic, no lock): the collector can run a finalizer on a thread that
+        # holds _alloc_lock (any allocation inside the locked region may collect), and taking
+        # the lock there deadlocked (cuda conformance cases hung in alloc, twenty-second session)
+        self._released: collections.deque[tuple[dict[int, list[int]], int, int]] = collections.deque()
         # bytes held from the driver (in use or cached for reuse) and their peak: this process's
         # device memory beside the context's own (benchmarks report the peak)
         self.held_bytes = self.peak_bytes = 0
@@ -101,6 +107,7 @@ class Device:
         """Device memory of at least ``nbytes`` (rounded up to a size class and reused)."""
         size = _size_class(max(1, nbytes))
         with self._alloc_lock:
+            self._collect_released()
             free = self._free.get(size)
             ptr = free.pop() if free else None
         if ptr is None:
@@ -122,26 +129,26 @@ class Device:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         size = _size_class(max(1, nbytes))
         with self._alloc_lock:
+            self._collect_released()
             free = self._pinned_free.get(size)
             ptr = free.pop() if free else None
         if ptr is None:
             self.bind()
             ptr = int(check(bindings().cuMemHostAlloc(size, 0), f"cuMemHostAlloc({size} bytes)"))
         raw = (ctypes.c_uint8 * size).from_address(ptr)
-        weakref.finalize(raw, self._release_pinned, ptr, size)
+        weakref.finalize(raw, self._released.append, (self._pinned_free, ptr, size))
         return np.frombuffer(raw, np.uint8, nbytes).view(dtype).reshape(shape)
 
-    def _release_pinned(self, ptr: int, size: int) -> None:
-        with self._alloc_lock:
-            self._pinned_free.setdefault(size, []).append(ptr)
-
-    def _release(self, ptr: int, size: int) -> None:
-        with self._alloc_lock:
-            self._free.setdefault(size, []).append(ptr)
+    def _collect_released(self) -> None:
+        """Move the finalized blocks onto their free lists (the caller holds _alloc_lock)."""
+        while self._released:
+            free, ptr, size = self._released.popleft()
+            free.setdefault(size, []).append(ptr)
 
     def trim(self) -> None:
         """Return every cached free block to the driver."""
         with self._alloc_lock:
+            self._collect_released()
             blocks = [(p, size) for size, ps in self._free.items() for p in ps]
             self._free.clear()
             self.held_bytes -= sum(size for _, size in blocks)
@@ -285,7 +292,7 @@ class _Block:
 
     def __init__(self, dev: Device, ptr: int, size: int):
         self.ptr, self.size = ptr, size
-        weakref.finalize(self, dev._release, ptr, size)
+        weakref.finalize(self, dev._released.append, (dev._free, ptr, size))
 
 
 class DeviceArray:
