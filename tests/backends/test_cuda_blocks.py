@@ -96,3 +96,31 @@ def test_block_gather_reads_rows_exactly(qtype):
     prog = CUDA.lower(g, _with_block_op(g, "BlockGather")).persist(w=q)
     pick = np.array([3, 0, 11, 3, 7], np.int64)
     np.testing.assert_array_equal(np.asarray(prog(ids=pick)["y"]), w[pick])
+
+
+def test_the_backend_keeps_block_weights_for_the_program_to_place():
+    """Regression (the real SmolLM2 file with ``LIGHTSPEED_CUDA_BLOCKS=1``: "every candidate
+    failed ... expected q8_0 blocks, got DeviceArray"): the search moves its timing inputs with
+    ``backend.to_device``, which uploaded a ``QuantTensor`` as plain bytes; blocks stay as they
+    are (the program places them in the form its kernels read).  No GPU needed: nothing is moved."""
+    q, _ = _weights("q8_0", 8, 64, seed=1)
+    assert CUDA.to_device(q) is q
+
+
+@pytest.mark.skipif(not CUDA.available(), reason="no GPU")
+@pytest.mark.parametrize("static_resident", [False, True])
+def test_the_search_measures_the_block_op_beside_the_cast_path(static_resident):
+    """Both ways of a product against block weights are timed on the GPU (the block kernel and
+    the Cast + float kernel), with the weights passed per call or resident as a model's search
+    has them, and the program kept gives the float64 product of the blocks' values."""
+    n, k = 256, 512
+    q, w = _weights("q4_1", n, k, seed=5)
+    g = _graph("q4_1", n, k)
+    opts = ls.SearchOptions(budget=8, seed=0, progress=False, dims={"s": 1}, static_resident=static_resident)
+    prog = g.compile(CUDA, search=opts)
+    ran = [c for c in prog.search_report.candidates if c.seconds is not None]
+    assert any("BlockMatmul" in c.ops for c in ran) and any("Cast" in c.ops for c in ran)
+    xs = np.random.default_rng(2).standard_normal((3, k)).astype(np.float32)
+    want = xs.astype(np.float64) @ w.T.astype(np.float64)
+    got = np.asarray(prog.persist(w=q)(x=xs)["y"])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

@@ -131,7 +131,13 @@ class CudaBackend(KernelBackend):
 
         return DeviceSampler()
 
-    def to_device(self, array: np.ndarray) -> DeviceArray:
+    def to_device(self, array: np.ndarray) -> Any:
+        """An array uploaded; weights held as GGUF blocks (a ``QuantTensor``) stay as they are: a
+        program places them itself, in the form its kernels read (uploading the object as bytes
+        lost what it is: every block candidate failed its timing run, so the search could not pick
+        one for a real GGUF file)."""
+        if getattr(array, "qtype", None) is not None:
+            return array
         return DeviceArray.from_host(array, thread_stream())
 
     def write_rows(self, dest: Any, start: int, rows: np.ndarray) -> None:
