@@ -6,6 +6,9 @@ between steps (the host's part), the kernels that cost most.
 
     python scripts/gpu_profile.py [SHAPE ...] [--steps 24] [--no-peer] [--paged N]   (traces under $OUT)
 
+``--prefill N``: an N-token prompt's prefill instead of decode steps (ours: ``generate`` of one
+token, repeated; the peer: ``torch.compile(mode="max-autotune-no-cudagraphs")`` over the prompt,
+as benchmarks/peer_torch_decode.py --prefill times it), each repeat one "step" of the summary.
 ``--paged N``: the paged batched program instead (``lightspeed serve``'s: ``PagedBatcher``, N
 greedy sequences decoding together), to compare its step with the batch-1 program's.
 """
@@ -44,6 +47,47 @@ def ours(name: str, steps: int, path: Path) -> None:
     ids = list(rng.integers(0, SHAPES[name]["vocab"], 32))
     gen.generate(ids, max_new_tokens=4, stop_ids=[])
     profiled(lambda: gen.generate(ids, max_new_tokens=steps, stop_ids=[]), path)
+
+
+def ours_prefill(name: str, repeats: int, path: Path, prompt: int) -> None:
+    from gpu_decode import random_llama
+
+    import lightspeed as ls
+    from lightspeed.models.generate import Generator
+
+    model, weights, _, rng = random_llama(name)
+    gen = Generator(model, weights, backend="cuda", search=ls.SearchOptions(budget=4, seed=0, progress=False))
+    ids = [int(t) for t in rng.integers(3, model.config.vocab_size, prompt)]
+    for _ in range(2):
+        gen.generate(ids, max_new_tokens=1, stop_ids=[])
+
+    def loop():
+        for _ in range(repeats):
+            gen.generate(ids, max_new_tokens=1, stop_ids=[])
+    profiled(loop, path)
+
+
+def peer_prefill(name: str, repeats: int, path: Path, prompt: int) -> None:
+    import peer_torch_decode as p
+    import torch
+
+    c = p.SHAPES[name]
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        m = p.LM(c, max(1024, prompt), torch.bfloat16).to(torch.bfloat16)
+    m.eval()
+    f = torch.compile(m, mode="max-autotune-no-cudagraphs", fullgraph=True)
+    idx = torch.randint(0, c["vocab"], (1, prompt), device="cuda")
+    pos = torch.arange(prompt, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            f(idx, pos)
+
+        def loop():
+            for _ in range(repeats):
+                f(idx, pos)
+                torch.cuda.synchronize()  # a gap between repeats: one prefill per "step"
+        profiled(loop, path)
 
 
 def paged(name: str, steps: int, path: Path, streams: int) -> None:
@@ -93,10 +137,16 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
         runs = [("lightspeed", ours, ["--sequence"])]
-        if "--paged" in args:
+        if "--prefill" in args:
+            n = int(args[args.index("--prefill") + 1])
+            runs = [(f"lightspeed prefill {n}", lambda *a, n=n: ours_prefill(*a, prompt=n), ["--sequence"])]
+            if "--no-peer" not in args:
+                runs.append((f"torch.compile max-autotune prefill {n}", lambda *a, n=n: peer_prefill(*a, prompt=n),
+                             ["--gap-us", "20"]))
+        elif "--paged" in args:
             n = int(args[args.index("--paged") + 1])
             runs = [(f"lightspeed paged x{n}", lambda *a, n=n: paged(*a, streams=n), ["--sequence"])]
-        if "--no-peer" not in args:  # its loop never waits: steps split after each argmax
+        if "--no-peer" not in args and "--prefill" not in args:  # its loop never waits: steps split after each argmax
             runs.append(("torch.compile", peer, ["--marker", "ArgMax"]))
         for label, fn, extra in runs:
             path = Path("/tmp") / f"trace-{label.replace(' ', '_')}-{name}.json"

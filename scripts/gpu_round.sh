@@ -131,13 +131,20 @@ if [ "${GPU_ROUND_SERVE:-0}" = 1 ]; then
     echo "== with a few-rows program"; grep -E "streams:|invariance|^sequence" "$OUT/serve_buckets.log"
   fi
 fi
-# long prompts (issue 28): device memory at its peak for 4k and 16k tokens of the 1B shape,
-# prefilled in chunks of 2048 (the peak should grow with the KV cache only)
+# long prompts (issue 28): device memory at its peak for GPU_LONG_N tokens (default 4k and 16k) of
+# the 1B shape, prefilled in chunks of 2048 (the peak should grow with the KV cache only)
 if [ "${GPU_ROUND_LONG:-0}" = 1 ]; then
-  for n in 4096 16384; do
+  for n in ${GPU_LONG_N:-4096 16384}; do
     step "long_$n" "${GPU_LONG_S:-240}" python3 benchmarks/gpu_decode.py llama-3.2-1b --prompt $n --no-peer --steps 4
     grep "lightspeed {" "$OUT/long_$n.log"
   done
+fi
+# where a prompt's prefill time goes inside the captured graph, ours beside torch.compile
+# max-autotune's (GPU_ROUND_PREFILL_PROFILE=1: scripts/gpu_profile.py --prefill, the 1B shape)
+if [ "${GPU_ROUND_PREFILL_PROFILE:-0}" = 1 ]; then
+  step prefill_profile "${GPU_PREFILL_PROFILE_S:-150}" python3 scripts/gpu_profile.py llama-3.2-1b \
+    --prefill "${GPU_PREFILL_N:-512}" --steps 12
+  grep -v -i warn "$OUT/prefill_profile.log" | grep -v "^  *[0-9.]* *[0-9.]*  " | head -70
 fi
 # every family on cuda beside transformers (issue 26's table): GPU_MODELS_ROWS, peer GPU_MODELS_PEER
 if [ "${GPU_ROUND_MODELS:-0}" = 1 ]; then
