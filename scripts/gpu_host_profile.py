@@ -1,0 +1,51 @@
+"""Where the host's time goes in a prompt's first token on cuda (the TTFT beyond the prefill's
+kernels): cProfile over repeated ``Generator.generate(prompt, max_new_tokens=1)`` calls of a
+random-weight Llama shape, after a warm-up, with the TTFT and prefill time of each call.
+
+    python scripts/gpu_host_profile.py [SHAPE] [--prompt 512] [--repeats 20]
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+
+def main() -> None:
+    from gpu_decode import random_llama
+
+    import lightspeed as ls
+    from lightspeed.models.generate import Generator
+
+    args = sys.argv[1:]
+    name = next((a for a in args if not a.startswith("--") and not a.isdigit()), "llama-3.2-1b")
+    prompt = int(args[args.index("--prompt") + 1]) if "--prompt" in args else 512
+    repeats = int(args[args.index("--repeats") + 1]) if "--repeats" in args else 20
+    model, weights, _, rng = random_llama(name)
+    gen = Generator(model, weights, backend="cuda", search=ls.SearchOptions(budget=4, seed=0, progress=False))
+    ids = [int(t) for t in rng.integers(3, model.config.vocab_size, prompt)]
+    for _ in range(3):
+        gen.generate(ids, max_new_tokens=1, stop_ids=[])
+    ttft, pre = [], []
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(repeats):
+        res = gen.generate(ids, max_new_tokens=1, stop_ids=[])
+        ttft.append(res.ttft_s * 1e3)
+        pre.append(res.prefill_s * 1e3)
+    prof.disable()
+    print(f"{name} prompt {prompt}: TTFT median {np.median(ttft):.3f} ms, prefill call {np.median(pre):.3f} ms "
+          f"(over {repeats})")
+    for key in ("tottime", "cumulative"):
+        print(f"\n== by {key} (ms per call = total / {repeats})")
+        pstats.Stats(prof).sort_stats(key).print_stats(28)
+
+
+if __name__ == "__main__":
+    main()
