@@ -385,3 +385,28 @@ def test_program_is_weight_independent():
     a = gen.generate([1, 5, 9], 6, stop_ids=()).new_ids
     b = gen2.generate([1, 5, 9], 6, stop_ids=()).new_ids
     assert a != b
+
+
+def test_a_generations_caches_are_row_views_of_one_cleared_allocation_per_row_shape():
+    """``cache_buffers``: every layer's K and V cache is a zeroed, writable, C-contiguous view
+    starting 256-byte aligned, disjoint from the others, and there is one allocation (one
+    clearing) per distinct row shape, not one per buffer (64 launches on a GPU's first-token path)."""
+    from lightspeed.models.generate import ALIGN, cache_buffers
+
+    g = ls.Graph()
+    g.output("y", g.input("x", (2,)) * 2.0)
+    prog = g.compile(backend="cpu")
+    made = []
+    zeros = prog.zeros
+    prog.zeros = lambda shape, dtype: made.append(shape) or zeros(shape, dtype)
+    shapes = [(37, 2, 3), (37, 2, 3), (37, 4, 8), (37, 2, 3)] * 2  # rows of 12 bytes (bf16): not whole vectors
+    bufs = cache_buffers(prog, shapes, ls.bfloat16.np)
+    assert len(made) == 2 and sorted(made) == sorted([(64 * 6, 2, 3), (40 * 2, 4, 8)])  # rows rounded to 64 and 4
+    spans = []
+    for buf, shape in zip(bufs, shapes):
+        assert buf.shape == shape and buf.flags.c_contiguous and buf.flags.writeable
+        assert not np.asarray(buf, np.float32).any()
+        assert buf.ctypes.data % ALIGN == buf.base.ctypes.data % ALIGN
+        spans.append((buf.ctypes.data, buf.ctypes.data + buf.nbytes))
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # no two views overlap
