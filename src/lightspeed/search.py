@@ -27,6 +27,7 @@ import random
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -342,6 +343,35 @@ def _reads_library(index: EGraphIndex, region: ENode, library: frozenset[str]) -
     return False
 
 
+def _stacked_slice(index: EGraphIndex, cid: str, node: ENode) -> str | None:
+    """The product class whose column slice ``node`` computes product class ``cid`` as (a region
+    whose body is one ``SLeaf`` of another class holding a product: codegen/stacked.egg), or None."""
+    if node.op != "Fused":
+        return None
+    return next((m.children[0] for c in node.children if index.sort_of.get(c) == "Scalar"
+                 for m in index.classes.get(c, ()) if m.op == "SLeaf" and m.children[0] != cid
+                 and any("Matmul" in k.op for k in index.classes.get(m.children[0], ()))), None)
+
+
+def _prefer_stacked(index: EGraphIndex, base):
+    """``base``, but a product's class takes a slice of a stacked product wherever one is offered:
+    of the product most classes slice (q, k and v's over a pair's)."""
+    offered: dict[str, list[tuple[ENode, str]]] = {}
+    for cid, nodes in index.classes.items():
+        if any("Matmul" in n.op for n in nodes):
+            for n in nodes:
+                if (whole := _stacked_slice(index, cid, n)) is not None:
+                    offered.setdefault(cid, []).append((n, whole))
+    readers = Counter(whole for pairs in offered.values() for _, whole in pairs)
+
+    def pick(cid, nodes):
+        if cid in offered:
+            # ties (q, k, v stacked in two orders when k and v are one size) go one way everywhere
+            return max(offered[cid], key=lambda pair: (readers[pair[1]], pair[1]))[0]
+        return base(cid, nodes)
+    return pick
+
+
 def _integer(index: EGraphIndex, cid: str) -> bool:
     """Whether IR e-class ``cid`` holds integers (its `dtype` analysis names an int dtype)."""
     dtype = index.dtype_of.get(cid)
@@ -383,7 +413,8 @@ def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str
     greedy one (every backend op), where the e-graph holds ops named in ``many_rows``
     (tensor-core tiles) the fused one without them (``few-rows``: the greedy and fused ones take
     the tiles wherever offered, which a decode row runs far slower than the warp kernels), the
-    fused one (regions over single-reader producers), then alternately random draws and mutations of the
+    fused one (regions over single-reader producers; where the e-graph holds stacked products,
+    ``stacked`` before it: the greedy one taking them), then alternately random draws and mutations of the
     fused one (a fraction of its real choices flipped).  Where the e-graph holds many-rows ops in
     ``library`` (cuBLASLt for a prompt's products), the greedy candidate takes them (and, where a
     tile kernel has no library op beside it, the region over library products) with its regions
@@ -402,6 +433,13 @@ def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str
         # warp kernels in the few-rows one, and a budget of 3 measures the library beside them
         pick = _prefer_backend(index, absorb=False, prefer=many_rows, library=library, library_first=True)
         fixed[1] = ("greedy", Candidate.build(index, _fuse_single_use(Candidate.build(index, pick), pick)))
+    if any(_stacked_slice(index, c, n) is not None for c, nodes in index.classes.items() for n in nodes):
+        # products stacked over their weights (codegen/stacked.egg): the greedy candidate with the
+        # stacked products taken wherever offered, third (no other fixed candidate takes them:
+        # each slice's region looks no cheaper than its own product)
+        base = _prefer_backend(index, absorb=False, prefer=many_rows, library=library, library_first=bool(library))
+        stack = _prefer_stacked(index, base)
+        fixed.insert(2, ("stacked", Candidate.build(index, _fuse_single_use(Candidate.build(index, stack), stack))))
     if many_rows and any(n.op in many_rows for n in fused.choice.values()):
         # third, before the fused one (a budget of 3 measures greedy, few-rows and default): the
         # fused candidate with tiles mixes norm-absorbing products with tiles, rarely the fastest

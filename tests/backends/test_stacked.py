@@ -136,3 +136,32 @@ def test_stacked_cuda_programs_give_the_reference_logits():
     for lp in _stacked_programs(backend, g, 3):
         got = np.asarray(backend.lower(g, lp)(ins)["logits"])
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["prefill", "decode"])
+def test_the_search_measures_a_candidate_with_every_product_stacked(mode):
+    """Regression (twenty-second session: `LIGHTSPEED_CUDA_STACKED=1` left a 512-token prefill at
+    214 launches): no fixed candidate took a stacked product, each slice's region looking no
+    cheaper than its own product, so only random draws held them.  With the ruleset the search's
+    list has a ``stacked`` candidate within a budget of 4, whose q, k and v are one product and
+    gate and up another, and which gives the reference's logits; without it, no such candidate."""
+    from lightspeed.search import SearchOptions, candidates
+
+    model = from_hf_config(TINY)
+    g = model.build_graph(mode)
+    for backend, want in ((_StackedNative(), True), (NativeBackend(), False)):
+        _, enc, index, ser = saturate(backend, g)
+        decls = backend.declarations()
+        listed = dict(candidates(index, SearchOptions(budget=4, seed=0)))
+        assert ("stacked" in listed) == want
+        if not want:
+            continue
+        lp = decode_program(listed["stacked"], ser, enc.constants, decls)
+        # q, k and v as one product (here gate and up stay the backend's SiLU-mul product; a
+        # prompt's on cuda is a region over library products, whose classes take the pair)
+        assert [int(o.args["n"].value) for o in _stacked(lp)] == [32] * TINY["num_hidden_layers"]
+        if NATIVE and mode == "prefill":  # (the decode step's program: the same products)
+            ins = _inputs(model, g, 5)
+            want_logits = np.asarray(g.compile(backend="reference")(ins)["logits"])
+            np.testing.assert_allclose(np.asarray(backend.lower(g, lp)(ins)["logits"]), want_logits,
+                                       rtol=1e-5, atol=1e-5)
