@@ -32,7 +32,9 @@ def main() -> None:
     ids = [int(t) for t in rng.integers(3, model.config.vocab_size, prompt)]
     for _ in range(3):
         gen.generate(ids, max_new_tokens=1, stop_ids=[])
-    executor = getattr(gen.prefill, "executor", None)
+    from lightspeed.backends import get_backend
+
+    executor = get_backend("cuda").executor  # (the Generator's: backends are one per name)
     before = getattr(executor, "captures", 0)
     plain = [gen.generate(ids, max_new_tokens=1, stop_ids=[]).ttft_s * 1e3 for _ in range(repeats)]
     print(f"{name} prompt {prompt}: TTFT median {np.median(plain):.3f} ms without the profiler; "
