@@ -4,7 +4,8 @@
 #   (1) the host's part of a 512-token TTFT (~1.3 ms of 4.9 on an H100: the kernels were 3.55 ms):
 #       cProfile of the first token's path, and how many graphs were captured while timed
 #       (scripts/gpu_host_profile.py; the KV caches are now one allocation, cleared once)
-#   (2) the prefill beside eager and torch.compile max-autotune, then with the stacked products
+#   (2) the prefill beside eager and torch.compile max-autotune (element-wise kernels unrolled, 4
+#       items a trip: LIGHTSPEED_CUDA_UNROLL=1 is the A/B), then with the stacked products
 #       (LIGHTSPEED_CUDA_STACKED=1: the search now has a fixed "stacked" candidate) inside the graph
 #   (3) Nsight Compute over the prefill (the attention tile: 59 us a layer against cuDNN's 21)
 #       where the host runs ncu (GPU_NEXT_NCU=0: not)
@@ -16,6 +17,8 @@ step host 120 python3 scripts/gpu_host_profile.py llama-3.2-1b --prompt 512 --re
 grep -v -i warn "$OUT/host.log" | head -50
 step prefill 150 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
 sed -n '/^shape/,$p' "$OUT/prefill.log"
+LIGHTSPEED_CUDA_UNROLL=1 step prefill_unroll1 120 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --no-peer
+echo "== LIGHTSPEED_CUDA_UNROLL=1"; sed -n '/^shape/,$p' "$OUT/prefill_unroll1.log"
 LIGHTSPEED_CUDA_STACKED=1 step stacked 120 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8
 grep -v -i warn "$OUT/stacked.log" | head -24
 if [ "${GPU_NEXT_NCU:-1}" = 1 ]; then
