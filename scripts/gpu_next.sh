@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The twenty-third session's first GPU call (written at the end of the twenty-second, which had no
 # device time left for it): issue 28's prefill, where its time goes and what the blind work gives.
+#   (0) cuda conformance (the unrolled element-wise loops, the stacked candidate and the one-allocation
+#       caches have not run on a GPU)
 #   (1) the host's part of a 512-token TTFT (~1.3 ms of 4.9 on an H100: the kernels were 3.55 ms):
 #       cProfile of the first token's path, and how many graphs were captured while timed
 #       (scripts/gpu_host_profile.py; the KV caches are now one allocation, cleared once)
@@ -13,6 +15,9 @@
 # Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
+step conformance 150 python3 -m pytest -o addopts="" tests/backends/test_conformance.py tests/models/test_cuda_models.py \
+  tests/backends/test_cuda_blocks.py -k cuda -q -p no:cacheprovider -n 8
+tail -3 "$OUT/conformance.log"
 step host 120 python3 scripts/gpu_host_profile.py llama-3.2-1b --prompt 512 --repeats 20
 grep -v -i warn "$OUT/host.log" | head -50
 step prefill 150 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
