@@ -5,6 +5,7 @@ occupancy), which CUDA events alone cannot say.
 On the GPU host (Firecracker machines run ncu; gVisor ones do not: KINDS.md):
 
     python3 scripts/gpu_ncu.py run SHAPE [--prompt N]     # ncu over the target below -> $OUT/ncu.csv
+                                                           # (with why warps stall, where ncu knows it)
     python3 scripts/gpu_ncu.py summary $OUT/ncu.csv        # the table (also printed by run)
 
 ``target`` (what ncu runs): a Llama of the peer shape with random bf16 weights compiled for cuda
@@ -32,6 +33,11 @@ METRICS = {
     "launch__registers_per_thread": "regs",
     "launch__grid_size": "blocks",
 }
+# why warps wait, as cycles stalled per issued instruction (the WarpStateStats section's ratios):
+# asked for too, and dropped if this ncu does not know them
+STALLS = {f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio": r for r in (
+    "long_scoreboard", "barrier", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait",
+    "lg_throttle", "not_selected")}
 
 
 def target(shape: str, prompt: int) -> None:
@@ -81,6 +87,10 @@ def summary(path: str) -> str:
             if metric.endswith("pct_of_peak_sustained_elapsed") or metric.endswith("pct_of_peak_sustained_active"):
                 a[metric] += t * float(m.get(metric, 0) or 0)
         a["regs"] = max(a["regs"], float(m.get("launch__registers_per_thread", 0) or 0))
+        for metric in STALLS:
+            if metric in m:
+                a[metric] += t * float(m[metric] or 0)
+                a["stalls"] = 1.0
     out = [f"{'kernel':<40} {'launches':>8} {'us':>9} {'us/launch':>10} {'dram%':>6} {'sm%':>6} {'occ%':>6} "
            f"{'regs':>5}"]
     for label, a in sorted(agg.items(), key=lambda kv: -kv[1]["us"]):
@@ -88,6 +98,13 @@ def summary(path: str) -> str:
         pct = [a[m] / us for m in METRICS if "pct" in m]
         out.append(f"{label[:40]:<40} {int(a['n']):>8} {a['us']:>9.1f} {a['us'] / a['n']:>10.2f} "
                    + " ".join(f"{p:>6.1f}" for p in pct) + f" {int(a['regs']):>5}")
+    stalled = [(label, a) for label, a in sorted(agg.items(), key=lambda kv: -kv[1]["us"]) if a.get("stalls")]
+    if stalled:  # the kernels that cost most: what their warps wait on
+        out += ["", "stall cycles per issued instruction (time-weighted), the 12 costliest kernels",
+                f"{'kernel':<40} " + " ".join(f"{r[:8]:>8}" for r in STALLS.values())]
+        for label, a in stalled[:12]:
+            us = a["us"] or 1.0
+            out.append(f"{label[:40]:<40} " + " ".join(f"{a[m] / us:>8.2f}" for m in STALLS))
     return "\n".join(out)
 
 
@@ -97,9 +114,14 @@ def run(shape: str, prompt: int) -> None:
     me = [sys.executable, str(Path(__file__).resolve()), "target", shape, "--prompt", str(prompt)]
     subprocess.run(me, check=True)  # the search's decisions cached, kernels compiled
     csv_path = out / "ncu.csv"
-    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--graph-profiling", "node",
-           "--target-processes", "all", "--metrics", ",".join(METRICS), "--csv", "--log-file", str(csv_path), *me]
-    subprocess.run(cmd, check=True)
+    def ncu(metrics: list[str]) -> int:
+        cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--graph-profiling", "node",
+               "--target-processes", "all", "--metrics", ",".join(metrics), "--csv", "--log-file", str(csv_path), *me]
+        return subprocess.run(cmd).returncode
+    if ncu([*METRICS, *STALLS]) != 0:  # an ncu without the stall ratios: the rest alone
+        print("ncu: the stall ratios were refused; profiling without them", flush=True)
+        if ncu(list(METRICS)) != 0:
+            raise SystemExit("ncu failed (see the log above)")
     text = summary(str(csv_path))
     (out / "ncu_summary.txt").write_text(text + "\n")
     print(text)
