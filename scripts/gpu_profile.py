@@ -86,7 +86,8 @@ def peer_prefill(name: str, repeats: int, path: Path, prompt: int) -> None:
         def loop():
             for _ in range(repeats):
                 f(idx, pos)
-                torch.cuda.synchronize()  # a gap between repeats: one prefill per "step"
+                torch.cuda._sleep(1000)  # a marker kernel (spin_kernel) after each prefill: one a "step"
+                torch.cuda.synchronize()
         profiled(loop, path)
 
 
@@ -142,7 +143,7 @@ def main() -> None:
             runs = [(f"lightspeed prefill {n}", lambda *a, n=n: ours_prefill(*a, prompt=n), ["--sequence"])]
             if "--no-peer" not in args:
                 runs.append((f"torch.compile max-autotune prefill {n}", lambda *a, n=n: peer_prefill(*a, prompt=n),
-                             ["--gap-us", "20"]))
+                             ["--marker", "spin_kernel"]))
         elif "--paged" in args:
             n = int(args[args.index("--paged") + 1])
             runs = [(f"lightspeed paged x{n}", lambda *a, n=n: paged(*a, streams=n), ["--sequence"])]
