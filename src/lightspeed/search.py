@@ -435,8 +435,8 @@ def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str
         fixed[1] = ("greedy", Candidate.build(index, _fuse_single_use(Candidate.build(index, pick), pick)))
     if any(_stacked_slice(index, c, n) is not None for c, nodes in index.classes.items() for n in nodes):
         # products stacked over their weights (codegen/stacked.egg): the greedy candidate with the
-        # stacked products taken wherever offered, third (no other fixed candidate takes them:
-        # each slice's region looks no cheaper than its own product)
+        # stacked products taken wherever offered, after greedy and few-rows (no other fixed
+        # candidate takes them: each slice's region looks no cheaper than its own product)
         base = _prefer_backend(index, absorb=False, prefer=many_rows, library=library, library_first=bool(library))
         stack = _prefer_stacked(index, base)
         fixed.insert(2, ("stacked", Candidate.build(index, _fuse_single_use(Candidate.build(index, stack), stack))))
