@@ -129,6 +129,32 @@ def test_every_generated_cuda_kernel_compiles_for_sm90():
     assert all(len(img) > 1000 for img in images)
 
 
+def test_unrolled_elementwise_kernels_compile_and_keep_their_grid(monkeypatch):
+    """``LIGHTSPEED_CUDA_UNROLL=4``: an element-wise kernel's thread takes 4 items a trip of its
+    grid-stride loop (each at its own stride), with the grid it had at one item a thread; such
+    kernels, merged ones included, compile down to sm_90 code, and one item a trip (the
+    default) renders the loop as before."""
+    from lightspeed.backends.codegen.kernels import writer
+
+    graphs = {k: g for k, g in {**_graphs(), **_bf16_blocks()}.items()
+              if k in ("tiny-llama-decode", "bf16-attention", "block:llama") or k.startswith("op:si")}
+    plain, unrolled = _Recorder(), _Recorder()
+    for g in graphs.values():
+        _kernels(g, 3, plain)
+    monkeypatch.setattr(writer, "UNROLL", 4)
+    for g in graphs.values():
+        _kernels(g, 3, unrolled)
+    def elementwise(rec):
+        return {s.launch: s for s in rec.specs.values() if s.launch.kind == "elementwise"}
+    before, after = elementwise(plain), elementwise(unrolled)
+    assert before and set(before) == set(after)  # the same launch shapes (grids)
+    assert all("_ls_base" not in s.source for s in before.values())
+    assert all("_ls_base += 4 * stride" in s.source for s in after.values())
+    merged = [s for s in unrolled.specs.values() if s.parts and any(p.launch.kind == "elementwise" for p in s.parts)]
+    images = nvrtc.compile_many([module_source([s], "cuda") for s in [*after.values(), *merged[:3]]], "sm_90")
+    assert all(len(img) > 1000 for img in images)
+
+
 def test_a_long_reduction_of_few_rows_runs_a_block_per_row():
     """argmax over a vocabulary-sized row (the decode step's greedy token): its reductions run a
     cluster of blocks of 8 warps per row (kind ``row_cluster``); rows of a few thousand a block

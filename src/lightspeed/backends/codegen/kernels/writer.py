@@ -72,12 +72,15 @@ def _thread_loop(n: str) -> list[str]:
 # bf16 pair): a prompt's SiLU-mul over 512 x 8192 (the grid capped at 16 blocks a multiprocessor,
 # 8 items a thread) ran at 1.6 TB/s, 15 us a layer on an H100 (twenty-second session), which
 # Little's law gives for ~1 MB in flight at ~0.8 us latency.
-UNROLL = max(1, int(os.environ.get("LIGHTSPEED_CUDA_UNROLL", "4")))
+# (1 until measured on a GPU: the next session's scripts/gpu_next.sh has the A/B)
+UNROLL = max(1, int(os.environ.get("LIGHTSPEED_CUDA_UNROLL", "1")))
 
 
 def _unrolled_thread_loop(n: str) -> list[str]:
     """The thread loop, UNROLL items a trip (each at its own stride: a warp's loads stay
     contiguous), so that a thread's loads of several items are in flight at once."""
+    if UNROLL == 1:
+        return _thread_loop(n)
     return ["const long long first = blockIdx.x * (long long)blockDim.x + threadIdx.x;",
             "const long long stride = (long long)gridDim.x * blockDim.x;",
             f"for (long long _ls_base = first; _ls_base < {n}; _ls_base += {UNROLL} * stride) {{",
@@ -113,7 +116,7 @@ CLUSTER = 8  # blocks per cluster of the cluster kinds (sm_90's portable maximum
 _CUDA_WORK: dict[str, tuple[str, int, tuple[int, int, int]]] = {
     # (the grid as for one item a thread: a kernel of fewer items than the capped grid's threads
     # keeps every multiprocessor busy; a larger one's threads take UNROLL items a trip)
-    "elementwise": ("threads_unrolled" if UNROLL > 1 else "thread", THREADS, (THREADS, 1, 1)),
+    "elementwise": ("threads_unrolled", THREADS, (THREADS, 1, 1)),
     "scatter": ("thread", THREADS, (THREADS, 1, 1)),
     "warp": ("warp", THREADS // WARP, (THREADS, 1, 1)),  # region reductions split over a warp's lanes
     "matmul_dot": ("warp", THREADS // WARP, (THREADS, 1, 1)),  # a dot product's k over a warp's lanes
@@ -393,7 +396,7 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
     close, inner = [ind + "}"], ind + "  "
     if dialect == "cuda":
         loop = _CUDA_LOOPS[_CUDA_WORK[mode][0]](n)
-        if _CUDA_WORK[mode][0] == "threads_unrolled":  # the item loop inside the trip loop
+        if _CUDA_WORK[mode][0] == "threads_unrolled" and UNROLL > 1:  # the item loop inside the trip loop
             close, inner = [ind + "  }", ind + "  }", ind + "}"], ind + "    "
         sig = f'extern "C" __global__ void __launch_bounds__(256) KNAME({", ".join(params)})'
     else:
