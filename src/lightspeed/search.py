@@ -344,13 +344,13 @@ def _reads_library(index: EGraphIndex, region: ENode, library: frozenset[str]) -
 
 
 def _stacked_slice(index: EGraphIndex, cid: str, node: ENode) -> str | None:
-    """The product class whose column slice ``node`` computes product class ``cid`` as (a region
-    whose body is one ``SLeaf`` of another class holding a product: codegen/stacked.egg), or None."""
+    """The ``Matmul`` class whose column slice ``node`` computes ``Matmul`` class ``cid`` as (a
+    region whose body is one ``SLeaf`` of it: codegen/stacked.egg), or None."""
     if node.op != "Fused":
         return None
     return next((m.children[0] for c in node.children if index.sort_of.get(c) == "Scalar"
                  for m in index.classes.get(c, ()) if m.op == "SLeaf" and m.children[0] != cid
-                 and any("Matmul" in k.op for k in index.classes.get(m.children[0], ()))), None)
+                 and any(k.op == "Matmul" for k in index.classes.get(m.children[0], ()))), None)
 
 
 def _prefer_stacked(index: EGraphIndex, base):
@@ -358,7 +358,7 @@ def _prefer_stacked(index: EGraphIndex, base):
     of the product most classes slice (q, k and v's over a pair's)."""
     offered: dict[str, list[tuple[ENode, str]]] = {}
     for cid, nodes in index.classes.items():
-        if any("Matmul" in n.op for n in nodes):
+        if any(n.op == "Matmul" for n in nodes):
             for n in nodes:
                 if (whole := _stacked_slice(index, cid, n)) is not None:
                     offered.setdefault(cid, []).append((n, whole))

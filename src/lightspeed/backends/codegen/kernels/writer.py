@@ -396,8 +396,8 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
     close, inner = [ind + "}"], ind + "  "
     if dialect == "cuda":
         loop = _CUDA_LOOPS[_CUDA_WORK[mode][0]](n)
-        if _CUDA_WORK[mode][0] == "threads_unrolled" and UNROLL > 1:  # the item loop inside the trip loop
-            close, inner = [ind + "  }", ind + "  }", ind + "}"], ind + "    "
+        depth = sum(ln.count("{") - ln.count("}") for ln in loop)  # loops nested (an unrolled trip's: 3)
+        close, inner = [ind + "  " * k + "}" for k in reversed(range(depth))], ind + "  " * depth
         sig = f'extern "C" __global__ void __launch_bounds__(256) KNAME({", ".join(params)})'
     else:
         # items split over the cores (OpenMP) when there is enough work: a matmul item is a whole
