@@ -113,15 +113,22 @@ def test_greedy_decode_steps_choose_on_the_device(backend, monkeypatch):
     monkeypatch.setattr(type(ls.backends.get_backend(backend)), "device_memory", True)
     model = from_hf_config(TINY)
     gen = Generator(model, tiny_weights(model, seed=3), backend=backend)
-    assert "next_token" in gen.decode.output_names
+    assert "next_token" in gen.decode.output_names and "next_token" in gen.prefill.output_names
     on_device = gen.generate([1, 5, 9], 16, stop_ids=())
     on_host = gen.generate([1, 5, 9], 16, stop_ids=(), keep_logits=True)
     assert on_device.new_ids == on_host.new_ids
     assert on_host.new_ids == [int(np.argmax(x)) for x in on_host.logits]
+    # a prompt prefilled in chunks: the last chunk's (the extend program's) argmax
+    chunked = Generator(model, tiny_weights(model, seed=3), backend=backend, prefill_chunk=2)
+    assert chunked.generate([1, 5, 9], 16, stop_ids=()).new_ids == on_host.new_ids
     state = gen.start([1, 5, 9], 4, stop_ids=())
     state.advance()
+    assert state.last_logits is None  # the prompt's token is the prefill program's own argmax
     state.advance()
     assert state.last_logits is None  # chosen on the device: no logits came back
+    first = gen.start([1, 5, 9], 2, stop_ids=())
+    first.want_logits = True  # (a server's logprobs of the first token)
+    assert first.advance() == on_host.new_ids[0] and first.last_logits is not None
     state.want_logits = True
     state.advance()
     assert state.last_logits is not None and int(np.argmax(state.last_logits)) == state.ids[-1]

@@ -211,9 +211,9 @@ class DecoderLM(Module):
                     next_token: bool = False) -> Graph:
         """The ``'prefill'``, ``'decode'`` or ``'paged'`` graph (cached per model object);
         ``storage``: weights declared in another dtype than the model's (:func:`block_storage`),
-        cast where used; ``next_token``: the decode graph also outputs its last row's argmax
-        (int64 [1]), the paged graph each logit row's (int64 [r]), so a greedy step can fetch
-        token ids instead of the logits."""
+        cast where used; ``next_token``: the prefill and decode graphs also output their last
+        row's argmax (int64 [1]), the paged graph each logit row's (int64 [r]), so a greedy step
+        (and a greedy first token) can fetch token ids instead of the logits."""
         if mode == "paged":
             return self.paged_graph(storage, next_token)
         if mode not in ("prefill", "decode"):
@@ -232,7 +232,7 @@ class DecoderLM(Module):
                       for i in range(cfg.num_layers)]
         logits, _ = self.forward(b, step, ids, caches, all_logits)  # declares the cache outputs
         g.output("logits", logits)
-        if next_token and mode == "decode" and not all_logits:  # greedy on the device: fetch just this
+        if next_token and not all_logits:  # greedy on the device: fetch just this (the prefill's too)
             g.output("next_token", hl.argmax(logits, -1))
         self._graphs[key] = g
         return g

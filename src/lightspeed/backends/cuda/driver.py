@@ -304,6 +304,14 @@ class DeviceArray:
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, owner: Any):
         self.ptr, self.shape, self.dtype, self.owner = int(ptr), tuple(int(d) for d in shape), np.dtype(dtype), owner
 
+    def rows(self, start: int, count: int) -> DeviceArray:
+        """Rows ``start .. start + count`` (checked by the caller) as a view holding this array:
+        no conversions (a generation's cache rows are 64 views on a 16-layer first token's path)."""
+        out = DeviceArray.__new__(DeviceArray)
+        out.ptr = self.ptr + int(start) * (self.nbytes // max(1, self.shape[0]))
+        out.shape, out.dtype, out.owner = (int(count), *self.shape[1:]), self.dtype, self
+        return out
+
     @property
     def ndim(self) -> int:
         return len(self.shape)

@@ -72,6 +72,7 @@ class _State:
         # bakes both into a graph), the latest last; at most GRAPHS_PER_STATE
         self.graphs: OrderedDict[tuple, Any] = OrderedDict()
         self.grids: list | None = None
+        self.library_slots: np.ndarray | None = None  # the table slots those values are read from
 
     def check(self, stream: Any) -> None:
         """Raise IndexOutOfRange when a run that has finished set the error word (the host has
@@ -207,8 +208,10 @@ class GpuExecutor(Executor):
             return
         # kernels read their dims and addresses from the device table, but a captured cuBLASLt call
         # keeps the pointers and sizes it was given: one graph per set of them
-        key = tuple(int(state.table[s]) for launch in launches if launch.spec.library is not None
-                    for s in launch.args)
+        if state.library_slots is None:  # (one numpy read a call: a prefill has ~100 library launches)
+            state.library_slots = np.asarray([s for launch in launches if launch.spec.library is not None
+                                              for s in launch.args], dtype=np.int64)
+        key = tuple(state.table[state.library_slots].tolist())
         graph = state.graphs.get(key)
         if graph is None:
             if key:  # the heuristic and the descriptors outside the capture

@@ -53,8 +53,7 @@ class CudaProgram(KernelProgram):
             return super().rows(array, start, count)
         if not 0 <= start <= start + count <= array.shape[0]:
             raise InputError(f"rows {start}..{start + count} outside an array of {array.shape[0]} rows")
-        row_bytes = array.nbytes // max(1, array.shape[0])
-        return DeviceArray(array.ptr + start * row_bytes, (count, *array.shape[1:]), array.dtype, array)
+        return array.rows(start, count)
 
     def store_back(self, user: Any, array: Any) -> None:
         if isinstance(user, DeviceArray) or is_torch_cuda(user):

@@ -336,32 +336,51 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line("}")
     # this thread's rows have seen a key their mask leaves open (ORed over the row's 4 threads)
     w.line("bool _ls_open[2] = {false, false};")
-    w.line(f"for (long long _ls_l0 = 0; _ls_l0 < {nn}; _ls_l0 += {bn}) {{")
-    w.line("  __syncthreads();  // the last tile's products are done with the shared tiles")
-    # the mask of this thread's scores first: a tile that every row of the block blocks, once
-    # each row saw an open key, changes nothing (a blocked key's weight is exactly 0 then, the
-    # running maximum stays): it is skipped without loading its keys (a prompt's future keys)
+    # the mask of this thread's scores, a tile ahead: a tile's values are loaded while the tile
+    # before it is in its softmax and P V products (loaded at the top of each tile, they were a
+    # global-memory wait a tile: ncu's long-scoreboard stalls, 3.8 of ~6 cycles an instruction on
+    # an H100, twenty-third session)
     shape = (*batch, m, n)
     coords = [sym(x) for x in names] + [sym("_ls_mi"), sym("_ls_l")]
     mask_view = a["mask_view"]
     at = Point("_ls_z", sym("_ls_z"), tuple(shape), tuple(coords)) if tuple(mask_view.shape) == shape else "_ls_z"
-    w.line(f"  float _ls_mk[{bn // 8}][4];")
+
+    def load_mask(l0: str, indent: str) -> None:
+        """``_ls_mk``: this thread's scores' mask values for the key tile from ``l0`` (minus
+        infinity past n and for rows past the end); a whole tile of both rows in range without a
+        test per score."""
+        def scores(checked: bool, ind: str) -> None:
+            w.line(f"{ind}for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
+            w.line(f"{ind}  const int _ls_h = e >> 1;")
+            w.line(f"{ind}  const long long _ls_mi = _ls_h ? _ls_i_1 : _ls_i_0;")
+            for x in folded:
+                w.line(f"{ind}  const long long {names[x]} = _ls_h ? {names[x]}_1 : {names[x]}_0;")
+            w.line(f"{ind}  const long long _ls_l = {l0} + nt * 8 + _ls_tg + (e & 1);")
+            w.line(f"{ind}  float _ls_x = {NINF};")
+            w.line(f"{ind}  if ({f'_ls_l < {nn} && (_ls_h ? _ls_in_1 : _ls_in_0)' if checked else '1'}) {{")
+            w.line(f"{ind}    const long long _ls_z = (_ls_h ? _ls_o_1 : _ls_o_0) * {nn} + _ls_l;")
+            mask = nested(w, ind + "    ", lambda: region.leaf(0, at))
+            w.line(f"{ind}    _ls_x = (float){mask};")
+            w.line(f"{ind}  }}")
+            w.line(f"{ind}  _ls_mk[nt][e] = _ls_x;")
+            w.line(f"{ind}}}")
+
+        w.line(f"{indent}if ({l0} + {bn} <= {nn} && _ls_in_0 && _ls_in_1) {{")
+        scores(False, indent + "  ")
+        w.line(f"{indent}}} else {{")
+        scores(True, indent + "  ")
+        w.line(f"{indent}}}")
+
+    w.line(f"float _ls_mk[{bn // 8}][4];")
+    load_mask("0LL", "")
+    w.line(f"for (long long _ls_l0 = 0; _ls_l0 < {nn}; _ls_l0 += {bn}) {{")
+    w.line("  __syncthreads();  // the last tile's products are done with the shared tiles")
+    # a tile that every row of the block blocks, once each row saw an open key, changes nothing
+    # (a blocked key's weight is exactly 0 then, the running maximum stays): it is skipped
+    # without loading its keys (a prompt's future keys)
     w.line("  bool _ls_seen[2] = {false, false};")
-    w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
-    w.line("    const int _ls_h = e >> 1;")
-    w.line("    const long long _ls_mi = _ls_h ? _ls_i_1 : _ls_i_0;")
-    for x in folded:
-        w.line(f"    const long long {names[x]} = _ls_h ? {names[x]}_1 : {names[x]}_0;")
-    w.line("    const long long _ls_l = _ls_l0 + nt * 8 + _ls_tg + (e & 1);")
-    w.line(f"    float _ls_x = {NINF};")
-    w.line(f"    if (_ls_l < {nn} && (_ls_h ? _ls_in_1 : _ls_in_0)) {{")
-    w.line(f"      const long long _ls_z = (_ls_h ? _ls_o_1 : _ls_o_0) * {nn} + _ls_l;")
-    mask = nested(w, "      ", lambda: region.leaf(0, at))
-    w.line(f"      _ls_x = (float){mask};")
-    w.line(f"      _ls_seen[_ls_h] |= _ls_x > {blocked_value(in_dtypes[0])};")
-    w.line("    }")
-    w.line("    _ls_mk[nt][e] = _ls_x;")
-    w.line("  }")
+    w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++)")
+    w.line(f"    _ls_seen[e >> 1] |= _ls_mk[nt][e] > {blocked_value(in_dtypes[0])};")
     w.line("  for (int _ls_h = 0; _ls_h < 2; _ls_h++) {")
     w.line("    int t = _ls_seen[_ls_h];")
     w.line("    t |= __shfl_xor_sync(0xffffffffu, t, 1); t |= __shfl_xor_sync(0xffffffffu, t, 2);")
@@ -369,16 +388,18 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line("  }")
     w.line("  const bool _ls_idle = !_ls_seen[0] && !_ls_seen[1] && (_ls_open[0] || !_ls_in_0) && "
            "(_ls_open[1] || !_ls_in_1);")
+    w.line("  const bool _ls_skip = __syncthreads_and(_ls_idle);")
+    w.line(f"  float _ls_s[{bn // 8}][4];")
+    w.line(f"  float _ls_tmx[2] = {{{NINF}, {NINF}}};")
     if pipe:  # a skipped tile's registers give way to the next tile's
-        w.line("  if (__syncthreads_and(_ls_idle)) {")
+        w.line("  if (_ls_skip) {")
         w.line("    if (_ls_pipe) {")
         for what in ("k", "v"):
             load_regs(what, vec[what], *offs[what], f"_ls_l0 + {bn}", "      ")
         w.line("    }")
-        w.line("    continue;")
-        w.line("  }")
+        w.line("  } else {")
     else:
-        w.line("  if (__syncthreads_and(_ls_idle)) continue;")
+        w.line("  if (!_ls_skip) {")
     w.line("  _ls_open[0] |= _ls_seen[0]; _ls_open[1] |= _ls_seen[1];")
     if pipe:
         w.line("  if (_ls_pipe) {")
@@ -411,7 +432,6 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line("  }")
     w.line("  __syncthreads();")
     # S = Q K^T: BN / 8 tiles of 16 x 8 per warp
-    w.line(f"  float _ls_s[{bn // 8}][4];")
     w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) _ls_s[nt][e] = 0.0f;")
     if ldm:  # two 8-key blocks' fragments per ldmatrix ([key][c] is B's [n][k] layout)
         w.line(f"  for (int nt = 0; nt < {bn // 8}; nt += 2) {{")
@@ -434,32 +454,34 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line("  }")
     # the mask (keys past n and rows past the end: minus infinity), the tile's row maxima (rows
     # g and g + 8 of the warp's 16)
-    w.line(f"  float _ls_tmx[2] = {{{NINF}, {NINF}}};")
     w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
     w.line("    const int _ls_h = e >> 1;")
     w.line(f"    const float _ls_x = _ls_mk[nt][e] == {NINF} ? {NINF} : _ls_s[nt][e] + _ls_mk[nt][e];")
     w.line("    _ls_s[nt][e] = _ls_x;")
-    w.line("    _ls_tmx[_ls_h] = _ls_x > _ls_tmx[_ls_h] ? _ls_x : _ls_tmx[_ls_h];")
+    w.line("    _ls_tmx[_ls_h] = fmaxf(_ls_x, _ls_tmx[_ls_h]);")
     w.line("  }")
+    w.line("  }")
+    # the next tile's mask, in flight while this tile's probabilities are made and multiplied
+    load_mask(f"(_ls_l0 + {bn})", "  ")
+    w.line("  if (_ls_skip) continue;")
     # the new running maxima (a row's 4 threads agree through shuffles), the rescaled output
     w.line("  for (int _ls_h = 0; _ls_h < 2; _ls_h++) {")
     w.line("    float t = _ls_tmx[_ls_h];")
-    w.line("    for (int o = 1; o < 4; o <<= 1) { const float u = __shfl_xor_sync(0xffffffffu, t, o); "
-           "t = u > t ? u : t; }")
-    w.line("    const float mnew = t > _ls_mx[_ls_h] ? t : _ls_mx[_ls_h];")
-    w.line(f"    const float sc = mnew == {NINF} ? 1.0f : ls_exp2f(_ls_mx[_ls_h] - mnew);")
+    w.line("    for (int o = 1; o < 4; o <<= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, o));")
+    w.line("    const float mnew = fmaxf(t, _ls_mx[_ls_h]);")
+    w.line(f"    const float sc = mnew == {NINF} ? 1.0f : ls_exp2_fast(_ls_mx[_ls_h] - mnew);")
     w.line("    _ls_mx[_ls_h] = mnew; _ls_sum[_ls_h] *= sc;")
     w.line(f"    for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) {{ _ls_o[_ls_j][2 * _ls_h] *= sc; "
            "_ls_o[_ls_j][2 * _ls_h + 1] *= sc; }")
     w.line("  }")
     w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
     w.line("    const int _ls_h = e >> 1;")
-    w.line(f"    const float p = _ls_s[nt][e] == {NINF} ? 0.0f : ls_exp2f(_ls_s[nt][e] - _ls_mx[_ls_h]);")
+    w.line(f"    const float p = _ls_s[nt][e] == {NINF} ? 0.0f : ls_exp2_fast(_ls_s[nt][e] - _ls_mx[_ls_h]);")
     w.line("    _ls_s[nt][e] = p; _ls_sum[_ls_h] += p;")
     w.line("  }")
 
-    def pack(lo: str, hi: str) -> str:  # two probabilities as one A register (lo in the low half)
-        return f"((unsigned int){store(op.dtype, lo)} | ((unsigned int){store(op.dtype, hi)} << 16))"
+    def pack(lo: str, hi: str) -> str:  # two probabilities as one A register (lo in the low half): one cvt
+        return f"ls_pack2_{kind}({lo}, {hi})"
 
     # O += P V: the S tiles 2t, 2t + 1 are the A fragment of keys 16t ... 16t + 15
     w.line(f"  for (int t = 0; t < {bn // 16}; t++) {{")

@@ -49,3 +49,29 @@ static LS_INLINE void ls_ldmatrix_x4_trans(unsigned int* r, const void* smem) {
 static LS_INLINE void ls_ldmatrix_x4(unsigned int* r, const void* smem) {}
 static LS_INLINE void ls_ldmatrix_x4_trans(unsigned int* r, const void* smem) {}
 #endif
+// Two floats rounded to nearest even into one register of two 16-bit floats (lo in the low half),
+// one cvt instruction (sm_80+; the attention tiles' probabilities, which become A fragments):
+// the same bits as ls_f2bf / ls_f2h for every non-NaN value.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+static LS_INLINE unsigned int ls_pack2_bf16(float lo, float hi) {
+  unsigned int r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+static LS_INLINE unsigned int ls_pack2_f16(float lo, float hi) {
+  unsigned int r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// 2^x by the special-function unit alone (relative error ~2^-22, results below 2^-126 flushed
+// to 0): the tiles' probabilities, rounded to 16 bits right after, need no more
+static LS_INLINE float ls_exp2_fast(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+#else
+static LS_INLINE unsigned int ls_pack2_bf16(float lo, float hi) { return 0u; }
+static LS_INLINE unsigned int ls_pack2_f16(float lo, float hi) { return 0u; }
+static LS_INLINE float ls_exp2_fast(float x) { return 0.0f; }
+#endif
