@@ -208,3 +208,28 @@ def test_an_index_outside_the_data_raises_where_the_host_waits():
         bad.result()
     good = prog.launch({"ids": np.array([2]), "w": W}, fetch=["emb"])
     np.testing.assert_array_equal(good.result()["emb"], W[[2]] * 2)
+
+
+@pytest.mark.parametrize("s", [1, 17, 255])
+def test_element_wise_kernels_of_vector_items_match_the_reference(s):
+    """A prompt's SiLU·mul (and a broadcast weight beside it) as items of 8 bfloat16 elements
+    (16-byte loads and stores, kernels/region.py) at odd row counts, equal to the reference's;
+    and inputs 2 bytes off 16-byte alignment (a torch view) take the element-by-element branch."""
+    from lightspeed import hl
+
+    g = ls.Graph()
+    gate, up = g.input("gate", ("s", 264), ls.bfloat16), g.input("up", ("s", 264), ls.bfloat16)
+    w = g.input("w", (264,), ls.bfloat16)
+    g.output("y", hl.silu(gate) * up + w)
+    prog = g.compile(CUDA, search=ls.SearchOptions(budget=2, seed=0, progress=False))
+    ins = random_inputs(g, {"s": s}, seed=s)
+    want = np.asarray(g.compile(backend="reference")(ins)["y"], np.float32)
+    np.testing.assert_allclose(np.asarray(prog(ins)["y"], np.float32), want, rtol=2e-2, atol=2e-2)
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        return
+    odd = {k: torch.cat([torch.zeros(1, dtype=torch.bfloat16), torch.from_numpy(
+        np.asarray(v, np.float32)).to(torch.bfloat16).reshape(-1)]).cuda()[1:].reshape(v.shape) for k, v in ins.items()}
+    assert odd["gate"].data_ptr() % 16 == 2
+    got = prog(odd)["y"].float().cpu().numpy()
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)

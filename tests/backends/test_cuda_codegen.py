@@ -155,6 +155,42 @@ def test_unrolled_elementwise_kernels_compile_and_keep_their_grid(monkeypatch):
     assert all(len(img) > 1000 for img in images)
 
 
+@pytest.mark.parametrize("cols,dtype,vector", [(264, "bfloat16", True), (8192, "float16", True),
+                                               (263, "bfloat16", False), (264, "float32", False)])
+def test_element_wise_kernels_take_8_elements_an_item_where_they_can(cols, dtype, vector):
+    """A 16-bit float element-wise kernel whose element count is a multiple of 8 at every dim
+    value takes items of 8 elements (its contiguous 16-bit leaves read by one 16-byte load each,
+    the broadcast one per element, one 16-byte store; a quarter of the items of one element,
+    whatever s is) and compiles for sm_90; an odd count or a float32 result keeps one element an
+    item."""
+    from lightspeed import hl
+    from lightspeed.backends.codegen.kernels import render
+
+    dt = getattr(ls, dtype)
+    g = ls.Graph()
+    gate, up, w = g.input("gate", ("s", cols), dt), g.input("up", ("s", cols), dt), g.input("w", (cols,), dt)
+    g.output("y", hl.silu(gate) * up + w)
+    lp = _fused_program(g)
+    op = next(o for o in lp.ops if o.op == "Fused")
+    spec = render(op, [lp.ops[i].dtype for i in op.inputs], "cuda")[0]
+    assert ("uint4" in spec.source) == vector
+    if vector:
+        assert spec.source.count("*(const uint4*)") == 2 and "*(uint4*)(out + _ls_z0)" in spec.source
+        assert spec.count.evaluate({"s": 5}) == 5 * cols // 8
+    else:
+        assert spec.count.evaluate({"s": 5}) == 5 * cols
+    assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
+
+
+def _fused_program(g):
+    """The fused candidate's program of ``g`` on the cuda backend (one region)."""
+    from lightspeed.search import SearchOptions, candidates
+
+    _, enc, index, ser = saturate(RENDER, g)
+    listed = dict(candidates(index, SearchOptions(budget=3, seed=0)))
+    return decode_program(listed["fused"], ser, enc.constants, RENDER.declarations())
+
+
 def test_a_long_reduction_of_few_rows_runs_a_block_per_row():
     """argmax over a vocabulary-sized row (the decode step's greedy token): its reductions run a
     cluster of blocks of 8 warps per row (kind ``row_cluster``); rows of a few thousand a block
