@@ -79,7 +79,8 @@ def summary(path: str) -> str:
             label = "ls_" + "_".join(label[3:].split("_")[:-1])
         t = float(m.get("gpu__time_duration.sum", 0) or 0)
         unit = m.get("unit:gpu__time_duration.sum", "")
-        t = t / 1e3 if unit == "nsecond" else t * 1e3 if unit == "msecond" else t  # to us
+        # to us (ncu 2025 writes "ns" / "ms", older ones "nsecond" / "msecond")
+        t = t / 1e3 if unit in ("ns", "nsecond") else t * 1e3 if unit in ("ms", "msecond") else t
         a = agg[label]
         a["n"] += 1
         a["us"] += t
