@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The twenty-third session's third GPU call: element-wise kernels of 8-element items (16-byte
-# loads and stores: kernels/region.py, LIGHTSPEED_CUDA_VECTOR) on top of the second call's tree.
+# The next GPU call (written in the twenty-third session, which had no device time left for it):
+# element-wise kernels of 8-element items (16-byte loads and stores: kernels/region.py), switched
+# on here by LIGHTSPEED_CUDA_VECTOR=1 (off by default until this call shows they hold).
 #   (0) the GPU tests they touch: the op table in the 16-bit dtypes, the vector items' own test
 #       (odd rows, unaligned torch views), the conformance suite's 16-bit cases
 #   (1) the 1B shape's 512-token prefill beside eager and torch.compile max-autotune, then kernel
@@ -9,6 +10,7 @@
 # Logs under $OUT.  GPU_NEXT_TESTS=0: no tests.
 set -uo pipefail
 source scripts/gpu_env.sh
+export LIGHTSPEED_CUDA_VECTOR=${LIGHTSPEED_CUDA_VECTOR:-1}
 if [ "${GPU_NEXT_TESTS:-1}" = 1 ]; then
   step tests 120 python3 -m pytest -o addopts="" tests/backends/test_cuda.py tests/backends/test_conformance.py \
     -k "bfloat16 or float16 or vector" -q -p no:cacheprovider -n 12

@@ -211,12 +211,14 @@ def test_an_index_outside_the_data_raises_where_the_host_waits():
 
 
 @pytest.mark.parametrize("s", [1, 17, 255])
-def test_element_wise_kernels_of_vector_items_match_the_reference(s):
+def test_element_wise_kernels_of_vector_items_match_the_reference(s, monkeypatch):
     """A prompt's SiLU·mul (and a broadcast weight beside it) as items of 8 bfloat16 elements
     (16-byte loads and stores, kernels/region.py) at odd row counts, equal to the reference's;
     and inputs 2 bytes off 16-byte alignment (a torch view) take the element-by-element branch."""
     from lightspeed import hl
+    from lightspeed.backends.codegen.kernels import region
 
+    monkeypatch.setattr(region, "VECTORS", True)  # (LIGHTSPEED_CUDA_VECTOR=1; off by default)
     g = ls.Graph()
     gate, up = g.input("gate", ("s", 264), ls.bfloat16), g.input("up", ("s", 264), ls.bfloat16)
     w = g.input("w", (264,), ls.bfloat16)

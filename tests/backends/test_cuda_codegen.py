@@ -157,15 +157,16 @@ def test_unrolled_elementwise_kernels_compile_and_keep_their_grid(monkeypatch):
 
 @pytest.mark.parametrize("cols,dtype,vector", [(264, "bfloat16", True), (8192, "float16", True),
                                                (263, "bfloat16", False), (264, "float32", False)])
-def test_element_wise_kernels_take_8_elements_an_item_where_they_can(cols, dtype, vector):
+def test_element_wise_kernels_take_8_elements_an_item_where_they_can(cols, dtype, vector, monkeypatch):
     """A 16-bit float element-wise kernel whose element count is a multiple of 8 at every dim
     value takes items of 8 elements (its contiguous 16-bit leaves read by one 16-byte load each,
     the broadcast one per element, one 16-byte store; a quarter of the items of one element,
     whatever s is) and compiles for sm_90; an odd count or a float32 result keeps one element an
     item."""
     from lightspeed import hl
-    from lightspeed.backends.codegen.kernels import render
+    from lightspeed.backends.codegen.kernels import region, render
 
+    monkeypatch.setattr(region, "VECTORS", True)  # (LIGHTSPEED_CUDA_VECTOR=1; off by default)
     dt = getattr(ls, dtype)
     g = ls.Graph()
     gate, up, w = g.input("gate", ("s", cols), dt), g.input("up", ("s", cols), dt), g.input("w", (cols,), dt)
