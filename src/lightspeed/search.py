@@ -27,7 +27,6 @@ import random
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -354,21 +353,40 @@ def _stacked_slice(index: EGraphIndex, cid: str, node: ENode) -> str | None:
 
 
 def _prefer_stacked(index: EGraphIndex, base):
-    """``base``, but a product's class takes a slice of a stacked product wherever one is offered:
-    of the product most classes slice (q, k and v's over a pair's)."""
+    """``base``, but products take slices of stacked products: the stacks that the most product
+    classes slice first (q, k and v's before a pair's), each taken only where none of the classes
+    it serves took another -- every stack computed is read whole, and no product twice (a
+    per-class choice once had the 1B's v read from a q+v pair beside the q+k+v stack)."""
     offered: dict[str, list[tuple[ENode, str]]] = {}
     for cid, nodes in index.classes.items():
         if any(n.op == "Matmul" for n in nodes):
             for n in nodes:
                 if (whole := _stacked_slice(index, cid, n)) is not None:
                     offered.setdefault(cid, []).append((n, whole))
-    readers = Counter(whole for pairs in offered.values() for _, whole in pairs)
+    serves: dict[str, set[str]] = {}
+    for cid, pairs in offered.items():
+        for _, whole in pairs:
+            serves.setdefault(whole, set()).add(cid)
+    taken: dict[str, ENode] = {}
+    used: set[str] = set()
+    # (ties: q, k and v stacked in several orders when k and v are one size -- one way everywhere)
+    for whole in sorted(serves, key=lambda w: (-len(serves[w]), w)):
+        cids = serves[whole]
+        if len(cids) > 1 and not cids & taken.keys():
+            used.add(whole)
+            for cid in cids:
+                taken[cid] = next(n for n, w in offered[cid] if w == whole)
+
+    unused = set(serves) - used
 
     def pick(cid, nodes):
-        if cid in offered:
-            # ties (q, k, v stacked in two orders when k and v are one size) go one way everywhere
-            return max(offered[cid], key=lambda pair: (readers[pair[1]], pair[1]))[0]
-        return base(cid, nodes)
+        if cid in taken:
+            return taken[cid]
+        # a region's leaf reads a stack only where the products took it (the fusion rules offer
+        # reads of every order's stack)
+        keep = [n for n in nodes if not (n.op == "SLeaf" and n.children[0] in unused)]
+        return base(cid, keep or nodes)
+    pick.unused = unused  # (for _fuse_single_use's leaves)
     return pick
 
 
@@ -378,9 +396,11 @@ def _integer(index: EGraphIndex, cid: str) -> bool:
     return dtype is not None and any(n.op in ("I32", "I64") for n in index.classes.get(dtype, ()))
 
 
-def _fuse_single_use(first: Candidate, backend_pick):
+def _fuse_single_use(first: Candidate, backend_pick, avoid: frozenset[str] | set[str] = frozenset()):
     """Regions grown over producers that have one reader in ``first`` (no recomputation), or that
-    compute integers (index arithmetic: recomputed by every reader)."""
+    compute integers (index arithmetic: recomputed by every reader).  A region's leaf reads
+    none of the classes in ``avoid`` where it has another form (the stacks of other orders than
+    the one the stacked candidate's products took, which would be computed too)."""
     uses: dict[str, int] = {}
     for n in first.choice.values():
         for c in set(n.children):
@@ -390,9 +410,13 @@ def _fuse_single_use(first: Candidate, backend_pick):
         computed = next((n for n in nodes if n.op in ("SConst", "SIota")), None)
         if computed is not None:
             return computed
-        leaf = next((n for n in nodes if n.op == "SLeaf"), None)
+        leaves = [n for n in nodes if n.op == "SLeaf"]
+        leaf = next((n for n in leaves if n.children[0] not in avoid), next(iter(leaves), None))
         if leaf is not None:
             inline = [n for n in nodes if n.op == "SInline"]
+            if avoid:  # (a body that reads an avoided stack: another order's slice)
+                inline = sorted(inline, key=lambda n: any(m.op == "SLeaf" and m.children[0] in avoid
+                                                          for m in first.index.classes.get(n.children[0], ())))
             # the leaf's producer (children[0]) is read only here and is a region in ``first``
             # (not a library op such as Matmul, whose region form would materialise a broadcast
             # product): compute it inline
@@ -439,7 +463,8 @@ def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str
         # candidate takes them: each slice's region looks no cheaper than its own product)
         base = _prefer_backend(index, absorb=False, prefer=many_rows, library=library, library_first=bool(library))
         stack = _prefer_stacked(index, base)
-        fixed.insert(2, ("stacked", Candidate.build(index, _fuse_single_use(Candidate.build(index, stack), stack))))
+        fixed.insert(2, ("stacked", Candidate.build(index, _fuse_single_use(Candidate.build(index, stack), stack,
+                                                                            avoid=stack.unused))))
     if many_rows and any(n.op in many_rows for n in fused.choice.values()):
         # third, before the fused one (a budget of 3 measures greedy, few-rows and default): the
         # fused candidate with tiles mixes norm-absorbing products with tiles, rarely the fastest

@@ -165,3 +165,29 @@ def test_the_search_measures_a_candidate_with_every_product_stacked(mode):
             want_logits = np.asarray(g.compile(backend="reference")(ins)["logits"])
             np.testing.assert_allclose(np.asarray(backend.lower(g, lp)(ins)["logits"]), want_logits,
                                        rtol=1e-5, atol=1e-5)
+
+
+def test_the_stacked_candidate_computes_one_product_per_left_operand():
+    """Regression (twenty-third session): at the 1B's widths with cuBLASLt's many-rows ops, the
+    stacked candidate took the q+k+v stack for q and k but read v from a q+v pair's, and gate
+    from one order's gate+up stack but up (inlined into SiLU·mul) from the other order's: five
+    stacked products for two layers where two a layer were meant.  Now each normed operand feeds
+    exactly one product, which the search's q, k, v (and gate, up) slices all read."""
+    from lightspeed.search import SearchOptions, candidates
+
+    cfg = dict(TINY, vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
+               num_key_value_heads=8, head_dim=64)
+    backend = CudaBackend("search", stacked=True)
+    g = from_hf_config(cfg, dtype="bfloat16").build_graph("prefill")
+    _, enc, index, ser = saturate(backend, g)
+    decls = backend.declarations()
+    many = frozenset(n for n, d in decls.items() if d.many_rows)
+    library = frozenset(n for n, d in decls.items() if getattr(d, "library", False))
+    lp = decode_program(dict(candidates(index, SearchOptions(budget=5, seed=0), many, library))["stacked"],
+                        ser, enc.constants, decls)
+    norms = [i for i, o in enumerate(lp.ops) if o.op == "RowNorm"]
+    products = [o for o in lp.ops if "Matmul" in o.op and lp.ops[o.inputs[0]].op == "RowNorm"]
+    assert len(norms) == 2 * TINY["num_hidden_layers"]
+    assert sorted(o.inputs[0] for o in products) == norms  # one product per normed operand
+    widths = sorted(int(o.shape[-1].value) for o in products)
+    assert widths == [2048 + 2 * 512] * 2 + [2 * 8192] * 2  # q+k+v and gate+up, each layer
