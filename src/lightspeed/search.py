@@ -396,15 +396,26 @@ def _integer(index: EGraphIndex, cid: str) -> bool:
     return dtype is not None and any(n.op in ("I32", "I64") for n in index.classes.get(dtype, ()))
 
 
-def _fuse_single_use(first: Candidate, backend_pick, avoid: frozenset[str] | set[str] = frozenset()):
+def _fuse_single_use(first: Candidate, backend_pick, avoid: frozenset[str] | set[str] = frozenset(),
+                     views: bool = False):
     """Regions grown over producers that have one reader in ``first`` (no recomputation), or that
     compute integers (index arithmetic: recomputed by every reader).  A region's leaf reads
     none of the classes in ``avoid`` where it has another form (the stacks of other orders than
-    the one the stacked candidate's products took, which would be computed too)."""
+    the one the stacked candidate's products took, which would be computed too); ``views``:
+    regions that only read a product through a view are computed inline by any number of
+    readers (a stacked product's column slices, which were copies)."""
     uses: dict[str, int] = {}
     for n in first.choice.values():
         for c in set(n.children):
             uses[c] = uses.get(c, 0) + 1
+
+    def view_of(cid: str) -> bool:
+        """Whether ``cid`` is a region that only reads a product through a view (a stacked
+        product's column slice): its readers read the product in its place, however many."""
+        region = first.choice.get(cid)
+        return region is not None and region.op == "Fused" and any(
+            (body := first.choice.get(c)) is not None and body.op == "SLeaf"
+            and getattr(first.choice.get(body.children[0]), "op", "Fused") != "Fused" for c in region.children)
 
     def pick(cid, nodes):
         computed = next((n for n in nodes if n.op in ("SConst", "SIota")), None)
@@ -424,7 +435,7 @@ def _fuse_single_use(first: Candidate, backend_pick, avoid: frozenset[str] | set
             single = uses.get(leaf.children[0], 0) <= 1 and uses.get(cid, 0) <= 1
             region = producer is None or producer.op == "Fused"
             # integer regions (index arithmetic) are cheaper to recompute than to store and load
-            single = single or _integer(first.index, leaf.children[0])
+            single = single or _integer(first.index, leaf.children[0]) or (views and view_of(leaf.children[0]))
             return inline[0] if inline and single and region else leaf
         return backend_pick(cid, nodes)
     return pick
@@ -464,7 +475,7 @@ def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str
         base = _prefer_backend(index, absorb=False, prefer=many_rows, library=library, library_first=bool(library))
         stack = _prefer_stacked(index, base)
         fixed.insert(2, ("stacked", Candidate.build(index, _fuse_single_use(Candidate.build(index, stack), stack,
-                                                                            avoid=stack.unused))))
+                                                                            avoid=stack.unused, views=True))))
     if many_rows and any(n.op in many_rows for n in fused.choice.values()):
         # third, before the fused one (a budget of 3 measures greedy, few-rows and default): the
         # fused candidate with tiles mixes norm-absorbing products with tiles, rarely the fastest

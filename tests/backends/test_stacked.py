@@ -172,7 +172,8 @@ def test_the_stacked_candidate_computes_one_product_per_left_operand():
     stacked candidate took the q+k+v stack for q and k but read v from a q+v pair's, and gate
     from one order's gate+up stack but up (inlined into SiLU·mul) from the other order's: five
     stacked products for two layers where two a layer were meant.  Now each normed operand feeds
-    exactly one product, which the search's q, k, v (and gate, up) slices all read."""
+    exactly one product, which the search's q, k, v (and gate, up) slices all read, most of them
+    in place."""
     from lightspeed.search import SearchOptions, candidates
 
     cfg = dict(TINY, vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
@@ -191,3 +192,9 @@ def test_the_stacked_candidate_computes_one_product_per_left_operand():
     assert sorted(o.inputs[0] for o in products) == norms  # one product per normed operand
     widths = sorted(int(o.shape[-1].value) for o in products)
     assert widths == [2048 + 2 * 512] * 2 + [2 * 8192] * 2  # q+k+v and gate+up, each layer
+    # slices are views: SiLU·mul reads gate and up in the stack (no copy of gate, which it reads
+    # twice), the attention its values; the slices left are read through another view (RoPE's
+    # halves) or by a cache row's Output
+    copies = [o for o in lp.ops if o.op == "Fused" and o.args["body"] == ("leaf", 0)
+              and lp.ops[o.inputs[0]] in products]
+    assert sorted(int(o.shape[-1].value) for o in copies) == [512] * 4 + [2048] * 2  # k, v, q a layer
