@@ -6,7 +6,8 @@
 #       (odd rows, unaligned torch views), the conformance suite's 16-bit cases
 #   (1) the 1B shape's 512-token prefill beside eager and torch.compile max-autotune, then kernel
 #       by kernel inside its graph with and without the vector items (LIGHTSPEED_CUDA_VECTOR=0)
-#   (2) with GPU_NEXT_8B=1 the 8B shape's 512-token prefill beside the peers
+#   (2) the same kernel by kernel with the stacked candidate (LIGHTSPEED_CUDA_STACKED=1)
+#   (3) with GPU_NEXT_8B=1 the 8B shape's 512-token prefill beside the peers
 # Logs under $OUT.  GPU_NEXT_TESTS=0: no tests.
 set -uo pipefail
 source scripts/gpu_env.sh
@@ -22,6 +23,10 @@ step profile 45 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-p
 grep -v -i warn "$OUT/profile.log" | head -8
 LIGHTSPEED_CUDA_VECTOR=0 step profile_novec 45 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8
 echo "== LIGHTSPEED_CUDA_VECTOR=0"; grep -v -i warn "$OUT/profile_novec.log" | head -8
+# the stacked candidate (one q+k+v and one gate+up product a layer, slices read in place where
+# the readers can: fixed in the twenty-third session after its device time), ours alone
+LIGHTSPEED_CUDA_STACKED=1 step profile_stacked 60 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8
+echo "== LIGHTSPEED_CUDA_STACKED=1"; grep -v -i warn "$OUT/profile_stacked.log" | head -12
 if [ "${GPU_NEXT_8B:-0}" = 1 ]; then
   step prefill_8b 150 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
   sed -n '/^shape/,$p' "$OUT/prefill_8b.log"
