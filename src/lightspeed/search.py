@@ -353,40 +353,25 @@ def _stacked_slice(index: EGraphIndex, cid: str, node: ENode) -> str | None:
 
 
 def _prefer_stacked(index: EGraphIndex, base):
-    """``base``, but products take slices of stacked products: the stacks that the most product
-    classes slice first (q, k and v's before a pair's), each taken only where none of the classes
-    it serves took another -- every stack computed is read whole, and no product twice (a
-    per-class choice once had the 1B's v read from a q+v pair beside the q+k+v stack)."""
-    offered: dict[str, list[tuple[ENode, str]]] = {}
+    """``base``, but products take slices of stacked products, each stack whole or not at all, the
+    ones serving the most classes first (q+k+v before a pair; ties one way everywhere); a region
+    leaf reads no other stack (``pick.unused``: per-class picks once read v and up from second
+    stacks, computed beside the first)."""
+    offered: dict[str, dict[str, ENode]] = {}  # stack -> {product class: its slice}
     for cid, nodes in index.classes.items():
-        if any(n.op == "Matmul" for n in nodes):
-            for n in nodes:
-                if (whole := _stacked_slice(index, cid, n)) is not None:
-                    offered.setdefault(cid, []).append((n, whole))
-    serves: dict[str, set[str]] = {}
-    for cid, pairs in offered.items():
-        for _, whole in pairs:
-            serves.setdefault(whole, set()).add(cid)
+        for n in nodes if any(n.op == "Matmul" for n in nodes) else ():
+            if (whole := _stacked_slice(index, cid, n)) is not None:
+                offered.setdefault(whole, {})[cid] = n
     taken: dict[str, ENode] = {}
-    used: set[str] = set()
-    # (ties: q, k and v stacked in several orders when k and v are one size -- one way everywhere)
-    for whole in sorted(serves, key=lambda w: (-len(serves[w]), w)):
-        cids = serves[whole]
-        if len(cids) > 1 and not cids & taken.keys():
-            used.add(whole)
-            for cid in cids:
-                taken[cid] = next(n for n, w in offered[cid] if w == whole)
-
-    unused = set(serves) - used
+    for whole in sorted(offered, key=lambda w: (-len(offered[w]), w)):
+        if len(offered[whole]) > 1 and not offered[whole].keys() & taken.keys():
+            taken.update(offered[whole])
+    used = {w for w, slices in offered.items() if all(taken.get(c) is n for c, n in slices.items())}
 
     def pick(cid, nodes):
-        if cid in taken:
-            return taken[cid]
-        # a region's leaf reads a stack only where the products took it (the fusion rules offer
-        # reads of every order's stack)
-        keep = [n for n in nodes if not (n.op == "SLeaf" and n.children[0] in unused)]
-        return base(cid, keep or nodes)
-    pick.unused = unused  # (for _fuse_single_use's leaves)
+        keep = [n for n in nodes if not (n.op == "SLeaf" and n.children[0] in pick.unused)]
+        return taken[cid] if cid in taken else base(cid, keep or nodes)
+    pick.unused = set(offered) - used
     return pick
 
 
@@ -399,23 +384,18 @@ def _integer(index: EGraphIndex, cid: str) -> bool:
 def _fuse_single_use(first: Candidate, backend_pick, avoid: frozenset[str] | set[str] = frozenset(),
                      views: bool = False):
     """Regions grown over producers that have one reader in ``first`` (no recomputation), or that
-    compute integers (index arithmetic: recomputed by every reader).  A region's leaf reads
-    none of the classes in ``avoid`` where it has another form (the stacks of other orders than
-    the one the stacked candidate's products took, which would be computed too); ``views``:
-    regions that only read a product through a view are computed inline by any number of
-    readers (a stacked product's column slices, which were copies)."""
+    compute integers (index arithmetic: recomputed by every reader); with ``views``, over regions
+    that only read a product through a view, for any readers (stacked products' slices, which were
+    copies).  A region leaf reads no class in ``avoid`` where another form exists."""
     uses: dict[str, int] = {}
     for n in first.choice.values():
         for c in set(n.children):
             uses[c] = uses.get(c, 0) + 1
 
-    def view_of(cid: str) -> bool:
-        """Whether ``cid`` is a region that only reads a product through a view (a stacked
-        product's column slice): its readers read the product in its place, however many."""
-        region = first.choice.get(cid)
-        return region is not None and region.op == "Fused" and any(
-            (body := first.choice.get(c)) is not None and body.op == "SLeaf"
-            and getattr(first.choice.get(body.children[0]), "op", "Fused") != "Fused" for c in region.children)
+    def view_of(cid: str) -> bool:  # a region whose body is one leaf of a product
+        region, ch = first.choice.get(cid), first.choice
+        return getattr(region, "op", None) == "Fused" and any(getattr(ch.get(c), "op", None) == "SLeaf" and getattr(
+            ch.get(ch[c].children[0]), "op", "Fused") != "Fused" for c in region.children)
 
     def pick(cid, nodes):
         computed = next((n for n in nodes if n.op in ("SConst", "SIota")), None)
@@ -424,10 +404,8 @@ def _fuse_single_use(first: Candidate, backend_pick, avoid: frozenset[str] | set
         leaves = [n for n in nodes if n.op == "SLeaf"]
         leaf = next((n for n in leaves if n.children[0] not in avoid), next(iter(leaves), None))
         if leaf is not None:
-            inline = [n for n in nodes if n.op == "SInline"]
-            if avoid:  # (a body that reads an avoided stack: another order's slice)
-                inline = sorted(inline, key=lambda n: any(m.op == "SLeaf" and m.children[0] in avoid
-                                                          for m in first.index.classes.get(n.children[0], ())))
+            inline = sorted((n for n in nodes if n.op == "SInline"), key=lambda n: any(
+                m.op == "SLeaf" and m.children[0] in avoid for m in first.index.classes.get(n.children[0], ())))
             # the leaf's producer (children[0]) is read only here and is a region in ``first``
             # (not a library op such as Matmul, whose region form would materialise a broadcast
             # product): compute it inline
