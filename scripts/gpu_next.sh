@@ -3,7 +3,8 @@
 # element-wise kernels of 8-element items (16-byte loads and stores: kernels/region.py), switched
 # on here by LIGHTSPEED_CUDA_VECTOR=1 (off by default until this call shows they hold).
 #   (0) the GPU tests they touch: the op table in the 16-bit dtypes, the vector items' own test
-#       (odd rows, unaligned torch views), the conformance suite's 16-bit cases
+#       (odd rows, unaligned torch views), the conformance suite's 16-bit cases, the stacked
+#       candidate's logits on cuda (test_stacked.py)
 #   (1) the 1B shape's 512-token prefill beside eager and torch.compile max-autotune, then kernel
 #       by kernel inside its graph with and without the vector items (LIGHTSPEED_CUDA_VECTOR=0)
 #   (2) the same kernel by kernel with the stacked candidate (LIGHTSPEED_CUDA_STACKED=1)
@@ -13,8 +14,8 @@ set -uo pipefail
 source scripts/gpu_env.sh
 export LIGHTSPEED_CUDA_VECTOR=${LIGHTSPEED_CUDA_VECTOR:-1}
 if [ "${GPU_NEXT_TESTS:-1}" = 1 ]; then
-  step tests 120 python3 -m pytest -o addopts="" tests/backends/test_cuda.py tests/backends/test_conformance.py \
-    -k "bfloat16 or float16 or vector" -q -p no:cacheprovider -n 12
+  step tests 150 python3 -m pytest -o addopts="" tests/backends/test_cuda.py tests/backends/test_conformance.py \
+    tests/backends/test_stacked.py -k "bfloat16 or float16 or vector or stacked" -q -p no:cacheprovider -n 12
   grep -E "passed|failed|Error" "$OUT/tests.log" | tail -8
 fi
 step prefill 150 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512

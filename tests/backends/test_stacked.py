@@ -198,3 +198,26 @@ def test_the_stacked_candidate_computes_one_product_per_left_operand():
     copies = [o for o in lp.ops if o.op == "Fused" and o.args["body"] == ("leaf", 0)
               and lp.ops[o.inputs[0]] in products]
     assert sorted(int(o.shape[-1].value) for o in copies) == [512] * 4 + [2048] * 2  # k, v, q a layer
+
+
+@pytest.mark.skipif(not CudaBackend("off").available(), reason="no GPU")
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-4), ("bfloat16", 5e-2)])
+def test_the_stacked_candidate_on_cuda_gives_the_reference_logits(dtype, tol):
+    """The search's ``stacked`` candidate on cuda with cuBLASLt's many-rows ops (its slices read in
+    place by SiLU·mul and the attention, twenty-third session) against the reference, at 17 rows."""
+    from lightspeed.search import SearchOptions, candidates
+
+    backend = CudaBackend("search", stacked=True)
+    model = from_hf_config(TINY, dtype=dtype)
+    g = model.build_graph("prefill")
+    _, enc, index, ser = saturate(backend, g)
+    decls = backend.declarations()
+    many = frozenset(n for n, d in decls.items() if d.many_rows)
+    library = frozenset(n for n, d in decls.items() if getattr(d, "library", False))
+    lp = decode_program(dict(candidates(index, SearchOptions(budget=5, seed=0), many, library))["stacked"],
+                        ser, enc.constants, decls)
+    assert _stacked(lp)
+    ins = _inputs(model, g, 17)
+    want = np.asarray(g.compile(backend="reference")(ins)["logits"], np.float64)
+    got = np.asarray(backend.lower(g, lp)(ins)["logits"], np.float64)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
