@@ -560,3 +560,35 @@ def test_a_persisted_program_computes_what_its_resident_inputs_alone_decide_once
     np.testing.assert_allclose(bound(x=xv, w=w2)["y"], want(xv, w2), rtol=1e-5, atol=1e-5)  # another w
     np.testing.assert_allclose(bound(x=xv)["y"], want(xv, wv), rtol=1e-5, atol=1e-5)
     assert ran == [len(bound.launches), len(prog.launches), len(bound.launches)] and bound._hoisted is hoisted
+
+
+def test_a_buckets_calls_visit_only_the_arrays_that_are_not_the_resident_ones(monkeypatch):
+    """A bucket's program is called by its BucketedProgram, which binds the inputs itself: its
+    calls look at the arrays other than the resident ones (they looked at all ~150 of a 1B's
+    weights every call, twenty-third session), and a resident input passed as another array is
+    written for that call and written back at the next -- the results equal the float64 product
+    each time."""
+    from lightspeed.backends.codegen import program as kp
+    from lightspeed.program import BucketedProgram
+
+    g = ls.Graph()
+    x, w, v = g.input("x", ("s", 8)), g.input("w", (8, 8)), g.input("v", (8, 8))
+    g.output("y", (x @ w) @ v)
+    prog = BucketedProgram(g, [({"s": (1, 4)}, g.compile(backend="native")),
+                               ({"s": (5, 64)}, g.compile(backend="native"))])
+    rng = np.random.default_rng(0)
+    wv, vv, w2 = (rng.standard_normal((8, 8)).astype(np.float32) for _ in range(3))
+    bound = prog.persist(w=wv, v=vv)
+    looked = []
+    recall = kp.recall
+    monkeypatch.setattr(kp, "recall", lambda memo, key, a: looked.append(key) or recall(memo, key, a))
+    want = lambda xv, wv: xv.astype(np.float64) @ wv @ vv  # noqa: E731
+    # (rows, the w passed or None, whether v and w are looked at: a bucket's first call, all)
+    calls = ((3, None, True, True), (3, None, False, False), (6, None, True, True), (6, w2, False, True),
+             (6, None, False, True), (2, w2, False, True), (2, None, False, True), (2, None, False, False))
+    for s, wa, v_seen, w_seen in calls:
+        xv = rng.standard_normal((s, 8)).astype(np.float32)
+        looked.clear()
+        got = bound(x=xv) if wa is None else bound(x=xv, w=wa)
+        np.testing.assert_allclose(got["y"], want(xv, wv if wa is None else wa), rtol=1e-4, atol=1e-4)
+        assert ("v" in looked, "w" in looked, "x" in looked) == (v_seen, w_seen, True), (s, looked)

@@ -453,12 +453,14 @@ class KernelProgram(Program):
         # (the weights and a generation's KV caches come back call after call: their addresses
         # stay in the table; a repeated decode step writes only its token's and positions')
         seen = local.seen
-        if given is None or local.full:
+        resident = self._resident
+        if local.full:
             names = arrays
             local.full = False
-        else:  # the others are the resident arrays, whose entries were written before
+        elif given is not None:  # the others are the resident arrays, whose entries were written before
             names = given | local.overridden if local.overridden else given
-        resident = self._resident
+        else:  # a call not bound here (a bucket's): the arrays other than the resident ones
+            names = [n for n, a in arrays.items() if resident.get(n) is not a or n in local.overridden]
         for name in names:
             a = arrays[name]
             if name in resident:  # a resident input passed as another array: visit it next call too
