@@ -8,7 +8,8 @@
 #   (1) the 1B shape's 512-token prefill beside eager and torch.compile max-autotune, then kernel
 #       by kernel inside its graph with and without the vector items (LIGHTSPEED_CUDA_VECTOR=0)
 #   (2) the same kernel by kernel with the stacked candidate (LIGHTSPEED_CUDA_STACKED=1)
-#   (3) with GPU_NEXT_8B=1 the 8B shape's 512-token prefill beside the peers
+#   (3) the host's part of the 1B's first token (scripts/gpu_host_profile.py)
+#   (4) with GPU_NEXT_8B=1 the 8B shape's 512-token prefill beside the peers
 # Logs under $OUT.  GPU_NEXT_TESTS=0: no tests.
 set -uo pipefail
 source scripts/gpu_env.sh
@@ -28,6 +29,9 @@ echo "== LIGHTSPEED_CUDA_VECTOR=0"; grep -v -i warn "$OUT/profile_novec.log" | h
 # the readers can: fixed in the twenty-third session after its device time), ours alone
 LIGHTSPEED_CUDA_STACKED=1 step profile_stacked 60 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8
 echo "== LIGHTSPEED_CUDA_STACKED=1"; grep -v -i warn "$OUT/profile_stacked.log" | head -12
+# the host's part of the first token: before the graph launch, and from the launch to the token
+step host 60 python3 scripts/gpu_host_profile.py llama-3.2-1b --prompt 512 --repeats 20
+grep -E "TTFT|without the profiler" "$OUT/host.log" | head -4
 if [ "${GPU_NEXT_8B:-0}" = 1 ]; then
   step prefill_8b 150 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
   sed -n '/^shape/,$p' "$OUT/prefill_8b.log"
