@@ -27,6 +27,10 @@ class CudaProgram(KernelProgram):
     """A kernel program on the GPU, taking and giving numpy arrays, torch CUDA tensors or
     DeviceArrays (see the module docstring)."""
 
+    def _fresh_state(self) -> None:
+        super()._fresh_state()
+        self._torch_resident: bool | None = None  # a resident input is a torch tensor (its first call says)
+
     def as_array(self, value: Any, what: str) -> Any:
         if isinstance(value, DeviceArray):
             return value
@@ -72,7 +76,7 @@ class CudaProgram(KernelProgram):
         # torch's tensors among this call's inputs (the persisted ones looked at once: the check of
         # every weight was ~150 tests a decode step of the 1B)
         given = self._local.__dict__.get("given")
-        if self.__dict__.get("_torch_resident") is None:
+        if self._torch_resident is None:
             self._torch_resident = torch_stream(self._resident) is not None
         fresh = arrays if given is None or given[1] is not arrays or self._torch_resident else {
             k: arrays[k] for k in given[0]}
