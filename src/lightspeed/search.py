@@ -359,7 +359,7 @@ def _prefer_stacked(index: EGraphIndex, base):
     stacks, computed beside the first)."""
     offered: dict[str, dict[str, ENode]] = {}  # stack -> {product class: its slice}
     for cid, nodes in index.classes.items():
-        for n in nodes if any(n.op == "Matmul" for n in nodes) else ():
+        for n in nodes if any(m.op == "Matmul" for m in nodes) else ():
             if (whole := _stacked_slice(index, cid, n)) is not None:
                 offered.setdefault(whole, {})[cid] = n
     taken: dict[str, ENode] = {}
@@ -392,10 +392,10 @@ def _fuse_single_use(first: Candidate, backend_pick, avoid: frozenset[str] | set
         for c in set(n.children):
             uses[c] = uses.get(c, 0) + 1
 
-    def view_of(cid: str) -> bool:  # a region whose body is one leaf of a product
-        region, ch = first.choice.get(cid), first.choice
-        return getattr(region, "op", None) == "Fused" and any(getattr(ch.get(c), "op", None) == "SLeaf" and getattr(
-            ch.get(ch[c].children[0]), "op", "Fused") != "Fused" for c in region.children)
+    def view_of(cid: str, ch: dict = first.choice) -> bool:  # a region whose body is one leaf of a product
+        region = ch[cid] if getattr(ch.get(cid), "op", None) == "Fused" else None
+        bodies = [ch[c] for c in getattr(region, "children", ()) if getattr(ch.get(c), "op", None) == "SLeaf"]
+        return any(getattr(ch.get(b.children[0]), "op", "Fused") != "Fused" for b in bodies)
 
     def pick(cid, nodes):
         computed = next((n for n in nodes if n.op in ("SConst", "SIota")), None)

@@ -167,6 +167,19 @@ def test_the_search_measures_a_candidate_with_every_product_stacked(mode):
                                        rtol=1e-5, atol=1e-5)
 
 
+def _cuda_stacked_candidate(backend, g: ls.Graph):
+    """The program of the search's ``stacked`` candidate of ``g`` on cuda ``backend``, with the
+    backend's many-rows and library ops as the search passes them."""
+    from lightspeed.search import SearchOptions, candidates
+
+    _, enc, index, ser = saturate(backend, g)
+    decls = backend.declarations()
+    many = frozenset(n for n, d in decls.items() if d.many_rows)
+    library = frozenset(n for n, d in decls.items() if getattr(d, "library", False))
+    return decode_program(dict(candidates(index, SearchOptions(budget=5, seed=0), many, library))["stacked"],
+                          ser, enc.constants, decls)
+
+
 def test_the_stacked_candidate_computes_one_product_per_left_operand():
     """Regression (twenty-third session): at the 1B's widths with cuBLASLt's many-rows ops, the
     stacked candidate took the q+k+v stack for q and k but read v from a q+v pair's, and gate
@@ -174,18 +187,11 @@ def test_the_stacked_candidate_computes_one_product_per_left_operand():
     stacked products for two layers where two a layer were meant.  Now each normed operand feeds
     exactly one product, which the search's q, k, v (and gate, up) slices all read, most of them
     in place."""
-    from lightspeed.search import SearchOptions, candidates
-
     cfg = dict(TINY, vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
                num_key_value_heads=8, head_dim=64)
     backend = CudaBackend("search", stacked=True)
     g = from_hf_config(cfg, dtype="bfloat16").build_graph("prefill")
-    _, enc, index, ser = saturate(backend, g)
-    decls = backend.declarations()
-    many = frozenset(n for n, d in decls.items() if d.many_rows)
-    library = frozenset(n for n, d in decls.items() if getattr(d, "library", False))
-    lp = decode_program(dict(candidates(index, SearchOptions(budget=5, seed=0), many, library))["stacked"],
-                        ser, enc.constants, decls)
+    lp = _cuda_stacked_candidate(backend, g)
     norms = [i for i, o in enumerate(lp.ops) if o.op == "RowNorm"]
     products = [o for o in lp.ops if "Matmul" in o.op and lp.ops[o.inputs[0]].op == "RowNorm"]
     assert len(norms) == 2 * TINY["num_hidden_layers"]
@@ -205,17 +211,10 @@ def test_the_stacked_candidate_computes_one_product_per_left_operand():
 def test_the_stacked_candidate_on_cuda_gives_the_reference_logits(dtype, tol):
     """The search's ``stacked`` candidate on cuda with cuBLASLt's many-rows ops (its slices read in
     place by SiLU·mul and the attention, twenty-third session) against the reference, at 17 rows."""
-    from lightspeed.search import SearchOptions, candidates
-
     backend = CudaBackend("search", stacked=True)
     model = from_hf_config(TINY, dtype=dtype)
     g = model.build_graph("prefill")
-    _, enc, index, ser = saturate(backend, g)
-    decls = backend.declarations()
-    many = frozenset(n for n, d in decls.items() if d.many_rows)
-    library = frozenset(n for n, d in decls.items() if getattr(d, "library", False))
-    lp = decode_program(dict(candidates(index, SearchOptions(budget=5, seed=0), many, library))["stacked"],
-                        ser, enc.constants, decls)
+    lp = _cuda_stacked_candidate(backend, g)
     assert _stacked(lp)
     ins = _inputs(model, g, 17)
     want = np.asarray(g.compile(backend="reference")(ins)["logits"], np.float64)

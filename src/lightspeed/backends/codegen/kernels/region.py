@@ -476,7 +476,6 @@ def _vector_region_kernel(tree: tuple, views: list[ShapeTracker], leaf_dtypes: l
         w.line(f"const long long {p.key} = _ls_z0 + {e};")
     names = ["out", *(region.names[k] for k in vector)]
     aligned = " | ".join(f"(unsigned long long){x}" for x in names)
-    st = storage_type(out_dtype)
 
     def pair(lo: str, hi: str) -> str:
         return f"((unsigned int){store(out_dtype, lo)} | ((unsigned int){store(out_dtype, hi)} << 16))"
@@ -499,7 +498,7 @@ def _vector_region_kernel(tree: tuple, views: list[ShapeTracker], leaf_dtypes: l
     w.line("} else {")
     w.push()
     for p in points:
-        w.line(f"out[{p.key}] = ({st}){store(out_dtype, region.value(tree, p))};")
+        w.line(f"out[{p.key}] = {store(out_dtype, region.value(tree, p))};")
     inner = w.pop()
     w.scope.lines.extend("  " + ln for ln in inner)
     w.line("}")
