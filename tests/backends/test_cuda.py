@@ -218,7 +218,7 @@ def test_element_wise_kernels_of_vector_items_match_the_reference(s, monkeypatch
     from lightspeed import hl
     from lightspeed.backends.codegen.kernels import region
 
-    monkeypatch.setattr(region, "VECTORS", True)  # (LIGHTSPEED_CUDA_VECTOR=1; off by default)
+    monkeypatch.setattr(region, "VECTORS", True)  # (on unless LIGHTSPEED_CUDA_VECTOR=0)
     g = ls.Graph()
     gate, up = g.input("gate", ("s", 264), ls.bfloat16), g.input("up", ("s", 264), ls.bfloat16)
     w = g.input("w", (264,), ls.bfloat16)

@@ -166,7 +166,7 @@ def test_element_wise_kernels_take_8_elements_an_item_where_they_can(cols, dtype
     from lightspeed import hl
     from lightspeed.backends.codegen.kernels import region, render
 
-    monkeypatch.setattr(region, "VECTORS", True)  # (LIGHTSPEED_CUDA_VECTOR=1; off by default)
+    monkeypatch.setattr(region, "VECTORS", True)  # (on unless LIGHTSPEED_CUDA_VECTOR=0)
     dt = getattr(ls, dtype)
     g = ls.Graph()
     gate, up, w = g.input("gate", ("s", cols), dt), g.input("up", ("s", cols), dt), g.input("w", (cols,), dt)
