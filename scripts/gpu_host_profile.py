@@ -17,6 +17,50 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 
+def stages(gen, ids, repeats: int) -> None:
+    """The first token's host path split at marks (each a wrapped function's entry or exit; a
+    few microseconds of wrapping each): median milliseconds from one mark to the next."""
+    import time
+
+    from lightspeed import program
+    from lightspeed.backends.codegen import program as kernel_program
+    from lightspeed.backends.cuda import driver, executor
+    from lightspeed.backends.cuda import program as cuda_program
+    from lightspeed.models import generate
+
+    marks: list[tuple[str, float]] = []
+    points = [(generate.GenerationState, "advance", "advance"), (generate, "cache_buffers", "cache_buffers"),
+              (program.Program, "__call__", "prefill call"), (program.Program, "bind", "bind"),
+              (kernel_program.KernelProgram, "execute", "kernel execute"),
+              (executor.GpuExecutor, "run", "executor run"), (driver.Device, "launch_graph", "graph launch"),
+              (cuda_program.CudaProgram, "deliver", "deliver")]
+    saved = []
+    for owner, attr, label in points:
+        fn = getattr(owner, attr)
+        saved.append((owner, attr, fn))
+
+        def wrapped(*a, _fn=fn, _label=label, **k):
+            marks.append((_label + " in", time.perf_counter()))
+            try:
+                return _fn(*a, **k)
+            finally:
+                marks.append((_label + " out", time.perf_counter()))
+        setattr(owner, attr, wrapped)
+    rows: dict[tuple[str, str], list[float]] = {}
+    try:
+        for _ in range(repeats):
+            marks.clear()
+            gen.generate(ids, max_new_tokens=1, stop_ids=[])
+            for (a, ta), (b, tb) in zip(marks, marks[1:]):
+                rows.setdefault((a, b), []).append((tb - ta) * 1e3)
+    finally:
+        for owner, attr, fn in saved:
+            setattr(owner, attr, fn)
+    print("\nthe first token's host path, mark to mark (median ms over the calls; one line a pair):")
+    for (a, b), ms in rows.items():
+        print(f"  {a:>22} -> {b:<22} {np.median(ms):8.3f}  (x{len(ms) / repeats:.0f})")
+
+
 def main() -> None:
     from gpu_decode import random_llama
 
@@ -66,6 +110,7 @@ def main() -> None:
     if before_launch:
         print(f"without the profiler: {np.median(before_launch):.3f} ms from the call to the graph launch, "
               f"{np.median(after_launch):.3f} ms from the launch to the token (kernels included)")
+    stages(gen, ids, repeats)
     ttft, pre = [], []
     prof = cProfile.Profile()
     prof.enable()

@@ -179,11 +179,11 @@ class Program:
             if k in self._resident_dims and self._resident_dims[k] != v:
                 raise InputError(f"dim {k!r} = {v}, but the persisted inputs bind it to {self._resident_dims[k]}")
             env[k] = int(v)
-        extra = set(inputs) - set(self.input_args)
+        extra = inputs.keys() - self.input_args.keys()  # (sets of the inputs' size: not of ~150 weights)
         if extra:
             raise InputError(f"unexpected input(s) {sorted(extra)}; the program takes {sorted(self.input_args)}")
-        missing = [n for n in self.input_args if n not in inputs and n not in self._resident]
-        if missing:
+        if len(inputs.keys() | self._resident.keys()) < len(self.input_args):
+            missing = [n for n in self.input_args if n not in inputs and n not in self._resident]
             raise InputError(f"missing input(s) {missing}; the program takes {sorted(self.input_args)}")
         given, env = self._check(inputs, env, partial=bool(self._resident))
         unbound = self.symbols - env.keys()
@@ -465,6 +465,14 @@ class BucketedProgram(Program):
                 return prog
         have = ", ".join(str(r) for r, _ in self.buckets)
         raise InputError(f"dims {dims} fall outside every dim bucket ({have})")
+
+    def bind(self, inputs: Mapping[str, Any], dims: Mapping[str, int] | None = None
+             ) -> tuple[dict[str, Any], dict[str, int]]:
+        arrays, env = super().bind(inputs, dims)
+        local = getattr(self._bucket(env), "_local", None)
+        if local is not None:  # a kernel bucket's execute visits these inputs only, not ~150 weights
+            local.given = (set(inputs), arrays)
+        return arrays, env
 
     def execute(self, arrays: dict[str, Any], dims: dict[str, int], out=None) -> dict[str, Any]:
         return self._bucket(dims).execute(arrays, dims, out)
