@@ -50,6 +50,8 @@ CASES = [
            [Sample([T((3, 4, 5))], {"dim": 1}), Sample([T((3, 4))], name="all"),
             Sample([T(("s", 5))], {"dim": -1, "keepdim": True}, dims=S, name="sym"),
             Sample([T((2, 6), gen=lambda r, s, d: r.integers(0, 3, s))], {"dim": 1}, name="ties"),
+            # no axis before dim (a row of logits): positions without the modulo, inner axes after it
+            Sample([T((1, 6, 3), gen=lambda r, s, d: r.integers(0, 3, s))], {"dim": 1}, name="lead1"),
             Sample([T((4,), gen=lambda r, s, d: [1.0, float("nan"), 3.0, float("nan")])], {"dim": 0}, name="nan")],
            dtypes=F + (ls.int32,)),
     OpCase("argmin", ls.argmin, torch.argmin,
