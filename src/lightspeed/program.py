@@ -75,7 +75,7 @@ def same_memory(a: Any, b: Any) -> bool:
 
 def share_array_hooks(wrapper: Program, inner: Program) -> None:
     """A program that runs others (buckets, rolled parts) takes and gives their array kinds."""
-    for hook in ("to_device", "as_array", "zeros", "rows", "store_back", "deliver"):
+    for hook in ("to_device", "as_array", "zeros", "clear", "rows", "store_back", "deliver"):
         setattr(wrapper, hook, getattr(inner, hook))
 
 
@@ -111,6 +111,10 @@ class Program:
         """A zero-filled array of this program's device (a KV cache): on a GPU made there, not
         uploaded from the host."""
         return self.to_device(np.zeros(shape, dtype))
+
+    def clear(self, array: Any) -> None:
+        """Zero an array of this program's device in place (a reused KV cache; on a GPU queued)."""
+        array[...] = 0
 
     def rows(self, array: Any, start: int, count: int) -> Any:
         """Rows ``start .. start + count`` of an array of this program's device as an array sharing

@@ -478,10 +478,14 @@ class KernelProgram(Program):
                     continue  # the input it aliases is the one whose address the slot holds
                 remember(seen, (OUTPUT, name), arr)
             elif out is not None and name in out and ex.owns(out[name]):
-                arr = out[name]
+                arr = outputs[name] = out[name]
+                if recall(seen, (OUTPUT, name), arr):
+                    continue  # the array given last call (a reused KV cache's rows): its address is there
+                remember(seen, (OUTPUT, name), arr)
             else:
                 op = self.outputs_of[name]
                 arr = ex.empty(self._output_shape[name](dims), op.dtype.np)
+                seen.pop((OUTPUT, name), None)
             table[slot] = ex.address(arr)
             outputs[name] = arr
         if trace.enabled():  # kernels one by one, each timed on the device's clock

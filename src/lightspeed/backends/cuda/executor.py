@@ -136,7 +136,10 @@ class GpuExecutor(Executor):
         driver.device().sync(thread_stream())
 
     def upload(self, host: np.ndarray) -> DeviceArray:
-        return DeviceArray.from_host(host, thread_stream())
+        """Queued on this thread's stream, not waited for (the driver has taken the host bytes
+        when it returns; the thread's kernels run after it): a prefill's two inputs each waited
+        for the stream on the first token's path.  A persisted program waits once for its own."""
+        return DeviceArray.from_host(host, thread_stream(), wait=False)
 
     def address(self, array: Any) -> int:
         return array.ptr

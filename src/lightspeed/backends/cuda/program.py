@@ -30,6 +30,8 @@ class CudaProgram(KernelProgram):
     def _fresh_state(self) -> None:
         super()._fresh_state()
         self._torch_resident: bool | None = None  # a resident input is a torch tensor (its first call says)
+        if self._resident:  # a persisted copy: its uploads (queued, not waited for) done before any
+            driver.device().sync(thread_stream())  # other thread's stream reads them
 
     def as_array(self, value: Any, what: str) -> Any:
         if isinstance(value, DeviceArray):
@@ -51,6 +53,11 @@ class CudaProgram(KernelProgram):
         out = DeviceArray.empty(tuple(shape), np.dtype(dtype))
         driver.device().memset(out.ptr, out.nbytes, thread_stream())
         return out
+
+    def clear(self, array: Any) -> None:
+        if not isinstance(array, DeviceArray):
+            return super().clear(array)
+        driver.device().memset(array.ptr, array.nbytes, thread_stream())
 
     def rows(self, array: Any, start: int, count: int) -> Any:
         if not isinstance(array, DeviceArray):
