@@ -235,3 +235,41 @@ def test_element_wise_kernels_of_vector_items_match_the_reference(s, monkeypatch
     assert odd["gate"].data_ptr() % 16 == 2
     got = prog(odd)["y"].float().cpu().numpy()
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+def _row_norm_program(n: int):
+    """The greedy candidate (RowNorm) of an RMSNorm over [s, n] bfloat16 with a bfloat16 weight."""
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.search import SearchOptions, candidates
+    from tests.backends.harness import saturate
+
+    g = ls.Graph()
+    x, w = g.input("x", ("s", n), ls.bfloat16), g.input("w", (n,), ls.bfloat16)
+    g.output("y", ls.rms_norm(x, (n,), w, eps=1e-5))
+    _, enc, index, ser = saturate(CUDA, g)
+    lp = decode_program(dict(candidates(index, SearchOptions(budget=2, seed=0)))["greedy"], ser, enc.constants,
+                        CUDA.declarations())
+    assert [o.op for o in lp.ops].count("RowNorm") == 1
+    return g, lp
+
+
+@pytest.mark.parametrize("n", [2048, 4104])
+@pytest.mark.parametrize("s", [1, 17, 255])
+def test_row_norms_of_16_byte_chunks_match_the_reference_and_their_unaligned_branch(s, n):
+    """RowNorm over bfloat16 rows held as 16-byte chunks in registers (one load of x, one 16-byte
+    store; kernels/norm.py), at odd row counts and a width whose last chunk is partial, equal to
+    the reference's; inputs 2 bytes off 16-byte alignment (torch views) take the element-by-element
+    branch, which sums in the same order: the same bits."""
+    g, lp = _row_norm_program(n)
+    prog = CUDA.lower(g, lp)
+    ins = random_inputs(g, {"s": s}, seed=s)
+    want = np.asarray(g.compile(backend="reference")(ins)["y"], np.float32)
+    got = np.asarray(prog(ins)["y"], np.float32)
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        return
+    odd = {k: torch.cat([torch.zeros(1, dtype=torch.bfloat16), torch.from_numpy(
+        np.asarray(v, np.float32)).to(torch.bfloat16).reshape(-1)]).cuda()[1:].reshape(v.shape) for k, v in ins.items()}
+    assert odd["x"].data_ptr() % 16 == 2
+    np.testing.assert_array_equal(prog(odd)["y"].float().cpu().numpy(), got)

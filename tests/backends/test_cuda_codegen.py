@@ -299,3 +299,19 @@ def test_cluster_kernels_on_a_gpu_before_sm90_raise_a_clear_error(monkeypatch):
     monkeypatch.setattr(ex.driver, "device", lambda: SimpleNamespace(major=8, arch="sm_80"))
     with pytest.raises(ls.LightspeedError, match="LIGHTSPEED_CUDA_CLUSTER_ROWS=0"):
         ex.GpuExecutor().compile(specs)
+
+
+@pytest.mark.parametrize("n,chunks", [(2048, 1), (4104, 3), (2052, 0)])
+def test_row_norms_of_16_bit_rows_hold_16_byte_chunks_and_compile(n, chunks):
+    """A cuda RowNorm of bfloat16 rows whose width is a multiple of 8 holds the row as 16-byte
+    chunks (one load, one store each; an unaligned branch beside them) and compiles for sm_90; a
+    width that is not takes the element loop only."""
+    from lightspeed.backends.codegen.kernels.norm import row_norm_kernel
+    from tests.backends.test_cuda import _row_norm_program
+
+    g, lp = _row_norm_program(n)
+    op = next(o for o in lp.ops if o.op == "RowNorm")
+    spec = row_norm_kernel("cuda", op, [lp.ops[i].dtype for i in op.inputs])
+    assert (f"uint4 _ls_xq[{chunks}];" in spec.source) == bool(chunks)
+    assert ("_ls_xq" in spec.source) == bool(chunks)
+    nvrtc.compile_many([module_source([spec], "cuda")], "sm_90")

@@ -39,10 +39,33 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
     else:
         first, step = "0", "1"
     w.line("float _ls_ss = 0.0f;")
-    if dialect == "cuda":  # a thread's loads in flight together (region.py's reductions: the same)
-        w.line("#pragma unroll 4")
-    w.line(f"for (long long _ls_j = {first}; _ls_j < {nn}; _ls_j += {step}) {{ "
-           f"const float v = {load(dx, '_ls_xr[_ls_j]')}; _ls_ss += v * v; }}")
+    chunks, woff = _vector_chunks(dialect, op, in_dtypes)
+    if chunks:  # 16-byte chunks of the row held in registers: one load of x, no second pass over it
+        w.line(f"uint4 _ls_xq[{chunks}];")
+        w.line(f"const bool _ls_vec = (((unsigned long long)in0 | (unsigned long long)out | "
+               f"(unsigned long long)(in3 + {w.expr(woff)})) & 15) == 0;")
+        w.line("if (_ls_vec) {")
+        w.line("  #pragma unroll")
+        w.line(f"  for (int _ls_c = 0; _ls_c < {chunks}; _ls_c++) {{")
+        w.line(f"    const long long _ls_j8 = ((long long)_ls_c * {WARP * WARPS} + slice * {WARP} + lane) * 8;")
+        w.line(f"    if (_ls_j8 < {nn}) {{")
+        w.line("      _ls_xq[_ls_c] = *(const uint4*)(_ls_xr + _ls_j8);")
+        for e in range(8):
+            w.line(f"      {{ const float v = {load(dx, _half('_ls_xq[_ls_c]', e))}; _ls_ss += v * v; }}")
+        w.line("    }")
+        w.line("  }")
+        w.line("} else {  // (unaligned: the same sums in the same order, element by element)")
+        w.line(f"  for (int _ls_c = 0; _ls_c < {chunks}; _ls_c++) {{")
+        w.line(f"    const long long _ls_j8 = ((long long)_ls_c * {WARP * WARPS} + slice * {WARP} + lane) * 8;")
+        w.line(f"    if (_ls_j8 < {nn}) for (int _ls_e = 0; _ls_e < 8; _ls_e++) {{ "
+               f"const float v = {load(dx, '_ls_xr[_ls_j8 + _ls_e]')}; _ls_ss += v * v; }}")
+        w.line("  }")
+        w.line("}")
+    else:
+        if dialect == "cuda":  # a thread's loads in flight together (region.py's reductions: the same)
+            w.line("#pragma unroll 4")
+        w.line(f"for (long long _ls_j = {first}; _ls_j < {nn}; _ls_j += {step}) {{ "
+               f"const float v = {load(dx, '_ls_xr[_ls_j]')}; _ls_ss += v * v; }}")
     if dialect == "cuda":
         w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) _ls_ss += __shfl_xor_sync(0xffffffffu, _ls_ss, o);")
         w.line(f"__shared__ float _ls_part[{WARPS}];")
@@ -54,6 +77,22 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
     c = region.leaf(0, "_ls_item")
     e = region.leaf(1, "_ls_item")
     w.line(f"const float _ls_r = 1.0f / sqrtf(_ls_ss * (float){c} + (float){e});")
+    if chunks:
+        w.line("if (_ls_vec) {")
+        w.line("  #pragma unroll")
+        w.line(f"  for (int _ls_c = 0; _ls_c < {chunks}; _ls_c++) {{")
+        w.line(f"    const long long _ls_j8 = ((long long)_ls_c * {WARP * WARPS} + slice * {WARP} + lane) * 8;")
+        w.line(f"    if (_ls_j8 < {nn}) {{")
+        w.line(f"      const uint4 _ls_wq = *(const uint4*)(in3 + {w.expr(woff)} + _ls_j8);")
+        outs = []
+        for e in range(8):
+            xe, we = load(dx, _half("_ls_xq[_ls_c]", e)), load(in_dtypes[3], _half("_ls_wq", e))
+            outs.append(f"(unsigned int){store(op.dtype, f'{xe} * _ls_r * {we}')}")
+        words = ", ".join(f"{outs[2 * i]} | ({outs[2 * i + 1]} << 16)" for i in range(4))
+        w.line(f"      *(uint4*)(out + _ls_item * {nn} + _ls_j8) = make_uint4({words});")
+        w.line("    }")
+        w.line("  }")
+        w.line("} else {")
     w.line(f"for (long long _ls_j = {first}; _ls_j < {nn}; _ls_j += {step}) {{")
     w.line(f"  const long long _ls_z = _ls_item * {nn} + _ls_j;")
     w.push()
@@ -68,11 +107,37 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
     xv = load(dx, "_ls_xr[_ls_j]")
     w.line(f"  out[_ls_z] = {store(op.dtype, f'{xv} * _ls_r * (float){wv}')};")
     w.line("}")
+    if chunks:
+        w.line("}")
     body = w.pop()
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(dx), False, 0),
             ("in1", storage_type(dc), False, 1), ("in2", storage_type(de), False, 2),
             ("in3", storage_type(dw), False, 3)]
     return finish(w, dialect, "row", bufs, rows, body, "row_norm", item_cost=2 * n + const(1))
+
+
+VECTOR_CHUNKS = 8  # at most this many 16-byte chunks of a row a thread holds (rows up to 16384 wide)
+
+
+def _half(word4: str, e: int) -> str:
+    """Element ``e`` (of 8) of a uint4 of 16-bit values, as its bits."""
+    word = f"{word4}.{'xyzw'[e // 2]}"
+    return f"(unsigned short)({word} >> 16)" if e % 2 else f"(unsigned short)({word} & 0xffffu)"
+
+
+def _vector_chunks(dialect: str, op: LOp, in_dtypes: list[DType]) -> tuple[int, Expr | None]:
+    """(16-byte chunks of a row each thread holds, the weight row's offset) where a cuda RowNorm
+    reads and writes 16-bit floats, its width is a multiple of 8 and its weight one contiguous
+    16-bit row broadcast over the rows; else (0, None).  One element a load, two passes over x:
+    a prompt's norm over 512 x 2048 bf16 took 5.9 us on an H100 (twenty-fourth session)."""
+    n, dx, dw = op.args["n"], in_dtypes[0], in_dtypes[3]
+    sixteen = ("bfloat16", "float16")
+    if dialect != "cuda" or not n.is_const or n.value % 8 or op.dtype.name not in sixteen \
+            or dx.name not in sixteen or dw.name not in sixteen:
+        return 0, None
+    chunks = -(-n.value // (8 * WARP * WARPS))
+    woff = _row_weight(op.args["w_view"], n)
+    return (chunks, woff) if chunks <= VECTOR_CHUNKS and woff is not None else (0, None)
 
 
 def _row_norm(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
