@@ -12,11 +12,14 @@
 # Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
-step tests 190 python3 -m pytest -o addopts="" tests/backends/test_conformance.py tests/backends/test_cuda.py \
+step tests 150 python3 -m pytest -o addopts="" tests/backends/test_conformance.py \
   tests/backends/test_attention.py tests/backends/test_cuda_mma.py tests/backends/test_cuda_blocks.py \
-  tests/backends/test_stacked.py tests/models/test_cuda_models.py -k "cuda or mma or tiles or stacked or vector or row_norms" \
+  tests/backends/test_stacked.py tests/models/test_cuda_models.py -k "cuda or mma or tiles or stacked" \
   -q -p no:cacheprovider -n 12 --maxfail=30
 grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -12
+step tests_cuda 60 python3 -m pytest -o addopts="" tests/backends/test_cuda.py \
+  -k "bfloat16 or float16 or vector or row_norms" -q -p no:cacheprovider -n 12 --maxfail=30
+grep -E "passed|failed|FAILED|Error" "$OUT/tests_cuda.log" | tail -8
 step prefill 130 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
 sed -n '/^shape/,$p' "$OUT/prefill.log"
 step prefill_8b 160 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
