@@ -24,11 +24,11 @@ step prefill 130 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
 sed -n '/^shape/,$p' "$OUT/prefill.log"
 step prefill_8b 160 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
 sed -n '/^shape/,$p' "$OUT/prefill_8b.log"
-step host 40 python3 scripts/gpu_host_profile.py llama-3.2-1b --prompt 512 --repeats 20
-sed -n '1,/^profiled/p' "$OUT/host.log" | head -24
-step profile 35 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8
-grep -v -i warn "$OUT/profile.log" | head -20
 step sanitizer 120 env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
   python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k "cuda and (op_table_matches or blocks or decode)" \
   -q -p no:cacheprovider
 grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.log" | tail -3
+step host 40 python3 scripts/gpu_host_profile.py llama-3.2-1b --prompt 512 --repeats 20
+sed -n '1,/^profiled/p' "$OUT/host.log" | head -24
+step profile 35 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8
+grep -v -i warn "$OUT/profile.log" | head -20
