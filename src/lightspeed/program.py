@@ -9,6 +9,7 @@ import copy
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -150,6 +151,11 @@ class Program:
         bound._resident_dims = env
         bound._fresh_state()
         return bound
+
+    @property
+    def resident(self) -> Mapping[str, Any]:
+        """The persisted inputs as the backend holds them (to persist another program with)."""
+        return MappingProxyType(self._resident)
 
     def _fresh_state(self) -> None:  # reset per-instance run state in a persisted copy (buffers, locks)
         pass

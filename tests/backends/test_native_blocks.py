@@ -440,6 +440,10 @@ def test_gguf_blocks_are_kept_and_decode_like_the_float_weights(tmp_path, activa
     fast = Generator(model, lz.tensors, backend="native", search=OPTS)
     assert model.block_storage(fast.weights, "native") == {n: getattr(ls, q.lower()) for n, (q, _) in raw_rows.items()}
     assert _block_launches(fast.decode) and _block_launches(fast.prefill)
+    # one placing of the weights for both programs: the decode program holds the prefill's
+    # placed blocks, not a second copy (on a GPU every program had uploaded its own weights)
+    assert fast.decode.resident.keys() == fast.prefill.resident.keys()
+    assert all(fast.decode.resident[n] is fast.prefill.resident[n] for n in fast.decode.resident)
     assert any("gather" in name for name in _block_launches(fast.decode))
     # the eager load's float32 arrays: the float path
     plain = Generator(model, w.tensors, backend="native", search=OPTS)

@@ -276,10 +276,13 @@ def one_process(model: DecoderLM, weights: Mapping[str, Any], backend: str, sear
     # GGUF block matrices a backend reads as blocks keep their block dtype in the graphs
     storage = model.block_storage(checked, backend)
     prefill = compile_model(model, "prefill", backend, search, storage=storage).persist(checked)
-    decode = compile_model(model, "decode", backend, search, storage=storage).persist(checked)
+    # the other programs take the prefill's resident weights as they lie: one device copy (and one
+    # placing of GGUF blocks), not one per program (a 1B's 2.5 GB three times on a GPU)
+    placed = prefill.resident
+    decode = compile_model(model, "decode", backend, search, storage=storage).persist(placed)
 
     def extend() -> Program:
-        return compile_model(model, "extend", backend, search, storage=storage).persist(checked)
+        return compile_model(model, "extend", backend, search, storage=storage).persist(placed)
     return RankPrograms(model, checked, prefill, decode, extend=extend)
 
 

@@ -92,7 +92,10 @@ def _cast_of_blocks(op: LOp, in_dtypes: list[DType], dialect: str) -> Lowered:
 
 
 def place_blocks(value: Any, executor: Any) -> BlockValue | None:
-    """A weight held as blocks (a ``QuantTensor``) as a :class:`BlockValue` on ``executor``."""
+    """A weight held as blocks (a ``QuantTensor``) as a :class:`BlockValue` on ``executor``; one
+    placed there already as it is (a model's programs share their resident weights)."""
+    if isinstance(value, BlockValue) and value.executor is executor:
+        return value
     return BlockValue(value, executor) if hasattr(value, "qtype") else None
 
 
@@ -116,6 +119,11 @@ class BlockValue(FormedValue):
         if self._dense is None:
             self._dense = self.executor.upload(np.ascontiguousarray(np.asarray(self.value), np.float32))
         return self._dense
+
+    # checked as the QuantTensor it holds when another program is persisted with it
+    qtype = property(lambda self: self.value.qtype)
+    shape = property(lambda self: self.value.shape)
+    ndim = property(lambda self: len(self.value.shape))
 
     def form(self, name: str) -> Any:
         if name == PACKED:
