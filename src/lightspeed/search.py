@@ -564,6 +564,9 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
     finalists: list[_Measured] = []
     first_error: Exception | None = None
     leanest: int | None = None  # the fewest intermediate bytes of a candidate that ran
+    # resident inputs' values are made once, not counted as intermediates (stacked weights)
+    static = frozenset(k for k, nid in graph.inputs.items() if opts.static_resident
+                       and not any(d.free_vars() for d in graph.nodes[nid].shape))
     many_rows = frozenset(name for name, d in sat.decls.items() if getattr(d, "many_rows", False))
     library = frozenset(name for name, d in sat.decls.items() if getattr(d, "library", False))
     # the default measured after greedy and fused: it is cut short
@@ -591,12 +594,12 @@ def _search(graph: Graph, backend: Any, opts: SearchOptions, rep: SearchReport, 
         t_extract += time.perf_counter() - t0
         t0 = time.perf_counter()
         ops = lprog.count()
-        need = lprog.peak_bytes(dims) + lprog.dequantised_bytes(dims)
+        need = lprog.peak_bytes(dims, static) + lprog.dequantised_bytes(dims)
         recomputed = False
         if need > opts.max_memory:  # recompute cheap values for their late readers: does it fit then?
             lean = lprog.rematerialized()
             if lean is not lprog:
-                lean_need = lean.peak_bytes(dims) + lean.dequantised_bytes(dims)
+                lean_need = lean.peak_bytes(dims, static) + lean.dequantised_bytes(dims)
                 if lean_need <= opts.max_memory:
                     lprog, need, recomputed, ops = lean, lean_need, True, lean.count()
         if need > opts.max_memory:

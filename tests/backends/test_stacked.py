@@ -220,3 +220,26 @@ def test_the_stacked_candidate_on_cuda_gives_the_reference_logits(dtype, tol):
     want = np.asarray(g.compile(backend="reference")(ins)["logits"], np.float64)
     got = np.asarray(backend.lower(g, lp)(ins)["logits"], np.float64)
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_the_stacked_weights_are_not_counted_as_the_candidates_intermediates():
+    """Regression (twenty-fourth session, H100: the 1B prefill's search rejected the stacked
+    candidate untimed, "needs 65 MiB of intermediates, over 16x a measured candidate's"): the
+    stacked weights are made once from the resident weights (a persisted program hoists them),
+    so with the model's weights resident the candidate needs the greedy one's intermediates."""
+    cfg = dict(TINY, vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
+               num_key_value_heads=8, head_dim=64)
+    backend = CudaBackend("search", stacked=True)
+    g = from_hf_config(cfg, dtype="bfloat16").build_graph("prefill")
+    from lightspeed.search import SearchOptions, candidates
+
+    _, enc, index, ser = saturate(backend, g)
+    decls = backend.declarations()
+    many = frozenset(n for n, d in decls.items() if d.many_rows)
+    library = frozenset(n for n, d in decls.items() if getattr(d, "library", False))
+    listed = dict(candidates(index, SearchOptions(budget=5, seed=0), many, library))
+    stacked, greedy = (decode_program(listed[k], ser, enc.constants, decls) for k in ("stacked", "greedy"))
+    weights = frozenset(k for k, nid in g.inputs.items() if not any(d.free_vars() for d in g.nodes[nid].shape))
+    dims = {"s": 16}
+    assert stacked.peak_bytes(dims) > 16 * greedy.peak_bytes(dims)  # the stacks counted: rejected
+    assert stacked.peak_bytes(dims, weights) <= greedy.peak_bytes(dims, weights)

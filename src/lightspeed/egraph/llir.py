@@ -137,14 +137,22 @@ class LProgram:
             out[o.op] = out.get(o.op, 0) + 1
         return out
 
-    def peak_bytes(self, dims: Mapping[str, int]) -> int:
+    def peak_bytes(self, dims: Mapping[str, int], static: frozenset[str] = frozenset()) -> int:
         """Peak bytes of intermediate values alive at once (inputs and constants excluded), with
-        each value freed after its last reader: what a liveness-planned runtime needs at least."""
+        each value freed after its last reader: what a liveness-planned runtime needs at least.
+        ``static``: the inputs held resident (a model's weights); values of static shape computed
+        from them and constants alone are made once beside them (a persisted program hoists them:
+        stacked weights), not counted."""
         free = liveness([o.inputs for o in self.ops])
         live = peak = 0
         size: dict[int, int] = {}
+        once: set[int] = set()
         for i, o in enumerate(self.ops):
-            if o.op not in ("Input", "Constant", "Output"):
+            if o.op == "Constant" or (o.op == "Input" and o.args["name"] in static) or (
+                    o.op not in ("Input", "Output") and o.inputs and all(j in once for j in o.inputs)
+                    and not any(d.free_vars() for d in o.shape)):
+                once.add(i)
+            elif o.op not in ("Input", "Constant", "Output"):
                 size[i] = _nbytes(o, dims)
                 live += size[i]
                 peak = max(peak, live)
