@@ -152,6 +152,11 @@ class Program:
         bound._fresh_state()
         return bound
 
+    def weight_stacks(self) -> list[tuple[str, ...]]:
+        """Inputs the program reads stacked along their rows, each stack in its order (a kernel
+        program's stacked weights: laid out so, the stack is read in place)."""
+        return []
+
     @property
     def resident(self) -> Mapping[str, Any]:
         """The persisted inputs as the backend holds them (to persist another program with)."""
@@ -508,6 +513,9 @@ class BucketedProgram(Program):
         self._check({n: a for n, a in inputs.items() if n in self.input_args and any(
             d.free_vars() & picks for d in self.input_args[n].shape)}, env, partial=True)
         return self._bucket(env).launch(inputs, dims=dims, fetch=fetch)
+
+    def weight_stacks(self) -> list[tuple[str, ...]]:
+        return [stack for _, p in self.buckets for stack in p.weight_stacks()]
 
     def report(self) -> str:
         return "\n\n".join(f"bucket {r}:\n{p.report()}" for r, p in self.buckets)

@@ -243,3 +243,36 @@ def test_the_stacked_weights_are_not_counted_as_the_candidates_intermediates():
     dims = {"s": 16}
     assert stacked.peak_bytes(dims) > 16 * greedy.peak_bytes(dims)  # the stacks counted: rejected
     assert stacked.peak_bytes(dims, weights) <= greedy.peak_bytes(dims, weights)
+
+
+@pytest.mark.skipif(not NATIVE, reason="no C compiler")
+def test_weights_laid_out_in_a_stacks_order_are_read_in_place():
+    """``stacked_layout`` places each stack's weights one after another in its order (one array,
+    row views of it), and a persisted program then reads each stack in place: its hoisted value
+    is a view of the weights (no launch, no second copy; ``KernelProgram._stack_span``); weights
+    placed apart get a stacked copy.  Both give the reference's logits."""
+    from lightspeed.backends.codegen.program import stack_members
+    from lightspeed.models.generate import stacked_layout
+
+    backend = _StackedNative()
+    model = from_hf_config(TINY)
+    g = model.build_graph("prefill")
+    ins = _inputs(model, g, 5)
+    want = np.asarray(g.compile(backend="reference")(ins)["logits"])
+    lp = next(lp for lp in _stacked_programs(backend, g, 4) if 32 in {int(o.args["n"].value) for o in _stacked(lp)})
+    prog = backend.lower(g, lp)
+    stacks = prog.weight_stacks()
+    qkv = [s for s in stacks if len(s) == 3]
+    assert qkv and all({n.split(".")[-2] for n in s} == {"q_proj", "k_proj", "v_proj"} for s in qkv)
+    weights = {k: v for k, v in ins.items() if k in model.param_shapes()}
+    rest = {k: v for k, v in ins.items() if k not in weights}
+    for layout, in_place in ((stacked_layout(prog, weights, stacks), True), (dict(weights), False)):
+        bound = prog.persist(layout)
+        np.testing.assert_allclose(np.asarray(bound(rest)["logits"]), want, rtol=1e-5, atol=1e-5)
+        stacked = {i: v for i, v in bound._hoisted.items() if stack_members(lp, i) is not None}
+        assert len(stacked) == len(stacks)
+        for i, value in stacked.items():
+            first = layout[stack_members(lp, i)[0][0]]
+            assert np.shares_memory(value, first) == in_place
+        if in_place:  # the stacks' launches are gone from the program and were never run
+            assert all(stack_members(lp, x.op) is None for x in bound.launches)

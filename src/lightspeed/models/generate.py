@@ -275,15 +275,39 @@ def one_process(model: DecoderLM, weights: Mapping[str, Any], backend: str, sear
     # the weights become resident once (checked and placed on the device), not passed per step;
     # GGUF block matrices a backend reads as blocks keep their block dtype in the graphs
     storage = model.block_storage(checked, backend)
-    prefill = compile_model(model, "prefill", backend, search, storage=storage).persist(checked)
+    prefill = compile_model(model, "prefill", backend, search, storage=storage)
+    decode = compile_model(model, "decode", backend, search, storage=storage)
+    if get_backend(backend).device_memory:  # uploaded anyway: stacked weights laid out in place
+        checked = stacked_layout(prefill, checked, [*prefill.weight_stacks(), *decode.weight_stacks()])
+    prefill = prefill.persist(checked)
     # the other programs take the prefill's resident weights as they lie: one device copy (and one
     # placing of GGUF blocks), not one per program (a 1B's 2.5 GB three times on a GPU)
     placed = prefill.resident
-    decode = compile_model(model, "decode", backend, search, storage=storage).persist(placed)
+    decode = decode.persist(placed)
 
     def extend() -> Program:
         return compile_model(model, "extend", backend, search, storage=storage).persist(placed)
     return RankPrograms(model, checked, prefill, decode, extend=extend)
+
+
+def stacked_layout(prog: Program, weights: Mapping[str, Any], stacks: Sequence[tuple[str, ...]]) -> dict[str, Any]:
+    """``weights`` on ``prog``'s device with each stack's members (host arrays of one dtype and
+    row width) one after another in its order, as row views of one array: a program that reads
+    them stacked (codegen/stacked.egg: a layer's q, k and v) then reads the stack in place, with
+    no second copy of them (``KernelProgram._hoist``).  A weight in two stacks keeps the first."""
+    out, taken = dict(weights), set()
+    for names in stacks:
+        arrays = [weights.get(n) for n in names]
+        if taken & set(names) or not all(isinstance(a, np.ndarray) and a.ndim == 2 for a in arrays) \
+                or len({(a.dtype, a.shape[1]) for a in arrays}) != 1:
+            continue
+        whole = prog.to_device(np.concatenate(arrays))
+        start = 0
+        for name, a in zip(names, arrays):
+            out[name] = prog.rows(whole, start, a.shape[0])
+            start += a.shape[0]
+        taken |= set(names)
+    return out
 
 
 class Generator:

@@ -108,6 +108,12 @@ class Executor:
         """Whether ``array`` is of the executor's kind (kernels can write it directly)."""
         raise NotImplementedError
 
+    def span(self, first: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any | None:
+        """An array of ``shape`` over the memory that starts where ``first`` starts and goes on
+        past it (the allocation it is a view of), or None where that memory is not known to be
+        there: a stack of weights laid out one after another, read in place (:meth:`_hoist`)."""
+        return None
+
     def new_state(self, nbytes: int, slots: int) -> Any:
         """Per-thread run state: an arena of ``nbytes`` and a table of ``slots`` words."""
         raise NotImplementedError
@@ -541,26 +547,31 @@ class KernelProgram(Program):
         self._unhoisted = copy.copy(self)
         self._unhoisted._fresh_state()
         self._unhoisted._hoisted = {}
-        arrays = {i: self.executor.empty(tuple(int(d.value) for d in ops[i].shape), ops[i].dtype.np) for i in keep}
+        # a stack of resident weights laid out one after another (Generator's one_process places
+        # them so) is a view of them: no launch, no second copy of the weights
+        spans = {i: v for i in keep if (v := self._stack_span(i)) is not None}
+        arrays = {i: spans[i] if i in spans else self.executor.empty(
+            tuple(int(d.value) for d in ops[i].shape), ops[i].dtype.np) for i in keep}
         # the prelude: a copy whose launches are the static ones and whose kept values are the arrays
         ex = self.executor
         pre = copy.copy(self)
         pre._fresh_state()
         pre._hoisted = {}
-        pre.launches = prelude
+        pre.launches = [x for x in prelude if not set(x.merged or (x.op,)) <= spans.keys()]
         pre.handles = ex.compile([x.spec for x in pre.launches])  # each kernel (not a whole-program runner)
         pre.constants = {**self.constants, **arrays}
         pre.computed = [i for i in self.computed if i not in arrays]
-        dims = {s: max(1, self._reserved.get(s, 1)) for s in self.dim_names}
-        plan = pre._plan_for(dims)
-        st = pre._state(plan)
-        for s_, k in self.dim_slot.items():
-            st.table[k] = dims[s_]
-        read = {a for x in prelude for a in x.args[len(x.spec.dims):]}
-        for name, a in self._resident.items():
-            pre._write_input(st.table, name, a, set(self.inputs_at) - read)
-        ex.run(st, pre.launches, pre.handles, plan.bounds)
-        ex.finish()
+        if pre.launches:
+            dims = {s: max(1, self._reserved.get(s, 1)) for s in self.dim_names}
+            plan = pre._plan_for(dims)
+            st = pre._state(plan)
+            for s_, k in self.dim_slot.items():
+                st.table[k] = dims[s_]
+            read = {a for x in pre.launches for a in x.args[len(x.spec.dims):]}
+            for name, a in self._resident.items():
+                pre._write_input(st.table, name, a, set(self.inputs_at) - read)
+            ex.run(st, pre.launches, pre.handles, plan.bounds)
+            ex.finish()
         # the resident inputs the kept values depend on: another array for one runs the whole program
         deps, todo = set(), list(keep)
         while todo:
@@ -576,6 +587,26 @@ class KernelProgram(Program):
         self.constants = {**self.constants, **arrays}
         self.computed = [i for i in self.computed if i not in made]
         self._hoisted = arrays
+
+    def _stack_span(self, i: int) -> Any | None:
+        """Op ``i``'s value as a view of the resident weights it stacks, where they lie one after
+        another in its order (each at the previous one's end); else None."""
+        members = stack_members(self.lprog, i)
+        if members is None or not all(name in self._resident for name, _ in members):
+            return None
+        ex, op = self.executor, self.lprog.ops[i]
+        arrays = [self._resident[name] for name, _ in members]
+        if not all(ex.owns(a) or isinstance(a, np.ndarray) for a in arrays):
+            return None  # (blocks, torch tensors: not laid out by us)
+        row = int(op.shape[1].value) * op.dtype.itemsize
+        first = ex.address(arrays[0])
+        if any(ex.address(a) != first + start * row for a, (_, start) in zip(arrays, members)):
+            return None
+        return ex.span(arrays[0], tuple(int(d.value) for d in op.shape), op.dtype.np)
+
+    def weight_stacks(self) -> list[tuple[str, ...]]:
+        return [tuple(name for name, _ in m) for i in range(len(self.lprog.ops))
+                if (m := stack_members(self.lprog, i)) is not None]
 
     def arena_bytes(self, dims: Mapping[str, int] | None = None) -> int:
         return self._plan_for({**(self._plan.bounds if self._plan else {}), **(dims or {})}).nbytes
@@ -593,6 +624,43 @@ class KernelProgram(Program):
 
     def report(self) -> str:
         return self.search_report.format() if self.search_report is not None else "no search was run"
+
+
+def stack_members(lprog: Any, i: int) -> list[tuple[str, int]] | None:
+    """[(input name, first row)] in row order when op ``i`` stacks whole 2-D inputs along their
+    rows (codegen/stacked.egg's weights: a region adding each input read through a view masked
+    to its rows [lo, hi) of the stack), else None."""
+    op = lprog.ops[i]
+    if op.op != "Fused" or len(op.shape) != 2 or not all(d.is_const for d in op.shape):
+        return None
+    n, k = (int(d.value) for d in op.shape)
+
+    def leaves(body: Any) -> list[int] | None:
+        if body[0] == "leaf":
+            return [body[1]]
+        if body[0] != "Add":
+            return None
+        a, b = leaves(body[1]), leaves(body[2])
+        return None if a is None or b is None else a + b
+    order = leaves(op.args["body"])
+    if order is None or sorted(order) != list(range(len(op.inputs))) or len(order) < 2:
+        return None
+    members = []
+    for leaf, j in enumerate(op.inputs):
+        src, views = lprog.ops[j], op.leaf_views[leaf].views
+        if src.op != "Input" or src.dtype != op.dtype or len(views) != 1 or len(src.shape) != 2:
+            return None
+        v = views[0]
+        if v.mask is None or v.strides != (k, 1) or tuple(v.mask[1]) != (0, k):
+            return None
+        lo, hi = (int(x.value) if hasattr(x, "value") else int(x) for x in v.mask[0])
+        if tuple(src.shape) != (hi - lo, k) or v.offset != -lo * k:
+            return None
+        members.append((src.args["name"], lo, hi))
+    members.sort(key=lambda m: m[1])
+    if members[0][1] != 0 or members[-1][2] != n or any(a[2] != b[1] for a, b in zip(members, members[1:])):
+        return None
+    return [(name, lo) for name, lo, _ in members]
 
 
 def grouped_order(order: list[int], deps: Mapping[int, set[int]], key: Mapping[int, Any]) -> list[list[int]]:

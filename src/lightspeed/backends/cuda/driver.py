@@ -105,7 +105,7 @@ class Device:
         check(bindings().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
     # ------------------------------------------------------------------ memory
-    def alloc(self, nbytes: int) -> _Block:
+    def alloc(self, nbytes: int) -> Block:
         """Device memory of at least ``nbytes`` (rounded up to a size class and reused)."""
         size = _size_class(max(1, nbytes))
         with self._alloc_lock:
@@ -122,7 +122,7 @@ class Device:
             with self._alloc_lock:
                 self.held_bytes += size
                 self.peak_bytes = max(self.peak_bytes, self.held_bytes)
-        return _Block(self, ptr, size)
+        return Block(self, ptr, size)
 
     def pinned(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """A host array in page-locked memory (a device-to-host copy into it runs asynchronously;
@@ -287,7 +287,7 @@ def _size_class(n: int) -> int:
     return ((n + q - 1) // q) * q
 
 
-class _Block:
+class Block:
     """An allocation: returned to the device's cache when the last reference goes."""
 
     __slots__ = ("ptr", "size", "__weakref__")

@@ -147,6 +147,16 @@ class GpuExecutor(Executor):
     def owns(self, array: Any) -> bool:
         return isinstance(array, DeviceArray)
 
+    def span(self, first: Any, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray | None:
+        owner = first
+        while isinstance(owner, DeviceArray):
+            owner = owner.owner  # down to the allocation (a torch tensor's memory is not ours)
+        size = owner.size if isinstance(owner, driver.Block) else None
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if not isinstance(first, DeviceArray) or size is None or first.ptr + nbytes > owner.ptr + size:
+            return None
+        return DeviceArray(first.ptr, shape, dtype, first)
+
     def new_state(self, nbytes: int, slots: int) -> _State:
         return _State(nbytes, slots)
 

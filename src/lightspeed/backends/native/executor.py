@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import re
 import shutil
@@ -383,6 +384,17 @@ class HostExecutor(Executor):
 
     def owns(self, array: Any) -> bool:
         return isinstance(array, np.ndarray) and array.flags.c_contiguous and array.flags.writeable
+
+    def span(self, first: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        base = first
+        while isinstance(getattr(base, "base", None), np.ndarray):
+            base = base.base  # the array that owns the memory
+        if not isinstance(first, np.ndarray) or not base.flags.c_contiguous:
+            return None
+        offset = first.ctypes.data - base.ctypes.data
+        if offset < 0 or offset + math.prod(shape) * np.dtype(dtype).itemsize > base.nbytes:
+            return None
+        return np.ndarray(shape, dtype, buffer=base, offset=offset)
 
     def new_state(self, nbytes: int, slots: int) -> _State:
         return _State(nbytes, slots)
