@@ -276,3 +276,26 @@ def test_weights_laid_out_in_a_stacks_order_are_read_in_place():
             assert np.shares_memory(value, first) == in_place
         if in_place:  # the stacks' launches are gone from the program and were never run
             assert all(stack_members(lp, x.op) is None for x in bound.launches)
+
+
+def test_the_slices_of_a_stacked_product_are_read_in_place_where_their_readers_take_views():
+    """At the 1B's widths the stacked candidate's k and v slices were copy regions (~1 MB a layer
+    each at 512 rows): RoPE reads k at another shape, which the fusion rules do not inline, and
+    the cache row's Output is no region.  A kernel program reads them in the product through the
+    composed views (``read_slices_in_place``); the attention's q keeps its copy."""
+    from lightspeed.backends.codegen.stacks import read_slices_in_place
+
+    cfg = dict(TINY, vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
+               num_key_value_heads=8, head_dim=64)
+    g = from_hf_config(cfg, dtype="bfloat16").build_graph("prefill")
+    lp = _cuda_stacked_candidate(CudaBackend("search", stacked=True), g)
+
+    def copies(p):
+        return [i for i, o in enumerate(p.ops) if o.op == "Fused" and o.args["body"] == ("leaf", 0)]
+    layers = TINY["num_hidden_layers"]
+    assert len(copies(lp)) == 3 * layers  # q, k and v copied
+    read = read_slices_in_place(lp)
+    assert len(copies(read)) == layers and len(read.ops) == len(lp.ops) - 2 * layers
+    assert all(read.ops[o.inputs[0]].op.startswith("LtMatmul") for o in read.ops
+               if o.op == "Output" and o.args["name"].endswith(".v"))  # v's cache rows from the product
+    assert {n: read.ops[i].args["name"] for n, i in read.outputs.items()} == {n: n for n in read.outputs}

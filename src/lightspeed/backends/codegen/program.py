@@ -55,6 +55,7 @@ from .fused import IN_PLACE_OPS
 from .kernels import KernelSpec
 from .kernels.merge import merge_kernels, merge_key
 from .lowering import VALUES, FormedValue, OpTable
+from .stacks import read_slices_in_place, stack_members
 
 __all__ = ["KernelProgram", "Executor", "Launch", "check_in_place", "grouped_order"]
 
@@ -167,7 +168,7 @@ class KernelProgram(Program):
         super().__init__(graph)
         self.backend_name = backend_name
         self.table = table if table is not None else OpTable()
-        self.lprog = lprog
+        self.lprog = lprog = read_slices_in_place(lprog)  # (a stacked product's slices: no copies)
         self.search_report = report
         self.executor = executor
         ops = lprog.ops
@@ -624,43 +625,6 @@ class KernelProgram(Program):
 
     def report(self) -> str:
         return self.search_report.format() if self.search_report is not None else "no search was run"
-
-
-def stack_members(lprog: Any, i: int) -> list[tuple[str, int]] | None:
-    """[(input name, first row)] in row order when op ``i`` stacks whole 2-D inputs along their
-    rows (codegen/stacked.egg's weights: a region adding each input read through a view masked
-    to its rows [lo, hi) of the stack), else None."""
-    op = lprog.ops[i]
-    if op.op != "Fused" or len(op.shape) != 2 or not all(d.is_const for d in op.shape):
-        return None
-    n, k = (int(d.value) for d in op.shape)
-
-    def leaves(body: Any) -> list[int] | None:
-        if body[0] == "leaf":
-            return [body[1]]
-        if body[0] != "Add":
-            return None
-        a, b = leaves(body[1]), leaves(body[2])
-        return None if a is None or b is None else a + b
-    order = leaves(op.args["body"])
-    if order is None or sorted(order) != list(range(len(op.inputs))) or len(order) < 2:
-        return None
-    members = []
-    for leaf, j in enumerate(op.inputs):
-        src, views = lprog.ops[j], op.leaf_views[leaf].views
-        if src.op != "Input" or src.dtype != op.dtype or len(views) != 1 or len(src.shape) != 2:
-            return None
-        v = views[0]
-        if v.mask is None or v.strides != (k, 1) or tuple(v.mask[1]) != (0, k):
-            return None
-        lo, hi = (int(x.value) if hasattr(x, "value") else int(x) for x in v.mask[0])
-        if tuple(src.shape) != (hi - lo, k) or v.offset != -lo * k:
-            return None
-        members.append((src.args["name"], lo, hi))
-    members.sort(key=lambda m: m[1])
-    if members[0][1] != 0 or members[-1][2] != n or any(a[2] != b[1] for a, b in zip(members, members[1:])):
-        return None
-    return [(name, lo) for name, lo, _ in members]
 
 
 def grouped_order(order: list[int], deps: Mapping[int, set[int]], key: Mapping[int, Any]) -> list[list[int]]:
