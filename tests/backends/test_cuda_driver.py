@@ -7,7 +7,7 @@ import collections
 import gc
 import threading
 
-from lightspeed.backends.cuda.driver import Device, _Block
+from lightspeed.backends.cuda.driver import Block, Device
 
 
 def _bookkeeping_only_device() -> Device:
@@ -28,7 +28,7 @@ def test_a_block_finalized_while_the_allocator_holds_its_lock_does_not_deadlock(
     finished = threading.Event()
 
     def allocate_and_collect():  # on its own thread: a hang fails the test instead of blocking it
-        blocks = [_Block(dev, 0x1000 * (i + 1), 256) for i in range(3)]
+        blocks = [Block(dev, 0x1000 * (i + 1), 256) for i in range(3)]
         cycle = [blocks.pop()]
         cycle.append(cycle)  # reachable only through a cycle: freed by the collector
         del cycle
