@@ -22,6 +22,9 @@ from tests.backends.harness import memory_hazards, nvrtc_or_skip, saturate
 from tests.backends.test_conformance import TINY
 
 NATIVE = get_backend("native").available()
+# TINY's layers at the Llama-3.2-1B's widths (the stacked candidate's shape on a GPU)
+WIDE = dict(TINY, vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
+            num_key_value_heads=8, head_dim=64)
 
 
 class _StackedNative(NativeBackend):
@@ -187,10 +190,8 @@ def test_the_stacked_candidate_computes_one_product_per_left_operand():
     stacked products for two layers where two a layer were meant.  Now each normed operand feeds
     exactly one product, which the search's q, k, v (and gate, up) slices all read, most of them
     in place."""
-    cfg = dict(TINY, vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=64)
     backend = CudaBackend("search", stacked=True)
-    g = from_hf_config(cfg, dtype="bfloat16").build_graph("prefill")
+    g = from_hf_config(WIDE, dtype="bfloat16").build_graph("prefill")
     lp = _cuda_stacked_candidate(backend, g)
     norms = [i for i, o in enumerate(lp.ops) if o.op == "RowNorm"]
     products = [o for o in lp.ops if "Matmul" in o.op and lp.ops[o.inputs[0]].op == "RowNorm"]
@@ -227,10 +228,8 @@ def test_the_stacked_weights_are_not_counted_as_the_candidates_intermediates():
     candidate untimed, "needs 65 MiB of intermediates, over 16x a measured candidate's"): the
     stacked weights are made once from the resident weights (a persisted program hoists them),
     so with the model's weights resident the candidate needs the greedy one's intermediates."""
-    cfg = dict(TINY, vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=64)
     backend = CudaBackend("search", stacked=True)
-    g = from_hf_config(cfg, dtype="bfloat16").build_graph("prefill")
+    g = from_hf_config(WIDE, dtype="bfloat16").build_graph("prefill")
     from lightspeed.search import SearchOptions, candidates
 
     _, enc, index, ser = saturate(backend, g)
@@ -285,9 +284,7 @@ def test_the_slices_of_a_stacked_product_are_read_in_place_where_their_readers_t
     composed views (``read_slices_in_place``); the attention's q keeps its copy."""
     from lightspeed.backends.codegen.stacks import read_slices_in_place
 
-    cfg = dict(TINY, vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=64)
-    g = from_hf_config(cfg, dtype="bfloat16").build_graph("prefill")
+    g = from_hf_config(WIDE, dtype="bfloat16").build_graph("prefill")
     lp = _cuda_stacked_candidate(CudaBackend("search", stacked=True), g)
 
     def copies(p):
