@@ -120,11 +120,15 @@ def test_stacked_cuda_programs_compile_and_read_what_they_expect():
     backend = CudaBackend("off", stacked=True)
     g = from_hf_config(TINY, dtype="bfloat16").build_graph("prefill")
     rec, n = _Recorder(), 0
-    for lp in _stacked_programs(backend, g, 3):
+    # random candidates, and the search's stacked one: its q, k and v slices read in place (the
+    # attention's query leaves, RoPE's region and v's Output through composed views)
+    for lp in [*_stacked_programs(backend, g, 3), _cuda_stacked_candidate(backend, g)]:
         prog = KernelProgram(g, lp, rec, table=backend.op_table)
         assert memory_hazards(prog, {s: 5 for s in prog.dim_names}) == []
         n += 1
-    assert n
+    assert not [o for o in prog.lprog.ops if o.op == "Fused" and o.args["body"] == ("leaf", 0)]
+    ops = prog.lprog.ops
+    assert any(o.op.startswith("Attention") and any("Matmul" in ops[j].op for j in o.inputs) for o in ops)
     specs = sorted(rec.specs.values(), key=lambda s: s.name)
     assert nvrtc.compile_ptx(module_source(specs, "cuda"))
 
@@ -278,10 +282,12 @@ def test_weights_laid_out_in_a_stacks_order_are_read_in_place():
 
 
 def test_the_slices_of_a_stacked_product_are_read_in_place_where_their_readers_take_views():
-    """At the 1B's widths the stacked candidate's k and v slices were copy regions (~1 MB a layer
-    each at 512 rows): RoPE reads k at another shape, which the fusion rules do not inline, and
-    the cache row's Output is no region.  A kernel program reads them in the product through the
-    composed views (``read_slices_in_place``); the attention's q keeps its copy."""
+    """At the 1B's widths the stacked candidate's q, k and v slices were copy regions (2, 1 and
+    1 MB a layer at 512 rows): RoPE reads k at another shape, which the fusion rules do not
+    inline, the cache row's Output is no region, the attention reads q through its query body.
+    A kernel program reads them in the product through the composed views
+    (``read_slices_in_place``; native's stacked candidate, whose attention reads q so, gives the
+    reference's logits in ``test_the_search_measures_a_candidate_with_every_product_stacked``)."""
     from lightspeed.backends.codegen.stacks import read_slices_in_place
 
     g = from_hf_config(WIDE, dtype="bfloat16").build_graph("prefill")
@@ -292,7 +298,27 @@ def test_the_slices_of_a_stacked_product_are_read_in_place_where_their_readers_t
     layers = TINY["num_hidden_layers"]
     assert len(copies(lp)) == 3 * layers  # q, k and v copied
     read = read_slices_in_place(lp)
-    assert len(copies(read)) == layers and len(read.ops) == len(lp.ops) - 2 * layers
+    assert not copies(read) and len(read.ops) == len(lp.ops) - 3 * layers
     assert all(read.ops[o.inputs[0]].op.startswith("LtMatmul") for o in read.ops
                if o.op == "Output" and o.args["name"].endswith(".v"))  # v's cache rows from the product
     assert {n: read.ops[i].args["name"] for n, i in read.outputs.items()} == {n: n for n in read.outputs}
+
+
+def test_the_attention_tile_reading_q_in_a_stacked_product_compiles_and_reads_what_it_expects():
+    """The 1B-width stacked candidate with the tensor-core tiles (no cuBLASLt): the attention tile
+    reads its queries through the view composed over the q+k+v product (no copy of q), compiles
+    for sm_90 and reads nothing another launch overwrote."""
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import module_source
+    from lightspeed.backends.codegen.program import KernelProgram
+    from tests.backends.test_cuda_codegen import _Recorder
+
+    backend = CudaBackend("off", stacked=True)
+    g = from_hf_config(WIDE, dtype="bfloat16").build_graph("prefill")
+    rec = _Recorder()
+    prog = KernelProgram(g, _cuda_stacked_candidate(backend, g), rec, table=backend.op_table)
+    ops = prog.lprog.ops
+    attention = [o for o in ops if o.op == "AttentionMma"]
+    assert attention and all("Matmul" in ops[o.inputs[1]].op for o in attention)  # q: the product itself
+    assert memory_hazards(prog, {s: 17 for s in prog.dim_names}) == []
+    assert nvrtc.compile_ptx(module_source([s for s in rec.specs.values() if "attention" in s.name], "cuda"))

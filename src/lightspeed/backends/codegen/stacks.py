@@ -4,9 +4,10 @@ and up, as one product over their weights stacked along the rows).
 :func:`stack_members` recognises the op that stacks them (a persisted program reads it in place
 where the weights lie one after another: ``KernelProgram._stack_span``); :func:`read_slices_in_place`
 removes the regions that only copy a column slice of such a product, where their readers can
-read the product through the composed view instead (region leaves and ``Output`` take any
-view): the fusion rules inline a region only into a reader at its own shape, so RoPE's halves of
-k and the cache row's ``Output`` of v read copies, ~1 MB a layer each at a 1B's 512 rows.
+read the product through the composed view instead (region leaves, ``Output`` and an
+attention's query leaves take any view): the fusion rules inline a region only into a reader at
+its own shape, so RoPE's halves of k, the cache row's ``Output`` of v and the attention's q read
+copies (~1, 1 and 2 MB a layer at a 1B's 512 rows).
 """
 
 from __future__ import annotations
@@ -68,10 +69,17 @@ def _slice_of_stacked_product(lprog: LProgram, i: int) -> ShapeTracker | None:
     return op.leaf_views[0]
 
 
+def _leaves(body: tuple) -> set[int]:
+    """The leaf indexes a scalar body reads."""
+    if body[0] == "leaf":
+        return {body[1]}
+    return set().union(*(_leaves(x) for x in body[1:] if isinstance(x, tuple)))
+
+
 def read_slices_in_place(lprog: LProgram) -> LProgram:
     """``lprog`` with each column slice of a stacked product read in place by the readers that
-    take a view (regions' leaves, ``Output``): their view composed over the slice's; a slice no
-    reader needs any more is dropped.  Others (the attention's operands) keep reading the copy."""
+    take a view (regions' leaves, ``Output``, an attention's query leaves): their view composed
+    over the slice's; a slice no reader needs any more is dropped.  Others keep reading the copy."""
     ops = lprog.ops
     slices = {i: v for i in range(len(ops)) if (v := _slice_of_stacked_product(lprog, i)) is not None}
     if not slices:
@@ -84,6 +92,17 @@ def read_slices_in_place(lprog: LProgram) -> LProgram:
                 if j in slices:
                     inputs[k] = ops[j].inputs[0]
                     views[k] = ShapeTracker(slices[j].views + views[k].views)
+            op = dataclasses.replace(op, inputs=tuple(inputs), leaf_views=tuple(views))
+        elif op.op in ("Attention", "AttentionMma") and any(j in slices for j in op.inputs[1:]):
+            # the queries' leaves (region leaf k: input k, leaf view k - 1; 0 is the mask), which
+            # the kernels evaluate through their body; keys' and values' leaves keep their fast paths
+            q_leaves = _leaves(op.args["q_body"]) - _leaves(op.args["k_body"]) - _leaves(op.args["v_body"])
+            inputs, views = list(op.inputs), list(op.leaf_views)
+            for k in sorted(q_leaves):
+                if inputs[k] in slices:
+                    j = inputs[k]
+                    inputs[k] = ops[j].inputs[0]
+                    views[k - 1] = ShapeTracker(slices[j].views + views[k - 1].views)
             op = dataclasses.replace(op, inputs=tuple(inputs), leaf_views=tuple(views))
         elif op.op == "Output" and op.inputs[0] in slices:
             j = op.inputs[0]
