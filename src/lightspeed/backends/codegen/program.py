@@ -99,7 +99,9 @@ class Executor:
         """A new array of the executor's kind."""
         raise NotImplementedError
 
-    def upload(self, host: np.ndarray) -> Any:
+    def upload(self, host: np.ndarray, wait: bool = True) -> Any:
+        """``host`` on the executor's device; ``wait=False``: queued on this thread's stream, not
+        waited for (a call's inputs, which only this thread's launches read next)."""
         raise NotImplementedError
 
     def address(self, array: Any) -> int:
@@ -344,7 +346,9 @@ class KernelProgram(Program):
         if placed is not None:
             return placed
         # row-major (kernels index buffers flat): a strided view is copied, anything else kept
-        return self.executor.upload(np.asarray(array))
+        # not waited for: a call's inputs, read next by this thread's launches; a persisted copy
+        # waits once for its own (CudaProgram._fresh_state)
+        return self.executor.upload(np.asarray(array), wait=False)
 
     def bind(self, inputs: Mapping[str, Any], dims: Mapping[str, int] | None = None
              ) -> tuple[dict[str, Any], dict[str, int]]:

@@ -135,11 +135,12 @@ class GpuExecutor(Executor):
     def finish(self) -> None:
         driver.device().sync(thread_stream())
 
-    def upload(self, host: np.ndarray) -> DeviceArray:
-        """Queued on this thread's stream, not waited for (the driver has taken the host bytes
-        when it returns; the thread's kernels run after it): a prefill's two inputs each waited
-        for the stream on the first token's path.  A persisted program waits once for its own."""
-        return DeviceArray.from_host(host, thread_stream(), wait=False)
+    def upload(self, host: np.ndarray, wait: bool = True) -> DeviceArray:
+        """On this thread's stream; ``wait=False`` (a call's inputs): not waited for -- the driver
+        has taken the host bytes when it returns and the thread's kernels run after the copy (a
+        prefill's two inputs each waited for the stream on the first token's path).  Constants
+        and weights wait: another thread's stream may read them first."""
+        return DeviceArray.from_host(host, thread_stream(), wait=wait)
 
     def address(self, array: Any) -> int:
         return array.ptr

@@ -373,7 +373,7 @@ class HostExecutor(Executor):
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         return np.empty(shape, dtype)
 
-    def upload(self, host: np.ndarray) -> np.ndarray:
+    def upload(self, host: np.ndarray, wait: bool = True) -> np.ndarray:
         return np.ascontiguousarray(host)
 
     def address(self, array: Any) -> int:
