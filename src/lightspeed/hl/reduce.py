@@ -13,8 +13,8 @@ from .. import dtypes as dt
 from ..dtypes import DType
 from ..errors import DTypeError, UnsupportedError
 from ..graph import GraphTensor
-from ..symbolic import INDEX_VAR, as_expr, prod, sym
-from .common import cast, fill_expr, full, norm_axes, norm_axis, prim
+from ..symbolic import as_expr, prod
+from .common import axis_positions, cast, fill_expr, full, norm_axes, norm_axis, prim
 from .elementwise import div, eq, exp2, log2, logical_not, mul, order_reverse, sqrt, sub, where
 from .registry import hl_op
 
@@ -167,13 +167,7 @@ def _arg_extreme(x: GraphTensor, dim: int | None, keepdim: bool, op: str) -> Gra
         from .elementwise import isnan, logical_or
 
         hit = logical_or(hit, isnan(x))
-    # position along axis k for each element
-    inner = prod(x.shape[k + 1:])
-    index = sym(INDEX_VAR) // inner
-    # no 64-bit modulo per element where no axis lies before k (a [1, vocab] row of logits: the
-    # flat index is below x.shape[k] * inner already; ~20 us of a 1B's argmax on an H100)
-    outer = prod(x.shape[:k])
-    pos = x.graph.iota(index if outer.is_const and outer.value == 1 else index % x.shape[k], x.shape, dt.int64)
+    pos = axis_positions(x, k)
     big = fill_expr(x.graph, x.shape[k], x.shape, dt.int64)
     # hit ? pos : big in int64 arithmetic (exact): element-wise, so it joins the reduction's region
     # (``where`` is a Scatter, a kernel of its own: a decode step's argmax took six launches)

@@ -26,7 +26,7 @@ from ..dtypes import DType
 from ..errors import DTypeError, ShapeError, UnsupportedError
 from ..graph import Graph, GraphTensor
 from ..symbolic import INDEX_VAR, Expr, ExprLike, as_expr, is_expr_like, prod, smax, sym
-from .common import cast, fill_expr, fmt_shape, full, norm_axis, prim
+from .common import axis_positions, cast, fill_expr, fmt_shape, full, norm_axis, prim
 from .elementwise import eq, isnan, logical_not, order_reverse, where
 from .reduce import ValuesIndices, prod_
 from .registry import hl_op
@@ -64,12 +64,6 @@ def _j_positions(x: GraphTensor, k: int) -> GraphTensor:
     z = sym(INDEX_VAR)
     jp = x.graph.iota(z // n, (n, n), dt.int64)
     return jp.reshape(*(1,) * k, n, n, *(1,) * (x.ndim - k - 1)).expand(*_pair_shape(x, k))
-
-
-def _axis_positions(x: GraphTensor, k: int) -> GraphTensor:
-    """int64 tensor of x's shape holding each element's position along axis k."""
-    inner = prod(x.shape[k + 1:])
-    return x.graph.iota((sym(INDEX_VAR) // inner) % x.shape[k], x.shape, dt.int64)
 
 
 def _vector_op(fn: Callable[[GraphTensor, int], Any], x: GraphTensor, dim: int, op: str) -> Any:
@@ -123,7 +117,7 @@ def _ranked(x: GraphTensor, k: int, descending: bool, keep: ExprLike | None) -> 
         drop = logical_not(prim("LessThan", rank, fill_expr(x.graph, kk, x.shape, dt.int64)))
         flat = where(drop, fill_expr(x.graph, prod(out_shape), x.shape, dt.int64), flat)
     values = prim("Scatter", full(x.graph, out_shape, 0, x.dtype), flat, x)
-    indices = prim("Scatter", full(x.graph, out_shape, 0, dt.int64), flat, _axis_positions(x, k))
+    indices = prim("Scatter", full(x.graph, out_shape, 0, dt.int64), flat, axis_positions(x, k))
     return ValuesIndices(values, indices)
 
 
