@@ -210,6 +210,16 @@ def test_an_index_outside_the_data_raises_where_the_host_waits():
     np.testing.assert_array_equal(good.result()["emb"], W[[2]] * 2)
 
 
+def _unaligned_torch_views(ins: dict) -> dict | None:
+    """Each input as a bfloat16 torch CUDA tensor 2 bytes off 16-byte alignment (a view one element
+    into its buffer), or None without torch's CUDA."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        return None
+    return {k: torch.cat([torch.zeros(1, dtype=torch.bfloat16), torch.from_numpy(
+        np.asarray(v, np.float32)).to(torch.bfloat16).reshape(-1)]).cuda()[1:].reshape(v.shape) for k, v in ins.items()}
+
+
 @pytest.mark.parametrize("s", [1, 17, 255])
 def test_element_wise_kernels_of_vector_items_match_the_reference(s, monkeypatch):
     """A prompt's SiLU·mul (and a broadcast weight beside it) as items of 8 bfloat16 elements
@@ -227,11 +237,9 @@ def test_element_wise_kernels_of_vector_items_match_the_reference(s, monkeypatch
     ins = random_inputs(g, {"s": s}, seed=s)
     want = np.asarray(g.compile(backend="reference")(ins)["y"], np.float32)
     np.testing.assert_allclose(np.asarray(prog(ins)["y"], np.float32), want, rtol=2e-2, atol=2e-2)
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
+    odd = _unaligned_torch_views(ins)
+    if odd is None:
         return
-    odd = {k: torch.cat([torch.zeros(1, dtype=torch.bfloat16), torch.from_numpy(
-        np.asarray(v, np.float32)).to(torch.bfloat16).reshape(-1)]).cuda()[1:].reshape(v.shape) for k, v in ins.items()}
     assert odd["gate"].data_ptr() % 16 == 2
     got = prog(odd)["y"].float().cpu().numpy()
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
@@ -266,10 +274,8 @@ def test_row_norms_of_16_byte_chunks_match_the_reference_and_their_unaligned_bra
     want = np.asarray(g.compile(backend="reference")(ins)["y"], np.float32)
     got = np.asarray(prog(ins)["y"], np.float32)
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
+    odd = _unaligned_torch_views(ins)
+    if odd is None:
         return
-    odd = {k: torch.cat([torch.zeros(1, dtype=torch.bfloat16), torch.from_numpy(
-        np.asarray(v, np.float32)).to(torch.bfloat16).reshape(-1)]).cuda()[1:].reshape(v.shape) for k, v in ins.items()}
     assert odd["x"].data_ptr() % 16 == 2
     np.testing.assert_array_equal(prog(odd)["y"].float().cpu().numpy(), got)

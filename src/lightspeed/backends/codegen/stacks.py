@@ -13,6 +13,7 @@ copies (~1, 1 and 2 MB a layer at a 1B's 512 rows).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 from ...egraph.llir import LOp, LProgram
 from ...shape import ShapeTracker
@@ -84,26 +85,25 @@ def read_slices_in_place(lprog: LProgram) -> LProgram:
     slices = {i: v for i in range(len(ops)) if (v := _slice_of_stacked_product(lprog, i)) is not None}
     if not slices:
         return lprog
+    def in_place(op: LOp, leaves: Iterable[int], first: int) -> LOp:
+        """``op`` with each of ``leaves`` (input k, leaf view k - first) that reads a slice
+        reading its product instead, through the slice's view then its own."""
+        inputs, views = list(op.inputs), list(op.leaf_views)
+        for k in leaves:
+            j = inputs[k]
+            if j in slices:
+                inputs[k] = ops[j].inputs[0]
+                views[k - first] = ShapeTracker(slices[j].views + views[k - first].views)
+        return dataclasses.replace(op, inputs=tuple(inputs), leaf_views=tuple(views))
     new: list[LOp] = []
     for op in ops:
-        if op.op == "Fused" and any(j in slices for j in op.inputs):
-            inputs, views = list(op.inputs), list(op.leaf_views)
-            for k, j in enumerate(op.inputs):
-                if j in slices:
-                    inputs[k] = ops[j].inputs[0]
-                    views[k] = ShapeTracker(slices[j].views + views[k].views)
-            op = dataclasses.replace(op, inputs=tuple(inputs), leaf_views=tuple(views))
-        elif op.op in ("Attention", "AttentionMma") and any(j in slices for j in op.inputs[1:]):
+        if op.op == "Fused":
+            op = in_place(op, range(len(op.inputs)), 0)
+        elif op.op in ("Attention", "AttentionMma"):
             # the queries' leaves (region leaf k: input k, leaf view k - 1; 0 is the mask), which
             # the kernels evaluate through their body; keys' and values' leaves keep their fast paths
-            q_leaves = _leaves(op.args["q_body"]) - _leaves(op.args["k_body"]) - _leaves(op.args["v_body"])
-            inputs, views = list(op.inputs), list(op.leaf_views)
-            for k in sorted(q_leaves):
-                if inputs[k] in slices:
-                    j = inputs[k]
-                    inputs[k] = ops[j].inputs[0]
-                    views[k - 1] = ShapeTracker(slices[j].views + views[k - 1].views)
-            op = dataclasses.replace(op, inputs=tuple(inputs), leaf_views=tuple(views))
+            a = op.args
+            op = in_place(op, _leaves(a["q_body"]) - _leaves(a["k_body"]) - _leaves(a["v_body"]), 1)
         elif op.op == "Output" and op.inputs[0] in slices:
             j = op.inputs[0]
             view = ShapeTracker(slices[j].views + op.args["x_view"].views)

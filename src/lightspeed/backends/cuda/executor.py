@@ -10,6 +10,7 @@ kernel overlaps the tail of the one before it); ``LIGHTSPEED_CUDA_PDL=0`` launch
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -152,9 +153,8 @@ class GpuExecutor(Executor):
         owner = first
         while isinstance(owner, DeviceArray):
             owner = owner.owner  # down to the allocation (a torch tensor's memory is not ours)
-        size = owner.size if isinstance(owner, driver.Block) else None
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        if not isinstance(first, DeviceArray) or size is None or first.ptr + nbytes > owner.ptr + size:
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        if not isinstance(owner, driver.Block) or first.ptr + nbytes > owner.ptr + owner.size:
             return None
         return DeviceArray(first.ptr, shape, dtype, first)
 

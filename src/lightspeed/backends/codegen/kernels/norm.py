@@ -15,7 +15,7 @@ from .matmul import ROW_GROUP, lane_sum8, rows_one_by_one, scatter_store, silu_m
 from .matmul_rows import LOAD8
 from .region import Region
 from .spec import KernelSpec
-from .types import load, storage_type, store
+from .types import half_of, load, storage_type, store, store_pair
 from .writer import WARP, Point, Writer, block_sums, finish, split_products, weight16, weight_prefetch
 
 __all__ = ["row_norm_kernel", "norm_product_kernel", "RENDERERS"]
@@ -40,23 +40,26 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
         first, step = "0", "1"
     w.line("float _ls_ss = 0.0f;")
     chunks, woff = _vector_chunks(dialect, op, in_dtypes)
+
+    def each_chunk(unroll: bool) -> None:  # opens "for each of the thread's chunks in the row {"
+        if unroll:
+            w.line("  #pragma unroll")
+        w.line(f"  for (int _ls_c = 0; _ls_c < {chunks}; _ls_c++) {{")
+        w.line(f"    const long long _ls_j8 = ((long long)_ls_c * {WARP * WARPS} + slice * {WARP} + lane) * 8;")
     if chunks:  # 16-byte chunks of the row held in registers: one load of x, no second pass over it
         w.line(f"uint4 _ls_xq[{chunks}];")
         w.line(f"const bool _ls_vec = (((unsigned long long)in0 | (unsigned long long)out | "
                f"(unsigned long long)(in3 + {w.expr(woff)})) & 15) == 0;")
         w.line("if (_ls_vec) {")
-        w.line("  #pragma unroll")
-        w.line(f"  for (int _ls_c = 0; _ls_c < {chunks}; _ls_c++) {{")
-        w.line(f"    const long long _ls_j8 = ((long long)_ls_c * {WARP * WARPS} + slice * {WARP} + lane) * 8;")
+        each_chunk(True)
         w.line(f"    if (_ls_j8 < {nn}) {{")
         w.line("      _ls_xq[_ls_c] = *(const uint4*)(_ls_xr + _ls_j8);")
         for e in range(8):
-            w.line(f"      {{ const float v = {load(dx, _half('_ls_xq[_ls_c]', e))}; _ls_ss += v * v; }}")
+            w.line(f"      {{ const float v = {load(dx, half_of('_ls_xq[_ls_c]', e))}; _ls_ss += v * v; }}")
         w.line("    }")
         w.line("  }")
         w.line("} else {  // (unaligned: the same sums in the same order, element by element)")
-        w.line(f"  for (int _ls_c = 0; _ls_c < {chunks}; _ls_c++) {{")
-        w.line(f"    const long long _ls_j8 = ((long long)_ls_c * {WARP * WARPS} + slice * {WARP} + lane) * 8;")
+        each_chunk(False)
         w.line(f"    if (_ls_j8 < {nn}) for (int _ls_e = 0; _ls_e < 8; _ls_e++) {{ "
                f"const float v = {load(dx, '_ls_xr[_ls_j8 + _ls_e]')}; _ls_ss += v * v; }}")
         w.line("  }")
@@ -79,16 +82,12 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
     w.line(f"const float _ls_r = 1.0f / sqrtf(_ls_ss * (float){c} + (float){e});")
     if chunks:
         w.line("if (_ls_vec) {")
-        w.line("  #pragma unroll")
-        w.line(f"  for (int _ls_c = 0; _ls_c < {chunks}; _ls_c++) {{")
-        w.line(f"    const long long _ls_j8 = ((long long)_ls_c * {WARP * WARPS} + slice * {WARP} + lane) * 8;")
+        each_chunk(True)
         w.line(f"    if (_ls_j8 < {nn}) {{")
         w.line(f"      const uint4 _ls_wq = *(const uint4*)(in3 + {w.expr(woff)} + _ls_j8);")
-        outs = []
-        for e in range(8):
-            xe, we = load(dx, _half("_ls_xq[_ls_c]", e)), load(in_dtypes[3], _half("_ls_wq", e))
-            outs.append(f"(unsigned int){store(op.dtype, f'{xe} * _ls_r * {we}')}")
-        words = ", ".join(f"{outs[2 * i]} | ({outs[2 * i + 1]} << 16)" for i in range(4))
+        outs = [f"{load(dx, half_of('_ls_xq[_ls_c]', e))} * _ls_r * {load(in_dtypes[3], half_of('_ls_wq', e))}"
+                for e in range(8)]
+        words = ", ".join(store_pair(op.dtype, outs[2 * i], outs[2 * i + 1]) for i in range(4))
         w.line(f"      *(uint4*)(out + _ls_item * {nn} + _ls_j8) = make_uint4({words});")
         w.line("    }")
         w.line("  }")
@@ -117,12 +116,6 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
 
 
 VECTOR_CHUNKS = 8  # at most this many 16-byte chunks of a row a thread holds (rows up to 16384 wide)
-
-
-def _half(word4: str, e: int) -> str:
-    """Element ``e`` (of 8) of a uint4 of 16-bit values, as its bits."""
-    word = f"{word4}.{'xyzw'[e // 2]}"
-    return f"(unsigned short)({word} >> 16)" if e % 2 else f"(unsigned short)({word} & 0xffffu)"
 
 
 def _vector_chunks(dialect: str, op: LOp, in_dtypes: list[DType]) -> tuple[int, Expr | None]:

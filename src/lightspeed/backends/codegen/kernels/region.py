@@ -29,7 +29,7 @@ from ....primitives import PRIMITIVES
 from ....shape import ShapeTracker
 from ....symbolic import Expr, const, gcd_const, prod, sym
 from .spec import KernelSpec
-from .types import cast, compute_type, literal, load, min_value, storage_type, store
+from .types import cast, compute_type, half_of, literal, load, min_value, storage_type, store, store_pair
 from .writer import CLUSTER, WARP, Point, Writer, finish, flat_of, index_at, index_in, loop_axes, pairwise
 
 __all__ = ["Region", "region_kernel", "RENDERERS", "node_dtype", "combine"]
@@ -477,21 +477,16 @@ def _vector_region_kernel(tree: tuple, views: list[ShapeTracker], leaf_dtypes: l
     names = ["out", *(region.names[k] for k in vector)]
     aligned = " | ".join(f"(unsigned long long){x}" for x in names)
 
-    def pair(lo: str, hi: str) -> str:
-        return f"((unsigned int){store(out_dtype, lo)} | ((unsigned int){store(out_dtype, hi)} << 16))"
-
     w.line(f"if ((({aligned}) & 15) == 0) {{")
     w.push()
     for k in vector:  # element e of leaf k: half e % 2 of the load's 32-bit word e / 2
         w.line(f"const uint4 _ls_q{k} = *(const uint4*)({region.names[k]} + _ls_z0);")
         for e, p in enumerate(points):
-            word = f"_ls_q{k}.{'xyzw'[e // 2]}"
             v = w.tmp("v")
-            half = f"(unsigned short)({word} >> 16)" if e % 2 else f"(unsigned short)({word} & 0xffffu)"
-            w.line(f"const float {v} = {load(leaf_dtypes[k], half)};")
+            w.line(f"const float {v} = {load(leaf_dtypes[k], half_of(f'_ls_q{k}', e))};")
             w.scope.memo[("leaf", k, p.key)] = v
     values = [region.value(tree, p) for p in points]
-    words = ", ".join(pair(values[2 * i], values[2 * i + 1]) for i in range(VECTOR // 2))
+    words = ", ".join(store_pair(out_dtype, values[2 * i], values[2 * i + 1]) for i in range(VECTOR // 2))
     w.line(f"*(uint4*)(out + _ls_z0) = make_uint4({words});")
     inner = w.pop()
     w.scope.lines.extend("  " + ln for ln in inner)

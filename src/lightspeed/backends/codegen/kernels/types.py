@@ -14,7 +14,8 @@ import numpy as np
 
 from ....dtypes import DType
 
-__all__ = ["storage_type", "compute_type", "load", "store", "cast", "int_literal", "literal", "min_value"]
+__all__ = ["storage_type", "compute_type", "load", "store", "cast", "int_literal", "literal", "min_value",
+           "half_of", "store_pair"]
 
 _STORAGE = {"float32": "float", "float64": "double", "float16": "unsigned short", "bfloat16": "unsigned short",
             "float8_e4m3": "unsigned char", "float8_e5m2": "unsigned char", "int8": "signed char",
@@ -53,6 +54,17 @@ def store(d: DType, v: str) -> str:
     if d.is_bool:
         return f"(unsigned char)(({v}) != 0)"
     return f"({storage_type(d)})({v})"
+
+
+def half_of(word4: str, e: int) -> str:
+    """The bits of element ``e`` (of 8) of a ``uint4`` holding 16-bit values (a 16-byte load)."""
+    word = f"{word4}.{'xyzw'[e // 2]}"
+    return f"(unsigned short)({word} >> 16)" if e % 2 else f"(unsigned short)({word} & 0xffffu)"
+
+
+def store_pair(d: DType, lo: str, hi: str) -> str:
+    """Two compute values stored as one 32-bit word of 16-bit elements (``lo`` in the low half)."""
+    return f"((unsigned int){store(d, lo)} | ((unsigned int){store(d, hi)} << 16))"
 
 
 def cast(v: str, src: DType, to: DType) -> str:
