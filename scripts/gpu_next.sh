@@ -17,6 +17,8 @@ grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.log" | tail -3
 step tests 90 python3 -m pytest -o addopts="" tests/backends/test_stacked.py tests/models/test_cuda_models.py \
   -q -p no:cacheprovider -n 12
 grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -8
+step conformance 80 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q -p no:cacheprovider -n 12
+grep -E "passed|failed|FAILED" "$OUT/conformance.log" | tail -8
 step prefill 130 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
 sed -n '/^shape/,$p' "$OUT/prefill.log"
 LIGHTSPEED_CUDA_STACKED=1 LIGHTSPEED_LOG=search step stacked 60 python3 benchmarks/gpu_decode.py llama-3.2-1b \
@@ -26,5 +28,5 @@ LIGHTSPEED_CUDA_STACKED=1 step profile_stacked 40 python3 scripts/gpu_profile.py
 grep -v -i warn "$OUT/profile_stacked.log" | head -14
 step host 40 python3 scripts/gpu_host_profile.py llama-3.2-1b --prompt 512 --repeats 20
 sed -n '1,/^profiled/p' "$OUT/host.log" | head -24
-step prefill_8b 160 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
+[ "${GPU_NEXT_8B:-0}" = 1 ] && step prefill_8b 160 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
 sed -n '/^shape/,$p' "$OUT/prefill_8b.log"
