@@ -1,0 +1,123 @@
+"""A GGUF file's decode on cuda with its blocks read as they are, beside the same file's weights
+as float32 and as bfloat16, and beside native (which always reads the blocks) for the text: one
+process, same prompt, greedy (issue 26 item 1).
+
+    python benchmarks/gpu_blocks.py FAMILY FILE [--prompt TEXT] [--tokens 48] [--repeats 3]
+                                    [--configs native,cuda-blocks,cuda-float32,cuda-bfloat16]
+
+Per configuration: the weight bytes the decode step reads (blocks as stored, else the dtype's),
+TTFT and the median TPOT over ``--repeats`` generations of ``--tokens`` tokens (no stop token:
+every run the same length), and how many of the generated tokens equal native's (the first
+configuration listed is the text reference).  The last line says whether every cuda configuration
+reading blocks gave native's tokens.  Writes ``$OUT/gpu_blocks-FAMILY.json`` when ``$OUT`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+CONFIGS = {  # name: (backend, dtype, GGUF blocks kept)
+    "native": ("native", "float32", True),
+    "cuda-blocks": ("cuda", "float32", True),
+    "cuda-blocks-bf16": ("cuda", "bfloat16", True),
+    "cuda-float32": ("cuda", "float32", False),
+    "cuda-bfloat16": ("cuda", "bfloat16", False),
+}
+
+
+def weight_bytes(tensors: dict[str, Any]) -> int:
+    """What the weights occupy as loaded: a block matrix its blocks, any other its dtype's bytes."""
+    total = 0
+    for v in tensors.values():
+        blocks = getattr(v, "blocks", None)
+        total += int(blocks.data.nbytes) if blocks is not None and not isinstance(v, np.ndarray) else int(v.nbytes)
+    return total
+
+
+def run_config(name: str, family: str, path: str, prompt: str, tokens: int, repeats: int) -> dict:
+    from lightspeed.models.run import compile_generator, encode_prompt, load_text_model
+    from lightspeed.search import SearchOptions
+
+    backend, dtype, blocks = CONFIGS[name]
+    tm = load_text_model(family, path, dtype=dtype, progress=False, lazy=blocks)
+    ids = encode_prompt(tm, prompt)
+    t0 = time.perf_counter()
+    gen = compile_generator(tm, backend, SearchOptions(seed=0), say=None)
+    if backend == "cuda":
+        gen.warm_up(len(ids))
+    compile_s = time.perf_counter() - t0
+    runs = [gen.generate(ids, tokens, stop_ids=set()) for _ in range(repeats)]
+    new = [int(t) for t in runs[0].new_ids]
+    same_each_run = all([int(t) for t in r.new_ids] == new for r in runs)
+    text = tm.tokenizer.decode(new, skip_special=True) if hasattr(tm.tokenizer, "decode") else ""
+    gen.close()
+    return dict(config=name, backend=backend, dtype=dtype, blocks=blocks, weight_MB=weight_bytes(tm.tensors) / 1e6,
+                compile_s=compile_s, prompt_tokens=len(ids), ttft_ms=min(r.ttft_s for r in runs) * 1e3,
+                tpot_ms=statistics.median(r.tpot_s for r in runs) * 1e3, tokens=new,
+                repeatable=same_each_run, text=text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("family")
+    ap.add_argument("file")
+    ap.add_argument("--prompt", default="Write a short story about a robot who learns to paint.")
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--configs", default="native,cuda-blocks,cuda-float32,cuda-bfloat16")
+    args = ap.parse_args(argv)
+    names = [c for c in args.configs.split(",") if c]
+    unknown = set(names) - set(CONFIGS)
+    if unknown:
+        ap.error(f"--configs: unknown {sorted(unknown)}; known: {', '.join(CONFIGS)}")
+    if not os.path.isfile(args.file):
+        ap.error(f"no such file: {args.file}")
+    rows = []
+    for name in names:
+        try:
+            rows.append(run_config(name, args.family, args.file, args.prompt, args.tokens, args.repeats))
+        except Exception as e:  # one configuration failing must not hide the others' figures
+            print(f"{name}: FAILED {type(e).__name__}: {e}", file=sys.stderr)
+            rows.append(dict(config=name, error=f"{type(e).__name__}: {e}"))
+    ref = next((r for r in rows if "tokens" in r), None)
+    print(f"{args.family} {os.path.basename(args.file)}: {args.tokens} greedy tokens, median of {args.repeats}; "
+          f"text reference: {ref['config'] if ref else 'none'}")
+    print(f"{'config':18} {'weights MB':>10} {'compile s':>9} {'TTFT ms':>8} {'TPOT ms':>8} {'same tokens':>12}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['config']:18} FAILED {r['error'][:90]}")
+            continue
+        same = sum(1 for _ in iter_same(r["tokens"], ref["tokens"]))
+        r["same_as_reference"] = same
+        print(f"{r['config']:18} {r['weight_MB']:10.1f} {r['compile_s']:9.1f} {r['ttft_ms']:8.2f} {r['tpot_ms']:8.3f} "
+              f"{same:>5}/{len(ref['tokens'])}{'' if r['repeatable'] else ' (runs differ)'}")
+    if ref is not None:
+        print(f"reference text: {ref['text']!r}")
+    block_rows = [r for r in rows if r.get("blocks") and r.get("backend") == "cuda" and "tokens" in r]
+    if ref is not None and ref["config"] == "native" and block_rows:
+        ok = all(r["tokens"] == ref["tokens"] for r in block_rows)
+        print(f"cuda reading blocks gives native's tokens: {'YES' if ok else 'NO'}")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], f"gpu_blocks-{args.family}.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+def iter_same(a: list[int], b: list[int]):
+    """The leading tokens two generations share."""
+    for x, y in zip(a, b):
+        if x != y:
+            return
+        yield x
+
+
+if __name__ == "__main__":
+    sys.exit(main())
