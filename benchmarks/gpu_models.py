@@ -79,8 +79,31 @@ def ours_text(model: Any, weights: dict[str, Any], backend: str, prompt: list[in
     compile_s = time.perf_counter() - t0
     gen.generate(prompt, 4, stop_ids=())  # warm-up: plans, captures
     res = gen.generate(prompt, steps, stop_ids=())
+    # the first token's logits, from a run of its own (keeping logits copies them out every step)
+    first = gen.generate(prompt, 1, stop_ids=(), keep_logits=True).logits[0]
     return dict(ttft_ms=res.ttft_s * 1e3, tpot_ms=float(np.median(res.step_s)) * 1e3, compile_s=compile_s,
-                tokens=res.new_ids)
+                tokens=[int(t) for t in res.new_ids], logits=np.asarray(first, np.float32))
+
+
+def agreement(hf: Any, prompt: list[int], ours: dict, device: str) -> dict:
+    """How close our greedy run is to transformers' on the same weights: the first token's logits
+    (max |difference| over max |logit|) and how many leading greedy tokens are the same (transformers'
+    own uncompiled ``generate``)."""
+    import torch
+
+    ids = torch.tensor([prompt], device=device)
+    with torch.no_grad():
+        ref = hf(ids).logits[0, -1].float().cpu().numpy()
+        seq = hf.generate(ids, max_new_tokens=len(ours["tokens"]), min_new_tokens=len(ours["tokens"]), do_sample=False)
+    theirs = [int(t) for t in seq[0, len(prompt):].tolist()]
+    same = 0
+    for a, b in zip(ours["tokens"], theirs):
+        if a != b:
+            break
+        same += 1
+    diff = float(np.max(np.abs(ours["logits"] - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
+    return dict(logit_rel_diff=diff, same_argmax=bool(np.argmax(ours["logits"]) == np.argmax(ref)),
+                same_tokens=same, steps=len(ours["tokens"]))
 
 
 def hf_model(family: str, cfg: dict, tensors: dict, dtype: str, device: str) -> Any:
@@ -219,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                 if args.peer != "none":
                     hf = hf_model(family, cfg, weights, dtype, device)
                     r["peer"] = peer_text(hf, prompt, args.steps, args.peer, device)
+                    r["agree"] = agreement(hf, prompt, r["ours"], device)
                     del hf
                 r["ours"].pop("tokens")
+                r["ours"].pop("logits")
         except Exception as e:  # noqa: BLE001 - one family failing is a row of the table, not the end
             results[row] = {"error": f"{type(e).__name__}: {e}"}
             table.append((row, f"error: {type(e).__name__}: {str(e)[:80]}"))
@@ -231,18 +256,22 @@ def main(argv: list[str] | None = None) -> int:
         results[row] = r
         ours, peer = r["ours"], r.get("peer")
         pct = f"{100 * floor / ours['tpot_ms']:.1f}%" if floor else "-"
+        agree = r.get("agree")
+        same = f"{agree['same_tokens']}/{agree['steps']} {agree['logit_rel_diff']:.1e}" if agree else "-"
         ratio = f"{ours['tpot_ms'] / peer['tpot_ms']:.2f}x" if peer else "-"
         table.append((row, f"{ours['ttft_ms']:9.2f} {ours['tpot_ms']:9.3f} "
                            f"{peer['ttft_ms'] if peer else float('nan'):10.2f} "
-                           f"{peer['tpot_ms'] if peer else float('nan'):10.3f} {ratio:>9} {pct:>8}"))
+                           f"{peer['tpot_ms'] if peer else float('nan'):10.3f} {ratio:>9} {pct:>8} {same:>14}"))
         print(row, json.dumps(r), flush=True)
     print(f"\n{args.backend} {dtype}; peer: transformers {args.peer} on {device}"
           + (f"; copy bandwidth {bandwidth / 1e12:.2f} TB/s" if bandwidth else ""))
-    print(f"{'row':<11} {'TTFT ms':>9} {'TPOT ms':>9} {'peer TTFT':>10} {'peer TPOT':>10} {'x peer':>9} {'% floor':>8}")
+    print(f"{'row':<11} {'TTFT ms':>9} {'TPOT ms':>9} {'peer TTFT':>10} {'peer TPOT':>10} {'x peer':>9} "
+          f"{'% floor':>8} {'agree':>14}")
     for row, line in table:
         print(f"{row:<11} {line}")
     print("(% floor: weights read per step over the copy bandwidth; the MoE rows count every expert, "
-          "an upper bound on what a step reads)")
+          "an upper bound on what a step reads; agree: leading greedy tokens equal to transformers' and the "
+          "first token's max |logit difference| over max |logit|)")
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "gpu_models.json"), "w") as f:
             json.dump(results, f, indent=1, default=str)
