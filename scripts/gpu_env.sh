@@ -4,9 +4,10 @@
 GPU_T0=${GPU_T0:-$(date +%s)}  # the call's start (step's deadline below)
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
+# (once per warm machine: a later call on it finds the same wheels installed)
+if ls .whl/*.whl >/dev/null 2>&1 && [ "$(ls .whl)" != "$(cat /tmp/site/.installed 2>/dev/null)" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    > "$OUT/pip.log" 2>&1 || { echo "wheel install failed"; tail -5 "$OUT/pip.log"; }
+    > "$OUT/pip.log" 2>&1 && ls .whl > /tmp/site/.installed || { echo "wheel install failed"; tail -5 "$OUT/pip.log"; }
 fi
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1 LIGHTSPEED_CACHE_DIR=${LIGHTSPEED_CACHE_DIR:-/tmp/ls-cache}
 # every step ends by GPU_DEADLINE_S seconds after this file was sourced (default 585: a device call
