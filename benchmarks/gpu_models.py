@@ -205,7 +205,7 @@ def whisper_row(backend: str, steps: int, peer: str, device: str, path: str | No
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("rows", nargs="*", default=list(ROWS), choices=ROWS, metavar="ROW")
+    ap.add_argument("rows", nargs="*", metavar="ROW", help=f"default every row: {', '.join(ROWS)}")
     ap.add_argument("--backend", default="cuda")
     ap.add_argument("--dtype", default=None, help="default bfloat16 on cuda, float32 elsewhere")
     ap.add_argument("--steps", type=int, default=32)
@@ -214,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--file", action="append", default=[], metavar="ROW=PATH")
     args = ap.parse_args(argv)
+    unknown = [r for r in args.rows if r not in ROWS]
+    if unknown:  # (argparse's choices reject an empty list's default on some Pythons)
+        ap.error(f"unknown rows {unknown}; rows: {', '.join(ROWS)}")
+    args.rows = args.rows or list(ROWS)
     files = dict(f.split("=", 1) for f in args.file)
     if set(files) - {"smollm2", "gemma3", "whisper"}:
         ap.error(f"--file names rows with files (smollm2, gemma3, whisper), got {sorted(files)}")
