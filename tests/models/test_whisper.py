@@ -175,6 +175,38 @@ def test_decode_graph_updates_its_cache_in_place_without_concatenation():
         f"cache.{i}.{c}" for i in range(cfg.decoder_layers) for c in "kv"}
 
 
+def test_every_attention_is_one_fused_kernel_on_a_kernel_backend():
+    """Self- and cross-attention (decode, prefill and encoder graphs) are nn.softmax_attention's
+    chain, which the cuda renderer runs as one Attention kernel: the fused candidate of a decode
+    step holds two a layer (Whisper's heads each have their own keys: a group of one query row,
+    whose view gives the row axis stride 0)."""
+    from lightspeed.backends.codegen.program import KernelProgram
+    from lightspeed.backends.cuda.backend import CudaBackend
+    from lightspeed.egraph.llir import decode_program
+    from lightspeed.search import candidates
+    from tests.backends.harness import saturate
+    from tests.backends.test_cuda_codegen import _Recorder
+
+    cfg = WhisperConfig.from_dict(SMALL)
+    backend = CudaBackend(cublaslt="off")
+    for past in (True, False):
+        g = build_decoder_graph(cfg, past=past)
+        _, enc, index, ser = saturate(backend, g)
+        fused = dict(candidates(index, ls.SearchOptions(budget=3, seed=0)))["fused"]
+        prog = KernelProgram(g, decode_program(fused, ser, enc.constants, backend.declarations()), _Recorder(),
+                             table=backend.op_table)
+        kinds = [launch.spec.launch.kind for launch in prog.launches]
+        assert sum(k.startswith("attention") for k in kinds) == 2 * cfg.decoder_layers, (past, kinds)
+
+
+def test_warm_up_changes_no_result(small, small_cpu):
+    """warm_up (a device's plans and captures before the first token) runs a silent window and
+    drops it: a transcript's logits after it are the ones without it."""
+    model, _, _, feats = small
+    small_cpu.warm_up(PROMPT, steps=3)
+    check_model(small_cpu, model, feats, steps=3)
+
+
 def test_greedy_decode_matches_transformers_greedy(small, small_cpu):
     model, _, _, feats = small
     ids, timings = greedy_decode(small_cpu, feats, max_new_tokens=12, prompt=PROMPT, suppress=False)

@@ -468,7 +468,11 @@ def transcribe_audio(opts: RunOptions) -> int:
     what = f"loading Whisper from {model_dir} and compiling encoder, prefill and decode for {opts.backend} ..."
     t0 = time.perf_counter()
     with _compiling(what, say, opts.verbose):
-        model, _ = whisper._cached_model(str(model_dir), opts.backend, search)  # transcribe() below finds it
+        model, tok = whisper._cached_model(str(model_dir), opts.backend, search)  # transcribe() below finds it
+        from ..backends import get_backend
+
+        if get_backend(opts.backend).device_memory:  # plans, kernel loads, graph captures: start-up work
+            model.warm_up(whisper.prompt_tokens(model.cfg, tok))
     _done(what, time.perf_counter() - t0, say, opts.verbose, f" (compile {model.compile_s:.1f} s)")
     if opts.verbose:
         for name in ("encoder", "prefill", "decode"):

@@ -11,15 +11,14 @@ between checkpoints of one shape:
   is symbolic so that the search can profile on a short window.
 * **prefill** ``input_ids (s,)`` -> ``logits (s, vocab)`` and the new self-attention rows
   ``k.i``/``v.i (s, heads, head_dim)``; causal attention among the ``s`` prompt tokens.
-* **decode** ``input_ids (s,)`` plus ``past_k.i``/``past_v.i (p, heads, head_dim)`` -> the same
-  outputs for the tokens at positions ``p .. p+s-1`` (greedy decoding feeds ``s = 1``).
+* **decode** ``input_ids (s,)``, the cross K/V and each layer's preallocated self-attention cache
+  ``cache.i.k``/``cache.i.v (max_target_positions, heads, head_dim)`` -> the logits of the tokens
+  at positions ``p .. p+s-1``, their rows written into the cache in place (aliased outputs).
 
-The KV cache is never copied per step: :class:`WhisperDecoderState` preallocates a
-``(max_target_positions, heads, head_dim)`` buffer per layer, writes each step's new rows into it
-and passes the prefix ``buf[:p]`` (a view) to the next step.  Inside the decode graph attention
-scores against the past keys and against the new key are computed separately and only the small
-``(heads, s, p + s)`` score tensors are concatenated; the probabilities are split again for the
-two value products, so the past K/V are read where they lie.
+The KV cache is never copied per step: :class:`WhisperDecoderState` holds the buffers for an
+utterance (in device memory on a GPU) and each step attends over rows ``[0, p + s)`` where they
+lie.  Every attention is ``nn.softmax_attention``'s chain (:func:`_attend`), which kernel backends
+also run as one fused ``Attention`` kernel.
 
 The family (``lightspeed run whisper``, its default weights) is declared in ``families/whisper.py``.
 """
@@ -40,6 +39,8 @@ from .. import dtypes as dt
 from .. import hl
 from ..errors import LightspeedError
 from ..graph import Graph, GraphTensor
+from ..hl.common import full
+from ..nn.attention import LOG2E, softmax_attention
 from ..search import SearchOptions
 from .generate import record_build
 
@@ -150,28 +151,28 @@ def _heads(x: GraphTensor, n_heads: int) -> GraphTensor:
     return x.reshape(x.shape[0], n_heads, x.shape[1] // n_heads)
 
 
-def _attend(q: GraphTensor, keys: Sequence[GraphTensor], values: Sequence[GraphTensor],
-            masks: Sequence[GraphTensor | None]) -> GraphTensor:
-    """softmax(q k^T) v over several key/value blocks without concatenating the blocks.
+def _attend(q: GraphTensor, keys: GraphTensor, values: GraphTensor, blocked: GraphTensor | None) -> GraphTensor:
+    """softmax(q k^T) v of query rows ``q`` (s, heads, hd) -- already multiplied by the softmax
+    scale and by log2(e) (:func:`_queries`) -- against keys/values (len, heads, hd) where they lie
+    (a cache's rows are a view), ``blocked`` (s, len) bool or None: every key visible.  Returns
+    (s, heads * hd).
 
-    q is (heads, s, hd), already scaled; each key/value block is (len_j, heads, hd).  Scores per
-    block are (heads, s, len_j); only those are concatenated, and the probabilities are split back
-    so each value block is read in place."""
-    scores = []
-    for k, mask in zip(keys, masks):
-        sc = q @ k.permute(1, 2, 0)  # (heads, s, len_j)
-        scores.append(sc if mask is None else sc.masked_fill(mask, float("-inf")))
-    probs = hl.softmax(scores[0] if len(scores) == 1 else hl.concat(scores, -1), -1)
-    out = None
-    start: Any = 0
-    for k, v in zip(keys, values):
-        n = k.shape[0]
-        part = probs if len(keys) == 1 else probs.narrow(-1, start, n)
-        o = part @ v.permute(1, 0, 2)  # (heads, s, hd)
-        out = o if out is None else out + o
-        start = n if isinstance(start, int) and start == 0 else start + n
-    assert out is not None
-    return out.permute(1, 0, 2)  # (s, heads, hd)
+    The chain ``nn.softmax_attention`` builds (an additive mask, the base-2 softmax): the form a
+    kernel backend also runs as one ``Attention`` kernel (backends/codegen/attention.egg) beside
+    the chain.  Without a mask the chain adds a zero one (a broadcast constant: no memory), since
+    the fused kernel's pattern starts at the scores plus a mask."""
+    s, h, hd = q.shape
+    n = keys.shape[0]
+    if blocked is None:
+        mask = full(q.graph, (s, n), 0.0, q.dtype)
+    else:  # the dtype's most negative value, not -inf: a row with every key blocked stays finite
+        mask = hl.to(blocked, q.dtype) * float(np.finfo(q.dtype.np).min)
+    return softmax_attention(q.reshape(s, h, 1, hd), keys.permute(1, 2, 0), values.permute(1, 0, 2), mask)
+
+
+def _queries(w: _Weights, y: GraphTensor, prefix: str, h: int, hd: int) -> GraphTensor:
+    """(s, heads, hd) queries scaled for :func:`_attend` (HF scales the projection by hd^-0.5)."""
+    return _heads(w.linear(y, f"{prefix}.q_proj") * (hd ** -0.5 * LOG2E), h)
 
 
 def _causal_mask(g: Graph, s: Any, p: Any = None) -> GraphTensor:
@@ -226,11 +227,10 @@ def build_encoder_graph(cfg: WhisperConfig) -> Graph:
     for i in range(cfg.encoder_layers):
         p = f"model.encoder.layers.{i}"
         y = w.layer_norm(x, f"{p}.self_attn_layer_norm")
-        q = _heads(w.linear(y, f"{p}.self_attn.q_proj") * (hd ** -0.5), h).permute(1, 0, 2)
+        q = _queries(w, y, f"{p}.self_attn", h, hd)
         k = _heads(w.linear(y, f"{p}.self_attn.k_proj", bias=False), h)
         v = _heads(w.linear(y, f"{p}.self_attn.v_proj"), h)
-        a = _attend(q, [k], [v], [None]).reshape(x.shape[0], cfg.d_model)
-        x = x + w.linear(a, f"{p}.self_attn.out_proj")
+        x = x + w.linear(_attend(q, k, v, None), f"{p}.self_attn.out_proj")
         y = w.layer_norm(x, f"{p}.final_layer_norm")
         x = x + w.linear(hl.gelu(w.linear(y, f"{p}.fc1")), f"{p}.fc2")
     x = w.layer_norm(x, "model.encoder.layer_norm")
@@ -270,7 +270,7 @@ def build_decoder_graph(cfg: WhisperConfig, past: bool) -> Graph:
     for i in range(cfg.decoder_layers):
         p = f"model.decoder.layers.{i}"
         y = w.layer_norm(x, f"{p}.self_attn_layer_norm")
-        q = _heads(w.linear(y, f"{p}.self_attn.q_proj") * (hd ** -0.5), h).permute(1, 0, 2)
+        q = _queries(w, y, f"{p}.self_attn", h, hd)
         k = _heads(w.linear(y, f"{p}.self_attn.k_proj", bias=False), h)
         v = _heads(w.linear(y, f"{p}.self_attn.v_proj"), h)
         if past:
@@ -279,18 +279,17 @@ def build_decoder_graph(cfg: WhisperConfig, past: bool) -> Graph:
             ck, cv = hl.slice_scatter(ck, k, 0, "p"), hl.slice_scatter(cv, v, 0, "p")
             g.output(f"cache.{i}.k", ck, aliases=f"cache.{i}.k")
             g.output(f"cache.{i}.v", cv, aliases=f"cache.{i}.v")
-            a = _attend(q, [ck.narrow(0, 0, "p + s")], [cv.narrow(0, 0, "p + s")], [mask])
+            a = _attend(q, ck.narrow(0, 0, "p + s"), cv.narrow(0, 0, "p + s"), mask)
         else:
             g.output(f"k.{i}", k)
             g.output(f"v.{i}", v)
-            a = _attend(q, [k], [v], [mask])
-        x = x + w.linear(a.reshape(s, cfg.d_model), f"{p}.self_attn.out_proj")
+            a = _attend(q, k, v, mask)
+        x = x + w.linear(a, f"{p}.self_attn.out_proj")
         y = w.layer_norm(x, f"{p}.encoder_attn_layer_norm")
-        q = _heads(w.linear(y, f"{p}.encoder_attn.q_proj") * (hd ** -0.5), h).permute(1, 0, 2)
+        q = _queries(w, y, f"{p}.encoder_attn", h, hd)
         ck = g.input(f"cross_k.{i}", ("t", h, hd), dt.float32)
         cv = g.input(f"cross_v.{i}", ("t", h, hd), dt.float32)
-        a = _attend(q, [ck], [cv], [None])
-        x = x + w.linear(a.reshape(s, cfg.d_model), f"{p}.encoder_attn.out_proj")
+        x = x + w.linear(_attend(q, ck, cv, None), f"{p}.encoder_attn.out_proj")
         y = w.layer_norm(x, f"{p}.final_layer_norm")
         x = x + w.linear(hl.gelu(w.linear(y, f"{p}.fc1")), f"{p}.fc2")
     x = w.layer_norm(x, "model.decoder.layer_norm")
@@ -367,6 +366,16 @@ class WhisperModel:
         self.encoder, self.prefill, self.decode = (
             prog.persist({n: resident[n] for n in prog.input_args if n in resident}) for prog in progs)
         self.compile_s = time.perf_counter() - t0
+
+    def warm_up(self, prompt: Sequence[int], steps: int = 2) -> None:
+        """A silent window through the encoder, the prompt and ``steps`` decode steps, results
+        dropped: on a device backend the first call of each program plans its memory, loads its
+        kernels and captures its graph, which belongs to loading, not to the first token or the
+        per-token time (``lightspeed run whisper`` calls it there; the text models' ``warm_up``)."""
+        state = self.start(self.encode(np.zeros((self.cfg.num_mel_bins, self.cfg.n_frames), np.float32)))
+        logits = self.step(state, list(prompt))
+        for _ in range(steps):
+            logits = self.step(state, [int(np.argmax(logits[-1]))])
 
     def encode(self, features: np.ndarray) -> dict[str, np.ndarray]:
         """``last_hidden_state`` and the cross-attention ``cross_k.i``/``cross_v.i`` of one window."""
