@@ -124,3 +124,115 @@ def test_the_search_measures_the_block_op_beside_the_cast_path(static_resident):
     want = xs.astype(np.float64) @ w.T.astype(np.float64)
     got = np.asarray(prog.persist(w=q)(x=xs)["y"])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+# ---- a decode step's norm products over blocks (codegen/block_norms.egg): NormMatmul,
+# NormMatmulGLU and NormMatmulScatter whose weights are the block inputs
+
+EPS = 1e-6
+
+
+def _norm_graph(qtype: str, n: int, k: int, kind: str) -> ls.Graph:
+    """RMSNorm(x) * nw as A (nn.RMSNorm's chain), then A @ W^T (``NormMatmul``), silu(A @ G^T) *
+    (A @ U^T) (``NormMatmulGLU``) or A @ W^T written into rows [p, p + s) of a cache
+    (``NormMatmulScatter``), the weights GGUF blocks."""
+    from lightspeed.nn.mlp import silu_mul
+
+    g = ls.Graph()
+    x = g.input("x", ("s", k))
+    a = x * ls.hl.rsqrt((x * x).sum(-1, keepdim=True) * (1.0 / k) + EPS) * g.input("nw", (k,))
+    w = g.input("w", (n, k), qtype).to(ls.float32)
+    if kind == "NormMatmulGLU":
+        u = g.input("u", (n, k), qtype).to(ls.float32)
+        g.output("y", silu_mul(a @ w.transpose(0, 1), a @ u.transpose(0, 1)))
+    elif kind == "NormMatmulScatter":
+        cache = g.input("cache", (64, n))
+        g.output("cache", ls.hl.slice_scatter(cache, a @ w.transpose(0, 1), 0, "p"), aliases="cache")
+    else:
+        g.output("y", a @ w.transpose(0, 1))
+    return g
+
+
+def _norm_want(ins: dict, ws: dict, kind: str) -> np.ndarray:
+    x = ins["x"].astype(np.float64)
+    a = x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * ins["nw"]
+    y = a @ ws["w"].T.astype(np.float64)
+    if kind == "NormMatmulGLU":
+        y = y / (1.0 + np.exp(-y)) * (a @ ws["u"].T.astype(np.float64))
+    return y
+
+
+NORM_KINDS = ["NormMatmul", "NormMatmulGLU", "NormMatmulScatter"]
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("kind", NORM_KINDS)
+def test_norm_products_over_blocks_render_and_compile_for_sm90(qtype, kind):
+    """Every block type's norm products read the packed blocks of each weight operand and compile
+    with NVRTC (CI: no GPU needed)."""
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import module_source
+
+    k = 512 if qtype in PER_BLOCK else 96
+    lp = _with_block_op(_norm_graph(qtype, 48, k, kind), kind)
+    op = next(o for o in lp.ops if o.op == kind)
+    dtypes = [lp.ops[i].dtype for i in op.inputs]
+    lowered = CUDA.op_table.lower(op, dtypes, "cuda")
+    assert set(lowered.forms) == {i for i, d in enumerate(dtypes) if d.block} != set()
+    assert set(lowered.forms.values()) == {"packed"}
+    spec = lowered.specs[0]
+    assert "ggml_blocks" in spec.preludes
+    assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
+
+
+def test_a_block_decode_step_takes_its_norms_into_its_products():
+    """The fused candidate of a tiny Llama decode step over Q4_1 weights launches as many kernels
+    as over float weights: the input norms in the q/k/v and gate/up products, SiLU·mul in the
+    gated pair (a block step had three launches a layer more; its step is bound by launches)."""
+    from lightspeed.backends.codegen.program import KernelProgram
+    from lightspeed.models import from_hf_config
+    from lightspeed.search import candidates
+    from tests.backends.test_conformance import TINY
+    from tests.backends.test_cuda_codegen import _Recorder
+
+    counts = {}
+    for blocks in (False, True):
+        model = from_hf_config(TINY)
+        storage = {n: ls.q4_1 for n, shp in model.param_shapes().items()
+                   if blocks and len(shp) == 2 and "embed" not in n and shp[1] % 32 == 0}
+        g = model.build_graph("decode", storage=storage)
+        _, enc, index, ser = saturate(CUDA, g)
+        fused = dict(candidates(index, ls.SearchOptions(budget=3, seed=0)))["fused"]
+        lp = decode_program(fused, ser, enc.constants, CUDA.declarations())
+        ops = {lp.ops[i].op for launch in KernelProgram(g, lp, _Recorder(), table=CUDA.op_table).launches
+               for i in (launch.merged or (launch.op,))}
+        assert "RowNorm" not in ops and {"NormMatmul", "NormMatmulGLU"} <= ops, (blocks, sorted(ops))
+        counts[blocks] = len(KernelProgram(g, lp, _Recorder(), table=CUDA.op_table).launches)
+    assert counts[True] <= counts[False] + 1, counts
+
+
+@pytest.mark.skipif(not CUDA.available(), reason="no GPU")
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("kind", NORM_KINDS)
+def test_norm_products_over_blocks_match_float64(qtype, kind):
+    n, k = 48, (512 if qtype in PER_BLOCK else 96)
+    q, w = _weights(qtype, n, k, seed=3)
+    ws, placed = {"w": w}, {"w": q}
+    if kind == "NormMatmulGLU":
+        placed["u"], ws["u"] = _weights(qtype, n, k, seed=4)
+    g = _norm_graph(qtype, n, k, kind)
+    prog = CUDA.lower(g, _with_block_op(g, kind)).persist(**placed)
+    rng = np.random.default_rng(7)
+    for rows in (1, 5, 17):
+        ins = {"x": rng.standard_normal((rows, k)).astype(np.float32),
+               "nw": (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)}
+        want = _norm_want(ins, ws, kind)
+        if kind == "NormMatmulScatter":
+            cache = np.zeros((64, n), np.float32)
+            out = np.asarray(prog({**ins, "cache": cache}, dims={"p": 3})["cache"])
+            got, rest = out[3:3 + rows], np.delete(out, range(3, 3 + rows), axis=0)
+            assert not rest.any()
+        else:
+            got = np.asarray(prog(ins)["y"])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=f"rows={rows}")
+    assert not q.is_dense

@@ -37,7 +37,7 @@ from .kernels.block_matmul import (
 from .lowering import VALUES, FormedValue, Lowered, generated
 
 __all__ = ["BLOCK_MATMUL", "BLOCK_MATMUL_ADD", "BLOCK_GATHER", "BLOCK_OPS", "BLOCK_LOWERINGS", "RULE_FILE",
-           "BlockValue", "PACKED", "block_activations", "place_blocks"]
+           "NORM_LOWERINGS", "NORM_RULE_FILE", "BlockValue", "PACKED", "block_activations", "place_blocks"]
 
 # the generic op's fields; the block-dtype operand (a, b or data) is an Input of a block dtype
 BLOCK_MATMUL = OpDecl("BlockMatmul", MATMUL.fields, "Matmul with A or B a block-dtype Input, dequantised in registers")
@@ -102,6 +102,19 @@ def place_blocks(value: Any, executor: Any) -> BlockValue | None:
 # the op-table entries of a backend whose kernels read blocks (codegen/lowering.py)
 BLOCK_LOWERINGS = {"BlockMatmul": _block_op, "BlockMatmulAdd": _block_op, "BlockGather": _block_op,
                    "Cast": _cast_of_blocks}
+
+
+def _norm_product_of_blocks(op: LOp, in_dtypes: list[DType], dialect: str) -> Lowered:
+    """A norm product (NormMatmul, NormMatmulGLU, NormMatmulScatter) whose weights are block Inputs
+    (block_norms.egg): its kernel reads their packed blocks; with float weights, the usual kernel."""
+    lowered = generated(op, in_dtypes, dialect)
+    return Lowered(lowered.specs, {i: PACKED for i, d in enumerate(in_dtypes) if d.block})
+
+
+# the cuda backend's norm products over blocks: their rules (ruleset ``block_norms``, run after
+# ``norms`` and ``products``, before ``fusion``) and lowerings
+NORM_RULE_FILE = Path(__file__).with_name("block_norms.egg")
+NORM_LOWERINGS = {name: _norm_product_of_blocks for name in ("NormMatmul", "NormMatmulGLU", "NormMatmulScatter")}
 
 
 class BlockValue(FormedValue):

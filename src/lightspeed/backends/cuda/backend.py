@@ -75,10 +75,13 @@ class CudaBackend(KernelBackend):
         # GGUF weights kept as blocks (a lazily loaded file): matmuls and gathers that decode
         # them in registers, offered beside the Cast + float kernels (codegen/blocks.py)
         self.ops = (*blocks.BLOCK_OPS, *fused.FUSED_KERNEL_OPS)
-        self.rule_files = (blocks.RULE_FILE, *fused.RULE_FILES)
+        # ... and a decode step's norm products over blocks (codegen/block_norms.egg), after the
+        # float ones' rules (norms, products) and before fusion
+        self.rule_files = (blocks.RULE_FILE, *fused.RULE_FILES, blocks.NORM_RULE_FILE)
         rs = KernelBackend.rulesets
-        self.rulesets = (*rs[:rs.index("linalg") + 1], "blocks", *rs[rs.index("linalg") + 1:])
-        table = OpTable(blocks.BLOCK_LOWERINGS, placers=(blocks.place_blocks,))
+        rs = (*rs[:rs.index("linalg") + 1], "blocks", *rs[rs.index("linalg") + 1:])
+        self.rulesets = (*rs[:rs.index("fusion")], "block_norms", *rs[rs.index("fusion"):])
+        table = OpTable({**blocks.BLOCK_LOWERINGS, **blocks.NORM_LOWERINGS}, placers=(blocks.place_blocks,))
         if mode != "off":
             self.ops = (*lt.LT_OPS, *self.ops)
             self.rule_files = (lt.RULE_FILE, *self.rule_files)

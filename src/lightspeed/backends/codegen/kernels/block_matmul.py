@@ -170,6 +170,55 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
                   preludes=("ggml_blocks",))
 
 
+def group_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
+    """The cuda lines adding to ``acc`` the dot of ``x[32]`` (floats in registers) with group ``g``
+    (32 weights) of the block row at byte pointer ``row`` (``BLOCK_CODE``: the packed layout for
+    codes 0-2, GGUF's for the K-quants), the weights decoded in registers; in a loop over ``g``
+    (indented once).  Shared by the block products and the norm products over blocks (norm.py)."""
+    if code < 3:  # the packed layout: the row's nb scales, (q4_1) nb mins, then the integers
+        w.line("  {")
+        w.line(f"  const float d = ls_hx({row}, g);")
+        if code == 2:
+            w.line(f"  const signed char* q = (const signed char*)({row} + {2 * nb}LL + 32 * g);")
+            w.line("  float s = 0.0f;")
+            w.line("  for (int t = 0; t < 32; t++) s += (float)q[t] * x[t];")
+            w.line(f"  {acc} += d * s;")
+        else:
+            # byte loads: a row of Q4_0 blocks (18 bytes each) starts at any even address
+            w.line(f"  const unsigned char* q = {row} + {(4 if code == 1 else 2) * nb}LL + 16 * g;")
+            w.line("  float s = 0.0f, sx = 0.0f;")
+            w.line("  for (int t = 0; t < 16; t++) {")
+            w.line("    const unsigned int byte = q[t];")
+            w.line("    s += (float)(byte & 15u) * x[t] + (float)(byte >> 4) * x[t + 16];")
+            w.line("    sx += x[t] + x[t + 16];")
+            w.line("  }")
+            if code == 1:  # value = d q + m
+                w.line(f"  {acc} += d * s + ls_hx({row}, {nb}LL + g) * sx;")
+            else:  # value = d (q - 8)
+                w.line(f"  {acc} += d * (s - 8.0f * sx);")
+        w.line("  }")
+    else:  # K-quants: a group's unsigned weights and its halves' affine maps (ls_kgroup)
+        w.line("  {")
+        w.line("  unsigned char u[32]; float sc[2], of[2];")
+        w.line(f"  ls_kgroup({row}, {code}, g, u, sc, of);")
+        w.line("  for (int h = 0; h < 2; h++) {")
+        w.line("    float s = 0.0f, sx = 0.0f;")
+        w.line("    for (int t = 16 * h; t < 16 * h + 16; t++) { s += (float)u[t] * x[t]; sx += x[t]; }")
+        if code == 5:  # Q6_K: value = s (u - 32)
+            w.line(f"    {acc} += sc[h] * (s - 32.0f * sx);")
+        else:
+            w.line(f"    {acc} += sc[h] * s + of[h] * sx;")
+        w.line("  }")
+        w.line("  }")
+
+
+def block_row_bytes(qtype: str, k: int) -> int:
+    """Bytes of one weight row of ``k`` columns held as ``qtype`` blocks (the kernels' layout)."""
+    from ....weights.quant import BLOCK_BYTES, BLOCK_WEIGHTS, QK
+
+    return k // BLOCK_WEIGHTS.get(qtype, QK) * BLOCK_BYTES[qtype]
+
+
 def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSpec:
     """The cuda dialect's ``Matmul``/``MatmulAdd`` whose B (buffer ``in1``) is a weight matrix
     [n, k] kept as GGML ``qtype`` blocks (the packed layout, or GGUF's for the K-quants): a warp
@@ -178,7 +227,7 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
     x's float32 row in float -- a decode step reads the blocks (4.5 bits a weight for Q4_1)
     instead of float copies.  Activations stay float32: the float32 weights' result up to the
     summation order.  Requires :func:`block_matmul_ok` with ``side`` 1."""
-    from ....weights.quant import BLOCK_BYTES, BLOCK_WEIGHTS, QK
+    from ....weights.quant import QK
 
     if not block_matmul_ok(op, in_dtypes, 1) or qtype not in BLOCK_TYPES:
         raise LightspeedError(f"kernel renderer: no cuda {qtype} block kernel for this {op.op}")
@@ -186,7 +235,7 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
     m, n, k = a["m"], a["n"], a["k"]
     code = BLOCK_CODE[qtype]
     nb = int(k.value) // QK
-    row_bytes = int(k.value) // BLOCK_WEIGHTS.get(qtype, QK) * BLOCK_BYTES[qtype]
+    row_bytes = block_row_bytes(qtype, int(k.value))
     w = Writer("cuda")
     w.index_vars |= {"_ls_item", "_ls_mi", "_ls_nj"}
     nn = w.expr(n)
@@ -204,37 +253,7 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
     w.line("  } else {")
     w.line("    for (int t = 0; t < 32; t++) x[t] = xr[32 * g + t];")
     w.line("  }")
-    if code < 3:  # the packed layout: the row's nb scales, (q4_1) nb mins, then the integers
-        w.line("  const float d = ls_hx(rb, g);")
-        if code == 2:
-            w.line(f"  const signed char* q = (const signed char*)(rb + {2 * nb}LL + 32 * g);")
-            w.line("  float s = 0.0f;")
-            w.line("  for (int t = 0; t < 32; t++) s += (float)q[t] * x[t];")
-            w.line("  acc += d * s;")
-        else:
-            # byte loads: a row of Q4_0 blocks (18 bytes each) starts at any even address
-            w.line(f"  const unsigned char* q = rb + {(4 if code == 1 else 2) * nb}LL + 16 * g;")
-            w.line("  float s = 0.0f, sx = 0.0f;")
-            w.line("  for (int t = 0; t < 16; t++) {")
-            w.line("    const unsigned int byte = q[t];")
-            w.line("    s += (float)(byte & 15u) * x[t] + (float)(byte >> 4) * x[t + 16];")
-            w.line("    sx += x[t] + x[t + 16];")
-            w.line("  }")
-            if code == 1:  # value = d q + m
-                w.line(f"  acc += d * s + ls_hx(rb, {nb}LL + g) * sx;")
-            else:  # value = d (q - 8)
-                w.line("  acc += d * (s - 8.0f * sx);")
-    else:  # K-quants: a group's unsigned weights and its halves' affine maps (ls_kgroup)
-        w.line("  unsigned char u[32]; float sc[2], of[2];")
-        w.line(f"  ls_kgroup(rb, {code}, g, u, sc, of);")
-        w.line("  for (int h = 0; h < 2; h++) {")
-        w.line("    float s = 0.0f, sx = 0.0f;")
-        w.line("    for (int t = 16 * h; t < 16 * h + 16; t++) { s += (float)u[t] * x[t]; sx += x[t]; }")
-        if code == 5:  # Q6_K: value = s (u - 32)
-            w.line("    acc += sc[h] * (s - 32.0f * sx);")
-        else:
-            w.line("    acc += sc[h] * s + of[h] * sx;")
-        w.line("  }")
+    group_dot_cuda(w, code, nb, "rb", "acc")
     w.line("}")
     w.line("for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
     bufs = [("out", "float", True, "out"), ("in0", "float", False, 0), ("in1", "unsigned char", False, 1)]

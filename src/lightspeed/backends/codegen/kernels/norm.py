@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from ....dtypes import DType
 from ....egraph.llir import LOp
+from ....errors import LightspeedError
 from ....symbolic import Expr, const, prod, sym
+from .block_matmul import BLOCK_CODE, block_row_bytes, group_dot_cuda
 from .matmul import ROW_GROUP, lane_sum8, rows_one_by_one, scatter_store, silu_mul
 from .matmul_rows import LOAD8
 from .region import Region
@@ -171,7 +173,13 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     m, n, k = a["m"], a["n"], a["k"]
     w.index_vars |= {"_ls_item", "_ls_l"}
     nn, kk = w.expr(n), w.expr(k)
-    vec = _VECTOR3.get(dx.name) if all(d == dx for d in [dwt, *(in_dtypes[q] for q in weights)]) else None
+    # weights held as GGUF blocks (block_norms.egg, cuda): a warp per output, groups of 32 decoded
+    # in registers (block_matmul.group_dot_cuda)
+    qtypes = [in_dtypes[q].name for q in weights if in_dtypes[q].block]
+    if qtypes:
+        _check_block_weights(dialect, op, qtypes, len(weights), fields_of(glu))
+    vec = None if qtypes else (
+        _VECTOR3.get(dx.name) if all(d == dx for d in [dwt, *(in_dtypes[q] for q in weights)]) else None)
     woff = _row_weight(a["w_view"], k)
     # cuda with 16-byte rows: a warp takes ROW_GROUP rows of one column, its weight rows read once
     grouped = dialect == "cuda" and vec is not None and woff is not None and ROW_GROUP > 1
@@ -203,10 +211,14 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_mi = _ls_item / {nn};")
     names = {i: f"in{i}" for i in range(len(in_dtypes))}
     rows = []  # B's (G's, U's) row j
-    fields = [("g_stride_n", "g_offset"), ("u_stride_n", "u_offset")] if glu else [("b_stride_n", "b_offset")]
+    fields = fields_of(glu)
     for q, (f_s, f_o) in zip(weights, fields):
-        w.line(f"const {storage_type(in_dtypes[q])}* rb{len(rows)} = {names[q]} + {w.expr(a[f_o])} + "
-               f"_ls_nj * {w.expr(a[f_s])};")
+        if qtypes:  # a row of blocks: bytes (offset 0, rows k apart: _check_block_weights)
+            w.line(f"const unsigned char* rb{len(rows)} = (const unsigned char*){names[q]} + _ls_nj * "
+                   f"{block_row_bytes(_kernel_qtype(in_dtypes[q].name), int(k.value))}LL;")
+        else:
+            w.line(f"const {storage_type(in_dtypes[q])}* rb{len(rows)} = {names[q]} + {w.expr(a[f_o])} + "
+                   f"_ls_nj * {w.expr(a[f_s])};")
         rows.append(f"rb{len(rows)}")
     if paired:  # column j + 1 (j again when n is odd: computed, not stored)
         w.line(f"const {storage_type(in_dtypes[weights[0]])}* rb1 = _ls_two ? rb0 + {w.expr(a['b_stride_n'])} : rb0;")
@@ -236,7 +248,22 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
             w.line(f"{indent}  {acc} += xw * {load(in_dtypes[q], f'{r}[_ls_l]')};")
         w.line(f"{indent}}}")
 
-    if dialect == "cuda" and vec is not None and woff is not None:
+    if qtypes:  # each lane whole groups of 32: x·w of the group in registers, then each row's blocks
+        w.line(f"for (long long g = lane; g < {int(k.value) // 32}; g += {WARP}) {{")
+        w.line("  float x[32];")
+        w.line("  for (int t = 0; t < 32; t++) {")
+        w.line("    const long long _ls_l = 32 * g + t;")
+        w.push()
+        wv = region.leaf(2, Point("_ls_z", sym("_ls_mi") * k + sym("_ls_l"), (m, k), (sym("_ls_mi"), sym("_ls_l"))))
+        inner = w.pop()
+        w.scope.lines.extend("    " + ln for ln in inner)
+        w.line(f"    const float xv = {load(dx, 'rx[_ls_l]')};")
+        w.line(f"    ss += xv * xv; x[t] = xv * (float){wv};")
+        w.line("  }")
+        for r, acc, q in zip(rows, accs, weights):
+            group_dot_cuda(w, BLOCK_CODE[_kernel_qtype(in_dtypes[q].name)], int(k.value) // 32, r, acc)
+        w.line("}")
+    elif dialect == "cuda" and vec is not None and woff is not None:
         width, dot3, dot2 = vec
         w.line(f"const {storage_type(dwt)}* rw = {names[iw]} + {w.expr(woff)};")
         ptrs = " | ".join(f"(unsigned long long){p}" for p in ["rx", "rw", *rows])
@@ -278,7 +305,8 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         scalar(first, "")
     writer = ("lane == 0 && slice == 0" if split else "lane == 0") if dialect == "cuda" else "1"
     bufs = [("out", storage_type(op.dtype), True, "out")]
-    bufs += [(names[i], storage_type(in_dtypes[i]), False, i) for i in dict.fromkeys([ix, ic, ie, iw, *weights])]
+    bufs += [(names[i], "unsigned char" if in_dtypes[i].block else storage_type(in_dtypes[i]), False, i)
+             for i in dict.fromkeys([ix, ic, ie, iw, *weights])]
     flat = f"(_ls_mi * {nn} + _ls_nj)"  # the output element (i, j)
 
     def emit_tail() -> list[tuple[str, str, bool, int]]:
@@ -344,12 +372,43 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         rows_one_by_one(w, per_row)
     body = w.pop()
     bufs += extra
-    prefetch = weight_prefetch(w, dialect, m, n, k, [(names[q], in_dtypes[q], a[o], a[st])
-                                                      for q, (st, o) in zip(weights, fields)], split)
+    prefetch = None if qtypes else weight_prefetch(w, dialect, m, n, k, [(names[q], in_dtypes[q], a[o], a[st])
+                                                                       for q, (st, o) in zip(weights, fields)], split)
     count = n * ((m + (ROW_GROUP - 1)) // ROW_GROUP) if grouped else m * ((n + 1) // 2) if paired else m * n
     return finish(w, dialect, "matmul_split" if split else "matmul_dot", bufs, count, body, kind.lower(), axes,
                   item_cost=(2 + len(rows)) * k,
-                  before_wait=prefetch, warps=split)
+                  before_wait=prefetch, warps=split, preludes=("ggml_blocks",) if qtypes else ())
+
+
+def fields_of(glu: bool) -> list[tuple[str, str]]:
+    """The (stride, offset) fields of a norm product's weight operands."""
+    return [("g_stride_n", "g_offset"), ("u_stride_n", "u_offset")] if glu else [("b_stride_n", "b_offset")]
+
+
+def _kernel_qtype(name: str) -> str:
+    from ..blocks import KERNEL_QTYPE
+
+    return KERNEL_QTYPE.get(name, name)
+
+
+def _check_block_weights(dialect: str, op: LOp, qtypes: list[str], n_weights: int,
+                         fields: list[tuple[str, str]]) -> None:
+    """A norm product reads blocks only on cuda, every weight as blocks of a type the cuda decoders
+    know, each weight whole (offset 0, rows k apart: block_norms.egg's products)."""
+    from .block_matmul import BLOCK_TYPES
+
+    a = op.args
+    k = a["k"]
+    if dialect != "cuda" or len(qtypes) != n_weights or not k.is_const or int(k.value) % 32:
+        raise LightspeedError(f"kernel renderer: no {dialect} {op.op} over {'/'.join(qtypes)} blocks for "
+                              f"this op (cuda only, every weight as blocks, a static k of whole groups)")
+    for name in qtypes:
+        if _kernel_qtype(name) not in BLOCK_TYPES:
+            raise LightspeedError(f"kernel renderer: no cuda {name} block decoder for {op.op}")
+    for stride, offset in fields:
+        if a[offset] != 0 or a[stride] != k:
+            raise LightspeedError(f"kernel renderer: {op.op} reads block weights whole (offset 0, rows k apart), "
+                                  f"got {stride} {a[stride]}, {offset} {a[offset]}")
 
 
 def _norm_product(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
