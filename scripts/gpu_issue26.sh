@@ -4,22 +4,31 @@
 #   smol.gguf    benchmarks/gpu_blocks.py llama: native vs cuda blocks / float32 / bfloat16
 #   gemma.gguf   the same for gemma3
 #   whisper.tar  `lightspeed run whisper` on native and cuda (same WAV: .wparts/c0/speech.wav)
-# With GPU_ISSUE26_TABLE=1 (the last call): benchmarks/gpu_models.py over every family, the file
-# rows from the joined files (GPU_MODELS_PEER, default compile). Logs under $OUT.
+# GPU_ISSUE26_TESTS=1: first the GPU tests of the block kernels, the model zoo (Whisper included)
+# and cuda conformance. GPU_ISSUE26_TABLE=1: benchmarks/gpu_models.py over GPU_MODELS_ROWS (default
+# every family; the file rows from the joined files; peer GPU_MODELS_PEER, default compile), after
+# the files' runs. Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
 source scripts/gpu_files.sh
 mkdir -p /tmp/wdone
+if [ "${GPU_ISSUE26_TESTS:-0}" = 1 ]; then
+  step tests 150 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py tests/models/test_cuda_models.py \
+    -q -p no:cacheprovider -n 8
+  grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -8
+  step conformance 80 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q -p no:cacheprovider -n 12
+  grep -E "passed|failed|FAILED" "$OUT/conformance.log" | tail -6
+fi
 for f in /tmp/wfiles/*; do
   name=$(basename "$f"); [ -e "/tmp/wdone/$name" ] && continue
   case $name in
     smol.gguf)
       step blocks_smol 240 python3 benchmarks/gpu_blocks.py llama "$f" \
-        --configs native,cuda-blocks,cuda-blocks-bf16,cuda-float32,cuda-bfloat16
+        --configs native,cuda-blocks,cuda-float32,cuda-bfloat16
       sed -n '/greedy tokens/,$p' "$OUT/blocks_smol.log"; grep -E "FAILED|Error" "$OUT/blocks_smol.log" | head -5 ;;
     gemma.gguf)
-      step blocks_gemma 240 python3 benchmarks/gpu_blocks.py gemma3 "$f" --prompt "The capital of France is" \
-        --configs native,cuda-blocks,cuda-blocks-bf16,cuda-float32,cuda-bfloat16
+      step blocks_gemma 200 python3 benchmarks/gpu_blocks.py gemma3 "$f" --prompt "The capital of France is" \
+        --configs native,cuda-blocks,cuda-float32,cuda-bfloat16
       sed -n '/greedy tokens/,$p' "$OUT/blocks_gemma.log"; grep -E "FAILED|Error" "$OUT/blocks_gemma.log" | head -5 ;;
     whisper.tar)
       mkdir -p /tmp/wfiles/whisper && tar -C /tmp/wfiles/whisper -xf "$f"
@@ -27,7 +36,13 @@ for f in /tmp/wfiles/*; do
         step "whisper_$b" 120 python3 -m lightspeed run whisper /tmp/wparts/speech.wav \
           --weights /tmp/wfiles/whisper/tiny.en --backend "$b"
         grep -v -i warn "$OUT/whisper_$b.log" | tail -4
-      done ;;
+      done
+      # the median decode step after a warm-up (gpu_models.py's whisper row), both backends
+      step whisper_steps_native 90 python3 benchmarks/gpu_models.py whisper --backend native --peer none \
+        --file whisper=/tmp/wfiles/whisper/tiny.en
+      step whisper_steps_cuda 90 python3 benchmarks/gpu_models.py whisper --backend cuda --peer eager \
+        --file whisper=/tmp/wfiles/whisper/tiny.en
+      grep -h "^whisper " "$OUT/whisper_steps_native.log" "$OUT/whisper_steps_cuda.log" ;;
     *) continue ;;
   esac
   touch "/tmp/wdone/$name"
