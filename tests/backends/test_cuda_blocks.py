@@ -19,6 +19,7 @@ from tests.backends.harness import nvrtc_or_skip, saturate
 from tests.weights.quant_ref import dequant, make_blocks
 
 CUDA = CudaBackend()
+NORMS = CudaBackend(block_norms=True)  # the norm products over blocks (off by default)
 TYPES = ["q4_1", "q4_0", "q8_0", "q5_0", "q4_k", "q6_k"]
 PER_BLOCK = {"q4_k": 256, "q6_k": 256}
 
@@ -41,11 +42,11 @@ def _graph(qtype: str, n: int, k: int, add: bool = False, gather: bool = False) 
     return g
 
 
-def _with_block_op(g: ls.Graph, kind: str):
+def _with_block_op(g: ls.Graph, kind: str, backend: CudaBackend = CUDA):
     """An LLIR program of ``g`` that computes it with ``kind`` (random candidates until one does)."""
-    _, enc, index, ser = saturate(CUDA, g)
+    _, enc, index, ser = saturate(backend, g)
     for seed in range(200):
-        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, CUDA.declarations())
+        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, backend.declarations())
         if any(o.op == kind for o in lp.ops):
             return lp
     raise AssertionError(f"the blocks rules offered no candidate with {kind}")
@@ -174,10 +175,10 @@ def test_norm_products_over_blocks_render_and_compile_for_sm90(qtype, kind):
     from lightspeed.backends.codegen.kernels import module_source
 
     k = 512 if qtype in PER_BLOCK else 96
-    lp = _with_block_op(_norm_graph(qtype, 48, k, kind), kind)
+    lp = _with_block_op(_norm_graph(qtype, 48, k, kind), kind, NORMS)
     op = next(o for o in lp.ops if o.op == kind)
     dtypes = [lp.ops[i].dtype for i in op.inputs]
-    lowered = CUDA.op_table.lower(op, dtypes, "cuda")
+    lowered = NORMS.op_table.lower(op, dtypes, "cuda")
     assert set(lowered.forms) == {i for i, d in enumerate(dtypes) if d.block} != set()
     assert set(lowered.forms.values()) == {"packed"}
     spec = lowered.specs[0]
@@ -186,29 +187,38 @@ def test_norm_products_over_blocks_render_and_compile_for_sm90(qtype, kind):
 
 
 def test_a_block_decode_step_takes_its_norms_into_its_products():
-    """The fused candidate of a tiny Llama decode step over Q4_1 weights launches as many kernels
-    as over float weights: the input norms in the q/k/v and gate/up products, SiLU·mul in the
-    gated pair (a block step had three launches a layer more; its step is bound by launches)."""
+    """With the switch on, the fused candidate of a tiny Llama decode step over Q4_1 weights
+    launches as many kernels as over float weights: the input norms in the q/k/v and gate/up
+    products, SiLU·mul in the gated pair (the default block step keeps its RowNorm kernels: three
+    launches a layer more)."""
     from lightspeed.backends.codegen.program import KernelProgram
     from lightspeed.models import from_hf_config
     from lightspeed.search import candidates
     from tests.backends.test_conformance import TINY
     from tests.backends.test_cuda_codegen import _Recorder
 
-    counts = {}
-    for blocks in (False, True):
-        model = from_hf_config(TINY)
+    config = {**TINY, "hidden_size": 64, "intermediate_size": 128}  # every product's k whole groups of 32
+
+    def fused_ops(backend: CudaBackend, blocks: bool) -> tuple[set[str], int]:
+        """The fused candidate's ops (a ``+`` after those reading a block input) and its launches."""
+        model = from_hf_config(config)
         storage = {n: ls.q4_1 for n, shp in model.param_shapes().items()
-                   if blocks and len(shp) == 2 and "embed" not in n and shp[1] % 32 == 0}
+                   if blocks and len(shp) == 2 and "embed" not in n}
         g = model.build_graph("decode", storage=storage)
-        _, enc, index, ser = saturate(CUDA, g)
+        _, enc, index, ser = saturate(backend, g)
         fused = dict(candidates(index, ls.SearchOptions(budget=3, seed=0)))["fused"]
-        lp = decode_program(fused, ser, enc.constants, CUDA.declarations())
-        ops = {lp.ops[i].op for launch in KernelProgram(g, lp, _Recorder(), table=CUDA.op_table).launches
-               for i in (launch.merged or (launch.op,))}
-        assert "RowNorm" not in ops and {"NormMatmul", "NormMatmulGLU"} <= ops, (blocks, sorted(ops))
-        counts[blocks] = len(KernelProgram(g, lp, _Recorder(), table=CUDA.op_table).launches)
-    assert counts[True] <= counts[False] + 1, counts
+        lp = decode_program(fused, ser, enc.constants, backend.declarations())
+        launches = KernelProgram(g, lp, _Recorder(), table=backend.op_table).launches
+        ops = [lp.ops[i] for launch in launches for i in (launch.merged or (launch.op,))]
+        return {o.op + "+" * any(lp.ops[j].dtype.block for j in o.inputs) for o in ops}, len(launches)
+
+    ops, with_norms = fused_ops(NORMS, True)
+    assert "RowNorm" not in ops and {"NormMatmul+", "NormMatmulGLU+"} <= ops, sorted(ops)
+    _, floats = fused_ops(NORMS, False)
+    assert with_norms <= floats + 1, (with_norms, floats)
+    ops, without = fused_ops(CUDA, True)
+    assert "RowNorm" in ops and "NormMatmulGLU+" not in ops and "BlockMatmul+" in ops, sorted(ops)
+    assert without >= with_norms + 2 * config["num_hidden_layers"], (without, with_norms)
 
 
 @pytest.mark.skipif(not CUDA.available(), reason="no GPU")
@@ -221,7 +231,7 @@ def test_norm_products_over_blocks_match_float64(qtype, kind):
     if kind == "NormMatmulGLU":
         placed["u"], ws["u"] = _weights(qtype, n, k, seed=4)
     g = _norm_graph(qtype, n, k, kind)
-    prog = CUDA.lower(g, _with_block_op(g, kind)).persist(**placed)
+    prog = NORMS.lower(g, _with_block_op(g, kind, NORMS)).persist(**placed)
     rng = np.random.default_rng(7)
     for rows in (1, 5, 17):
         ins = {"x": rng.standard_normal((rows, k)).astype(np.float32),

@@ -57,14 +57,17 @@ class CudaBackend(KernelBackend):
     tensor-core tiles for bfloat16/float16 products (``MatmulMma``; default
     ``$LIGHTSPEED_CUDA_MMA``, on unless it is ``0``).  ``stacked``: offer products that share
     their left operand (q, k, v; gate, up) as one product over stacked weights (default
-    ``$LIGHTSPEED_CUDA_STACKED``, off unless it is ``1``: not yet measured on a GPU)."""
+    ``$LIGHTSPEED_CUDA_STACKED``, off unless it is ``1``: not yet measured on a GPU).
+    ``block_norms``: a decode step's norm products over GGUF blocks (codegen/block_norms.egg;
+    default ``$LIGHTSPEED_CUDA_BLOCK_NORMS``, off unless it is ``1``)."""
 
     name = "cuda"
     program_class = CudaProgram
     device_memory = True
     block_dtypes = dt.BLOCK_DTYPES
 
-    def __init__(self, cublaslt: str | None = None, mma: bool | None = None, stacked: bool | None = None) -> None:
+    def __init__(self, cublaslt: str | None = None, mma: bool | None = None, stacked: bool | None = None,
+                 block_norms: bool | None = None) -> None:
         mode = cublaslt or os.environ.get("LIGHTSPEED_CUBLASLT", "search")
         mode = {"1": "always", "0": "off"}.get(mode, mode)
         if mode not in CUBLASLT_MODES:
@@ -75,13 +78,20 @@ class CudaBackend(KernelBackend):
         # GGUF weights kept as blocks (a lazily loaded file): matmuls and gathers that decode
         # them in registers, offered beside the Cast + float kernels (codegen/blocks.py)
         self.ops = (*blocks.BLOCK_OPS, *fused.FUSED_KERNEL_OPS)
-        # ... and a decode step's norm products over blocks (codegen/block_norms.egg), after the
-        # float ones' rules (norms, products) and before fusion
-        self.rule_files = (blocks.RULE_FILE, *fused.RULE_FILES, blocks.NORM_RULE_FILE)
+        self.rule_files = (blocks.RULE_FILE, *fused.RULE_FILES)
         rs = KernelBackend.rulesets
-        rs = (*rs[:rs.index("linalg") + 1], "blocks", *rs[rs.index("linalg") + 1:])
-        self.rulesets = (*rs[:rs.index("fusion")], "block_norms", *rs[rs.index("fusion"):])
+        self.rulesets = (*rs[:rs.index("linalg") + 1], "blocks", *rs[rs.index("linalg") + 1:])
         table = OpTable({**blocks.BLOCK_LOWERINGS, **blocks.NORM_LOWERINGS}, placers=(blocks.place_blocks,))
+        # ... and a decode step's norm products over blocks (codegen/block_norms.egg), after the
+        # float ones' rules (norms, products) and before fusion: off unless
+        # $LIGHTSPEED_CUDA_BLOCK_NORMS is 1 (measured slower than RowNorm + block products on an
+        # H200, 2026-12-06: SmolLM2's step 1.348 ms, its 16-byte loads written after)
+        self.block_norms = (os.environ.get("LIGHTSPEED_CUDA_BLOCK_NORMS", "0") == "1" if block_norms is None
+                            else block_norms)
+        if self.block_norms:
+            self.rule_files = (*self.rule_files, blocks.NORM_RULE_FILE)
+            rs = self.rulesets
+            self.rulesets = (*rs[:rs.index("fusion")], "block_norms", *rs[rs.index("fusion"):])
         if mode != "off":
             self.ops = (*lt.LT_OPS, *self.ops)
             self.rule_files = (lt.RULE_FILE, *self.rule_files)

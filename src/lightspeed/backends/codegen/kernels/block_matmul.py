@@ -181,14 +181,32 @@ def group_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
         if code == 2:
             w.line(f"  const signed char* q = (const signed char*)({row} + {2 * nb}LL + 32 * g);")
             w.line("  float s = 0.0f;")
-            w.line("  for (int t = 0; t < 32; t++) s += (float)q[t] * x[t];")
+            w.line("  if ((((unsigned long long)q) & 3) == 0) {  // eight 32-bit words")
+            w.line("    #pragma unroll")
+            w.line("    for (int t = 0; t < 8; t++) {")
+            w.line("      const int v = ((const int*)q)[t];")
+            w.line("      s += (float)(signed char)v * x[4 * t] + (float)(signed char)(v >> 8) * x[4 * t + 1] + "
+                   "(float)(signed char)(v >> 16) * x[4 * t + 2] + (float)(signed char)(v >> 24) * x[4 * t + 3];")
+            w.line("    }")
+            w.line("  } else {")
+            w.line("    for (int t = 0; t < 32; t++) s += (float)q[t] * x[t];")
+            w.line("  }")
             w.line(f"  {acc} += d * s;")
         else:
-            # byte loads: a row of Q4_0 blocks (18 bytes each) starts at any even address
+            # the group's 16 bytes as four 32-bit words where 4-byte aligned (Q4_1 rows always
+            # are; a row of Q4_0 blocks, 18 bytes each, starts at any even address: bytes)
             w.line(f"  const unsigned char* q = {row} + {(4 if code == 1 else 2) * nb}LL + 16 * g;")
             w.line("  float s = 0.0f, sx = 0.0f;")
+            w.line("  unsigned int qw[4];")
+            w.line("  if ((((unsigned long long)q) & 3) == 0) {")
+            w.line("    for (int t = 0; t < 4; t++) qw[t] = ((const unsigned int*)q)[t];")
+            w.line("  } else {")
+            w.line("    for (int t = 0; t < 4; t++) qw[t] = q[4 * t] | (unsigned int)q[4 * t + 1] << 8 | "
+                   "(unsigned int)q[4 * t + 2] << 16 | (unsigned int)q[4 * t + 3] << 24;")
+            w.line("  }")
+            w.line("  #pragma unroll")
             w.line("  for (int t = 0; t < 16; t++) {")
-            w.line("    const unsigned int byte = q[t];")
+            w.line("    const unsigned int byte = (qw[t >> 2] >> (8 * (t & 3))) & 255u;")
             w.line("    s += (float)(byte & 15u) * x[t] + (float)(byte >> 4) * x[t + 16];")
             w.line("    sx += x[t] + x[t + 16];")
             w.line("  }")

@@ -251,6 +251,19 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     if qtypes:  # each lane whole groups of 32: x·w of the group in registers, then each row's blocks
         w.line(f"for (long long g = lane; g < {int(k.value) // 32}; g += {WARP}) {{")
         w.line("  float x[32];")
+        if dx.name == "float32" and dwt.name == "float32" and woff is not None:
+            # float4 loads of x and of the norm weight's row where both are 16-byte aligned
+            w.line("  const float4* xv4 = (const float4*)(rx + 32 * g);")
+            w.line(f"  const float4* wv4 = (const float4*)({names[iw]} + {w.expr(woff)} + 32 * g);")
+            w.line("  if (((((unsigned long long)xv4) | ((unsigned long long)wv4)) & 15) == 0) {")
+            w.line("    #pragma unroll")
+            w.line("    for (int t = 0; t < 8; t++) {")
+            w.line("      const float4 a4 = xv4[t], b4 = wv4[t];")
+            w.line("      ss += a4.x * a4.x + a4.y * a4.y + a4.z * a4.z + a4.w * a4.w;")
+            w.line("      x[4 * t] = a4.x * b4.x; x[4 * t + 1] = a4.y * b4.y; x[4 * t + 2] = a4.z * b4.z; "
+                   "x[4 * t + 3] = a4.w * b4.w;")
+            w.line("    }")
+            w.line("  } else")
         w.line("  for (int t = 0; t < 32; t++) {")
         w.line("    const long long _ls_l = 32 * g + t;")
         w.push()
