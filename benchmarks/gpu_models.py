@@ -3,7 +3,7 @@ process: TTFT, decode TPOT and % of the HBM floor per family (issue 26's table).
 
     python benchmarks/gpu_models.py [ROW ...] [--backend cuda] [--dtype bfloat16] [--steps 32]
                                     [--prompt 64] [--peer eager|compile|none] [--small]
-                                    [--file ROW=PATH ...]
+                                    [--layers N] [--file ROW=PATH ...]
 
 ROW (default all): ``smollm2`` and ``gemma3`` (the shipped GGUF files, their weights as the dtype:
 the peer cannot read GGUF blocks), ``qwen3`` (Qwen3-0.6B's shape), ``qwen3_moe`` (Qwen3-30B-A3B's
@@ -47,7 +47,7 @@ ROWS = ("smollm2", "gemma3", "qwen3", "qwen3_moe", "gemma4_moe", "whisper")
 FILE_FAMILY = {"smollm2": "llama", "gemma3": "gemma3"}
 
 
-def text_model(row: str, dtype: str, small: bool, path: str | None = None
+def text_model(row: str, dtype: str, small: bool, path: str | None = None, layers: int | None = None
                ) -> tuple[Any, dict[str, Any], dict[str, Any], str]:
     """(model, weights by HF name as float arrays, HF config dict, family) of a text row."""
     from lightspeed.models import get
@@ -58,6 +58,8 @@ def text_model(row: str, dtype: str, small: bool, path: str | None = None
         tensors = {n: np.asarray(v, np.float32) for n, v in tm.tensors.items()}  # GGUF blocks: their values
         return tm.model, tensors, dict(tm.config), FILE_FAMILY[row]
     cfg = random_config(row) if small else {**random_config(row), **SHAPES[row]}
+    if layers is not None:
+        cfg["num_hidden_layers"] = layers
     model = get(row).from_hf_config(cfg, dtype)
     return model, random_weights(model, 0), cfg, row
 
@@ -212,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--peer", choices=("eager", "compile", "none"), default="eager")
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--layers", type=int, default=None, help="the random rows' layer count (default their shape's)")
     ap.add_argument("--file", action="append", default=[], metavar="ROW=PATH")
     args = ap.parse_args(argv)
     unknown = [r for r in args.rows if r not in ROWS]
@@ -238,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = whisper_row(args.backend, args.steps, args.peer, device, files.get("whisper"))
                 wb = None
             else:
-                model, weights, cfg, family = text_model(row, dtype, args.small, files.get(row))
+                model, weights, cfg, family = text_model(row, dtype, args.small, files.get(row), args.layers)
                 vocab = model.config.vocab_size
                 prompt = [int(t) for t in np.random.default_rng(1).integers(3, vocab - 1, args.prompt)]
                 r = {"ours": ours_text(model, weights, args.backend, prompt, args.steps)}
