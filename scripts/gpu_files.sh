@@ -9,10 +9,10 @@
 #   each file's sha256 goes into every folder (NAME.sha256) so any call can check a joined file.
 #   Prints the carry list of each call.
 # There (the GPU host, each call):  source scripts/gpu_files.sh
-#   copies the carried parts to /tmp/wparts (kept while the machine stays warm: a machine is given
-#   back 30 s after a call, so the calls must follow each other at once) and joins every file
-#   whose parts are all there into /tmp/wfiles/NAME, checked against its sha256; prints what is
-#   complete and what is missing.
+#   copies the carried parts to $GPU_FILES_DIR/wparts (default /tmp; kept while the machine stays
+#   warm: a machine is given back 30 s after a call, so the calls must follow each other at once)
+#   and joins every file whose parts are all there into $GPU_FILES_DIR/wfiles/NAME, checked
+#   against its sha256; prints what is complete and what is missing.
 set -uo pipefail
 
 pack() {
@@ -45,21 +45,23 @@ pack() {
 }
 
 gather() {
-  mkdir -p /tmp/wparts /tmp/wfiles
-  cp .wparts/c*/* /tmp/wparts/ 2>/dev/null
-  for count in /tmp/wparts/*.count; do
+  local base=${GPU_FILES_DIR:-/tmp}
+  local parts=$base/wparts files=$base/wfiles
+  mkdir -p "$parts" "$files"
+  cp .wparts/c*/* "$parts"/ 2>/dev/null
+  for count in "$parts"/*.count; do
     [ -e "$count" ] || continue
     local name; name=$(basename "$count" .count)
     local want; want=$(cat "$count")
-    local have; have=$(ls /tmp/wparts/"$name".[0-9][0-9] 2>/dev/null | wc -l)
-    if [ -e "/tmp/wfiles/$name" ]; then echo "file $name: ready"; continue; fi
+    local have; have=$(ls "$parts/$name".[0-9][0-9] 2>/dev/null | wc -l)
+    if [ -e "$files/$name" ]; then echo "file $name: ready"; continue; fi
     if [ "$have" -lt "$want" ]; then echo "file $name: $have of $want parts"; continue; fi
-    cat /tmp/wparts/"$name".[0-9][0-9] > "/tmp/wfiles/$name.tmp"
-    if [ "$(sha256sum "/tmp/wfiles/$name.tmp" | cut -d' ' -f1)" = "$(cat "/tmp/wparts/$name.sha256")" ]; then
-      mv "/tmp/wfiles/$name.tmp" "/tmp/wfiles/$name"; rm -f /tmp/wparts/"$name".[0-9][0-9]
+    cat "$parts/$name".[0-9][0-9] > "$files/$name.tmp"
+    if [ "$(sha256sum "$files/$name.tmp" | cut -d' ' -f1)" = "$(cat "$parts/$name.sha256")" ]; then
+      mv "$files/$name.tmp" "$files/$name"; rm -f "$parts/$name".[0-9][0-9]
       echo "file $name: ready (joined, sha256 checked)"
     else
-      rm -f "/tmp/wfiles/$name.tmp"; echo "file $name: parts joined to a wrong sha256"
+      rm -f "$files/$name.tmp"; echo "file $name: parts joined to a wrong sha256"
     fi
   done
 }
