@@ -28,6 +28,7 @@ from ...egraph.llir import LOp
 from ...errors import LightspeedError
 from .kernels.block_matmul import (
     BLOCK_ACTIVATIONS,
+    KERNEL_QTYPE,
     block_gather_ok,
     block_matmul_ok,
     render_block_gather,
@@ -46,8 +47,6 @@ BLOCK_GATHER = OpDecl("BlockGather", PRIMITIVE_OPS["Gather"].fields, "Gather of 
 BLOCK_OPS = (BLOCK_MATMUL, BLOCK_MATMUL_ADD, BLOCK_GATHER)
 GENERIC_OP = {"BlockMatmul": "Matmul", "BlockMatmulAdd": "MatmulAdd", "BlockGather": "Gather"}
 RULE_FILE = Path(__file__).with_name("blocks.egg")
-# the block type whose kernel reads a block dtype's weights (Q5_0 as the Q8_0 blocks of its values)
-KERNEL_QTYPE = {"q5_0": "q8_0"}
 
 
 def block_activations() -> str:

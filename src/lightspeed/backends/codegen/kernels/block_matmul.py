@@ -14,8 +14,12 @@ from .spec import KernelSpec
 from .writer import Point, Writer, finish
 
 __all__ = ["block_matmul_ok", "render_block_matmul", "render_block_matmul_cuda", "block_gather_ok",
-           "render_block_gather", "BLOCK_ACTIVATIONS", "BLOCK_CODE", "BLOCK_TYPES"]
+           "render_block_gather", "group_dot_cuda", "block_row_bytes", "BLOCK_ACTIVATIONS", "BLOCK_CODE",
+           "BLOCK_TYPES", "KERNEL_QTYPE"]
 
+
+# the block type whose kernel reads a block dtype's weights (Q5_0 as the Q8_0 blocks of its values)
+KERNEL_QTYPE = {"q5_0": "q8_0"}
 
 def block_matmul_ok(op: LOp, in_dtypes: list[DType], side: int = 1) -> bool:
     """Whether the c dialect's block kernel (:func:`render_block_matmul`) computes ``op`` when its

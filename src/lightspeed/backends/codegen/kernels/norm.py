@@ -12,7 +12,7 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import Expr, const, prod, sym
-from .block_matmul import BLOCK_CODE, block_row_bytes, group_dot_cuda
+from .block_matmul import BLOCK_CODE, KERNEL_QTYPE, block_row_bytes, group_dot_cuda
 from .matmul import ROW_GROUP, lane_sum8, rows_one_by_one, scatter_store, silu_mul
 from .matmul_rows import LOAD8
 from .region import Region
@@ -399,8 +399,6 @@ def fields_of(glu: bool) -> list[tuple[str, str]]:
 
 
 def _kernel_qtype(name: str) -> str:
-    from ..blocks import KERNEL_QTYPE
-
     return KERNEL_QTYPE.get(name, name)
 
 
