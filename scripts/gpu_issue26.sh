@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 26's real-file runs on the GPU host, fed by scripts/gpu_files.sh over back-to-back calls:
 # each call gathers the parts it carried, and each file completed in this call gets its runs:
-#   smol.gguf    benchmarks/gpu_blocks.py llama: native vs cuda blocks / float32 / bfloat16
+#   smol.gguf    benchmarks/gpu_blocks.py llama: native vs cuda blocks / float32 / bfloat16, then the
+#                block step again with LIGHTSPEED_CUDA_BLOCK_NORMS=1
 #   gemma.gguf   the same for gemma3
 #   whisper.tar  `lightspeed run whisper` on native and cuda (same WAV: .wparts/c0/speech.wav)
 # GPU_ISSUE26_TESTS=1: first the GPU tests of the block kernels, the model zoo (Whisper included)
@@ -25,7 +26,11 @@ for f in /tmp/wfiles/*; do
     smol.gguf)
       step blocks_smol 240 python3 benchmarks/gpu_blocks.py llama "$f" \
         --configs native,cuda-blocks,cuda-float32,cuda-bfloat16
-      sed -n '/greedy tokens/,$p' "$OUT/blocks_smol.log"; grep -E "FAILED|Error" "$OUT/blocks_smol.log" | head -5 ;;
+      sed -n '/greedy tokens/,$p' "$OUT/blocks_smol.log"; grep -E "FAILED|Error" "$OUT/blocks_smol.log" | head -5
+      # the norm products over blocks (off by default): the same block step with them
+      LIGHTSPEED_CUDA_BLOCK_NORMS=1 step blocks_smol_norms 120 python3 benchmarks/gpu_blocks.py llama "$f" \
+        --configs native,cuda-blocks
+      grep -E "^cuda-blocks|FAILED|gives native" "$OUT/blocks_smol_norms.log" ;;
     gemma.gguf)
       step blocks_gemma 200 python3 benchmarks/gpu_blocks.py gemma3 "$f" --prompt "The capital of France is" \
         --configs native,cuda-blocks,cuda-float32,cuda-bfloat16
