@@ -12,7 +12,7 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import Expr, const, prod, sym
-from .block_matmul import BLOCK_CODE, KERNEL_QTYPE, block_row_bytes, group_dot_cuda
+from .block_matmul import BLOCK_CODE, BLOCK_TYPES, KERNEL_QTYPE, block_row_bytes, group_dot_cuda
 from .matmul import ROW_GROUP, lane_sum8, rows_one_by_one, scatter_store, silu_mul
 from .matmul_rows import LOAD8
 from .region import Region
@@ -406,8 +406,6 @@ def _check_block_weights(dialect: str, op: LOp, qtypes: list[str], n_weights: in
                          fields: list[tuple[str, str]]) -> None:
     """A norm product reads blocks only on cuda, every weight as blocks of a type the cuda decoders
     know, each weight whole (offset 0, rows k apart: block_norms.egg's products)."""
-    from .block_matmul import BLOCK_TYPES
-
     a = op.args
     k = a["k"]
     if dialect != "cuda" or len(qtypes) != n_weights or not k.is_const or int(k.value) % 32:
