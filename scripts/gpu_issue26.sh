@@ -7,8 +7,9 @@
 #   whisper.tar  `lightspeed run whisper` on native and cuda (same WAV: .wparts/c0/speech.wav)
 # GPU_ISSUE26_TESTS=1: first the GPU tests of the block kernels, the model zoo (Whisper included)
 # and cuda conformance. GPU_ISSUE26_TABLE=1: benchmarks/gpu_models.py over GPU_MODELS_ROWS (default
-# every family; the file rows from the joined files; peer GPU_MODELS_PEER, default compile), after
-# the files' runs. Logs under $OUT.
+# every family; the file rows from the joined files; peer GPU_MODELS_PEER, default compile; more
+# options in GPU_MODELS_ARGS, e.g. "--dtype float32 --layers 2"), after the files' runs. Logs
+# under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
 source scripts/gpu_files.sh
@@ -58,6 +59,6 @@ if [ "${GPU_ISSUE26_TABLE:-0}" = 1 ]; then
   [ -e /tmp/wfiles/gemma.gguf ] && files+=(--file gemma3=/tmp/wfiles/gemma.gguf)
   [ -d /tmp/wfiles/whisper/tiny.en ] && files+=(--file whisper=/tmp/wfiles/whisper/tiny.en)
   step models "${GPU_MODELS_S:-420}" python3 benchmarks/gpu_models.py ${GPU_MODELS_ROWS:-} "${files[@]}" \
-    --peer "${GPU_MODELS_PEER:-compile}"
+    --peer "${GPU_MODELS_PEER:-compile}" ${GPU_MODELS_ARGS:-}
   sed -n '/^cuda /,$p' "$OUT/models.log"; grep -E "FAILED|Error" "$OUT/models.log" | head -5
 fi
