@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...egraph.decl import MATMUL, SCATTER_IN_PLACE, OpDecl
 
-__all__ = ["ATTENTION", "MATMUL_GLU", "ROW_NORM", "SCATTER_REGION", "MATMUL_SCATTER", "NORM_MATMUL",
+__all__ = ["ATTENTION", "MATMUL_GLU", "ROW_NORM", "LAYER_NORM", "SCATTER_REGION", "MATMUL_SCATTER", "NORM_MATMUL",
            "NORM_MATMUL_GLU", "NORM_MATMUL_SCATTER", "GATHER_MATMUL", "FUSED_KERNEL_OPS", "IN_PLACE_OPS",
            "RULE_FILES", "RULESETS"]
 
@@ -66,6 +66,15 @@ ROW_NORM = OpDecl("RowNorm", (
     ("n", "expr"), ("x", "ir"), ("c", "ir"), ("c_view", "view"), ("eps", "ir"), ("eps_view", "view"),
     ("w", "ir"), ("w_view", "view")),
     "RMSNorm of each row, one op")
+# LayerNorm over rows of x (row-major, rows of n; norms.egg): for each element z of row i, with
+#   mean = sum_j x[i*n + j] * cm[cm_view(i)], d(z) = x[z] - mean,
+#   out[z] = d(z) / sqrt(sum_j d(i*n + j)^2 * c[c_view(i)] + eps[eps_view(i)]) * w[w_view(z)] + b[b_view(z)]
+# in float (hl.layer_norm's chain with a weight and a bias: one kernel instead of the mean's, the
+# centring's, a RowNorm and the bias's)
+LAYER_NORM = OpDecl("LayerNormRows", (
+    ("n", "expr"), ("x", "ir"), ("cm", "ir"), ("cm_view", "view"), ("c", "ir"), ("c_view", "view"),
+    ("eps", "ir"), ("eps_view", "view"), ("w", "ir"), ("w_view", "view"), ("b", "ir"), ("b_view", "view")),
+    "LayerNorm (weight and bias) of each row, one op")
 # a ScatterInPlace whose src is a region (writes.egg): for each element i of `shape` (the scatter's
 # index view), dest[indexes(i)] = body(i) -- both region bodies evaluated at flat index i (the
 # region's values written where the scatter puts them, never stored on their own: RoPE'd keys into
@@ -108,8 +117,8 @@ GATHER_MATMUL = OpDecl("GatherMatmul", (
     "A @ (rows of W picked by idx), one op")
 # the ops the fused kernels run (Backend.fused_kernel_dtypes), and those writing into their first
 # operand's buffer (an aliased input; the kernel runtime checks it, as for ScatterInPlace)
-FUSED_KERNEL_OPS = (ATTENTION, MATMUL_GLU, ROW_NORM, SCATTER_REGION, MATMUL_SCATTER, NORM_MATMUL, NORM_MATMUL_GLU,
-                    NORM_MATMUL_SCATTER, GATHER_MATMUL)
+FUSED_KERNEL_OPS = (ATTENTION, MATMUL_GLU, ROW_NORM, LAYER_NORM, SCATTER_REGION, MATMUL_SCATTER, NORM_MATMUL,
+                    NORM_MATMUL_GLU, NORM_MATMUL_SCATTER, GATHER_MATMUL)
 IN_PLACE_OPS = (SCATTER_IN_PLACE.name, SCATTER_REGION.name, MATMUL_SCATTER.name, NORM_MATMUL_SCATTER.name)
 
 

@@ -20,7 +20,7 @@ from .spec import KernelSpec
 from .types import half_of, load, storage_type, store, store_pair
 from .writer import WARP, Point, Writer, block_sums, finish, split_products, weight16, weight_prefetch
 
-__all__ = ["row_norm_kernel", "norm_product_kernel", "RENDERERS"]
+__all__ = ["row_norm_kernel", "layer_norm_kernel", "norm_product_kernel", "RENDERERS"]
 
 WARPS = 8
 
@@ -115,6 +115,70 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
             ("in1", storage_type(dc), False, 1), ("in2", storage_type(de), False, 2),
             ("in3", storage_type(dw), False, 3)]
     return finish(w, dialect, "row", bufs, rows, body, "row_norm", item_cost=2 * n + const(1))
+
+
+def layer_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    """``LayerNormRows`` (semantics in ``codegen/fused.py``): per row, the mean, then the centred
+    sum of squares, then the row written as (x - mean) * r * w + b, in float; three passes over
+    the row (it stays in the cache). cuda: a block of 8 warps per row, each sum merged by warp
+    shuffles and shared memory in a fixed order; c: one row per item."""
+    a = op.args
+    dx = in_dtypes[0]
+    w = Writer(dialect)
+    n = a["n"]
+    rows = prod(op.shape) // n
+    w.index_vars |= {"_ls_item", "_ls_j", "_ls_z"}
+    nn = w.expr(n)
+    w.push()
+    region = Region(w, [a["cm_view"], a["c_view"], a["eps_view"], a["w_view"], a["b_view"]], in_dtypes[1:6], False,
+                    names=["in1", "in2", "in3", "in4", "in5"])
+    w.line(f"const {storage_type(dx)}* _ls_xr = in0 + _ls_item * {nn};")
+    first, step = (f"(slice * {WARP} + lane)", str(WARP * WARPS)) if dialect == "cuda" else ("0", "1")
+
+    def row_sum(var: str, term: str) -> None:  # var = sum over the row of term(v), v = x[j]
+        w.line(f"float {var} = 0.0f;")
+        if dialect == "cuda":
+            w.line("#pragma unroll 4")
+        w.line(f"for (long long _ls_j = {first}; _ls_j < {nn}; _ls_j += {step}) {{ "
+               f"const float v = {load(dx, '_ls_xr[_ls_j]')}; {var} += {term}; }}")
+        if dialect == "cuda":
+            w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {var} += __shfl_xor_sync(0xffffffffu, {var}, o);")
+            w.line(f"if (lane == 0) _ls_part[slice] = {var};")
+            w.line("__syncthreads();")
+            w.line(f"{var} = 0.0f;")
+            w.line(f"for (int u = 0; u < {WARPS}; u++) {var} += _ls_part[u];")
+            w.line("__syncthreads();")
+
+    if dialect == "cuda":
+        w.line(f"__shared__ float _ls_part[{WARPS}];")
+    row_sum("_ls_s", "v")
+    cm = region.leaf(0, "_ls_item")
+    w.line(f"const float _ls_mean = _ls_s * (float){cm};")
+    row_sum("_ls_ss", "(v - _ls_mean) * (v - _ls_mean)")
+    c = region.leaf(1, "_ls_item")
+    e = region.leaf(2, "_ls_item")
+    w.line(f"const float _ls_r = 1.0f / sqrtf(_ls_ss * (float){c} + (float){e});")
+    w.line(f"for (long long _ls_j = {first}; _ls_j < {nn}; _ls_j += {step}) {{")
+    w.line(f"  const long long _ls_z = _ls_item * {nn} + _ls_j;")
+    w.push()
+    at: dict[int, Point | str] = {}
+    for leaf, view in ((3, a["w_view"]), (4, a["b_view"])):  # from the coordinates when [rows, n]
+        at[leaf] = ("_ls_z" if not (len(view.shape) == 2 and view.shape[1] == n) else
+                    Point("_ls_z", sym("_ls_z"), tuple(view.shape), (sym("_ls_item"), sym("_ls_j"))))
+    wv, bv = region.leaf(3, at[3]), region.leaf(4, at[4])
+    inner = w.pop()
+    w.scope.lines.extend("  " + ln for ln in inner)
+    xv = load(dx, "_ls_xr[_ls_j]")
+    w.line(f"  out[_ls_z] = {store(op.dtype, f'({xv} - _ls_mean) * _ls_r * (float){wv} + (float){bv}')};")
+    w.line("}")
+    body = w.pop()
+    bufs = [("out", storage_type(op.dtype), True, "out")] + [
+        (f"in{i}", storage_type(d), False, i) for i, d in enumerate(in_dtypes)]
+    return finish(w, dialect, "row", bufs, rows, body, "layer_norm", item_cost=3 * n + const(1))
+
+
+def _layer_norm(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [layer_norm_kernel(dialect, op, in_dtypes)]
 
 
 VECTOR_CHUNKS = 8  # at most this many 16-byte chunks of a row a thread holds (rows up to 16384 wide)
@@ -424,5 +488,5 @@ def _norm_product(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelS
     return [norm_product_kernel(dialect, op, in_dtypes)]
 
 
-RENDERERS = {"RowNorm": _row_norm, "NormMatmul": _norm_product, "NormMatmulGLU": _norm_product,
-             "NormMatmulScatter": _norm_product}
+RENDERERS = {"RowNorm": _row_norm, "LayerNormRows": _layer_norm, "NormMatmul": _norm_product,
+             "NormMatmulGLU": _norm_product, "NormMatmulScatter": _norm_product}
