@@ -39,8 +39,7 @@ from .. import dtypes as dt
 from .. import hl
 from ..errors import LightspeedError
 from ..graph import Graph, GraphTensor
-from ..hl.common import full
-from ..nn.attention import LOG2E, softmax_attention
+from ..nn.attention import LOG2E, additive_mask, softmax_attention
 from ..search import SearchOptions
 from .generate import record_build
 
@@ -155,18 +154,10 @@ def _attend(q: GraphTensor, keys: GraphTensor, values: GraphTensor, blocked: Gra
     """softmax(q k^T) v of query rows ``q`` (s, heads, hd) -- already multiplied by the softmax
     scale and by log2(e) (:func:`_queries`) -- against keys/values (len, heads, hd) where they lie
     (a cache's rows are a view), ``blocked`` (s, len) bool or None: every key visible.  Returns
-    (s, heads * hd).
-
-    The chain ``nn.softmax_attention`` builds (an additive mask, the base-2 softmax): the form a
-    kernel backend also runs as one ``Attention`` kernel (backends/codegen/attention.egg) beside
-    the chain.  Without a mask the chain adds a zero one (a broadcast constant: no memory), since
-    the fused kernel's pattern starts at the scores plus a mask."""
+    (s, heads * hd): ``nn.softmax_attention``'s chain, which a kernel backend also runs as one
+    ``Attention`` kernel (backends/codegen/attention.egg)."""
     s, h, hd = q.shape
-    n = keys.shape[0]
-    if blocked is None:
-        mask = full(q.graph, (s, n), 0.0, q.dtype)
-    else:  # the dtype's most negative value, not -inf: a row with every key blocked stays finite
-        mask = hl.to(blocked, q.dtype) * float(np.finfo(q.dtype.np).min)
+    mask = None if blocked is None else additive_mask(blocked, q.dtype)
     return softmax_attention(q.reshape(s, h, 1, hd), keys.permute(1, 2, 0), values.permute(1, 0, 2), mask)
 
 

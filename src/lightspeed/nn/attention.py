@@ -33,6 +33,7 @@ from .. import dtypes as dt
 from .. import hl
 from ..errors import ShapeError
 from ..graph import GraphTensor
+from ..hl.common import full
 from ..symbolic import INDEX_VAR, Expr, ExprLike, as_expr, smin, sym
 from .layers import Linear
 from .module import Builder, Module
@@ -76,12 +77,7 @@ class Step:
         return self.positions.shape[0]
 
     def _additive(self, blocked: GraphTensor) -> GraphTensor:
-        """0 where ``blocked`` is false, the dtype's most negative value where it is true."""
-        # ml_dtypes.finfo knows bfloat16 (numpy >= 2.5's finfo rejects it); numpy's own floats take
-        # numpy's finfo, so a float32 model never imports ml_dtypes (~1.4 s)
-        npd = self.b.dtype.np
-        info = np.finfo(npd) if npd.kind == "f" else importlib.import_module("ml_dtypes").finfo(npd)
-        return hl.to(blocked, self.b.dtype) * float(info.min)
+        return additive_mask(blocked, self.b.dtype)
 
     def mask_new(self, window: int | None) -> GraphTensor:
         """[s, s] mask of new queries i against new keys j: causal, and ``pos_i - pos_j < window``."""
@@ -141,6 +137,17 @@ class Step:
             return hl.concat([self.mask_past(window, L), new], -1)
 
         return self.b.shared(("mask-cache", window, L, self.positions.node, self.positions.st), make)
+
+
+def additive_mask(blocked: GraphTensor, dtype: dt.DType) -> GraphTensor:
+    """An additive attention mask of ``dtype`` from a bool one: 0 where ``blocked`` is false, the
+    dtype's most negative value where it is true (not -inf: a row with every key blocked stays
+    finite)."""
+    # ml_dtypes.finfo knows bfloat16 (numpy >= 2.5's finfo rejects it); numpy's own floats take
+    # numpy's finfo, so a float32 model never imports ml_dtypes (~1.4 s)
+    npd = dtype.np
+    info = np.finfo(npd) if npd.kind == "f" else importlib.import_module("ml_dtypes").finfo(npd)
+    return hl.to(blocked, dtype) * float(info.min)
 
 
 def gqa_attention(q: GraphTensor, k: GraphTensor, v: GraphTensor, mask: GraphTensor | None = None,
@@ -203,12 +210,14 @@ def softmax_attention(q: GraphTensor, keys_t: GraphTensor, values: GraphTensor, 
     One chain, every tensor laid out rows first: scores = q @ K^T (+ mask), the base-2 softmax
     over the last axis, then (E @ V) * 1/sum(E) -- already the [s, n_kv, g, d] layout ``o_proj``
     reads, so no copy.  The form the fused attention kernel is recognised in (backends/codegen/attention.egg):
-    keep it one chain."""
+    keep it one chain.  Without a mask every key is visible: a zero mask is added (a broadcast
+    constant, no memory), since the kernel's pattern starts at the scores plus a mask."""
     s, n_kv, g, d = q.shape
     L = keys_t.shape[-1]
     scores = q @ keys_t  # [s, n_kv, g, L]
-    if mask is not None:
-        scores = scores + mask.reshape(s, 1, 1, L)
+    if mask is None:
+        mask = full(q.graph, (s, L), 0.0, scores.dtype)
+    scores = scores + mask.reshape(s, 1, 1, L)
     if softcap is not None:
         scores = hl.tanh(scores * (1.0 / softcap)) * (softcap * LOG2E)
     e = hl.exp2(scores + scores.amax(-1, keepdim=True) * -1.0)

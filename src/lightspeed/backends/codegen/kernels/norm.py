@@ -25,21 +25,49 @@ __all__ = ["row_norm_kernel", "layer_norm_kernel", "norm_product_kernel", "RENDE
 WARPS = 8
 
 
-def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
-    a = op.args
-    dx, dc, de, dw = in_dtypes
+def _row_kernel(dialect: str, op: LOp, in_dtypes: list[DType], views: list[str]
+                ) -> tuple[Writer, Expr, str, Region, str, str]:
+    """What the row kernels (kind ``row``: a block of WARPS warps per row on cuda, a row per item
+    in c) open with: the writer with its body opened, n, n's text, the region of the per-row and
+    per-element leaves named ``views`` (operands 1, 2, ...; x is ``in0``, its row ``_ls_xr``), and
+    the row loop's first index and step."""
     w = Writer(dialect)
-    n = a["n"]
-    rows = prod(op.shape) // n
+    n = op.args["n"]
     w.index_vars |= {"_ls_item", "_ls_j", "_ls_z"}
     nn = w.expr(n)
     w.push()
-    region = Region(w, [a["c_view"], a["eps_view"], a["w_view"]], [dc, de, dw], False, names=["in1", "in2", "in3"])
-    w.line(f"const {storage_type(dx)}* _ls_xr = in0 + _ls_item * {nn};")
-    if dialect == "cuda":
-        first, step = f"(slice * {WARP} + lane)", str(WARP * WARPS)
-    else:
-        first, step = "0", "1"
+    region = Region(w, [op.args[v] for v in views], in_dtypes[1:1 + len(views)], False,
+                    names=[f"in{i + 1}" for i in range(len(views))])
+    w.line(f"const {storage_type(in_dtypes[0])}* _ls_xr = in0 + _ls_item * {nn};")
+    first, step = (f"(slice * {WARP} + lane)", str(WARP * WARPS)) if dialect == "cuda" else ("0", "1")
+    return w, n, nn, region, first, step
+
+
+def _block_sum(w: Writer, var: str, declare: bool = True) -> None:
+    """cuda: ``var`` summed over the row's block (warp shuffles, then the warps' sums through
+    shared memory in warp order: the same order every run); ``declare`` the shared array."""
+    w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {var} += __shfl_xor_sync(0xffffffffu, {var}, o);")
+    if declare:
+        w.line(f"__shared__ float _ls_part[{WARPS}];")
+    w.line(f"if (lane == 0) _ls_part[slice] = {var};")
+    w.line("__syncthreads();")
+    w.line(f"{var} = 0.0f;")
+    w.line(f"for (int u = 0; u < {WARPS}; u++) {var} += _ls_part[u];")
+    w.line("__syncthreads();")
+
+
+def _element_point(view, n) -> Point | str:
+    """Where a per-element leaf of a row kernel is read: from the coordinates (row, j) when its view
+    is [rows, n] (no division), else at the flat index ``_ls_z``."""
+    if len(view.shape) == 2 and view.shape[1] == n:
+        return Point("_ls_z", sym("_ls_z"), tuple(view.shape), (sym("_ls_item"), sym("_ls_j")))
+    return "_ls_z"
+
+
+def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
+    dx, dc, de, dw = in_dtypes
+    w, n, nn, region, first, step = _row_kernel(dialect, op, in_dtypes, ["c_view", "eps_view", "w_view"])
+    rows = prod(op.shape) // n
     w.line("float _ls_ss = 0.0f;")
     chunks, woff = _vector_chunks(dialect, op, in_dtypes)
 
@@ -72,13 +100,7 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
         w.line(f"for (long long _ls_j = {first}; _ls_j < {nn}; _ls_j += {step}) {{ "
                f"const float v = {load(dx, '_ls_xr[_ls_j]')}; _ls_ss += v * v; }}")
     if dialect == "cuda":
-        w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) _ls_ss += __shfl_xor_sync(0xffffffffu, _ls_ss, o);")
-        w.line(f"__shared__ float _ls_part[{WARPS}];")
-        w.line("if (lane == 0) _ls_part[slice] = _ls_ss;")
-        w.line("__syncthreads();")
-        w.line("_ls_ss = 0.0f;")
-        w.line(f"for (int u = 0; u < {WARPS}; u++) _ls_ss += _ls_part[u];")
-        w.line("__syncthreads();")
+        _block_sum(w, "_ls_ss")
     c = region.leaf(0, "_ls_item")
     e = region.leaf(1, "_ls_item")
     w.line(f"const float _ls_r = 1.0f / sqrtf(_ls_ss * (float){c} + (float){e});")
@@ -97,12 +119,7 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
     w.line(f"for (long long _ls_j = {first}; _ls_j < {nn}; _ls_j += {step}) {{")
     w.line(f"  const long long _ls_z = _ls_item * {nn} + _ls_j;")
     w.push()
-    # the weight at (row, j): from the coordinates when its view is [rows, n] (no division)
-    wview = a["w_view"]
-    at: Point | str = "_ls_z"
-    if len(wview.shape) == 2 and wview.shape[1] == n:
-        at = Point("_ls_z", sym("_ls_z"), tuple(wview.shape), (sym("_ls_item"), sym("_ls_j")))
-    wv = region.leaf(2, at)
+    wv = region.leaf(2, _element_point(op.args["w_view"], n))
     inner = w.pop()
     w.scope.lines.extend("  " + ln for ln in inner)
     xv = load(dx, "_ls_xr[_ls_j]")
@@ -122,50 +139,31 @@ def layer_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSp
     sum of squares, then the row written as (x - mean) * r * w + b, in float; three passes over
     the row (it stays in the cache). cuda: a block of 8 warps per row, each sum merged by warp
     shuffles and shared memory in a fixed order; c: one row per item."""
-    a = op.args
     dx = in_dtypes[0]
-    w = Writer(dialect)
-    n = a["n"]
+    w, n, nn, region, first, step = _row_kernel(dialect, op, in_dtypes,
+                                                ["cm_view", "c_view", "eps_view", "w_view", "b_view"])
     rows = prod(op.shape) // n
-    w.index_vars |= {"_ls_item", "_ls_j", "_ls_z"}
-    nn = w.expr(n)
-    w.push()
-    region = Region(w, [a["cm_view"], a["c_view"], a["eps_view"], a["w_view"], a["b_view"]], in_dtypes[1:6], False,
-                    names=["in1", "in2", "in3", "in4", "in5"])
-    w.line(f"const {storage_type(dx)}* _ls_xr = in0 + _ls_item * {nn};")
-    first, step = (f"(slice * {WARP} + lane)", str(WARP * WARPS)) if dialect == "cuda" else ("0", "1")
 
-    def row_sum(var: str, term: str) -> None:  # var = sum over the row of term(v), v = x[j]
+    def row_sum(var: str, term: str, declare: bool) -> None:  # var = sum over the row of term(v), v = x[j]
         w.line(f"float {var} = 0.0f;")
         if dialect == "cuda":
             w.line("#pragma unroll 4")
         w.line(f"for (long long _ls_j = {first}; _ls_j < {nn}; _ls_j += {step}) {{ "
                f"const float v = {load(dx, '_ls_xr[_ls_j]')}; {var} += {term}; }}")
         if dialect == "cuda":
-            w.line(f"for (int o = {WARP // 2}; o > 0; o >>= 1) {var} += __shfl_xor_sync(0xffffffffu, {var}, o);")
-            w.line(f"if (lane == 0) _ls_part[slice] = {var};")
-            w.line("__syncthreads();")
-            w.line(f"{var} = 0.0f;")
-            w.line(f"for (int u = 0; u < {WARPS}; u++) {var} += _ls_part[u];")
-            w.line("__syncthreads();")
+            _block_sum(w, var, declare)
 
-    if dialect == "cuda":
-        w.line(f"__shared__ float _ls_part[{WARPS}];")
-    row_sum("_ls_s", "v")
+    row_sum("_ls_s", "v", True)
     cm = region.leaf(0, "_ls_item")
     w.line(f"const float _ls_mean = _ls_s * (float){cm};")
-    row_sum("_ls_ss", "(v - _ls_mean) * (v - _ls_mean)")
+    row_sum("_ls_ss", "(v - _ls_mean) * (v - _ls_mean)", False)
     c = region.leaf(1, "_ls_item")
     e = region.leaf(2, "_ls_item")
     w.line(f"const float _ls_r = 1.0f / sqrtf(_ls_ss * (float){c} + (float){e});")
     w.line(f"for (long long _ls_j = {first}; _ls_j < {nn}; _ls_j += {step}) {{")
     w.line(f"  const long long _ls_z = _ls_item * {nn} + _ls_j;")
     w.push()
-    at: dict[int, Point | str] = {}
-    for leaf, view in ((3, a["w_view"]), (4, a["b_view"])):  # from the coordinates when [rows, n]
-        at[leaf] = ("_ls_z" if not (len(view.shape) == 2 and view.shape[1] == n) else
-                    Point("_ls_z", sym("_ls_z"), tuple(view.shape), (sym("_ls_item"), sym("_ls_j"))))
-    wv, bv = region.leaf(3, at[3]), region.leaf(4, at[4])
+    wv, bv = region.leaf(3, _element_point(op.args["w_view"], n)), region.leaf(4, _element_point(op.args["b_view"], n))
     inner = w.pop()
     w.scope.lines.extend("  " + ln for ln in inner)
     xv = load(dx, "_ls_xr[_ls_j]")
