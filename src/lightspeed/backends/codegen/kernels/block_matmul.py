@@ -21,6 +21,7 @@ __all__ = ["block_matmul_ok", "render_block_matmul", "render_block_matmul_cuda",
 # the block type whose kernel reads a block dtype's weights (Q5_0 as the Q8_0 blocks of its values)
 KERNEL_QTYPE = {"q5_0": "q8_0"}
 
+
 def block_matmul_ok(op: LOp, in_dtypes: list[DType], side: int = 1) -> bool:
     """Whether the c dialect's block kernel (:func:`render_block_matmul`) computes ``op`` when its
     operand ``side`` (1: B, 0: A) is a float32 matrix [rows, k] kept as GGML blocks: read with its
