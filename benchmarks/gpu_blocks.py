@@ -9,7 +9,10 @@ Per configuration: the weight bytes the decode step reads (blocks as stored, els
 TTFT and the median TPOT over ``--repeats`` generations of ``--tokens`` tokens (no stop token:
 every run the same length), and how many of the generated tokens equal native's (the first
 configuration listed is the text reference).  The last line says whether every cuda configuration
-reading blocks gave native's tokens.  Writes ``$OUT/gpu_blocks-FAMILY.json`` when ``$OUT`` is set.
+reading blocks gave native's tokens.  ``--profile N``: each cuda configuration's decode steps once
+more under PyTorch's profiler (N tokens), split into steps by scripts/step_timeline.py: kernels per
+step, kernel time, the costliest kernels and one step in launch order (where a step's time goes).
+Writes ``$OUT/gpu_blocks-FAMILY.json`` when ``$OUT`` is set.
 """
 
 from __future__ import annotations
@@ -42,7 +45,26 @@ def weight_bytes(tensors: dict[str, Any]) -> int:
     return total
 
 
-def run_config(name: str, family: str, path: str, prompt: str, tokens: int, repeats: int) -> dict:
+def profile_steps(gen, ids: list[int], tokens: int, label: str) -> None:
+    """One more generation under PyTorch's profiler (CUPTI sees the kernels our CUDA graphs launch),
+    summarised per step by scripts/step_timeline.py."""
+    import subprocess
+
+    import torch
+
+    path = f"/tmp/trace-blocks-{label}.json"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        gen.generate(ids, tokens, stop_ids=set())
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(path)
+    timeline = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "step_timeline.py")
+    res = subprocess.run([sys.executable, timeline, path, "--name", label, "--sequence"], capture_output=True,
+                         text=True)
+    print(res.stdout + res.stderr, flush=True)
+
+
+def run_config(name: str, family: str, path: str, prompt: str, tokens: int, repeats: int,
+               profile: int = 0) -> dict:
     from lightspeed.models.run import compile_generator, encode_prompt, load_text_model
     from lightspeed.search import SearchOptions
 
@@ -58,6 +80,8 @@ def run_config(name: str, family: str, path: str, prompt: str, tokens: int, repe
     new = [int(t) for t in runs[0].new_ids]
     same_each_run = all([int(t) for t in r.new_ids] == new for r in runs)
     text = tm.tokenizer.decode(new, skip_special=True) if hasattr(tm.tokenizer, "decode") else ""
+    if profile and backend == "cuda":
+        profile_steps(gen, ids, profile, f"{family}-{name}")
     gen.close()
     return dict(config=name, backend=backend, dtype=dtype, blocks=blocks, weight_MB=weight_bytes(tm.tensors) / 1e6,
                 compile_s=compile_s, prompt_tokens=len(ids), ttft_ms=min(r.ttft_s for r in runs) * 1e3,
@@ -73,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--configs", default="native,cuda-blocks,cuda-float32,cuda-bfloat16")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="profile N more tokens of each cuda configuration (per-step kernel table)")
     args = ap.parse_args(argv)
     names = [c for c in args.configs.split(",") if c]
     unknown = set(names) - set(CONFIGS)
@@ -83,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in names:
         try:
-            rows.append(run_config(name, args.family, args.file, args.prompt, args.tokens, args.repeats))
+            rows.append(run_config(name, args.family, args.file, args.prompt, args.tokens, args.repeats,
+                                   args.profile))
         except Exception as e:  # one configuration failing must not hide the others' figures
             print(f"{name}: FAILED {type(e).__name__}: {e}", file=sys.stderr)
             rows.append(dict(config=name, error=f"{type(e).__name__}: {e}"))

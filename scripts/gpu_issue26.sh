@@ -2,7 +2,7 @@
 # Issue 26's real-file runs on the GPU host, fed by scripts/gpu_files.sh over back-to-back calls:
 # each call gathers the parts it carried, and each file completed in this call gets its runs:
 #   smol.gguf    benchmarks/gpu_blocks.py llama: native vs cuda blocks / float32 / bfloat16, then the
-#                block step again with LIGHTSPEED_CUDA_BLOCK_NORMS=1
+#                block step again with LIGHTSPEED_CUDA_BLOCK_NORMS=1 (each cuda step profiled: --profile)
 #   gemma.gguf   the same for gemma3
 #   whisper.tar  `lightspeed run whisper` on native and cuda (same WAV: .wparts/c0/speech.wav)
 # GPU_ISSUE26_TESTS=1: first the GPU tests of the block kernels, the model zoo (Whisper included)
@@ -15,7 +15,7 @@ source scripts/gpu_env.sh
 source scripts/gpu_files.sh
 mkdir -p /tmp/wdone
 if [ "${GPU_ISSUE26_TESTS:-0}" = 1 ]; then
-  step tests 150 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py tests/models/test_cuda_models.py \
+  step tests 150 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py tests/models/test_cuda_models.py tests/backends/test_layer_norm.py \
     -q -p no:cacheprovider -n 8
   grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -8
   step conformance 80 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q -p no:cacheprovider -n 12
@@ -26,15 +26,16 @@ for f in /tmp/wfiles/*; do
   case $name in
     smol.gguf)
       step blocks_smol 240 python3 benchmarks/gpu_blocks.py llama "$f" \
-        --configs native,cuda-blocks,cuda-float32,cuda-bfloat16
-      sed -n '/greedy tokens/,$p' "$OUT/blocks_smol.log"; grep -E "FAILED|Error" "$OUT/blocks_smol.log" | head -5
+        --configs native,cuda-blocks,cuda-float32,cuda-bfloat16 --profile 24
+      sed -n '/greedy tokens/,$p' "$OUT/blocks_smol.log"; grep -A3 "kernels per step" "$OUT/blocks_smol.log"; grep -E "FAILED|Error" "$OUT/blocks_smol.log" | head -5
       # the norm products over blocks (off by default): the same block step with them
       LIGHTSPEED_CUDA_BLOCK_NORMS=1 step blocks_smol_norms 120 python3 benchmarks/gpu_blocks.py llama "$f" \
-        --configs native,cuda-blocks
-      grep -E "^cuda-blocks|FAILED|gives native" "$OUT/blocks_smol_norms.log" ;;
+        --configs native,cuda-blocks --profile 24
+      grep -E "^cuda-blocks|FAILED|gives native" "$OUT/blocks_smol_norms.log"
+      grep -A3 "kernels per step" "$OUT/blocks_smol_norms.log" ;;
     gemma.gguf)
       step blocks_gemma 200 python3 benchmarks/gpu_blocks.py gemma3 "$f" --prompt "The capital of France is" \
-        --configs native,cuda-blocks,cuda-float32,cuda-bfloat16
+        --configs native,cuda-blocks,cuda-float32,cuda-bfloat16 --profile 24
       sed -n '/greedy tokens/,$p' "$OUT/blocks_gemma.log"; grep -E "FAILED|Error" "$OUT/blocks_gemma.log" | head -5 ;;
     whisper.tar)
       mkdir -p /tmp/wfiles/whisper && tar -C /tmp/wfiles/whisper -xf "$f"
