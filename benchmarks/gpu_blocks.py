@@ -3,7 +3,8 @@ as float32 and as bfloat16, and beside native (which always reads the blocks) fo
 process, same prompt, greedy (issue 26 item 1).
 
     python benchmarks/gpu_blocks.py FAMILY FILE [--prompt TEXT] [--tokens 48] [--repeats 3]
-                                    [--configs native,cuda-blocks,cuda-float32,cuda-bfloat16]
+                                    [--configs native,cuda-blocks,cuda-float32,cuda-bfloat16] [--profile N]
+    python benchmarks/gpu_blocks.py llama random:smollm2 ...     (no file: SmolLM2's shape, random Q4_1)
 
 Per configuration: the weight bytes the decode step reads (blocks as stored, else the dtype's),
 TTFT and the median TPOT over ``--repeats`` generations of ``--tokens`` tokens (no stop token:
@@ -12,7 +13,11 @@ configuration listed is the text reference).  The last line says whether every c
 reading blocks gave native's tokens.  ``--profile N``: each cuda configuration's decode steps once
 more under PyTorch's profiler (N tokens), split into steps by scripts/step_timeline.py: kernels per
 step, kernel time, the costliest kernels and one step in launch order (where a step's time goes).
-Writes ``$OUT/gpu_blocks-FAMILY.json`` when ``$OUT`` is set.
+Writes ``$OUT/gpu_blocks-FAMILY.json`` when ``$OUT`` is set.  ``random:smollm2`` for FILE: no file
+(a GPU host has to be sent the real one in parts), SmolLM2-135M's shape with random float weights
+quantised to Q4_1 blocks and the embedding to Q8_0 (gguf's quantiser; the real file's types), the
+float configurations running those blocks' values: the same step's costs, for A/B runs of the
+block kernels in one call.
 """
 
 from __future__ import annotations
@@ -63,13 +68,48 @@ def profile_steps(gen, ids: list[int], tokens: int, label: str) -> None:
     print(res.stdout + res.stderr, flush=True)
 
 
+# FILE = random:NAME: (family, block type, HF config keys over the family's random model)
+RANDOM = {"smollm2": ("llama", "q4_1", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                                              num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+                                              vocab_size=49152, tie_word_embeddings=True,
+                                              max_position_embeddings=8192))}
+
+
+def random_text_model(name: str, dtype: str, blocks: bool, seed: int = 0):
+    """A TextModel of RANDOM[name]'s shape: random float weights, each layer's projections
+    quantised to the block type (kept as blocks with ``blocks``, else their dequantised values:
+    the same numbers either way)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    from lightspeed.models import get
+    from lightspeed.models.run import ByteTokenizer, TextModel, random_config, random_weights
+    from lightspeed.weights.quant import Blocks, QuantTensor
+
+    family, qtype, shape = RANDOM[name]
+    cfg = {**random_config(family), **shape}
+    model = get(family).from_hf_config(cfg, dtype)
+    tensors: dict[str, Any] = random_weights(model, seed)
+    for key, v in tensors.items():
+        # the real file's types: the projections' qtype, the (tied) embedding Q8_0
+        t = qtype if v.ndim == 2 and key.endswith("proj.weight") else "q8_0" if key.endswith("embed_tokens.weight") \
+            else None
+        if t is not None:
+            q = QuantTensor(Blocks(t, quantize(v, getattr(GGMLQuantizationType, t.upper()))))
+            tensors[key] = q if blocks else q.dense()
+    return TextModel(family, model, tensors, ByteTokenizer(), f"random:{name}", True, 0.0, cfg)
+
+
 def run_config(name: str, family: str, path: str, prompt: str, tokens: int, repeats: int,
                profile: int = 0) -> dict:
     from lightspeed.models.run import compile_generator, encode_prompt, load_text_model
     from lightspeed.search import SearchOptions
 
     backend, dtype, blocks = CONFIGS[name]
-    tm = load_text_model(family, path, dtype=dtype, progress=False, lazy=blocks)
+    if path.startswith("random:"):
+        tm = random_text_model(path.removeprefix("random:"), dtype, blocks)
+    else:
+        tm = load_text_model(family, path, dtype=dtype, progress=False, lazy=blocks)
     ids = encode_prompt(tm, prompt)
     t0 = time.perf_counter()
     gen = compile_generator(tm, backend, SearchOptions(seed=0), say=None)
@@ -104,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(names) - set(CONFIGS)
     if unknown:
         ap.error(f"--configs: unknown {sorted(unknown)}; known: {', '.join(CONFIGS)}")
-    if not os.path.isfile(args.file):
+    if args.file.startswith("random:"):
+        known = [f"{f} random:{n}" for n, (f, _, _) in RANDOM.items()]
+        if f"{args.family} {args.file}" not in known:
+            ap.error(f"{args.family} {args.file}: the random models are {', '.join(known)}")
+    elif not os.path.isfile(args.file):
         ap.error(f"no such file: {args.file}")
     rows = []
     for name in names:

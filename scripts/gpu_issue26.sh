@@ -5,6 +5,7 @@
 #                block step again with LIGHTSPEED_CUDA_BLOCK_NORMS=1 (each cuda step profiled: --profile)
 #   gemma.gguf   the same for gemma3
 #   whisper.tar  `lightspeed run whisper` on native and cuda (same WAV: .wparts/c0/speech.wav)
+# GPU_ISSUE26_RANDOM=1: the block step A/B at SmolLM2's shape with random blocks (no file needed).
 # GPU_ISSUE26_TESTS=1: first the GPU tests of the block kernels, the model zoo (Whisper included)
 # and cuda conformance. GPU_ISSUE26_TABLE=1: benchmarks/gpu_models.py over GPU_MODELS_ROWS (default
 # every family; the file rows from the joined files; peer GPU_MODELS_PEER, default compile; more
@@ -20,6 +21,17 @@ if [ "${GPU_ISSUE26_TESTS:-0}" = 1 ]; then
   grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -8
   step conformance 80 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q -p no:cacheprovider -n 12
   grep -E "passed|failed|FAILED" "$OUT/conformance.log" | tail -6
+fi
+if [ "${GPU_ISSUE26_RANDOM:-0}" = 1 ]; then
+  # the block step at SmolLM2's shape without the file (random Q4_1 blocks; the float steps run their
+  # values), each cuda step profiled; then the norm products over blocks
+  step blocks_random 240 python3 benchmarks/gpu_blocks.py llama random:smollm2 \
+    --configs native,cuda-blocks,cuda-float32,cuda-bfloat16 --profile 24
+  sed -n '/greedy tokens/,$p' "$OUT/blocks_random.log"; grep -A3 "kernels per step" "$OUT/blocks_random.log"
+  LIGHTSPEED_CUDA_BLOCK_NORMS=1 step blocks_random_norms 120 python3 benchmarks/gpu_blocks.py llama random:smollm2 \
+    --configs native,cuda-blocks --profile 24
+  grep -E "^cuda-blocks|FAILED|gives native" "$OUT/blocks_random_norms.log"
+  grep -A3 "kernels per step" "$OUT/blocks_random_norms.log"
 fi
 for f in /tmp/wfiles/*; do
   name=$(basename "$f"); [ -e "/tmp/wdone/$name" ] && continue

@@ -65,6 +65,9 @@ def test_block_kernels_render_and_compile_for_sm90(qtype, kind):
     assert lowered.forms == {1: "packed"}  # the kernel reads the blocks, not float32 values
     spec = lowered.specs[0]
     assert "ggml_blocks" in spec.preludes
+    if kind != "BlockGather":  # the block rows stream into L2 before the wait on the previous kernel
+        assert "prefetch.global.L2" in spec.source
+        assert spec.source.index("prefetch.global.L2") < spec.source.index("LS_KERNEL_BEGIN();")
     assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
 
 
@@ -183,6 +186,7 @@ def test_norm_products_over_blocks_render_and_compile_for_sm90(qtype, kind):
     assert set(lowered.forms.values()) == {"packed"}
     spec = lowered.specs[0]
     assert "ggml_blocks" in spec.preludes
+    assert spec.source.index("prefetch.global.L2") < spec.source.index("LS_KERNEL_BEGIN();")
     assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
 
 

@@ -5,13 +5,13 @@ of ``codegen/blocks.egg`` (``codegen/blocks.py``)."""
 
 from __future__ import annotations
 
-from ....dtypes import DType
+from ....dtypes import DType, uint8
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
-from ....symbolic import sym
+from ....symbolic import const, sym
 from .region import Region, region_kernel, store_with_addend
 from .spec import KernelSpec
-from .writer import Point, Writer, finish
+from .writer import Point, Writer, finish, weight_prefetch
 
 __all__ = ["block_matmul_ok", "render_block_matmul", "render_block_matmul_cuda", "block_gather_ok",
            "render_block_gather", "group_dot_cuda", "block_row_bytes", "BLOCK_ACTIVATIONS", "BLOCK_CODE",
@@ -287,7 +287,11 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
     else:
         w.line(f"if (lane == 0) out[_ls_mi * {nn} + _ls_nj] = acc;")
     body = w.pop()
-    return finish(w, "cuda", "matmul_dot", bufs, m * n, body, f"{qtype}matmul_cuda", preludes=("ggml_blocks",))
+    # the warp's block row streams into L2 before the wait on the previous kernel, as the float
+    # products' rows do (a decode step of a small model is a chain of short kernels)
+    prefetch = weight_prefetch(w, "cuda", m, n, const(row_bytes), [("in1", uint8, const(0), const(row_bytes))])
+    return finish(w, "cuda", "matmul_dot", bufs, m * n, body, f"{qtype}matmul_cuda", preludes=("ggml_blocks",),
+                  before_wait=prefetch)
 
 
 # rows of x (a batch of decode rows, a short prompt) quantised like a decode row where the CPU has

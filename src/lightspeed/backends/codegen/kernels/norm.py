@@ -8,7 +8,7 @@ warp shuffles and shared memory), then the same threads write the row.  c: one r
 
 from __future__ import annotations
 
-from ....dtypes import DType
+from ....dtypes import DType, uint8
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import Expr, const, prod, sym
@@ -447,8 +447,13 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         rows_one_by_one(w, per_row)
     body = w.pop()
     bufs += extra
-    prefetch = None if qtypes else weight_prefetch(w, dialect, m, n, k, [(names[q], in_dtypes[q], a[o], a[st])
-                                                                       for q, (st, o) in zip(weights, fields)], split)
+    if qtypes:  # rows of blocks: bytes, offset 0 (_check_block_weights); each row's first `span` bytes
+        row_bytes = [block_row_bytes(_kernel_qtype(q), int(k.value)) for q in qtypes]
+        prefetch = weight_prefetch(w, dialect, m, n, const(min(row_bytes)),
+                                   [(names[q], uint8, const(0), const(b)) for q, b in zip(weights, row_bytes)], split)
+    else:
+        prefetch = weight_prefetch(w, dialect, m, n, k, [(names[q], in_dtypes[q], a[o], a[st])
+                                                         for q, (st, o) in zip(weights, fields)], split)
     count = n * ((m + (ROW_GROUP - 1)) // ROW_GROUP) if grouped else m * ((n + 1) // 2) if paired else m * n
     return finish(w, dialect, "matmul_split" if split else "matmul_dot", bufs, count, body, kind.lower(), axes,
                   item_cost=(2 + len(rows)) * k,
