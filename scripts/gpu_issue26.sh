@@ -15,13 +15,6 @@ set -uo pipefail
 source scripts/gpu_env.sh
 source scripts/gpu_files.sh
 mkdir -p /tmp/wdone
-if [ "${GPU_ISSUE26_TESTS:-0}" = 1 ]; then
-  step tests 150 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py tests/models/test_cuda_models.py tests/backends/test_layer_norm.py \
-    -q -p no:cacheprovider -n 8
-  grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -8
-  step conformance 80 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q -p no:cacheprovider -n 12
-  grep -E "passed|failed|FAILED" "$OUT/conformance.log" | tail -6
-fi
 if [ "${GPU_ISSUE26_RANDOM:-0}" = 1 ]; then
   # the block step at SmolLM2's shape without the file (random Q4_1 blocks; the float steps run their
   # values), each cuda step profiled; then the norm products over blocks
@@ -32,6 +25,17 @@ if [ "${GPU_ISSUE26_RANDOM:-0}" = 1 ]; then
     --configs native,cuda-blocks --profile 24
   grep -E "^cuda-blocks|FAILED|gives native" "$OUT/blocks_random_norms.log"
   grep -A3 "kernels per step" "$OUT/blocks_random_norms.log"
+  # the block products without their L2 prefetch (the float products' too: only the block step is run)
+  LIGHTSPEED_CUDA_PREFETCH=0 step blocks_random_noprefetch 90 python3 benchmarks/gpu_blocks.py llama \
+    random:smollm2 --configs cuda-blocks
+  grep -E "^cuda-blocks|FAILED" "$OUT/blocks_random_noprefetch.log"
+fi
+if [ "${GPU_ISSUE26_TESTS:-0}" = 1 ]; then
+  step tests 150 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py tests/models/test_cuda_models.py tests/backends/test_layer_norm.py \
+    -q -p no:cacheprovider -n 8
+  grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -8
+  step conformance 80 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q -p no:cacheprovider -n 12
+  grep -E "passed|failed|FAILED" "$OUT/conformance.log" | tail -6
 fi
 for f in /tmp/wfiles/*; do
   name=$(basename "$f"); [ -e "/tmp/wdone/$name" ] && continue
