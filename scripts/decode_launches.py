@@ -3,12 +3,14 @@ with a kernel backend's rules, the search's fixed candidates (default, greedy, f
 through the backend's op table with a recording executor.
 
     python scripts/decode_launches.py [--backend cuda|native] [--layers 1] [--dtype bfloat16] [--show fused]
-                                      [--hidden 64 --ffn 128 --heads 4 --kv-heads 2]
+                                      [--hidden 64 --ffn 128 --heads 4 --kv-heads 2] [--blocks q4_1]
 
 Prints each candidate's launch count by (op, kind) and, for ``--show``'s candidate, every launch
 with its shape and region body: where a decode layer's kernels go (the decode-speed work's map).
 The search on a GPU measures these and random candidates; a decode step's pick is usually the
-few-rows one (the fused one without the prompt's many-rows kernels).
+few-rows one (the fused one without the prompt's many-rows kernels).  ``--blocks QTYPE``: the
+layers' projections declared as GGML blocks of QTYPE and the embedding as Q8_0 (a float32 model
+loaded from a GGUF file, as SmolLM2's: the block decode step).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def main() -> int:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--blocks", default=None, metavar="QTYPE", help="projections as QTYPE blocks (float32 model)")
     ap.add_argument("--show", default="fused", help="the candidate whose launches are listed (or 'none')")
     args = ap.parse_args()
     sys.setrecursionlimit(10000)
@@ -48,9 +51,16 @@ def main() -> int:
                num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
                head_dim=args.hidden // args.heads,
                rms_norm_eps=1e-5, tie_word_embeddings=True)
-    graph = from_hf_config(cfg, dtype=args.dtype).decode_graph()
     # cuda as on a GPU host (cuBLASLt offered: the host has nvmath-python; here it may not)
     backend = CudaBackend("search") if args.backend == "cuda" else get_backend(args.backend)
+    model = from_hf_config(cfg, dtype="float32" if args.blocks else args.dtype)
+    storage = None
+    if args.blocks:
+        readable = {d.name: d for d in backend.block_dtypes}
+        storage = {n: readable[args.blocks if n.endswith("proj.weight") else "q8_0"]
+                   for n, shape in model.param_shapes().items()
+                   if len(shape) == 2 and (n.endswith("proj.weight") or n.endswith("embed_tokens.weight"))}
+    graph = model.build_graph("decode", storage=storage, next_token=True)
     decls = backend.declarations()
     many = frozenset(n for n, d in decls.items() if d.many_rows)
     library = frozenset(n for n, d in decls.items() if d.library)
