@@ -16,19 +16,22 @@ source scripts/gpu_env.sh
 source scripts/gpu_files.sh
 mkdir -p /tmp/wdone
 if [ "${GPU_ISSUE26_RANDOM:-0}" = 1 ]; then
+  # the block kernels' GPU tests with lanes on parts of groups (LIGHTSPEED_CUDA_BLOCK_PARTS=4)
+  LIGHTSPEED_CUDA_BLOCK_PARTS=4 step tests_parts 90 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
+    -q -p no:cacheprovider -n 8
+  grep -E "passed|failed|FAILED|Error" "$OUT/tests_parts.log" | tail -4
   # the block step at SmolLM2's shape without the file (random Q4_1 blocks; the float steps run their
-  # values), each cuda step profiled; then the norm products over blocks
-  step blocks_random 240 python3 benchmarks/gpu_blocks.py llama random:smollm2 \
+  # values), each cuda step profiled; then the block step's variants, each beside native's tokens
+  step blocks_random 200 python3 benchmarks/gpu_blocks.py llama random:smollm2 \
     --configs native,cuda-blocks,cuda-float32,cuda-bfloat16 --profile 24
   sed -n '/greedy tokens/,$p' "$OUT/blocks_random.log"; grep -A3 "kernels per step" "$OUT/blocks_random.log"
-  LIGHTSPEED_CUDA_BLOCK_NORMS=1 step blocks_random_norms 120 python3 benchmarks/gpu_blocks.py llama random:smollm2 \
-    --configs native,cuda-blocks --profile 24
-  grep -E "^cuda-blocks|FAILED|gives native" "$OUT/blocks_random_norms.log"
-  grep -A3 "kernels per step" "$OUT/blocks_random_norms.log"
-  # the block products without their L2 prefetch (the float products' too: only the block step is run)
-  LIGHTSPEED_CUDA_PREFETCH=0 step blocks_random_noprefetch 90 python3 benchmarks/gpu_blocks.py llama \
-    random:smollm2 --configs cuda-blocks
-  grep -E "^cuda-blocks|FAILED" "$OUT/blocks_random_noprefetch.log"
+  for v in "norms:LIGHTSPEED_CUDA_BLOCK_NORMS=1" "parts:LIGHTSPEED_CUDA_BLOCK_PARTS=4" \
+           "parts_norms:LIGHTSPEED_CUDA_BLOCK_PARTS=4 LIGHTSPEED_CUDA_BLOCK_NORMS=1" "noprefetch:LIGHTSPEED_CUDA_PREFETCH=0"; do
+    (export ${v#*:}; step "blocks_random_${v%%:*}" 80 python3 benchmarks/gpu_blocks.py llama random:smollm2 \
+      --configs native,cuda-blocks --profile 24)
+    echo "${v%%:*} (${v#*:}):"; grep -E "^cuda-blocks|FAILED" "$OUT/blocks_random_${v%%:*}.log"
+    grep -A2 "kernels per step" "$OUT/blocks_random_${v%%:*}.log"
+  done
 fi
 if [ "${GPU_ISSUE26_TESTS:-0}" = 1 ]; then
   step tests 150 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py tests/models/test_cuda_models.py tests/backends/test_layer_norm.py \

@@ -5,6 +5,8 @@ of ``codegen/blocks.egg`` (``codegen/blocks.py``)."""
 
 from __future__ import annotations
 
+import os
+
 from ....dtypes import DType, uint8
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
@@ -235,6 +237,85 @@ def group_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
         w.line("  }")
 
 
+# LIGHTSPEED_CUDA_BLOCK_PARTS=4: in the cuda block products, a lane takes a quarter of a group of
+# 32 weights (8 weights: one 32-bit word of a 4-bit group, two of an 8-bit one) for Q4_0, Q4_1 and
+# Q8_0, instead of a whole group -- on short rows (SmolLM2's k = 576 is 18 groups: 14 of a warp's
+# 32 lanes idle) every lane works, and an item's dependent chain is 8 products, not 32.  An A/B
+# switch: 1 (whole groups) until the GPU says otherwise.
+BLOCK_PARTS = int(os.environ.get("LIGHTSPEED_CUDA_BLOCK_PARTS", "1"))
+PARTS = 4  # parts of a group when BLOCK_PARTS is on (a part: 8 weights)
+
+
+def parts_of(codes: list[int]) -> int:
+    """The parts a lane's item is of a group for weights of these block codes (one code for all:
+    their parts hold the same weights): PARTS where BLOCK_PARTS asks and every code is 0-2, else 1."""
+    return PARTS if BLOCK_PARTS == PARTS and len(set(codes)) == 1 and codes[0] < 3 else 1
+
+
+def part_x_cuda(w: Writer, code: int, x: str, norm: str | None = None) -> None:
+    """The cuda lines (in a loop over items ``g``, ``p``: part p of group g) loading ``xe[8]``, the
+    floats of row pointer ``x`` that part p's weights multiply: 4-bit groups hold weights t and
+    t + 16 in byte t, so part p is weights 4p..4p+3 and 4p+16..4p+19; 8-bit parts are 8p..8p+7.
+    ``norm``: a pointer to the norm weights, multiplied in, with ``ss`` summing the squares of x."""
+    second = "16" if code < 2 else "4"  # the second float4's offset from the first
+    first = f"32 * g + {'4' if code < 2 else '8'} * p"
+    w.line("  float xe[8];")
+    ptrs = f"((unsigned long long)({x} + {first}))" + (f" | ((unsigned long long)({norm} + {first}))" if norm else "")
+    w.line(f"  if ((({ptrs}) & 15) == 0) {{")
+    w.line(f"    const float4 a0 = *(const float4*)({x} + {first}), a1 = *(const float4*)({x} + {first} + {second});")
+    w.line("    xe[0] = a0.x; xe[1] = a0.y; xe[2] = a0.z; xe[3] = a0.w; xe[4] = a1.x; xe[5] = a1.y; xe[6] = a1.z; "
+           "xe[7] = a1.w;")
+    if norm:
+        w.line(f"    const float4 b0 = *(const float4*)({norm} + {first}), "
+               f"b1 = *(const float4*)({norm} + {first} + {second});")
+        w.line("    const float nw[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};")
+        w.line("    #pragma unroll")
+        w.line("    for (int t = 0; t < 8; t++) { ss += xe[t] * xe[t]; xe[t] *= nw[t]; }")
+    w.line("  } else {")
+    w.line("    #pragma unroll")
+    w.line("    for (int t = 0; t < 8; t++) {")
+    w.line(f"      const long long e = {first} + (t & 3) + (t >> 2) * {second};")
+    w.line(f"      xe[t] = {x}[e];")
+    if norm:
+        w.line(f"      ss += xe[t] * xe[t]; xe[t] *= {norm}[e];")
+    w.line("    }")
+    w.line("  }")
+
+
+def part_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
+    """The cuda lines adding to ``acc`` the dot of ``xe[8]`` (:func:`part_x_cuda`) with part ``p``
+    of group ``g`` of the block row at byte pointer ``row`` (packed layout, codes 0-2)."""
+    w.line("  {")
+    w.line(f"  const float d = ls_hx({row}, g);")
+    if code == 2:  # 32 signed bytes a group: part p is bytes 8p..8p+7
+        w.line(f"  const signed char* q = (const signed char*)({row} + {2 * nb}LL + 32 * g + 8 * p);")
+        w.line("  float s = 0.0f;")
+        w.line("  if ((((unsigned long long)q) & 3) == 0) {")
+        w.line("    const int v0 = ((const int*)q)[0], v1 = ((const int*)q)[1];")
+        w.line("    s = (float)(signed char)v0 * xe[0] + (float)(signed char)(v0 >> 8) * xe[1] + "
+               "(float)(signed char)(v0 >> 16) * xe[2] + (float)(signed char)(v0 >> 24) * xe[3] + "
+               "(float)(signed char)v1 * xe[4] + (float)(signed char)(v1 >> 8) * xe[5] + "
+               "(float)(signed char)(v1 >> 16) * xe[6] + (float)(signed char)(v1 >> 24) * xe[7];")
+        w.line("  } else {")
+        w.line("    for (int t = 0; t < 8; t++) s += (float)q[t] * xe[t];")
+        w.line("  }")
+        w.line(f"  {acc} += d * s;")
+    else:  # 16 bytes a group: part p is bytes 4p..4p+3, low nibbles weights 4p.., high 4p+16..
+        w.line(f"  const unsigned char* q = {row} + {(4 if code == 1 else 2) * nb}LL + 16 * g + 4 * p;")
+        w.line("  const unsigned int v = (((unsigned long long)q) & 3) == 0 ? *(const unsigned int*)q : "
+               "(q[0] | (unsigned int)q[1] << 8 | (unsigned int)q[2] << 16 | (unsigned int)q[3] << 24);")
+        w.line("  const float s = (float)(v & 15u) * xe[0] + (float)((v >> 8) & 15u) * xe[1] + "
+               "(float)((v >> 16) & 15u) * xe[2] + (float)((v >> 24) & 15u) * xe[3] + "
+               "(float)((v >> 4) & 15u) * xe[4] + (float)((v >> 12) & 15u) * xe[5] + "
+               "(float)((v >> 20) & 15u) * xe[6] + (float)(v >> 28) * xe[7];")
+        w.line("  const float sx = ((xe[0] + xe[1]) + (xe[2] + xe[3])) + ((xe[4] + xe[5]) + (xe[6] + xe[7]));")
+        if code == 1:  # value = d q + m
+            w.line(f"  {acc} += d * s + ls_hx({row}, {nb}LL + g) * sx;")
+        else:  # value = d (q - 8)
+            w.line(f"  {acc} += d * (s - 8.0f * sx);")
+    w.line("  }")
+
+
 def block_row_bytes(qtype: str, k: int) -> int:
     """Bytes of one weight row of ``k`` columns held as ``qtype`` blocks (the kernels' layout)."""
     from ....weights.quant import BLOCK_BYTES, BLOCK_WEIGHTS, QK
@@ -242,11 +323,28 @@ def block_row_bytes(qtype: str, k: int) -> int:
     return k // BLOCK_WEIGHTS.get(qtype, QK) * BLOCK_BYTES[qtype]
 
 
+def whole_groups(w: Writer, code: int, nb: int) -> None:
+    """The loop of each lane over whole groups (lane, lane + 32, ...) of the block row ``rb``,
+    x's 32 floats of a group from ``xr`` in registers, into ``acc``."""
+    w.line(f"for (long long g = lane; g < {nb}; g += 32) {{")
+    w.line("  const float4* xv = (const float4*)(xr + 32 * g);")
+    w.line("  float x[32];")
+    w.line("  if ((((unsigned long long)xv) & 15) == 0) {")
+    w.line("    for (int t = 0; t < 8; t++) { const float4 v = xv[t]; x[4 * t] = v.x; x[4 * t + 1] = v.y; "
+           "x[4 * t + 2] = v.z; x[4 * t + 3] = v.w; }")
+    w.line("  } else {")
+    w.line("    for (int t = 0; t < 32; t++) x[t] = xr[32 * g + t];")
+    w.line("  }")
+    group_dot_cuda(w, code, nb, "rb", "acc")
+    w.line("}")
+
+
 def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSpec:
     """The cuda dialect's ``Matmul``/``MatmulAdd`` whose B (buffer ``in1``) is a weight matrix
     [n, k] kept as GGML ``qtype`` blocks (the packed layout, or GGUF's for the K-quants): a warp
     per output (i, j), each lane taking whole groups of 32 weights of row j (lane, lane + 32, ...:
-    a warp reads 32 consecutive groups at once), decoding them in registers and dotting them with
+    a warp reads 32 consecutive groups at once; or parts of groups, :data:`BLOCK_PARTS`),
+    decoding them in registers and dotting them with
     x's float32 row in float -- a decode step reads the blocks (4.5 bits a weight for Q4_1)
     instead of float copies.  Activations stay float32: the float32 weights' result up to the
     summation order.  Requires :func:`block_matmul_ok` with ``side`` 1."""
@@ -267,17 +365,14 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
     w.line(f"const unsigned char* rb = (const unsigned char*)in1 + _ls_nj * {row_bytes}LL;")
     w.line(f"const float* xr = in0 + {w.expr(a['a_offset'])} + _ls_mi * {w.expr(a['a_stride_m'])};")
     w.line("float acc = 0.0f;")
-    w.line(f"for (long long g = lane; g < {nb}; g += 32) {{")
-    w.line("  const float4* xv = (const float4*)(xr + 32 * g);")
-    w.line("  float x[32];")
-    w.line("  if ((((unsigned long long)xv) & 15) == 0) {")
-    w.line("    for (int t = 0; t < 8; t++) { const float4 v = xv[t]; x[4 * t] = v.x; x[4 * t + 1] = v.y; "
-           "x[4 * t + 2] = v.z; x[4 * t + 3] = v.w; }")
-    w.line("  } else {")
-    w.line("    for (int t = 0; t < 32; t++) x[t] = xr[32 * g + t];")
-    w.line("  }")
-    group_dot_cuda(w, code, nb, "rb", "acc")
-    w.line("}")
+    if parts_of([code]) > 1:  # each lane parts of groups (PARTS items a group)
+        w.line(f"for (long long it = lane; it < {nb * PARTS}; it += 32) {{")
+        w.line(f"  const long long g = it / {PARTS}; const int p = (int)(it % {PARTS});")
+        part_x_cuda(w, code, "xr")
+        part_dot_cuda(w, code, nb, "rb", "acc")
+        w.line("}")
+    else:
+        whole_groups(w, code, nb)
     w.line("for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
     bufs = [("out", "float", True, "out"), ("in0", "float", False, 0), ("in1", "unsigned char", False, 1)]
     if op.op == "MatmulAdd":

@@ -12,7 +12,17 @@ from ....dtypes import DType, uint8
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import Expr, const, prod, sym
-from .block_matmul import BLOCK_CODE, BLOCK_TYPES, KERNEL_QTYPE, block_row_bytes, group_dot_cuda
+from .block_matmul import (
+    BLOCK_CODE,
+    BLOCK_TYPES,
+    KERNEL_QTYPE,
+    PARTS,
+    block_row_bytes,
+    group_dot_cuda,
+    part_dot_cuda,
+    part_x_cuda,
+    parts_of,
+)
 from .matmul import ROW_GROUP, lane_sum8, rows_one_by_one, scatter_store, silu_mul
 from .matmul_rows import LOAD8
 from .region import Region
@@ -310,7 +320,18 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
             w.line(f"{indent}  {acc} += xw * {load(in_dtypes[q], f'{r}[_ls_l]')};")
         w.line(f"{indent}}}")
 
-    if qtypes:  # each lane whole groups of 32: x·w of the group in registers, then each row's blocks
+    codes = [BLOCK_CODE[_kernel_qtype(q)] for q in qtypes]
+    if qtypes and parts_of(codes) > 1 and dx.name == "float32" and dwt.name == "float32" and woff is not None:
+        # each lane parts of groups (block_matmul.BLOCK_PARTS): x·w of the part's 8 weights, then each row's
+        nb = int(k.value) // 32
+        w.line(f"const float* rw = {names[iw]} + {w.expr(woff)};")
+        w.line(f"for (long long it = lane; it < {nb * PARTS}; it += {WARP}) {{")
+        w.line(f"  const long long g = it / {PARTS}; const int p = (int)(it % {PARTS});")
+        part_x_cuda(w, codes[0], "rx", norm="rw")
+        for r, acc in zip(rows, accs):
+            part_dot_cuda(w, codes[0], nb, r, acc)
+        w.line("}")
+    elif qtypes:  # each lane whole groups of 32: x·w of the group in registers, then each row's blocks
         w.line(f"for (long long g = lane; g < {int(k.value) // 32}; g += {WARP}) {{")
         w.line("  float x[32];")
         if dx.name == "float32" and dwt.name == "float32" and woff is not None:
