@@ -464,6 +464,34 @@ def test_ctrl_c_ends_quietly_with_130(capsys, monkeypatch):
     assert code == 130 and out == "" and err.strip() == "interrupted"
 
 
+def test_ctrl_c_while_the_parsers_are_built_ends_with_130(capsys, monkeypatch):
+    """Ctrl-C before the arguments are parsed (the parsers' set-up imports the registry): status 130
+    and "interrupted", not a traceback (regression: it ended the process by the signal)."""
+    import argparse
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(argparse.ArgumentParser, "add_subparsers", interrupted)
+    code, out, err = run(capsys, "run", "qwen3", "--random", "hi")
+    assert code == 130 and out == "" and err.strip() == "interrupted"
+
+
+def test_ctrl_c_while_python_m_lightspeed_imports(tmp_path):
+    """`python -m lightspeed` interrupted while it imports the command line: status 130, no traceback."""
+    code = ("import builtins, runpy\n"
+            "real = builtins.__import__\n"
+            "def imp(name, *a, **k):\n"
+            "    if name == 'lightspeed.cli':\n"
+            "        raise KeyboardInterrupt\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = imp\n"
+            "runpy.run_module('lightspeed', run_name='__main__')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip() == "interrupted"
+
+
 def test_ctrl_c_in_a_real_process(tmp_path):
     """SIGINT to a running `lightspeed run`: status 130, no traceback."""
     import signal

@@ -323,6 +323,16 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C, whenever it comes (the parsers' imports too): no traceback, the shell's convention
+        # for death by SIGINT (128 + 2)
+        print("interrupted", file=sys.stderr, flush=True)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     import lightspeed.models.run as library  # light: what it needs of the families is the registry
     from lightspeed import __version__
 
@@ -420,8 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unrecognized arguments: {' '.join(extra)}")
         return args.fn(args)
     except KeyboardInterrupt:
-        # Ctrl-C: no traceback, the shell's convention for death by SIGINT (128 + 2)
-        library.say_error("interrupted")
+        library.say_error("interrupted")  # (after an unfinished "loading ..." line: on a line of its own)
         return 130
 
 
