@@ -22,13 +22,13 @@ if [ "${GPU_ISSUE26_RANDOM:-0}" = 1 ]; then
   grep -E "passed|failed|FAILED|Error" "$OUT/tests_parts.log" | tail -4
   # the block step at SmolLM2's shape without the file (random Q4_1 blocks; the float steps run their
   # values), each cuda step profiled; then the block step's variants, each beside native's tokens
-  step blocks_random 200 python3 benchmarks/gpu_blocks.py llama random:smollm2 \
+  step blocks_random 200 python3 benchmarks/gpu_blocks.py llama random:smollm2 --repeats 2 \
     --configs native,cuda-blocks,cuda-float32,cuda-bfloat16 --profile 24
   sed -n '/greedy tokens/,$p' "$OUT/blocks_random.log"; grep -A3 "kernels per step" "$OUT/blocks_random.log"
-  for v in "norms:LIGHTSPEED_CUDA_BLOCK_NORMS=1" "parts:LIGHTSPEED_CUDA_BLOCK_PARTS=4" \
-           "parts_norms:LIGHTSPEED_CUDA_BLOCK_PARTS=4 LIGHTSPEED_CUDA_BLOCK_NORMS=1" "noprefetch:LIGHTSPEED_CUDA_PREFETCH=0"; do
+  for v in "parts_norms:LIGHTSPEED_CUDA_BLOCK_PARTS=4 LIGHTSPEED_CUDA_BLOCK_NORMS=1" "norms:LIGHTSPEED_CUDA_BLOCK_NORMS=1" \
+           "parts:LIGHTSPEED_CUDA_BLOCK_PARTS=4" "noprefetch:LIGHTSPEED_CUDA_PREFETCH=0"; do
     (export ${v#*:}; step "blocks_random_${v%%:*}" 80 python3 benchmarks/gpu_blocks.py llama random:smollm2 \
-      --configs native,cuda-blocks --profile 24)
+      --repeats 2 --configs native,cuda-blocks --profile 24)
     echo "${v%%:*} (${v#*:}):"; grep -E "^cuda-blocks|FAILED" "$OUT/blocks_random_${v%%:*}.log"
     grep -A2 "kernels per step" "$OUT/blocks_random_${v%%:*}.log"
   done
