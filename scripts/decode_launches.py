@@ -10,7 +10,9 @@ with its shape and region body: where a decode layer's kernels go (the decode-sp
 The search on a GPU measures these and random candidates; a decode step's pick is usually the
 few-rows one (the fused one without the prompt's many-rows kernels).  ``--blocks QTYPE``: the
 layers' projections declared as GGML blocks of QTYPE and the embedding as Q8_0 (a float32 model
-loaded from a GGUF file, as SmolLM2's: the block decode step).
+loaded from a GGUF file, as SmolLM2's: the block decode step).  ``--prefill``: the prefill graph.
+``--resources`` (cuda): each listed kernel compiled by NVRTC, with the registers a thread and the
+local-memory frame ptxas gave it and the blocks a multiprocessor then holds (no GPU needed).
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ def main() -> int:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--blocks", default=None, metavar="QTYPE", help="projections as QTYPE blocks (float32 model)")
     ap.add_argument("--show", default="fused", help="the candidate whose launches are listed (or 'none')")
+    ap.add_argument("--prefill", action="store_true", help="the prefill graph instead of the decode step's")
+    ap.add_argument("--resources", action="store_true",
+                    help="cuda: each listed kernel's registers, local frame and blocks a multiprocessor (NVRTC, "
+                         "backends/cuda/cubin.py)")
     args = ap.parse_args()
     sys.setrecursionlimit(10000)
     from tests.backends.harness import saturate
@@ -60,10 +66,21 @@ def main() -> int:
         storage = {n: readable[args.blocks if n.endswith("proj.weight") else "q8_0"]
                    for n, shape in model.param_shapes().items()
                    if len(shape) == 2 and (n.endswith("proj.weight") or n.endswith("embed_tokens.weight"))}
-    graph = model.build_graph("decode", storage=storage, next_token=True)
+    graph = model.build_graph("prefill" if args.prefill else "decode", storage=storage, next_token=True)
     decls = backend.declarations()
     many = frozenset(n for n, d in decls.items() if d.many_rows)
     library = frozenset(n for n, d in decls.items() if d.library)
+
+    def resources(spec) -> str:
+        """``regs R frame F B/SM``: what ptxas gave the kernel (a library call: nothing)."""
+        from lightspeed.backends.codegen.kernels import module_source
+        from lightspeed.backends.cuda import nvrtc
+        from lightspeed.backends.cuda.cubin import kernel_resources
+
+        if not spec.source:
+            return ""
+        r = kernel_resources(nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90"))[spec.name]
+        return f"regs {r.registers:3d} frame {r.frame_bytes:4d} {r.blocks_per_sm(spec.launch.threads):2d}/SM  "
 
     _, enc, index, ser = saturate(backend, graph)
     for origin, cand in candidates(index, ls.SearchOptions(budget=4, seed=0), many, library):
@@ -82,7 +99,7 @@ def main() -> int:
                 op = lprog.ops[x.op]
                 body = op.args.get("body")
                 print(f"   {name(x):14s} {x.spec.launch.kind:12s} {tuple(str(d) for d in op.shape)} "
-                      f"{str(body)[:140] if body else ''}")
+                      f"{resources(x.spec) if args.resources else ''}{str(body)[:140] if body else ''}")
     return 0
 
 

@@ -50,6 +50,10 @@ PAD = 8  # elements after each shared row (bank spread; 4-byte pairs stay aligne
 # LIGHTSPEED_CUDA_ATTENTION_PIPELINE=0: each key tile loaded, then its products (an A/B switch;
 # default: the next tile's 16-byte loads issued before this tile's products)
 PIPELINE = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PIPELINE", "1") != "0"
+# LIGHTSPEED_CUDA_ATTENTION_MIN_BLOCKS=3: the tile is compiled for 3 blocks a multiprocessor (at most
+# 170 registers a thread; ptxas gave it ~244, so 2 blocks of 4 warps: 12% occupancy, warps waiting
+# on memory with little else to run, ncu, twenty-third session); an A/B switch, default 0 (ptxas's choice)
+MIN_BLOCKS = int(os.environ.get("LIGHTSPEED_CUDA_ATTENTION_MIN_BLOCKS", "0"))
 
 
 def _is(e, value: int) -> bool:
@@ -516,7 +520,8 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     body = w.pop()
     bufs = [("out", st, True, "out")] + [(f"in{k}", storage_type(t), False, k) for k, t in enumerate(in_dtypes)]
     count = (prod([batch[x] for x in kept]) if kept else 1) * ((rows + (ROWS - 1)) // ROWS)
-    return finish(w, "cuda", "matmul_mma", bufs, count, body, "attention_mma", preludes=("mma",))
+    return finish(w, "cuda", "matmul_mma", bufs, count, body, "attention_mma", preludes=("mma",),
+                  min_blocks=MIN_BLOCKS)
 
 
 def _attention_mma(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:

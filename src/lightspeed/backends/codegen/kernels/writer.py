@@ -363,7 +363,7 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
            body: list[str], label: str, axes: list[tuple[str, Expr]] | None = None,
            item_cost: Expr | int = 1, setup: list[str] | None = None,
            early: list[str] | None = None, preludes: tuple[str, ...] = (),
-           before_wait: list[str] | None = None, warps: int = 0) -> KernelSpec:
+           before_wait: list[str] | None = None, warps: int = 0, min_blocks: int = 0) -> KernelSpec:
     """Wrap a work-item body into a kernel function of the dialect.  ``buffers``: (param name,
     storage type, written, what it is: "out" or the op's operand index).  ``axes``: the c dialect
     walks the items as this loop nest ((coordinate name, extent), product ``count``); it splits
@@ -375,7 +375,9 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
     (cuda): lines run before the wait on the previous kernel (programmatic dependent launch):
     they may read the table and the dims-only prologue, and must not read what a kernel writes
     (:func:`weight_prefetch`: the predecessor still runs).  ``warps``: a ``matmul_split``
-    block's warps (:func:`split_products`; default SPLIT_WARPS)."""
+    block's warps (:func:`split_products`; default SPLIT_WARPS).  ``min_blocks`` (cuda): blocks a
+    multiprocessor must hold at once (``__launch_bounds__``' second argument: ptxas keeps the
+    registers a thread uses within the share that leaves, spilling if it must)."""
     n = w.expr(count)  # into the prologue
     work = w.expr(count * item_cost) if dialect == "c" else n
     nest = [(name, w.expr(e)) for name, e in axes] if axes and dialect == "c" else None
@@ -398,7 +400,11 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
         loop = _CUDA_LOOPS[_CUDA_WORK[mode][0]](n)
         depth = sum(ln.count("{") - ln.count("}") for ln in loop)  # loops nested (an unrolled trip's: 3)
         close, inner = [ind + "  " * k + "}" for k in reversed(range(depth))], ind + "  " * depth
-        sig = f'extern "C" __global__ void __launch_bounds__(256) KNAME({", ".join(params)})'
+        bounds = "256"
+        if min_blocks:
+            block = _CUDA_WORK[mode][2]
+            bounds = f"{block[0] * block[1] * block[2]}, {min_blocks}"
+        sig = f'extern "C" __global__ void __launch_bounds__({bounds}) KNAME({", ".join(params)})'
     else:
         # items split over the cores (OpenMP) when there is enough work: a matmul item is a whole
         # dot product, an element-wise one a few operations
