@@ -71,7 +71,8 @@ AROUND = ("hl", "nn", "models", "weights", "torch", "backends", "parallel", "ser
 # slices are computed inline by their readers (it computed five stacks for two layers, and copied
 # every slice)
 CORE_BUDGET = (5083 + 23 + 22 + 44 + 41 + 4 + 13 + 29 + 9 + 82 + 21 + 9 + 173 + 20 + 11 + 4 + 66 + 46 + 7 + 25 + 9
-               + 38 + 14 + 8 + 4 + 6 + 13 + 8)
+               + 38 + 14 + 8 + 4 + 6 + 13 + 8 + 5)
+               # + 5: `python -m lightspeed` ends with 130 on Ctrl-C during its import (a traceback before);
                # + 8: a bucket's call hands its given inputs over; + 4: clear (host time);
                # + 6: `resident` (a model's programs share their weights: one device copy, not three);
                # + 13: values made once from resident weights are not intermediates (the stacked candidate);

@@ -1,12 +1,8 @@
-"""``python -m lightspeed``: the command line (:mod:`lightspeed.cli`).  Ctrl-C while it is still
-importing ends like Ctrl-C later: "interrupted" and status 130, no traceback."""
-
+"""``python -m lightspeed``: the command line; Ctrl-C while it imports ends like one later (status 130)."""
 import sys
 
 try:
     from lightspeed.cli import main
 except KeyboardInterrupt:
-    print("interrupted", file=sys.stderr, flush=True)
-    raise SystemExit(130) from None
-
+    sys.exit(print("interrupted", file=sys.stderr) or 130)
 raise SystemExit(main())
