@@ -217,10 +217,7 @@ def group_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
             w.line("    s += (float)(byte & 15u) * x[t] + (float)(byte >> 4) * x[t + 16];")
             w.line("    sx += x[t] + x[t + 16];")
             w.line("  }")
-            if code == 1:  # value = d q + m
-                w.line(f"  {acc} += d * s + ls_hx({row}, {nb}LL + g) * sx;")
-            else:  # value = d (q - 8)
-                w.line(f"  {acc} += d * (s - 8.0f * sx);")
+            _add_4bit(w, code, nb, row, acc)
         w.line("  }")
     else:  # K-quants: a group's unsigned weights and its halves' affine maps (ls_kgroup)
         w.line("  {")
@@ -309,11 +306,17 @@ def part_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
                "(float)((v >> 4) & 15u) * xe[4] + (float)((v >> 12) & 15u) * xe[5] + "
                "(float)((v >> 20) & 15u) * xe[6] + (float)(v >> 28) * xe[7];")
         w.line("  const float sx = ((xe[0] + xe[1]) + (xe[2] + xe[3])) + ((xe[4] + xe[5]) + (xe[6] + xe[7]));")
-        if code == 1:  # value = d q + m
-            w.line(f"  {acc} += d * s + ls_hx({row}, {nb}LL + g) * sx;")
-        else:  # value = d (q - 8)
-            w.line(f"  {acc} += d * (s - 8.0f * sx);")
+        _add_4bit(w, code, nb, row, acc)
     w.line("  }")
+
+
+def _add_4bit(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
+    """``acc`` += a 4-bit group's (part's) dot from ``s`` (the integers' dot with x) and ``sx`` (x's
+    sum): Q4_1's value is d q + m, Q4_0's d (q - 8)."""
+    if code == 1:
+        w.line(f"  {acc} += d * s + ls_hx({row}, {nb}LL + g) * sx;")
+    else:
+        w.line(f"  {acc} += d * (s - 8.0f * sx);")
 
 
 def block_row_bytes(qtype: str, k: int) -> int:
