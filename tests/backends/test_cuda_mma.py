@@ -370,6 +370,35 @@ def test_a_paged_steps_attention_tiles_match_the_reference(fragments):
 @pytest.mark.parametrize("d,grouped,rows", [(64, False, False), (128, False, False), (64, True, False),
                                             (128, True, False), (64, True, True), (128, False, True)])
 def test_attention_tiles_match_the_reference(d, grouped, rows, fragments, pipeline):
+    _check_tiles_against_the_reference(d, grouped, rows)
+
+
+@pytest.mark.skipif(not MMA.available(), reason="no GPU")
+@pytest.mark.parametrize("d,grouped,rows", [(64, True, True), (128, False, False)])
+def test_tiles_with_a_packed_mask_and_three_blocks_an_sm_match_the_reference(d, grouped, rows, monkeypatch):
+    """LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK=1 with MIN_BLOCKS=3 (registers spilled where they must)."""
+    from lightspeed.backends.codegen.kernels import attention_mma
+
+    monkeypatch.setattr(attention_mma, "PACKED_MASK", True)
+    monkeypatch.setattr(attention_mma, "MIN_BLOCKS", 3)
+    _check_tiles_against_the_reference(d, grouped, rows)
+
+
+def test_a_packed_mask_compiles_in_both_16_bit_dtypes(monkeypatch):
+    """The next key tile's mask as pairs of the 16-bit dtype: one register per two scores."""
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import attention_mma, module_source, render
+
+    monkeypatch.setattr(attention_mma, "PACKED_MASK", True)
+    for dtype, pack in ((ls.bfloat16, "ls_pack2_bf16(_ls_mlo"), (ls.float16, "ls_pack2_f16(_ls_mlo")):
+        tiles, _ = _flash(_attention_graph(64, dtype, grouped=True, rows=True))
+        op = next(o for o in tiles.ops if o.op == "AttentionMma")
+        specs = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")
+        assert "unsigned int _ls_mk[8][2];" in specs[0].source and pack in specs[0].source
+        assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
+
+
+def _check_tiles_against_the_reference(d: int, grouped: bool, rows: bool) -> None:
     import ml_dtypes
 
     g = _attention_graph(d, grouped=grouped, rows=rows)

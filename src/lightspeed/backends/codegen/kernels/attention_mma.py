@@ -54,6 +54,11 @@ PIPELINE = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PIPELINE", "1") != "0"
 # 170 registers a thread; ptxas gave it ~244, so 2 blocks of 4 warps: 12% occupancy, warps waiting
 # on memory with little else to run, ncu, twenty-third session); an A/B switch, default 0 (ptxas's choice)
 MIN_BLOCKS = int(os.environ.get("LIGHTSPEED_CUDA_ATTENTION_MIN_BLOCKS", "0"))
+# LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK=1: the next key tile's mask values, held in registers across
+# a tile's softmax and products, are kept as pairs of the result's 16-bit dtype (a thread's two
+# keys of a row share a register: 16 registers instead of 32) where the mask is of that dtype (its
+# values are then exact); an A/B switch, default off until measured
+PACKED_MASK = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK", "0") == "1"
 
 
 def _is(e, value: int) -> bool:
@@ -349,11 +354,24 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     mask_view = a["mask_view"]
     at = Point("_ls_z", sym("_ls_z"), tuple(shape), tuple(coords)) if tuple(mask_view.shape) == shape else "_ls_z"
 
+    packed = PACKED_MASK and in_dtypes[0] == op.dtype
+
+    def mk(nt: str, e: str) -> str:
+        """Score (nt, e)'s mask value as a float (unpacked from its pair where ``packed``)."""
+        if not packed:
+            return f"_ls_mk[{nt}][{e}]"
+        pair = f"_ls_mk[{nt}][({e}) >> 1]"
+        if kind == "bf16":  # the upper 16 bits of a float32
+            return f"__uint_as_float((({e}) & 1) ? ({pair} & 0xffff0000u) : ({pair} << 16))"
+        return f"ls_h2f((unsigned short)((({e}) & 1) ? ({pair} >> 16) : ({pair} & 0xffffu)))"
+
     def load_mask(l0: str, indent: str) -> None:
         """``_ls_mk``: this thread's scores' mask values for the key tile from ``l0`` (minus
         infinity past n and for rows past the end); a whole tile of both rows in range without a
         test per score."""
         def scores(checked: bool, ind: str) -> None:
+            if packed:  # a score of even e waits in _ls_mlo for its odd neighbour (the pair's high half)
+                w.line(f"{ind}float _ls_mlo = 0.0f;")
             w.line(f"{ind}for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
             w.line(f"{ind}  const int _ls_h = e >> 1;")
             w.line(f"{ind}  const long long _ls_mi = _ls_h ? _ls_i_1 : _ls_i_0;")
@@ -366,7 +384,10 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
             mask = nested(w, ind + "    ", lambda: region.leaf(0, at))
             w.line(f"{ind}    _ls_x = (float){mask};")
             w.line(f"{ind}  }}")
-            w.line(f"{ind}  _ls_mk[nt][e] = _ls_x;")
+            if packed:
+                w.line(f"{ind}  if (e & 1) _ls_mk[nt][e >> 1] = ls_pack2_{kind}(_ls_mlo, _ls_x); else _ls_mlo = _ls_x;")
+            else:
+                w.line(f"{ind}  _ls_mk[nt][e] = _ls_x;")
             w.line(f"{ind}}}")
 
         w.line(f"{indent}if ({l0} + {bn} <= {nn} && _ls_in_0 && _ls_in_1) {{")
@@ -375,7 +396,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         scores(True, indent + "  ")
         w.line(f"{indent}}}")
 
-    w.line(f"float _ls_mk[{bn // 8}][4];")
+    w.line(f"unsigned int _ls_mk[{bn // 8}][2];" if packed else f"float _ls_mk[{bn // 8}][4];")
     load_mask("0LL", "")
     w.line(f"for (long long _ls_l0 = 0; _ls_l0 < {nn}; _ls_l0 += {bn}) {{")
     w.line("  __syncthreads();  // the last tile's products are done with the shared tiles")
@@ -384,7 +405,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     # without loading its keys (a prompt's future keys)
     w.line("  bool _ls_seen[2] = {false, false};")
     w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++)")
-    w.line(f"    _ls_seen[e >> 1] |= _ls_mk[nt][e] > {blocked_value(in_dtypes[0])};")
+    w.line(f"    _ls_seen[e >> 1] |= {mk('nt', 'e')} > {blocked_value(in_dtypes[0])};")
     w.line("  for (int _ls_h = 0; _ls_h < 2; _ls_h++) {")
     w.line("    int t = _ls_seen[_ls_h];")
     w.line("    t |= __shfl_xor_sync(0xffffffffu, t, 1); t |= __shfl_xor_sync(0xffffffffu, t, 2);")
@@ -460,7 +481,8 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     # g and g + 8 of the warp's 16)
     w.line(f"  for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
     w.line("    const int _ls_h = e >> 1;")
-    w.line(f"    const float _ls_x = _ls_mk[nt][e] == {NINF} ? {NINF} : _ls_s[nt][e] + _ls_mk[nt][e];")
+    w.line(f"    const float _ls_m = {mk('nt', 'e')};")
+    w.line(f"    const float _ls_x = _ls_m == {NINF} ? {NINF} : _ls_s[nt][e] + _ls_m;")
     w.line("    _ls_s[nt][e] = _ls_x;")
     w.line("    _ls_tmx[_ls_h] = fmaxf(_ls_x, _ls_tmx[_ls_h]);")
     w.line("  }")
