@@ -385,7 +385,8 @@ def test_tiles_with_a_packed_mask_and_three_blocks_an_sm_match_the_reference(d, 
 
 
 def test_a_packed_mask_compiles_in_both_16_bit_dtypes(monkeypatch):
-    """The next key tile's mask as pairs of the 16-bit dtype: one register per two scores."""
+    """The next key tile's mask as pairs of the 16-bit dtype: one register (and, a whole tile in
+    range, one load) per two scores."""
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import attention_mma, module_source, render
 
@@ -395,6 +396,8 @@ def test_a_packed_mask_compiles_in_both_16_bit_dtypes(monkeypatch):
         op = next(o for o in tiles.ops if o.op == "AttentionMma")
         specs = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")
         assert "unsigned int _ls_mk[8][2];" in specs[0].source and pack in specs[0].source
+        # the mask [m, L] (broadcast over the heads): a row's two keys in one 32-bit load
+        assert "*(const unsigned int*)_ls_mp" in specs[0].source
         assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
 
 

@@ -40,7 +40,7 @@ from .attention import NINF, Operand, blocked_value, nested
 from .region import Region
 from .spec import KernelSpec
 from .types import storage_type, store
-from .writer import Point, Writer, finish
+from .writer import Point, Writer, finish, index_at
 
 __all__ = ["attention_mma_kernel", "RENDERERS", "ROWS"]
 
@@ -365,11 +365,35 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
             return f"__uint_as_float((({e}) & 1) ? ({pair} & 0xffff0000u) : ({pair} << 16))"
         return f"ls_h2f((unsigned short)((({e}) & 1) ? ({pair} >> 16) : ({pair} & 0xffffu)))"
 
+    # packed, a 16-bit mask whose key l + 1 follows key l in memory (a plain [s, n] mask, or a
+    # broadcast of one): a thread's two keys of a row (tg, tg + 1) in one 32-bit load
+    pair = None
+    if packed and isinstance(at, Point):
+        i0, v0 = index_at(region.views[0], tuple(coords))
+        i1, _ = index_at(region.views[0], (*coords[:-1], sym("_ls_l") + 1))
+        if v0 == 1 and i1 - i0 == 1:
+            pair = i0
+
     def load_mask(l0: str, indent: str) -> None:
         """``_ls_mk``: this thread's scores' mask values for the key tile from ``l0`` (minus
         infinity past n and for rows past the end); a whole tile of both rows in range without a
-        test per score."""
+        test per score (a pair of keys per load where ``pair``)."""
+        def pairs(ind: str) -> None:
+            w.line(f"{ind}for (int nt = 0; nt < {bn // 8}; nt++) for (int _ls_h = 0; _ls_h < 2; _ls_h++) {{")
+            w.line(f"{ind}  const long long _ls_mi = _ls_h ? _ls_i_1 : _ls_i_0;")
+            for x in folded:
+                w.line(f"{ind}  const long long {names[x]} = _ls_h ? {names[x]}_1 : {names[x]}_0;")
+            w.line(f"{ind}  const long long _ls_l = {l0} + nt * 8 + _ls_tg;")
+            index = nested(w, ind + "  ", lambda: w.expr(pair))
+            w.line(f"{ind}  const {storage_type(in_dtypes[0])}* _ls_mp = {region.names[0]} + {index};")
+            w.line(f"{ind}  _ls_mk[nt][_ls_h] = (((unsigned long long)_ls_mp) & 3) == 0 ? *(const unsigned int*)_ls_mp"
+                   " : ((unsigned int)_ls_mp[0] | (unsigned int)_ls_mp[1] << 16);")
+            w.line(f"{ind}}}")
+
         def scores(checked: bool, ind: str) -> None:
+            if not checked and pair is not None:
+                pairs(ind)
+                return
             if packed:  # a score of even e waits in _ls_mlo for its odd neighbour (the pair's high half)
                 w.line(f"{ind}float _ls_mlo = 0.0f;")
             w.line(f"{ind}for (int nt = 0; nt < {bn // 8}; nt++) for (int e = 0; e < 4; e++) {{")
