@@ -3,7 +3,7 @@
 #   (1) the tiles' GPU tests with LIGHTSPEED_CUDA_ATTENTION_MIN_BLOCKS=3 (and the packed mask's own)
 #   (2) the 1B's 512-token prefill kernel by kernel (scripts/gpu_profile.py): ptxas's register
 #       choice (MIN_BLOCKS=0: 254 registers, 2 blocks of 4 warps an SM); 3 blocks with the mask
-#       packed and no register pipeline of the next key tile (168 registers, 8 bytes of spills);
+#       packed and no register pipeline of the next key tile (168 registers, 24 bytes of spills);
 #       MIN_BLOCKS=3 alone (168 and 184 bytes); the packed mask alone (244, 2 blocks); 3 blocks
 #       without the pipeline (168 and 104 bytes)
 #   (3) the 512-token prefill beside eager and torch.compile max-autotune with $GPU_AB_ENV
