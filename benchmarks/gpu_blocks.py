@@ -5,6 +5,7 @@ process, same prompt, greedy (issue 26 item 1).
     python benchmarks/gpu_blocks.py FAMILY FILE [--prompt TEXT] [--tokens 48] [--repeats 3]
                                     [--configs native,cuda-blocks,cuda-float32,cuda-bfloat16] [--profile N]
     python benchmarks/gpu_blocks.py llama random:smollm2 ...     (no file: SmolLM2's shape, random Q4_1)
+    python benchmarks/gpu_blocks.py gemma3 random:gemma3 ...     (Gemma 3 270M's shape and block mix)
 
 Per configuration: the weight bytes the decode step reads (blocks as stored, else the dtype's),
 TTFT and the median TPOT over ``--repeats`` generations of ``--tokens`` tokens (no stop token:
@@ -17,7 +18,8 @@ Writes ``$OUT/gpu_blocks-FAMILY.json`` when ``$OUT`` is set.  ``random:smollm2``
 (a GPU host has to be sent the real one in parts), SmolLM2-135M's shape with random float weights
 quantised to Q4_1 blocks and the embedding to Q8_0 (gguf's quantiser; the real file's types), the
 float configurations running those blocks' values: the same step's costs, for A/B runs of the
-block kernels in one call.
+block kernels in one call; ``random:gemma3`` the same for Gemma 3 270M Q4_K_M's shape and mix of
+block types (its K-quant blocks random bytes: gguf cannot make them).
 """
 
 from __future__ import annotations
@@ -68,35 +70,49 @@ def profile_steps(gen, ids: list[int], tokens: int, label: str) -> None:
     print(res.stdout + res.stderr, flush=True)
 
 
-# FILE = random:NAME: (family, block type, HF config keys over the family's random model)
-RANDOM = {"smollm2": ("llama", "q4_1", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                                              num_attention_heads=9, num_key_value_heads=3, head_dim=64,
-                                              vocab_size=49152, tie_word_embeddings=True,
-                                              max_position_embeddings=8192))}
+# FILE = random:NAME: (family, block type by weight-name suffix as the real file has them, HF config
+# keys over the family's random model)
+_GEMMA3_LAYERS = (["sliding_attention"] * 5 + ["full_attention"]) * 3
+RANDOM = {
+    "smollm2": ("llama", {"proj.weight": "q4_1", "embed_tokens.weight": "q8_0"},
+                dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                     num_key_value_heads=3, head_dim=64, vocab_size=49152, tie_word_embeddings=True,
+                     max_position_embeddings=8192)),
+    # gemma-3-270m Q4_K_M's mix: q, k, gate, up Q5_0; v and the embedding Q8_0; o Q4_K; down Q6_K
+    "gemma3": ("gemma3", {"q_proj.weight": "q5_0", "k_proj.weight": "q5_0", "v_proj.weight": "q8_0",
+                          "o_proj.weight": "q4_k", "gate_proj.weight": "q5_0", "up_proj.weight": "q5_0",
+                          "down_proj.weight": "q6_k", "embed_tokens.weight": "q8_0"},
+               dict(hidden_size=640, intermediate_size=2048, num_hidden_layers=18, num_attention_heads=4,
+                    num_key_value_heads=1, head_dim=256, vocab_size=262144, sliding_window=512,
+                    layer_types=_GEMMA3_LAYERS, query_pre_attn_scalar=256, max_position_embeddings=32768)),
+}
 
 
 def random_text_model(name: str, dtype: str, blocks: bool, seed: int = 0):
-    """A TextModel of RANDOM[name]'s shape: random float weights, each layer's projections
-    quantised to the block type (kept as blocks with ``blocks``, else their dequantised values:
-    the same numbers either way)."""
+    """A TextModel of RANDOM[name]'s shape: random float weights, each matrix the real file keeps
+    as blocks quantised to its block type by gguf's quantiser (the K-quants, which it cannot
+    make: random blocks, ``weights.quant.random_quant``), kept as blocks with ``blocks``, else as
+    their dequantised values (the same numbers either way)."""
     from gguf import GGMLQuantizationType
     from gguf.quants import quantize
 
     from lightspeed.models import get
     from lightspeed.models.run import ByteTokenizer, TextModel, random_config, random_weights
-    from lightspeed.weights.quant import Blocks, QuantTensor
+    from lightspeed.weights.quant import Blocks, QuantTensor, random_quant
 
-    family, qtype, shape = RANDOM[name]
+    family, types, shape = RANDOM[name]
     cfg = {**random_config(family), **shape}
     model = get(family).from_hf_config(cfg, dtype)
     tensors: dict[str, Any] = random_weights(model, seed)
     for key, v in tensors.items():
-        # the real file's types: the projections' qtype, the (tied) embedding Q8_0
-        t = qtype if v.ndim == 2 and key.endswith("proj.weight") else "q8_0" if key.endswith("embed_tokens.weight") \
-            else None
-        if t is not None:
+        t = next((q for suffix, q in types.items() if key.endswith(suffix)), None) if v.ndim == 2 else None
+        if t is None:
+            continue
+        if t in ("q4_k", "q6_k"):
+            q = random_quant(t, v.shape, seed)
+        else:
             q = QuantTensor(Blocks(t, quantize(v, getattr(GGMLQuantizationType, t.upper()))))
-            tensors[key] = q if blocks else q.dense()
+        tensors[key] = q if blocks else q.dense()
     return TextModel(family, model, tensors, ByteTokenizer(), f"random:{name}", True, 0.0, cfg)
 
 

@@ -5,7 +5,8 @@
 #                block step again with LIGHTSPEED_CUDA_BLOCK_NORMS=1 (each cuda step profiled: --profile)
 #   gemma.gguf   the same for gemma3
 #   whisper.tar  `lightspeed run whisper` on native and cuda (same WAV: .wparts/c0/speech.wav)
-# GPU_ISSUE26_RANDOM=1: the block step A/B at SmolLM2's shape with random blocks (no file needed).
+# GPU_ISSUE26_RANDOM=1: the block step A/B at SmolLM2's and Gemma 3's shapes with random blocks (no
+# file needed).
 # GPU_ISSUE26_TESTS=1: first the GPU tests of the block kernels, the model zoo (Whisper included)
 # and cuda conformance. GPU_ISSUE26_TABLE=1: benchmarks/gpu_models.py over GPU_MODELS_ROWS (default
 # every family; the file rows from the joined files; peer GPU_MODELS_PEER, default compile; more
@@ -32,6 +33,13 @@ if [ "${GPU_ISSUE26_RANDOM:-0}" = 1 ]; then
     echo "${v%%:*} (${v#*:}):"; grep -E "^cuda-blocks|FAILED" "$OUT/blocks_random_${v%%:*}.log"
     grep -A2 "kernels per step" "$OUT/blocks_random_${v%%:*}.log"
   done
+  # Gemma 3 270M's shape and block mix (Q5_0 read as Q8_0 blocks, Q8_0, Q4_K, Q6_K), without the file
+  step blocks_random_gemma 150 python3 benchmarks/gpu_blocks.py gemma3 random:gemma3 --repeats 2 \
+    --configs native,cuda-blocks,cuda-float32,cuda-bfloat16
+  sed -n '/greedy tokens/,$p' "$OUT/blocks_random_gemma.log"
+  (export LIGHTSPEED_CUDA_BLOCK_PARTS=4 LIGHTSPEED_CUDA_BLOCK_NORMS=1; step blocks_random_gemma_parts_norms 80 \
+    python3 benchmarks/gpu_blocks.py gemma3 random:gemma3 --repeats 2 --configs native,cuda-blocks)
+  grep -E "^cuda-blocks|FAILED" "$OUT/blocks_random_gemma_parts_norms.log"
 fi
 if [ "${GPU_ISSUE26_TESTS:-0}" = 1 ]; then
   step tests 150 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py tests/models/test_cuda_models.py tests/backends/test_layer_norm.py \

@@ -22,7 +22,7 @@ SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
 
 @pytest.fixture
 def small(monkeypatch):
-    monkeypatch.setitem(gpu_blocks.RANDOM, "small", ("llama", "q4_1", SMALL))
+    monkeypatch.setitem(gpu_blocks.RANDOM, "small", ("llama", gpu_blocks.RANDOM["smollm2"][1], SMALL))
 
 
 def test_the_random_model_holds_q4_1_projections_and_a_q8_0_embedding(small):
@@ -47,3 +47,20 @@ def test_the_float_configurations_run_the_blocks_values(small):
     raw = random_weights(with_blocks.model, 0)["model.layers.0.mlp.up_proj.weight"]
     err = np.abs(with_blocks.tensors["model.layers.0.mlp.up_proj.weight"].dense() - raw)
     assert 0 < err.max() < (raw.max() - raw.min()) / 15
+
+
+def test_the_gemma3_random_model_holds_the_real_files_mix_of_block_types(monkeypatch):
+    """gemma-3-270m Q4_K_M's mix (Q5_0, Q8_0, Q4_K, Q6_K), the K-quants as random blocks."""
+    family, types, shape = gpu_blocks.RANDOM["gemma3"]
+    small = {**shape, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "head_dim": 128, "vocab_size": 96, "layer_types": ["sliding_attention", "full_attention"],
+             "query_pre_attn_scalar": 128}
+    monkeypatch.setitem(gpu_blocks.RANDOM, "small", (family, types, small))
+    tm = gpu_blocks.random_text_model("small", "float32", blocks=True)
+    got = {n.split(".")[-2]: v.qtype for n, v in tm.tensors.items() if isinstance(v, QuantTensor)}
+    assert got == {"q_proj": "q5_0", "k_proj": "q5_0", "v_proj": "q8_0", "o_proj": "q4_k", "gate_proj": "q5_0",
+                   "up_proj": "q5_0", "down_proj": "q6_k", "embed_tokens": "q8_0"}
+    floats = gpu_blocks.random_text_model("small", "float32", blocks=False)
+    down = "model.layers.1.mlp.down_proj.weight"
+    np.testing.assert_array_equal(np.asarray(floats.tensors[down]), tm.tensors[down].dense())
+    assert np.isfinite(tm.tensors[down].dense()).all()
