@@ -104,12 +104,12 @@ def random_text_model(name: str, dtype: str, blocks: bool, seed: int = 0):
     cfg = {**random_config(family), **shape}
     model = get(family).from_hf_config(cfg, dtype)
     tensors: dict[str, Any] = random_weights(model, seed)
-    for key, v in tensors.items():
+    for i, (key, v) in enumerate(sorted(tensors.items())):
         t = next((q for suffix, q in types.items() if key.endswith(suffix)), None) if v.ndim == 2 else None
         if t is None:
             continue
-        if t in ("q4_k", "q6_k"):
-            q = random_quant(t, v.shape, seed)
+        if t in ("q4_k", "q6_k"):  # a seed of its own: every layer's matrix of one shape different bytes
+            q = random_quant(t, v.shape, seed + i)
         else:
             q = QuantTensor(Blocks(t, quantize(v, getattr(GGMLQuantizationType, t.upper()))))
         tensors[key] = q if blocks else q.dense()

@@ -327,8 +327,12 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except KeyboardInterrupt:
         # Ctrl-C, whenever it comes (the parsers' imports too): no traceback, the shell's convention
-        # for death by SIGINT (128 + 2)
-        print("interrupted", file=sys.stderr, flush=True)
+        # for death by SIGINT (128 + 2); on a line of its own after an unfinished "loading ..." line
+        library = sys.modules.get("lightspeed.models.run")
+        if library is not None:
+            library.say_error("interrupted")
+        else:
+            print("interrupted", file=sys.stderr, flush=True)
         return 130
 
 
@@ -420,18 +424,14 @@ def _main(argv: list[str] | None) -> int:
     v.set_defaults(fn=_serve)
     sub.add_parser("version", help="print the version").set_defaults(
         fn=lambda a: print(__import__("lightspeed").__version__) or 0)
-    try:
-        args, extra = ap.parse_known_args(argv)
-        # argparse fills an optional positional at the first run of positionals, so in
-        # `run qwen3 --random "hi"` the prompt arrives as a leftover: take it as the prompt
-        if extra and args.cmd == "run" and args.prompt is None and not extra[0].startswith("-"):
-            args.prompt, extra = extra[0], extra[1:]
-        if extra:
-            ap.error(f"unrecognized arguments: {' '.join(extra)}")
-        return args.fn(args)
-    except KeyboardInterrupt:
-        library.say_error("interrupted")  # (after an unfinished "loading ..." line: on a line of its own)
-        return 130
+    args, extra = ap.parse_known_args(argv)
+    # argparse fills an optional positional at the first run of positionals, so in
+    # `run qwen3 --random "hi"` the prompt arrives as a leftover: take it as the prompt
+    if extra and args.cmd == "run" and args.prompt is None and not extra[0].startswith("-"):
+        args.prompt, extra = extra[0], extra[1:]
+    if extra:
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args.fn(args)
 
 
 if __name__ == "__main__":

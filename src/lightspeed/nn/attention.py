@@ -76,9 +76,6 @@ class Step:
     def s(self) -> Expr:
         return self.positions.shape[0]
 
-    def _additive(self, blocked: GraphTensor) -> GraphTensor:
-        return additive_mask(blocked, self.b.dtype)
-
     def mask_new(self, window: int | None) -> GraphTensor:
         """[s, s] mask of new queries i against new keys j: causal, and ``pos_i - pos_j < window``."""
 
@@ -87,7 +84,7 @@ class Step:
             blocked = hl.lt(pi, pj)
             if window is not None:
                 blocked = hl.logical_or(blocked, hl.lt(window - 1, pi - pj))
-            return self._additive(blocked)
+            return additive_mask(blocked, self.b.dtype)
 
         return self.b.shared(("mask-new", window, self.positions.node, self.positions.st), make)
 
@@ -108,7 +105,7 @@ class Step:
             blocked = hl.lt(pos, j)
             if window is not None:
                 blocked = hl.logical_or(blocked, hl.lt(window - 1, pos - j))
-            return self._additive(blocked)
+            return additive_mask(blocked, self.b.dtype)
 
         return self.b.shared(("mask-paged", window, L, self.positions.node, self.positions.st), make)
 
@@ -121,7 +118,7 @@ class Step:
             g = self.b.graph
             d = self.positions - self.positions.narrow(0, 0, 1)  # offsets of the new tokens from the first
             back = g.iota(L - sym(INDEX_VAR), (L,), self.positions.dtype)  # L - r
-            return self._additive(hl.lt(window - 1, d.reshape(-1, 1) + back.reshape(1, -1)))
+            return additive_mask(hl.lt(window - 1, d.reshape(-1, 1) + back.reshape(1, -1)), self.b.dtype)
 
         return self.b.shared(("mask-past", window, L, self.positions.node, self.positions.st), make)
 

@@ -51,8 +51,9 @@ PAD = 8  # elements after each shared row (bank spread; 4-byte pairs stay aligne
 # default: the next tile's 16-byte loads issued before this tile's products)
 PIPELINE = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PIPELINE", "1") != "0"
 # LIGHTSPEED_CUDA_ATTENTION_MIN_BLOCKS=3: the tile is compiled for 3 blocks a multiprocessor (at most
-# 170 registers a thread; ptxas gave it ~244, so 2 blocks of 4 warps: 12% occupancy, warps waiting
-# on memory with little else to run, ncu, twenty-third session); an A/B switch, default 0 (ptxas's choice)
+# 170 registers a thread; ptxas gives the 1B's tile 254, so 2 blocks of 4 warps: 12% occupancy, warps
+# waiting on memory with little else to run, ncu, twenty-third session); an A/B switch, default 0
+# (ptxas's choice)
 MIN_BLOCKS = int(os.environ.get("LIGHTSPEED_CUDA_ATTENTION_MIN_BLOCKS", "0"))
 # LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK=1: the next key tile's mask values, held in registers across
 # a tile's softmax and products, are kept as pairs of the result's 16-bit dtype (a thread's two
@@ -360,10 +361,10 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         """Score (nt, e)'s mask value as a float (unpacked from its pair where ``packed``)."""
         if not packed:
             return f"_ls_mk[{nt}][{e}]"
-        pair = f"_ls_mk[{nt}][({e}) >> 1]"
+        word = f"_ls_mk[{nt}][({e}) >> 1]"
         if kind == "bf16":  # the upper 16 bits of a float32
-            return f"__uint_as_float((({e}) & 1) ? ({pair} & 0xffff0000u) : ({pair} << 16))"
-        return f"ls_h2f((unsigned short)((({e}) & 1) ? ({pair} >> 16) : ({pair} & 0xffffu)))"
+            return f"__uint_as_float((({e}) & 1) ? ({word} & 0xffff0000u) : ({word} << 16))"
+        return f"ls_h2f((unsigned short)((({e}) & 1) ? ({word} >> 16) : ({word} & 0xffffu)))"
 
     # packed, a 16-bit mask whose key l + 1 follows key l in memory (a plain [s, n] mask, or a
     # broadcast of one): a thread's two keys of a row (tg, tg + 1) in one 32-bit load

@@ -468,7 +468,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         rows_one_by_one(w, per_row)
     body = w.pop()
     bufs += extra
-    if qtypes:  # rows of blocks: bytes, offset 0 (_check_block_weights); each row's first `span` bytes
+    if qtypes:  # rows of blocks: bytes, offset 0 (_check_block_weights); the shortest row's length of each
         row_bytes = [block_row_bytes(_kernel_qtype(q), int(k.value)) for q in qtypes]
         prefetch = weight_prefetch(w, dialect, m, n, const(min(row_bytes)),
                                    [(names[q], uint8, const(0), const(b)) for q, b in zip(weights, row_bytes)], split)

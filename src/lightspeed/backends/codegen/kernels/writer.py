@@ -378,6 +378,7 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
     block's warps (:func:`split_products`; default SPLIT_WARPS).  ``min_blocks`` (cuda): blocks a
     multiprocessor must hold at once (``__launch_bounds__``' second argument: ptxas keeps the
     registers a thread uses within the share that leaves, spilling if it must)."""
+    launch = launch_shape(mode, count, warps)
     n = w.expr(count)  # into the prologue
     work = w.expr(count * item_cost) if dialect == "c" else n
     nest = [(name, w.expr(e)) for name, e in axes] if axes and dialect == "c" else None
@@ -400,10 +401,7 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
         loop = _CUDA_LOOPS[_CUDA_WORK[mode][0]](n)
         depth = sum(ln.count("{") - ln.count("}") for ln in loop)  # loops nested (an unrolled trip's: 3)
         close, inner = [ind + "  " * k + "}" for k in reversed(range(depth))], ind + "  " * depth
-        bounds = "256"
-        if min_blocks:
-            block = _CUDA_WORK[mode][2]
-            bounds = f"{block[0] * block[1] * block[2]}, {min_blocks}"
+        bounds = f"{launch.threads}, {min_blocks}" if min_blocks else "256"
         sig = f'extern "C" __global__ void __launch_bounds__({bounds}) KNAME({", ".join(params)})'
     else:
         # items split over the cores (OpenMP) when there is enough work: a matmul item is a whole
@@ -425,7 +423,7 @@ def finish(w: Writer, dialect: str, mode: str, buffers: list[tuple[str, str, boo
     digest = hashlib.sha256(f"{dialect}\n{mode}\n{text}".encode()).hexdigest()[:16]
     name = f"ls_{label}_{digest}"
     return KernelSpec(name, text.replace("KNAME", name), tuple(dims), tuple(b[3] for b in buffers),
-                      launch_shape(mode, count, warps), count, tuple(preludes))
+                      launch, count, tuple(preludes))
 
 
 # a product prefetches its weights only when they fit a third of the L2 (50 MB on the H100, 60 on
