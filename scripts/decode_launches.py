@@ -31,9 +31,12 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=64, help="2048 with --ffn 8192 --heads 32 --kv-heads 8: the 1B")
     ap.add_argument("--ffn", type=int, default=128)
+    ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--family", default="llama", choices=["llama", "gemma3"],
+                    help="gemma3: Gemma 3's layer (sandwich norms, q/k norms, scaled tied embedding)")
     ap.add_argument("--blocks", default=None, metavar="QTYPE", help="projections as QTYPE blocks (float32 model)")
     ap.add_argument("--show", default="fused", help="the candidate whose launches are listed (or 'none')")
     ap.add_argument("--prefill", action="store_true", help="the prefill graph instead of the decode step's")
@@ -53,10 +56,12 @@ def main() -> int:
     from lightspeed.models import from_hf_config
     from lightspeed.search import candidates
 
-    cfg = dict(model_type="llama", vocab_size=256, hidden_size=args.hidden, intermediate_size=args.ffn,
+    cfg = dict(model_type=args.family, vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
                num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
                head_dim=args.hidden // args.heads,
                rms_norm_eps=1e-5, tie_word_embeddings=True)
+    if args.family == "gemma3":
+        cfg.update(query_pre_attn_scalar=args.hidden // args.heads, sliding_window=64, sliding_window_pattern=6)
     # cuda as on a GPU host (cuBLASLt offered: the host has nvmath-python; here it may not)
     backend = CudaBackend("search") if args.backend == "cuda" else get_backend(args.backend)
     model = from_hf_config(cfg, dtype="float32" if args.blocks else args.dtype)

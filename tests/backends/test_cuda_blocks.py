@@ -19,7 +19,7 @@ from tests.backends.harness import nvrtc_or_skip, saturate
 from tests.weights.quant_ref import dequant, make_blocks
 
 CUDA = CudaBackend()
-NORMS = CudaBackend(block_norms=True)  # the norm products over blocks (off by default)
+NORMS = CudaBackend(block_norms=True)  # the norm products over blocks (on by default)
 TYPES = ["q4_1", "q4_0", "q8_0", "q5_0", "q4_k", "q6_k"]
 PER_BLOCK = {"q4_k": 256, "q6_k": 256}
 
@@ -191,10 +191,10 @@ def test_norm_products_over_blocks_render_and_compile_for_sm90(qtype, kind):
 
 
 def test_a_block_decode_step_takes_its_norms_into_its_products():
-    """With the switch on, the fused candidate of a tiny Llama decode step over Q4_1 weights
-    launches as many kernels as over float weights: the input norms in the q/k/v and gate/up
-    products, SiLU·mul in the gated pair (the default block step keeps its RowNorm kernels: three
-    launches a layer more)."""
+    """With the norm products over blocks (the default), the fused candidate of a tiny Llama
+    decode step over Q4_1 weights launches as many kernels as over float weights: the input norms
+    in the q/k/v and gate/up products, SiLU·mul in the gated pair (``block_norms=False`` keeps
+    the RowNorm kernels: three launches a layer more)."""
     from lightspeed.backends.codegen.program import KernelProgram
     from lightspeed.models import from_hf_config
     from lightspeed.search import candidates
@@ -220,7 +220,7 @@ def test_a_block_decode_step_takes_its_norms_into_its_products():
     assert "RowNorm" not in ops and {"NormMatmul+", "NormMatmulGLU+"} <= ops, sorted(ops)
     _, floats = fused_ops(NORMS, False)
     assert with_norms <= floats + 1, (with_norms, floats)
-    ops, without = fused_ops(CUDA, True)
+    ops, without = fused_ops(CudaBackend(block_norms=False), True)
     assert "RowNorm" in ops and "NormMatmulGLU+" not in ops and "BlockMatmul+" in ops, sorted(ops)
     assert without >= with_norms + 2 * config["num_hidden_layers"], (without, with_norms)
 

@@ -256,6 +256,11 @@ class KernelProgram(Program):
         apart = set(aliased) | set(leaves)
         body = [i for i in self.order if i not in apart]
         key = {i: merge_key(per_op[i][0].spec) if len(per_op[i]) == 1 else None for i in body}
+        # a value of the weights alone (a Cast of GGUF blocks, Gemma's scaled table) merges only
+        # with such values: merged with a step's op it could no longer be computed once
+        # (_hoist takes whole launches), and a Gemma step dequantised its 262k-row table each time
+        weights_only = self._weights_only(leaves + body)
+        key = {i: (k, True) if k is not None and i in weights_only else k for i, k in key.items()}
         runs = grouped_order(body, {i: set(ops[i].inputs) for i in body}, key)
         self.order = leaves + [i for r in runs for i in r] + aliased
         # a merged run's parts run at once: a value read in it lives to the run's end (_make_plan)
@@ -275,6 +280,20 @@ class KernelProgram(Program):
             out.append(Launch(spec, args, parts[0].op, tuple(r)))
         out.extend(x for i in aliased for x in per_op[i])
         return out
+
+    def _weights_only(self, order: list[int]) -> set[int]:
+        """The ops (in run order) whose values a persisted program may compute once: inputs and
+        constants of static shape, and the ops of static shape, no output nor in-place write,
+        that read only such values (:meth:`_hoist`'s rule, with every static input resident)."""
+        ops = self.lprog.ops
+        found: set[int] = set()
+        for i in order:
+            op = ops[i]
+            if any(d.free_vars() for d in op.shape) or op.op == "Output" or op.op in IN_PLACE_OPS:
+                continue
+            if op.op in ("Input", "Constant") or set(op.inputs) <= found:
+                found.add(i)
+        return found
 
     def _direct_outputs(self, per_op: dict[int, list[Launch]]) -> dict[int, int]:
         """{Output op: the value it copies} for the outputs the value's producer writes itself:

@@ -59,7 +59,7 @@ class CudaBackend(KernelBackend):
     their left operand (q, k, v; gate, up) as one product over stacked weights (default
     ``$LIGHTSPEED_CUDA_STACKED``, off unless it is ``1``: not yet measured on a GPU).
     ``block_norms``: a decode step's norm products over GGUF blocks (codegen/block_norms.egg;
-    default ``$LIGHTSPEED_CUDA_BLOCK_NORMS``, off unless it is ``1``)."""
+    default ``$LIGHTSPEED_CUDA_BLOCK_NORMS``, on unless it is ``0``)."""
 
     name = "cuda"
     program_class = CudaProgram
@@ -83,10 +83,10 @@ class CudaBackend(KernelBackend):
         self.rulesets = (*rs[:rs.index("linalg") + 1], "blocks", *rs[rs.index("linalg") + 1:])
         table = OpTable({**blocks.BLOCK_LOWERINGS, **blocks.NORM_LOWERINGS}, placers=(blocks.place_blocks,))
         # ... and a decode step's norm products over blocks (codegen/block_norms.egg), after the
-        # float ones' rules (norms, products) and before fusion: off unless
-        # $LIGHTSPEED_CUDA_BLOCK_NORMS is 1 (measured slower than RowNorm + block products on an
-        # H200, 2026-12-06: SmolLM2's step 1.348 ms, its 16-byte loads written after)
-        self.block_norms = (os.environ.get("LIGHTSPEED_CUDA_BLOCK_NORMS", "0") == "1" if block_norms is None
+        # float ones' rules (norms, products) and before fusion: on unless
+        # $LIGHTSPEED_CUDA_BLOCK_NORMS is 0 (with lanes on parts of groups, SmolLM2's block step
+        # 0.759 ms with them, 0.913 without; H100, 2026-12-07)
+        self.block_norms = (os.environ.get("LIGHTSPEED_CUDA_BLOCK_NORMS", "1") != "0" if block_norms is None
                             else block_norms)
         if self.block_norms:
             self.rule_files = (*self.rule_files, blocks.NORM_RULE_FILE)
