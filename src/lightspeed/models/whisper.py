@@ -308,7 +308,15 @@ def _compile(g_fn: Any, cfg: WhisperConfig, kind: str, backend: str, search: Sea
         if opts.dims is None:  # within the position tables: they are read with narrow views
             limit = {"t": cfg.max_source_positions, "s": cfg.max_target_positions // 2,
                      "p": cfg.max_target_positions // 2}
-            opts = dataclasses.replace(opts, dims={k: min(v, limit[k]) for k, v in PROFILE_DIMS[kind].items()})
+            from ..backends import get_backend
+
+            dims = dict(PROFILE_DIMS[kind])
+            if kind == "encoder" and get_backend(backend).device_memory:
+                # a device runs the encoder at one length only (a 30 s window: t = 1500), and the
+                # fastest program there is not the one for 64 positions; candidates too big for
+                # the device's max_memory are rejected without running
+                dims["t"] = cfg.max_source_positions
+            opts = dataclasses.replace(opts, dims={k: min(v, limit[k]) for k, v in dims.items()})
         _PROGRAMS[key] = g.compile(backend=backend, search=opts)
         record_build(_PROGRAMS[key], built)
     return _PROGRAMS[key]
