@@ -60,6 +60,13 @@ MIN_BLOCKS = int(os.environ.get("LIGHTSPEED_CUDA_ATTENTION_MIN_BLOCKS", "0"))
 # keys of a row share a register: 16 registers instead of 32) where the mask is of that dtype (its
 # values are then exact); an A/B switch, default off until measured
 PACKED_MASK = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK", "0") == "1"
+# LIGHTSPEED_CUDA_ATTENTION_SPLIT=1: a row tile's keys split over a cluster of 2 blocks (kind
+# ``matmul_mma_pair``, head dims up to 64), each taking every other key tile, the second block's
+# running output, maximum and sum merged into the first's through distributed shared memory; the
+# row tiles in descending order.  A causal 512-token prompt's last row tiles walk 8 key tiles
+# while the first walk 1, and the grid is one wave: the longest tile sets the time (38 us a layer
+# on the 1B, cuDNN's ~21).  An A/B switch, default off until measured
+SPLIT = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_SPLIT", "0") == "1"
 
 
 def _is(e, value: int) -> bool:
@@ -79,6 +86,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         raise LightspeedError(f"{op.op}: key and value head dims must be equal multiples of 16 up to 128, "
                               f"got {d} and {dv}")
     kind = MMA_DTYPES[op.dtype.name]
+    split = SPLIT and d <= 64  # (the merge's shared buffer beside the tiles: 48 KiB at d = 64)
     ldm = matmul_mma.LDMATRIX  # fragments by ldmatrix (the tiles' switch, LIGHTSPEED_CUDA_LDMATRIX)
     bn = 64 if d <= 64 else 32  # keys per tile: the three shared tiles stay within 48 KiB
     st = storage_type(op.dtype)
@@ -95,8 +103,13 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     names = [f"_ls_b{x}" for x in range(len(batch))]
     w.index_vars |= {"_ls_item", "_ls_mi", "_ls_l", "_ls_z", *names}
     w.push()
-    w.line(f"const long long _ls_tile = _ls_item % {tiles};")
-    w.line(f"long long _ls_rest = _ls_item / {tiles};")
+    if split:  # the row tiles in descending order, the kept axes inner: a causal prompt's longest first
+        kept_n = w.expr(prod([batch[x] for x in kept]) if kept else 1)
+        w.line(f"const long long _ls_tile = {tiles} - 1 - _ls_item / {kept_n};")
+        w.line(f"long long _ls_rest = _ls_item % {kept_n};")
+    else:
+        w.line(f"const long long _ls_tile = _ls_item % {tiles};")
+        w.line(f"long long _ls_rest = _ls_item / {tiles};")
     # the kept axes' coordinates (the keys' and values' offsets: one set per item)
     oq, ok_, ov = (w.expr(a[f]) for f in ("q_offset", "k_offset", "v_offset"))
     w.line(f"long long _ls_oq = {oq}, _ls_ok = {ok_}, _ls_ov = {ov};")
@@ -337,12 +350,14 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     # and stored before its products
     pipe = PIPELINE and vec["k"] is not None and vec["v"] is not None
     offs = {"k": ("_ls_ok", w.expr(a["k_stride_n"])), "v": ("_ls_ov", w.expr(a["v_stride_n"]))}
+    # the key tiles this block walks: all, or (split) every other one from its rank's
+    first, step = ("(long long)_ls_crank * " + str(bn), 2 * bn) if split else ("0LL", bn)
     if pipe:
         w.line("const bool _ls_pipe = _ls_vec_k && _ls_vec_v;")
         w.line(f"uint4 _ls_rk[{per_thread}], _ls_rv[{per_thread}];")
         w.line("if (_ls_pipe) {")
         for what in ("k", "v"):
-            load_regs(what, vec[what], *offs[what], "0", "  ")
+            load_regs(what, vec[what], *offs[what], first, "  ")
         w.line("}")
     # this thread's rows have seen a key their mask leaves open (ORed over the row's 4 threads)
     w.line("bool _ls_open[2] = {false, false};")
@@ -422,8 +437,8 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line(f"{indent}}}")
 
     w.line(f"unsigned int _ls_mk[{bn // 8}][2];" if packed else f"float _ls_mk[{bn // 8}][4];")
-    load_mask("0LL", "")
-    w.line(f"for (long long _ls_l0 = 0; _ls_l0 < {nn}; _ls_l0 += {bn}) {{")
+    load_mask(first, "")
+    w.line(f"for (long long _ls_l0 = {first}; _ls_l0 < {nn}; _ls_l0 += {step}) {{")
     w.line("  __syncthreads();  // the last tile's products are done with the shared tiles")
     # a tile that every row of the block blocks, once each row saw an open key, changes nothing
     # (a blocked key's weight is exactly 0 then, the running maximum stays): it is skipped
@@ -445,7 +460,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line("  if (_ls_skip) {")
         w.line("    if (_ls_pipe) {")
         for what in ("k", "v"):
-            load_regs(what, vec[what], *offs[what], f"_ls_l0 + {bn}", "      ")
+            load_regs(what, vec[what], *offs[what], f"_ls_l0 + {step}", "      ")
         w.line("    }")
         w.line("  } else {")
     else:
@@ -456,7 +471,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         for what in ("k", "v"):
             store_regs(what, "    ")
         for what in ("k", "v"):
-            load_regs(what, vec[what], *offs[what], f"_ls_l0 + {bn}", "    ")
+            load_regs(what, vec[what], *offs[what], f"_ls_l0 + {step}", "    ")
         w.line("  } else {")
     w.push()
     for what, stride, row_stride, off, dest in (("k", "k_stride_k", "k_stride_n", "_ls_ok", "_ls_ks[_ls_r][_ls_c]"),
@@ -513,7 +528,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     w.line("  }")
     w.line("  }")
     # the next tile's mask, in flight while this tile's probabilities are made and multiplied
-    load_mask(f"(_ls_l0 + {bn})", "  ")
+    load_mask(f"(_ls_l0 + {step})", "  ")
     w.line("  if (_ls_skip) continue;")
     # the new running maxima (a row's 4 threads agree through shuffles), the rescaled output
     w.line("  for (int _ls_h = 0; _ls_h < 2; _ls_h++) {")
@@ -559,16 +574,50 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     # each row's sum over its 4 threads, the rows written
     w.line("for (int _ls_h = 0; _ls_h < 2; _ls_h++) for (int o = 1; o < 4; o <<= 1)")
     w.line("  _ls_sum[_ls_h] += __shfl_xor_sync(0xffffffffu, _ls_sum[_ls_h], o);")
+    if split:
+        merge_pair(w, d)
     w.line(f"for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) for (int e = 0; e < 4; e++) {{")
     w.line("  const int _ls_h = e >> 1;")
-    w.line(f"  if (_ls_h ? _ls_in_1 : _ls_in_0) out[(_ls_h ? _ls_o_1 : _ls_o_0) * {dv} + _ls_j * 8 + _ls_tg "
+    w.line(f"  if ({'_ls_crank == 0 && ' if split else ''}(_ls_h ? _ls_in_1 : _ls_in_0)) out[(_ls_h ? _ls_o_1 : _ls_o_0) * {dv} + _ls_j * 8 + _ls_tg "
            f"+ (e & 1)] = {store(op.dtype, '_ls_o[_ls_j][e] / _ls_sum[_ls_h]')};")
     w.line("}")
     body = w.pop()
     bufs = [("out", st, True, "out")] + [(f"in{k}", storage_type(t), False, k) for k, t in enumerate(in_dtypes)]
     count = (prod([batch[x] for x in kept]) if kept else 1) * ((rows + (ROWS - 1)) // ROWS)
-    return finish(w, "cuda", "matmul_mma", bufs, count, body, "attention_mma", preludes=("mma",),
-                  min_blocks=MIN_BLOCKS)
+    return finish(w, "cuda", "matmul_mma_pair" if split else "matmul_mma", bufs, count, body, "attention_mma",
+                  preludes=("mma",), min_blocks=MIN_BLOCKS)
+
+
+def merge_pair(w: Writer, d: int) -> None:
+    """The split tile's merge (:data:`SPLIT`): the second block of the pair leaves its thread's
+    running output fragments, row maxima and row sums in its shared memory; the first reads the
+    same thread's through distributed shared memory and merges them into its own (each part
+    rescaled to the larger maximum: the online softmax's step, once); the pair then syncs again
+    so the second block's values are read before it goes on."""
+    per = d // 2  # a thread's output fragments: d / 8 tiles of 4
+    w.line(f"__shared__ float _ls_xo[128][{per + 4}];")
+    w.line("if (_ls_crank == 1) {")
+    w.line(f"  for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) for (int e = 0; e < 4; e++) "
+           "_ls_xo[_ls_t][_ls_j * 4 + e] = _ls_o[_ls_j][e];")
+    w.line(f"  for (int _ls_h = 0; _ls_h < 2; _ls_h++) {{ _ls_xo[_ls_t][{per} + _ls_h] = _ls_mx[_ls_h]; "
+           f"_ls_xo[_ls_t][{per + 2} + _ls_h] = _ls_sum[_ls_h]; }}")
+    w.line("}")
+    w.line("ls_cluster_sync();")
+    w.line("if (_ls_crank == 0) {")
+    w.line("  float _ls_a0[2], _ls_a1[2];")
+    w.line("  for (int _ls_h = 0; _ls_h < 2; _ls_h++) {")
+    w.line(f"    const float pm = ls_cluster_ld(&_ls_xo[_ls_t][{per} + _ls_h], 1u), "
+           f"ps = ls_cluster_ld(&_ls_xo[_ls_t][{per + 2} + _ls_h], 1u);")
+    w.line("    const float mnew = fmaxf(_ls_mx[_ls_h], pm);")
+    w.line(f"    _ls_a0[_ls_h] = _ls_mx[_ls_h] == {NINF} ? 0.0f : ls_exp2f(_ls_mx[_ls_h] - mnew);")
+    w.line(f"    _ls_a1[_ls_h] = pm == {NINF} ? 0.0f : ls_exp2f(pm - mnew);")
+    w.line("    _ls_sum[_ls_h] = _ls_sum[_ls_h] * _ls_a0[_ls_h] + ps * _ls_a1[_ls_h];")
+    w.line("  }")
+    w.line(f"  for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) for (int e = 0; e < 4; e++)")
+    w.line("    _ls_o[_ls_j][e] = _ls_o[_ls_j][e] * _ls_a0[e >> 1] + "
+           "ls_cluster_ld(&_ls_xo[_ls_t][_ls_j * 4 + e], 1u) * _ls_a1[e >> 1];")
+    w.line("}")
+    w.line("ls_cluster_sync();  // the second block's partial is read: it may go on")
 
 
 def _attention_mma(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:

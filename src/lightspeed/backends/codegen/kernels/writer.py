@@ -129,7 +129,12 @@ _CUDA_WORK: dict[str, tuple[str, int, tuple[int, int, int]]] = {
     "row_cluster": ("cluster", 1, (WARP, 8, 1)),  # a long reduction per cluster of CLUSTER blocks (region.py)
     "matmul_mma": ("block", 1, (128, 1, 1)),  # a 64 x 64 tile of C per block of 4 warps (kernels/matmul_mma.py)
     "matmul_mma_large": ("block", 1, (256, 1, 1)),  # a 128-row tile of C per block of 8 warps (the same)
+    # a prompt's attention tile per cluster of 2 blocks of 4 warps, each taking every other key
+    # tile (kernels/attention_mma.py, LIGHTSPEED_CUDA_ATTENTION_SPLIT)
+    "matmul_mma_pair": ("cluster", 1, (128, 1, 1)),
 }
+# blocks per cluster where a cluster kind's is not CLUSTER
+CLUSTER_BLOCKS = {"matmul_mma_pair": 2}
 KINDS = (*_CUDA_WORK, "matmul_rows")  # matmul_rows: the c dialect's row items (kernels/matmul_rows.py)
 
 
@@ -147,8 +152,9 @@ def launch_shape(kind: str, items: Expr, warps: int = 0) -> LaunchShape:
         block = (WARP, warps, 1)
     if loop == "cluster":  # a cluster per item: the grid counts clusters' blocks
         shape = grid_stride(kind, items, per_block, block)
-        return LaunchShape(kind, (shape.grid[0] * CLUSTER, shape.grid[1], shape.grid[2]), block,
-                           cluster=(CLUSTER, 1, 1), capped=True)
+        size = CLUSTER_BLOCKS.get(kind, CLUSTER)
+        return LaunchShape(kind, (shape.grid[0] * size, shape.grid[1], shape.grid[2]), block,
+                           cluster=(size, 1, 1), capped=True)
     return grid_stride(kind, items, per_block, block)
 
 
