@@ -134,3 +134,59 @@ def test_cuda_gather_matmul_compiles_for_sm90(dtype):
     assert len(specs) == 2 and all("ls_oob(T)" in s.source for s in specs)
     assert all(("ls_dot8_bf16(" in s.source) == (dtype == ls.bfloat16) for s in specs)
     assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
+
+
+
+def _prompt_inputs(n: int) -> dict:
+    """``n`` tokens, each picking expert 0 and two others: expert 0 has n picks (more than a
+    pass of GROUP_PICKS collects at n = 70)."""
+    rng = np.random.default_rng(n)
+    idx = np.array([[0, *rng.choice(np.arange(1, E), K - 1, replace=False)] for _ in range(n)], np.int64)
+    return {**_moe_inputs(1), "x": rng.standard_normal((n, H)).astype(np.float32),
+            "w": rng.uniform(0.1, 1, (n, K)).astype(np.float32), "idx": idx}
+
+
+def test_native_groups_the_picks_by_expert_bit_for_bit(monkeypatch):
+    """On native a GatherMatmul over whole picked rows runs grouped by the row it reads
+    (kernels/matmul.py: an item per expert and chunk of its rows, each expert's rows read once
+    for every token that picked it); every output is the same dot product as the one-output-an-
+    item kernel's (LIGHTSPEED_NATIVE_GROUPED=0), so the two agree bit for bit and both match the
+    reference within float32's tolerance; an expert index outside the weights raises and leaves
+    the program usable."""
+    from lightspeed.backends.codegen.kernels import matmul as matmul_module
+    from lightspeed.backends.codegen.kernels import render
+    from lightspeed.backends.codegen.kernels.matmul import GROUP_PICKS, grouped_layout
+
+    if not NATIVE.available():
+        pytest.skip("native is not available here")
+    g = _experts_graph()
+    lp = _with_gather_matmul(NATIVE, g)
+    # the experts' products: gate/up picks rows of 2I per expert, K a token; down rows of H, 1 a pick
+    products = [o for o in lp.ops if o.op == "GatherMatmul"]
+    assert sorted(grouped_layout(o) for o in products) == [(2 * INTER, K), (H, 1)]
+    specs = [s for o in products for s in render(o, [lp.ops[i].dtype for i in o.inputs], "c")]
+    assert len(specs) == 2 and all("gather_matmul_grouped" in s.name for s in specs)
+    grouped = NATIVE.lower(g, lp)
+    monkeypatch.setattr(matmul_module, "GROUPED", False)
+    plain = NATIVE.lower(g, lp)
+    assert not any("grouped" in x.spec.name for x in plain.launches)
+    assert sum("grouped" in x.spec.name for x in grouped.launches) == 2
+    ref = g.compile(backend="reference")
+    for n in (1, 5, GROUP_PICKS + 6):
+        ins = _moe_inputs(n) if n <= 5 else _prompt_inputs(n)
+        got = np.asarray(grouped(ins)["y"])
+        np.testing.assert_allclose(got, ref(ins)["y"], rtol=1e-5, atol=1e-5, err_msg=f"{n} tokens")
+        assert np.array_equal(got, np.asarray(plain(ins)["y"])), f"{n} tokens"
+    bad = _moe_inputs(2)
+    bad["idx"] = np.array([[4, 0, 6], [1, -1, 3]])
+    with pytest.raises(IndexOutOfRange, match="out of range"):
+        grouped(bad)
+    np.testing.assert_allclose(np.asarray(grouped(_moe_inputs(2))["y"]), ref(_moe_inputs(2))["y"], rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_products_across_picked_rows_have_no_grouped_layout():
+    from lightspeed.backends.codegen.kernels.matmul import grouped_layout
+
+    lp = _with_gather_matmul(NATIVE, _crossing_graph())
+    assert [grouped_layout(o) for o in lp.ops if o.op == "GatherMatmul"] == [None]

@@ -208,21 +208,24 @@ class DecoderLM(Module):
         return logits, new
 
     def build_graph(self, mode: str, all_logits: bool = False, storage: Mapping[str, DType] | None = None,
-                    next_token: bool = False) -> Graph:
+                    next_token: bool = False, moe_prefill: str = "dense") -> Graph:
         """The ``'prefill'``, ``'decode'`` or ``'paged'`` graph (cached per model object);
         ``storage``: weights declared in another dtype than the model's (:func:`block_storage`),
         cast where used; ``next_token``: the prefill and decode graphs also output their last
         row's argmax (int64 [1]), the paged graph each logit row's (int64 [r]), so a greedy step
-        (and a greedy first token) can fetch token ids instead of the logits."""
+        (and a greedy first token) can fetch token ids instead of the logits.  ``moe_prefill``:
+        a mixture-of-experts prompt's form where the config says "auto" (nn/moe.py)."""
         if mode == "paged":
             return self.paged_graph(storage, next_token)
         if mode not in ("prefill", "decode"):
             raise ValueError(f"mode must be 'prefill', 'decode' or 'paged', got {mode!r}")
-        key = (mode, all_logits, tuple(sorted((n, d.name) for n, d in (storage or {}).items())), next_token)
+        key = (mode, all_logits, tuple(sorted((n, d.name) for n, d in (storage or {}).items())), next_token,
+               moe_prefill)
         if key in self._graphs:
             return self._graphs[key]
         cfg = self.config
         b = Builder(dtype=self.dtype, storage=storage)
+        b.moe_prefill = moe_prefill
         g = b.graph
         ids = g.input("input_ids", ("s",), dt.int64)
         step = Step(b, g.input("positions", ("s",), dt.int64), "p" if mode == "decode" else None)

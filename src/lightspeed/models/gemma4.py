@@ -52,7 +52,7 @@ from ..nn import (
     RotaryEmbedding,
     Step,
 )
-from ..nn.moe import MOE_MODES, Experts, Gemma4Router
+from ..nn.moe import MOE_CONFIG_MODES, MOE_MODES, Experts, Gemma4Router, moe_mode
 from .base import FULL, SLIDING, DecoderConfig, DecoderLM, eos_ids
 
 __all__ = ["Gemma4", "Gemma4Config", "Gemma4Block", "ProportionalRotaryEmbedding"]
@@ -92,7 +92,7 @@ class Gemma4Config(DecoderConfig):
     num_experts: int = 0
     top_k_experts: int = 1
     moe_intermediate_size: int = 0
-    moe_prefill: str = "dense"
+    moe_prefill: str = "auto"
     moe_decode: str = "gather"
 
     def __post_init__(self) -> None:
@@ -106,9 +106,10 @@ class Gemma4Config(DecoderConfig):
             if self.rope[t].head_dim != self.layer_head_dims[i]:
                 raise ShapeError(f"gemma4: layer {i} ({t}) has head_dim {self.layer_head_dims[i]} but its rotary "
                                  f"embedding has {self.rope[t].head_dim}")
-        for mode in (self.moe_prefill, self.moe_decode):
-            if mode not in MOE_MODES:
-                raise ValueError(f"MoE mode must be one of {MOE_MODES}, got {mode!r}")
+        if self.moe_prefill not in MOE_CONFIG_MODES:
+            raise ValueError(f"MoE prefill mode must be one of {MOE_CONFIG_MODES}, got {self.moe_prefill!r}")
+        if self.moe_decode not in MOE_MODES:
+            raise ValueError(f"MoE decode mode must be one of {MOE_MODES}, got {self.moe_decode!r}")
         if self.enable_moe_block and not 0 < self.top_k_experts <= self.num_experts:
             raise ValueError(f"top_k_experts ({self.top_k_experts}) must be in [1, num_experts ({self.num_experts})]")
 
@@ -172,7 +173,7 @@ class Gemma4Block(Module):
         x = x + self.post_attention_layernorm.forward(b, h)
         h = self.mlp.forward(b, self.pre_feedforward_layernorm.forward(b, x))
         if self.moe:
-            mode = self.modes["prefill" if step.past is None else "decode"]
+            mode = moe_mode(self.modes, step, b)
             w, idx = self.router.forward(b, x)
             e = self.experts.forward(b, self.pre_feedforward_layernorm_2.forward(b, x), w, idx, mode)
             h = self.post_feedforward_layernorm_1.forward(b, h) + self.post_feedforward_layernorm_2.forward(b, e)

@@ -31,7 +31,7 @@ from ..dtypes import DType
 from ..errors import UnsupportedError
 from ..graph import GraphTensor
 from ..nn import Builder, Step
-from ..nn.moe import MOE_MODES, SparseMoeBlock, fuse_expert_weights
+from ..nn.moe import MOE_CONFIG_MODES, MOE_MODES, SparseMoeBlock, fuse_expert_weights, moe_mode
 from .base import FULL, SLIDING, DecoderBlock, DecoderConfig, DecoderLM
 from .qwen3 import Qwen3
 
@@ -49,15 +49,16 @@ class Qwen3MoeConfig(DecoderConfig):
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = False
     sparse_layers: tuple[int, ...] = ()
-    moe_prefill: str = "dense"
+    moe_prefill: str = "auto"
     moe_decode: str = "gather"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.sparse_layers = tuple(int(i) for i in self.sparse_layers)
-        for mode in (self.moe_prefill, self.moe_decode):
-            if mode not in MOE_MODES:
-                raise ValueError(f"MoE mode must be one of {MOE_MODES}, got {mode!r}")
+        if self.moe_prefill not in MOE_CONFIG_MODES:
+            raise ValueError(f"MoE prefill mode must be one of {MOE_CONFIG_MODES}, got {self.moe_prefill!r}")
+        if self.moe_decode not in MOE_MODES:
+            raise ValueError(f"MoE decode mode must be one of {MOE_MODES}, got {self.moe_decode!r}")
         if self.sparse_layers and not 0 < self.num_experts_per_tok <= self.num_experts:
             raise ValueError(f"num_experts_per_tok ({self.num_experts_per_tok}) must be in [1, num_experts "
                              f"({self.num_experts})]")
@@ -88,7 +89,7 @@ class Qwen3MoeBlock(DecoderBlock):
         x = x + h
         y = self.post_attention_layernorm.forward(b, x)
         if self.sparse:
-            y = self.mlp.forward(b, y, self.modes["prefill" if step.past is None else "decode"])
+            y = self.mlp.forward(b, y, moe_mode(self.modes, step, b))
         else:
             y = self.mlp.forward(b, y)
         return x + y, k, v

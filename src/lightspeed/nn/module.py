@@ -38,6 +38,8 @@ class Builder:
         self.storage = dict(storage or {})
         self.params: dict[str, GraphTensor] = {}
         self._shared: dict[Hashable, Any] = {}
+        # a mixture-of-experts prompt's form where the model's config says "auto" (nn/moe.py)
+        self.moe_prefill = "dense"
 
     def param(self, name: str, shape: tuple[int, ...], dtype: DType | None = None) -> GraphTensor:
         """The graph input for parameter ``name``; a second use must agree on the shape."""

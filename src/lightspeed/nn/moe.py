@@ -46,15 +46,26 @@ from .layers import Linear
 from .mlp import gelu_tanh_mul, silu_mul
 from .module import Builder, Module
 
-__all__ = ["MOE_MODES", "topk_routing", "TopKRouter", "Gemma4Router", "Experts", "SparseMoeBlock",
-           "fuse_expert_weights"]
+__all__ = ["MOE_MODES", "MOE_CONFIG_MODES", "moe_mode", "topk_routing", "TopKRouter", "Gemma4Router", "Experts",
+           "SparseMoeBlock", "fuse_expert_weights"]
 
 MOE_MODES = ("gather", "dense")
+# a config's prefill form may also be "auto": the graph's builder picks (Builder.moe_prefill: the
+# compile pipeline of a model asks for "gather" on a host backend, whose GatherMatmul kernel
+# reads each expert once for all the tokens that chose it, and "dense" on a device)
+MOE_CONFIG_MODES = (*MOE_MODES, "auto")
 
 # gated activations by HF config name: act(gate) * up
 _GATED_ACTS: dict[str, Callable[[GraphTensor, GraphTensor], GraphTensor]] = {
     "silu": silu_mul, "swish": silu_mul, "gelu_pytorch_tanh": gelu_tanh_mul, "gelu_tanh": gelu_tanh_mul,
     "gelu_new": gelu_tanh_mul, "gelu_fast": gelu_tanh_mul}
+
+
+def moe_mode(modes: Mapping[str, str], step: Any, b: Builder) -> str:
+    """The experts' form for ``step``'s graph: ``modes["prefill"]`` without a cache (an "auto"
+    config's resolved by the builder: ``b.moe_prefill``), else ``modes["decode"]``."""
+    mode = modes["prefill" if step.past is None else "decode"]
+    return b.moe_prefill if mode == "auto" else mode
 
 
 def topk_routing(logits: GraphTensor, k: int, normalize: bool) -> tuple[GraphTensor, GraphTensor]:

@@ -578,7 +578,8 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         merge_pair(w, d)
     w.line(f"for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) for (int e = 0; e < 4; e++) {{")
     w.line("  const int _ls_h = e >> 1;")
-    w.line(f"  if ({'_ls_crank == 0 && ' if split else ''}(_ls_h ? _ls_in_1 : _ls_in_0)) out[(_ls_h ? _ls_o_1 : _ls_o_0) * {dv} + _ls_j * 8 + _ls_tg "
+    writes = "_ls_crank == 0 && " if split else ""  # (split: the pair's first block)
+    w.line(f"  if ({writes}(_ls_h ? _ls_in_1 : _ls_in_0)) out[(_ls_h ? _ls_o_1 : _ls_o_0) * {dv} + _ls_j * 8 + _ls_tg "
            f"+ (e & 1)] = {store(op.dtype, '_ls_o[_ls_j][e] / _ls_sum[_ls_h]')};")
     w.line("}")
     body = w.pop()
