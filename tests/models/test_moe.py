@@ -219,9 +219,36 @@ def test_experts_match_loop(mode, backend, act):
                                    atol=2e-5, rtol=0)
 
 
+@pytest.mark.parametrize("family", ["qwen3_moe", "gemma4_moe"])
+def test_auto_prompts_gather_the_experts_on_native_and_run_them_densely_elsewhere(family):
+    """``moe_prefill="auto"`` (the default): the compile pipeline builds a prompt's experts
+    gathered where a host backend reads the chosen rows in place (native's GatherMatmul, grouped
+    by expert), dense on the cpu backend (whose Gather would copy each token's experts) and on a
+    device; a graph built directly is dense unless asked; a bad mode names the choices."""
+    import dataclasses
+
+    _, model, _ = setup(family)
+    assert model.config.moe_prefill == "auto"
+    for backend, want in (("native", "gather"), ("cpu", "dense")):
+        if backend == "native" and not ls.backends.get_backend("native").available():
+            continue
+        compile_model(model, "prefill", backend, SEARCH)
+        gathers = [k for k in model._graphs if k[0] == "prefill" and k[-1] == want]
+        assert gathers, (backend, list(model._graphs))
+    experts = lambda g: sum(1 for i in g.reachable() if g.nodes[i].op.name == "Gather")  # noqa: E731
+    # gathered: an index_select of gate_up and of down per sparse layer beside the embedding's
+    assert experts(model.build_graph("prefill", moe_prefill="gather")) > experts(model.build_graph("prefill"))
+    with pytest.raises(ValueError, match="auto"):
+        type(model.config)(**{**{f.name: getattr(model.config, f.name) for f in dataclasses.fields(model.config)},
+                              "moe_prefill": "grouped"})
+    with pytest.raises(ValueError, match="decode mode"):
+        dataclasses.replace(model.config, moe_decode="auto")
+
+
 # ---------------------------------------------------------------------- models against HF
 @pytest.mark.parametrize("family,backend", [("qwen3_moe", "cpu"), ("gemma4_moe", "cpu"), ("qwen3_moe", "reference"),
-                                            ("gemma4_moe", "reference")])
+                                            ("gemma4_moe", "reference"), ("qwen3_moe", "native"),
+                                            ("gemma4_moe", "native")])
 def test_prefill_logits_match_hf(family, backend):
     hf, model, sd = setup(family)
     logits = all_logits(model, sd, backend)

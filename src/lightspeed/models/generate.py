@@ -210,11 +210,13 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
     prog = _PROGRAMS.get(key)
     if prog is None:
         t0 = time.perf_counter()
-        # an "auto" mixture-of-experts prompt: the grouped GatherMatmul on a host backend (each
-        # expert read once for the prompt's tokens that chose it: 54 ms vs the dense form's 313 for
-        # one layer at 128 tokens, 2-core VM), the dense batched products on a device
+        # an "auto" mixture-of-experts prompt: gathered where a host backend reads the chosen rows
+        # in place, grouped by expert (native's GatherMatmul: 46 ms vs the dense form's 308 for one
+        # layer at 128 tokens, 2-core VM), else the dense batched products (a device's tensor
+        # cores; the cpu backend, whose Gather would copy each token's experts)
+        grouped = not token and "GatherMatmul" in get_backend(backend).declarations()
         g = model.build_graph(graph_mode, all_logits, storage, next_token=token,
-                              moe_prefill="dense" if token else "gather")
+                              moe_prefill="gather" if grouped else "dense")
         built = time.perf_counter() - t0
         split = row_buckets(backend, mode, search) if buckets else []
         if split:
