@@ -403,30 +403,28 @@ def test_a_packed_mask_compiles_in_both_16_bit_dtypes(monkeypatch):
 
 def test_a_split_tile_runs_on_a_pair_of_blocks_and_compiles(monkeypatch):
     """LIGHTSPEED_CUDA_ATTENTION_SPLIT=1: a row tile's keys over a cluster of 2 blocks (every other
-    key tile each), merged through distributed shared memory, the row tiles longest first; head
-    dims above 64 keep one block (the merge's buffer would not fit beside the tiles)."""
+    key tile each), merged through distributed shared memory in a buffer over the tiles (no more
+    shared memory than the tiles'), the row tiles longest first; every head dim."""
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import attention_mma, module_source, render
 
     monkeypatch.setattr(attention_mma, "SPLIT", True)
-    for d, grouped, rows in ((64, True, True), (64, False, False), (32, False, False)):
+    for d, grouped, rows in ((64, True, True), (64, False, False), (32, False, False), (128, False, True)):
         tiles, _ = _flash(_attention_graph(d, grouped=grouped, rows=rows))
         op = next(o for o in tiles.ops if o.op == "AttentionMma")
         spec = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")[0]
         assert spec.launch.kind == "matmul_mma_pair" and spec.launch.cluster == (2, 1, 1)
-        # two blocks per row tile
         tiles_of = "((4*m + 63) // 64)" if grouped else "((m + 63) // 64)"
         assert str(spec.launch.grid[0]) == f"4*{tiles_of}"  # 2 batch indexes x the tiles x 2 blocks
-        assert f"_ls_l0 += {2 * 64 if d <= 64 else 64}" in spec.source and "ls_cluster_ld(&_ls_xo" in spec.source
-        assert "- 1 - _ls_item /" in spec.source
-        assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
-    tiles, _ = _flash(_attention_graph(128))
-    op = next(o for o in tiles.ops if o.op == "AttentionMma")
-    assert render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")[0].launch.kind == "matmul_mma"
+        bn = 64 if d <= 64 else 32
+        assert f"_ls_l0 += {2 * bn}" in spec.source and "ls_cluster_ld(&_ls_xo" in spec.source
+        assert "- 1 - _ls_item /" in spec.source and "_ls_smem[" in spec.source
+        assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90"), d
 
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
-@pytest.mark.parametrize("d,grouped,rows", [(64, True, True), (64, False, False), (32, False, False)])
+@pytest.mark.parametrize("d,grouped,rows", [(64, True, True), (64, False, False), (32, False, False),
+                                            (128, False, True)])
 def test_split_tiles_match_the_reference(d, grouped, rows, pipeline, monkeypatch):
     """The pair's merged result against the reference at odd sizes (1 row of 5 keys: the second
     block walks nothing; 100 and 130 keys: it walks a partial tile)."""

@@ -61,9 +61,9 @@ MIN_BLOCKS = int(os.environ.get("LIGHTSPEED_CUDA_ATTENTION_MIN_BLOCKS", "0"))
 # values are then exact); an A/B switch, default off until measured
 PACKED_MASK = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK", "0") == "1"
 # LIGHTSPEED_CUDA_ATTENTION_SPLIT=1: a row tile's keys split over a cluster of 2 blocks (kind
-# ``matmul_mma_pair``, head dims up to 64), each taking every other key tile, the second block's
-# running output, maximum and sum merged into the first's through distributed shared memory; the
-# row tiles in descending order.  A causal 512-token prompt's last row tiles walk 8 key tiles
+# ``matmul_mma_pair``), each taking every other key tile, the second block's running output,
+# maximum and sum merged into the first's through distributed shared memory (a buffer over the
+# tiles, free once the keys are walked); the row tiles in descending order.  A causal 512-token prompt's last row tiles walk 8 key tiles
 # while the first walk 1, and the grid is one wave: the longest tile sets the time (38 us a layer
 # on the 1B, cuDNN's ~21).  An A/B switch, default off until measured
 SPLIT = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_SPLIT", "0") == "1"
@@ -86,7 +86,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         raise LightspeedError(f"{op.op}: key and value head dims must be equal multiples of 16 up to 128, "
                               f"got {d} and {dv}")
     kind = MMA_DTYPES[op.dtype.name]
-    split = SPLIT and d <= 64  # (the merge's shared buffer beside the tiles: 48 KiB at d = 64)
+    split = SPLIT
     ldm = matmul_mma.LDMATRIX  # fragments by ldmatrix (the tiles' switch, LIGHTSPEED_CUDA_LDMATRIX)
     bn = 64 if d <= 64 else 32  # keys per tile: the three shared tiles stay within 48 KiB
     st = storage_type(op.dtype)
@@ -149,12 +149,20 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     if ldm:  # ldmatrix: lane t gives the address of row t % 8 of matrix t / 8
         w.line("const int _ls_lq = _ls_lane >> 3, _ls_lr = _ls_lane & 7;")
     w.line(f"const long long _ls_m0 = _ls_tile * {ROWS};")
-    w.line(f"__shared__ __align__(16) {st} _ls_qs[{ROWS}][{d + PAD}];")
-    w.line(f"__shared__ __align__(16) {st} _ls_ks[{bn}][{d + PAD}];")
-    if ldm:  # the values row-major ([key][j]), read transposed by ldmatrix
-        w.line(f"__shared__ __align__(16) {st} _ls_vs[{bn}][{d + PAD}];")
-    else:  # the values transposed ([j][key]: B's layout for O += P V, read by 32-bit loads)
-        w.line(f"__shared__ __align__(16) {st} _ls_vt[{d}][{bn + PAD}];")
+    # the values row-major ([key][j]) read transposed by ldmatrix, else transposed ([j][key]: B's
+    # layout for O += P V, read by 32-bit loads)
+    tiles = [("_ls_qs", ROWS, d + PAD), ("_ls_ks", bn, d + PAD),
+             ("_ls_vs", bn, d + PAD) if ldm else ("_ls_vt", d, bn + PAD)]
+    if split:  # one buffer: after the key walk it holds the second block's partial for the merge
+        size = max(sum(r * c for _, r, c in tiles) * op.dtype.itemsize, 128 * (d // 2 + 4) * 4)
+        w.line(f"__shared__ __align__(16) unsigned char _ls_smem[{size}];")
+        at = 0
+        for name, r, c in tiles:
+            w.line(f"{st} (*{name})[{c}] = ({st} (*)[{c}])(_ls_smem + {at});")
+            at += r * c * op.dtype.itemsize
+    else:
+        for name, r, c in tiles:
+            w.line(f"__shared__ __align__(16) {st} {name}[{r}][{c}];")
     w.line("__syncthreads();  // an earlier item's readers are done with the tiles")
     # this thread's two rows of the scores (g and g + 8 of its warp's 16)
     for h in (0, 1):
@@ -596,7 +604,8 @@ def merge_pair(w: Writer, d: int) -> None:
     rescaled to the larger maximum: the online softmax's step, once); the pair then syncs again
     so the second block's values are read before it goes on."""
     per = d // 2  # a thread's output fragments: d / 8 tiles of 4
-    w.line(f"__shared__ float _ls_xo[128][{per + 4}];")
+    w.line(f"float (*_ls_xo)[{per + 4}] = (float (*)[{per + 4}])_ls_smem;  // over the tiles")
+    w.line("__syncthreads();  // every warp is done with the tiles")
     w.line("if (_ls_crank == 1) {")
     w.line(f"  for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) for (int e = 0; e < 4; e++) "
            "_ls_xo[_ls_t][_ls_j * 4 + e] = _ls_o[_ls_j][e];")
@@ -605,18 +614,19 @@ def merge_pair(w: Writer, d: int) -> None:
     w.line("}")
     w.line("ls_cluster_sync();")
     w.line("if (_ls_crank == 0) {")
+    # every remote load issued before any is used: one round trip, not one a value
+    w.line(f"  float _ls_ro[{per + 4}];")
+    w.line(f"  for (int q = 0; q < {per + 4}; q++) _ls_ro[q] = ls_cluster_ld(&_ls_xo[_ls_t][q], 1u);")
     w.line("  float _ls_a0[2], _ls_a1[2];")
     w.line("  for (int _ls_h = 0; _ls_h < 2; _ls_h++) {")
-    w.line(f"    const float pm = ls_cluster_ld(&_ls_xo[_ls_t][{per} + _ls_h], 1u), "
-           f"ps = ls_cluster_ld(&_ls_xo[_ls_t][{per + 2} + _ls_h], 1u);")
+    w.line(f"    const float pm = _ls_ro[{per} + _ls_h], ps = _ls_ro[{per + 2} + _ls_h];")
     w.line("    const float mnew = fmaxf(_ls_mx[_ls_h], pm);")
     w.line(f"    _ls_a0[_ls_h] = _ls_mx[_ls_h] == {NINF} ? 0.0f : ls_exp2f(_ls_mx[_ls_h] - mnew);")
     w.line(f"    _ls_a1[_ls_h] = pm == {NINF} ? 0.0f : ls_exp2f(pm - mnew);")
     w.line("    _ls_sum[_ls_h] = _ls_sum[_ls_h] * _ls_a0[_ls_h] + ps * _ls_a1[_ls_h];")
     w.line("  }")
     w.line(f"  for (int _ls_j = 0; _ls_j < {d // 8}; _ls_j++) for (int e = 0; e < 4; e++)")
-    w.line("    _ls_o[_ls_j][e] = _ls_o[_ls_j][e] * _ls_a0[e >> 1] + "
-           "ls_cluster_ld(&_ls_xo[_ls_t][_ls_j * 4 + e], 1u) * _ls_a1[e >> 1];")
+    w.line("    _ls_o[_ls_j][e] = _ls_o[_ls_j][e] * _ls_a0[e >> 1] + _ls_ro[_ls_j * 4 + e] * _ls_a1[e >> 1];")
     w.line("}")
     w.line("ls_cluster_sync();  // the second block's partial is read: it may go on")
 
