@@ -63,9 +63,10 @@ PACKED_MASK = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK", "0") == "1
 # LIGHTSPEED_CUDA_ATTENTION_SPLIT=1: a row tile's keys split over a cluster of 2 blocks (kind
 # ``matmul_mma_pair``), each taking every other key tile, the second block's running output,
 # maximum and sum merged into the first's through distributed shared memory (a buffer over the
-# tiles, free once the keys are walked); the row tiles in descending order.  A causal 512-token prompt's last row tiles walk 8 key tiles
-# while the first walk 1, and the grid is one wave: the longest tile sets the time (38 us a layer
-# on the 1B, cuDNN's ~21).  An A/B switch, default off until measured
+# tiles, free once the keys are walked); the row tiles in descending order.  A causal 512-token
+# prompt's last row tiles walk 8 key tiles while the first walk 1, and the grid is one wave: the
+# longest tile sets the time (38 us a layer on the 1B, cuDNN's ~21).  An A/B switch, default off
+# until measured
 SPLIT = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_SPLIT", "0") == "1"
 
 
