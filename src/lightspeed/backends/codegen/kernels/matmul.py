@@ -655,8 +655,9 @@ def _row_dot(w: Writer, ind: str, da: DType, db: DType, ct: str, sak: str, sbk: 
 
 # GatherMatmul in the c dialect with its work grouped by the picked row (grouped_gather_matmul_kernel)
 # where B is whole picked rows: each expert's rows read once for every token that chose it, not once
-# a token.  One MoE layer's experts (E = 64 of 384, top 8, hidden 1024; 2-core VM, 2026-12-07):
-# 0.95 ms vs 1.03 at 1 token, 11.3 vs 19.8 at 16, 53.7 vs 145 at 128 (the dense form: 313).
+# a token.  One MoE layer's experts (E = 64 of 384, top 8, hidden 1024; 2-core VM, 2026-12-07,
+# benchmarks/cpu_moe_prefill.py): 0.89 ms vs 1.04 at 1 token, 10.4 vs 17.2 at 16, 46.2 vs 109 at
+# 128 (the dense form: 308).
 # LIGHTSPEED_NATIVE_GROUPED=0: one output an item, as on cuda
 GROUPED = os.environ.get("LIGHTSPEED_NATIVE_GROUPED", "1") != "0"
 # rows of W an item of the grouped product runs against its picks, and picks gathered per pass
@@ -715,7 +716,8 @@ def grouped_gather_matmul_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("  }")
     w.line(f"  if (_ls_np == {GROUP_PICKS} || (r == {picks} && _ls_np > 0)) {{")
     w.line("    for (long long jr = _ls_j0; jr < _ls_j1; jr++) {")
-    w.line(f"      const {storage_type(db)}* rb = in2 + _ls_e * {a['inner']} + jr * {kk};")
+    inner = w.expr(a["inner"])
+    w.line(f"      const {storage_type(db)}* rb = _ls_e < {rows} ? in2 + _ls_e * {inner} + jr * {kk} : in2;")
     w.line("      for (int p = 0; p < _ls_np; p++) {")
     w.line(f"        const long long bi = _ls_pk[p] / {per_b}, j = (_ls_pk[p] % {per_b}) * {r_rows} + jr;")
     w.line(f"        for (long long i = 0; i < {mm}; i++) {{")
