@@ -185,6 +185,35 @@ def test_native_groups_the_picks_by_expert_bit_for_bit(monkeypatch):
                                atol=1e-5)
 
 
+def test_grouped_tiles_with_rows_of_odd_lengths_equal_one_output_an_item(monkeypatch):
+    """Rows of 20 and 12 (16 + 4 and 8 + 4: each sum's last elements one at a time) and 9 tokens
+    of 4 picks among 5 experts (4-pick tiles and leftovers): the tiled grouped kernel's outputs
+    are the one-output-an-item kernel's bit for bit."""
+    from lightspeed.backends.codegen.kernels import matmul as matmul_module
+
+    if not NATIVE.available():
+        pytest.skip("native is not available here")
+    hidden, inter, n_exp, top, n = 20, 12, 5, 4, 9
+    b = Builder(dtype=ls.float32)
+    g = b.graph
+    ex = Experts("ex", hidden, inter, n_exp, "silu")
+    g.output("y", ex.forward(b, g.input("x", ("s", hidden)), g.input("w", ("s", top)),
+                             g.input("idx", ("s", top), ls.int64), "gather"))
+    lp = _with_gather_matmul(NATIVE, g)
+    grouped = NATIVE.lower(g, lp)
+    monkeypatch.setattr(matmul_module, "GROUPED", False)
+    plain = NATIVE.lower(g, lp)
+    rng = np.random.default_rng(9)
+    ins = {"x": rng.standard_normal((n, hidden)).astype(np.float32),
+           "w": rng.uniform(0.1, 1, (n, top)).astype(np.float32),
+           "idx": np.stack([rng.choice(n_exp, top, replace=False) for _ in range(n)]).astype(np.int64),
+           "ex.gate_up_proj": rng.standard_normal((n_exp, 2 * inter, hidden)).astype(np.float32),
+           "ex.down_proj": rng.standard_normal((n_exp, hidden, inter)).astype(np.float32)}
+    got = np.asarray(grouped(ins)["y"])
+    assert np.array_equal(got, np.asarray(plain(ins)["y"]))
+    np.testing.assert_allclose(got, g.compile(backend="reference")(ins)["y"], rtol=1e-5, atol=1e-4)
+
+
 def test_products_across_picked_rows_have_no_grouped_layout():
     from lightspeed.backends.codegen.kernels.matmul import grouped_layout
 

@@ -715,8 +715,11 @@ def grouped_gather_matmul_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line(f"    if (_ls_e == {rows} ? (e < 0 || e >= {rows}) : e == _ls_e) _ls_pk[_ls_np++] = r;")
     w.line("  }")
     w.line(f"  if (_ls_np == {GROUP_PICKS} || (r == {picks} && _ls_np > 0)) {{")
-    w.line("    for (long long jr = _ls_j0; jr < _ls_j1; jr++) {")
     inner = w.expr(a["inner"])
+    w.line("    long long _ls_jt = _ls_j0;  // the chunk's rows from here on: one output at a time")
+    if mm == "1" and sak == "1" and ct == "float" and da.name in LOAD8 and db.name in LOAD8:
+        _grouped_tiles(w, da, db, op.dtype, rows, inner, kk, nn, ao, abs0, per_b, r_rows)
+    w.line("    for (long long jr = _ls_jt; jr < _ls_j1; jr++) {")
     w.line(f"      const {storage_type(db)}* rb = _ls_e < {rows} ? in2 + _ls_e * {inner} + jr * {kk} : in2;")
     w.line("      for (int p = 0; p < _ls_np; p++) {")
     w.line(f"        const long long bi = _ls_pk[p] / {per_b}, j = (_ls_pk[p] % {per_b}) * {r_rows} + jr;")
@@ -739,6 +742,61 @@ def grouped_gather_matmul_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     count = (a["w_rows"] + 1) * chunks
     return finish(w, dialect, "matmul_dot", bufs, count, body, "gather_matmul_grouped",
                   item_cost=k * GROUP_ROWS * (bsize * per_b) // (a["w_rows"] + 1) + bsize * per_b)
+
+
+def _grouped_tiles(w: Writer, da: DType, db: DType, dt: DType, rows: str, inner: str, kk: str, nn: str, ao: str,
+                   abs0: str, per_b: int, r_rows: int) -> None:
+    """The grouped product's rows two at a time against its picks four at a time (A one row a
+    batch index, both contiguous along k): the 8 outputs' vector sums in registers, each weight
+    and activation vector loaded once for 4 or 2 of them; each output's own sums in
+    :func:`_row_dot`'s order (its two 8-lane partials over k in 16s, the last 8, the rest in
+    order from 0, then the lanes' tree), so the values are that dot product's bit for bit.  Picks
+    left over (fewer than 4) take :func:`_row_dot` itself; rows left over, the caller's loop
+    (from ``_ls_jt``)."""
+    x8, w8 = LOAD8[da.name], LOAD8[db.name]
+    la, lb = (lambda ref: load(da, ref)), (lambda ref: load(db, ref))
+    sa, sb = storage_type(da), storage_type(db)
+    acc = [f"s{r}{q}{h}" for r in range(2) for q in range(4) for h in "ab"]
+    w.line(f"    if (_ls_e < {rows}) for (; _ls_jt + 2 <= _ls_j1; _ls_jt += 2) {{")
+    w.line(f"      const {sb}* rb0 = in2 + _ls_e * {inner} + _ls_jt * {kk}; const {sb}* rb1 = rb0 + {kk};")
+    w.line("      int p = 0;")
+    w.line("      for (; p + 4 <= _ls_np; p += 4) {")
+    w.line(f"        const {sa}* ra[4]; long long o[4];")
+    w.line("        for (int q = 0; q < 4; q++) {")
+    w.line(f"          const long long bi = _ls_pk[p + q] / {per_b};")
+    w.line(f"          ra[q] = in0 + {ao} + bi * {abs0};")
+    w.line(f"          o[q] = bi * {nn} + (_ls_pk[p + q] % {per_b}) * {r_rows} + _ls_jt;")
+    w.line("        }")
+    w.line(f"        ls_v8 {', '.join(f'{v} = {{0}}' for v in acc)};")
+    w.line("        long long l = 0;")
+    w.line(f"        for (; l + 16 <= {kk}; l += 16) {{")
+    w.line(f"          const ls_v8 w0a = {w8}(rb0 + l), w0b = {w8}(rb0 + l + 8), w1a = {w8}(rb1 + l), "
+           f"w1b = {w8}(rb1 + l + 8);")
+    for q in range(4):
+        w.line(f"          {{ const ls_v8 xa = {x8}(ra[{q}] + l), xb = {x8}(ra[{q}] + l + 8); s0{q}a += xa * w0a; "
+               f"s0{q}b += xb * w0b; s1{q}a += xa * w1a; s1{q}b += xb * w1b; }}")
+    w.line("        }")
+    w.line(f"        if (l + 8 <= {kk}) {{")
+    w.line(f"          const ls_v8 w0a = {w8}(rb0 + l), w1a = {w8}(rb1 + l);")
+    for q in range(4):
+        w.line(f"          {{ const ls_v8 xa = {x8}(ra[{q}] + l); s0{q}a += xa * w0a; s1{q}a += xa * w1a; }}")
+    w.line("          l += 8;")
+    w.line("        }")
+    for r in range(2):
+        for q in range(4):
+            w.line(f"        {{ float acc = 0; for (long long t = l; t < {kk}; t++) acc += {la(f'ra[{q}][t]')} * "
+                   f"{lb(f'rb{r}[t]')}; s{r}{q}a += s{r}{q}b; acc += {lane_sum8(f's{r}{q}a')}; "
+                   f"out[o[{q}] + {r}] = {store(dt, 'acc')}; }}")
+    w.line("      }")
+    w.line("      for (; p < _ls_np; p++) for (int r2 = 0; r2 < 2; r2++) {")
+    w.line(f"        const long long bi = _ls_pk[p] / {per_b}, j = (_ls_pk[p] % {per_b}) * {r_rows} + _ls_jt + r2;")
+    w.line(f"        const {sb}* rb = r2 ? rb1 : rb0;")
+    w.line(f"        const {sa}* ra = in0 + {ao} + bi * {abs0};")
+    w.line("        float acc = 0;")
+    _row_dot(w, "        ", da, db, "float", "1", "1", kk)
+    w.line(f"        out[bi * {nn} + j] = {store(dt, 'acc')};")
+    w.line("      }")
+    w.line("    }")
 
 
 def _gather_matmul(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
