@@ -656,8 +656,8 @@ def _row_dot(w: Writer, ind: str, da: DType, db: DType, ct: str, sak: str, sbk: 
 # GatherMatmul in the c dialect with its work grouped by the picked row (grouped_gather_matmul_kernel)
 # where B is whole picked rows: each expert's rows read once for every token that chose it, not once
 # a token.  One MoE layer's experts (E = 64 of 384, top 8, hidden 1024; 2-core VM, 2026-12-07,
-# benchmarks/cpu_moe_prefill.py): 0.89 ms vs 1.04 at 1 token, 10.4 vs 17.2 at 16, 46.2 vs 109 at
-# 128 (the dense form: 308).
+# benchmarks/cpu_moe_prefill.py): 0.80 ms vs 0.76 at 1 token, 7.9 vs 15.5 at 16, 46.5 vs 133 at
+# 128 (the dense form: 263).
 # LIGHTSPEED_NATIVE_GROUPED=0: one output an item, as on cuda
 GROUPED = os.environ.get("LIGHTSPEED_NATIVE_GROUPED", "1") != "0"
 # rows of W an item of the grouped product runs against its picks, and picks gathered per pass
