@@ -236,6 +236,8 @@ def test_auto_prompts_gather_the_experts_on_native_and_run_them_densely_elsewher
         gathers = [k for k in model._graphs if k[0] == "prefill" and k[-1] == want]
         assert gathers, (backend, list(model._graphs))
     experts = lambda g: sum(1 for i in g.reachable() if g.nodes[i].op.name == "Gather")  # noqa: E731
+    if family == "qwen3_moe":  # (a paged step's rows are built as a prompt's: the same choice)
+        assert experts(model.paged_graph(moe_prefill="gather")) > experts(model.paged_graph())
     # gathered: an index_select of gate_up and of down per sparse layer beside the embedding's
     assert experts(model.build_graph("prefill", moe_prefill="gather")) > experts(model.build_graph("prefill"))
     with pytest.raises(ValueError, match="auto"):
@@ -442,3 +444,24 @@ def test_registry():
     assert family_of({"model_type": "qwen3_moe"}) == "qwen3_moe"
     assert family_of({"model_type": "gemma4_text"}) == "gemma4_moe"
     assert isinstance(from_hf_config(hf_model("qwen3_moe")[1]), Qwen3Moe)
+
+
+@pytest.mark.skipif(not ls.backends.get_backend("native").available(), reason="no C compiler")
+def test_a_native_paged_moe_step_matches_batch1_and_is_batch_invariant():
+    """lightspeed serve's paged step over a mixture-of-experts model on native (its experts
+    gathered and grouped by expert, `moe_prefill="auto"`): three sequences together give each
+    one's batch-1 reference logits, and each row's logits are bit for bit the same alone."""
+    from lightspeed.models.batch import PagedBatcher
+
+    _, model, sd = setup("qwen3_moe")
+    gen = Generator(model, sd, backend="reference")
+    batcher = PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=64, pages=2)
+    prompts = [[1, 17, 33, 100, 3, 9, 200], [5], [7, 8, 250, 45, 19, 22, 31, 60, 2, 11, 13]]
+    together = batcher.generate(prompts, 6, keep_logits=True, stop_ids=())
+    for p, t in zip(prompts, together):
+        want = gen.generate(p, 6, keep_logits=True, stop_ids=())
+        ref = np.array(want.logits)
+        assert t.new_ids == want.new_ids
+        np.testing.assert_allclose(np.array(t.logits), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        alone = batcher.generate([p], 6, keep_logits=True, stop_ids=())[0]
+        assert np.array_equal(np.array(alone.logits), np.array(t.logits))

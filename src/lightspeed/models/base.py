@@ -216,7 +216,7 @@ class DecoderLM(Module):
         (and a greedy first token) can fetch token ids instead of the logits.  ``moe_prefill``:
         a mixture-of-experts prompt's form where the config says "auto" (nn/moe.py)."""
         if mode == "paged":
-            return self.paged_graph(storage, next_token)
+            return self.paged_graph(storage, next_token, moe_prefill)
         if mode not in ("prefill", "decode"):
             raise ValueError(f"mode must be 'prefill', 'decode' or 'paged', got {mode!r}")
         key = (mode, all_logits, tuple(sorted((n, d.name) for n, d in (storage or {}).items())), next_token,
@@ -243,7 +243,8 @@ class DecoderLM(Module):
     PAGE_SIZE: ClassVar[int] = 32  # rows of a KV page (a multiple of the kernels' 32 reduction lanes)
     supports_paged: ClassVar[bool] = True  # whether paged_graph builds (lightspeed serve batches it)
 
-    def paged_graph(self, storage: Mapping[str, DType] | None = None, next_token: bool = False) -> Graph:
+    def paged_graph(self, storage: Mapping[str, DType] | None = None, next_token: bool = False,
+                    moe_prefill: str = "dense") -> Graph:
         """The batched step over a paged KV cache (``lightspeed serve``): ``s`` rows, each one
         token of some sequence: ``input_ids``, ``positions`` and ``slots`` int64 [s] (the pool row
         its key/value goes to: page * PAGE_SIZE + position % PAGE_SIZE), ``pages`` int64 [s, NP]
@@ -254,13 +255,16 @@ class DecoderLM(Module):
         sequence at consecutive positions are a prompt chunk (each sees the rows before it).  A
         row's logits do not depend on the other rows (see :func:`lightspeed.nn.paged_attention`).
         ``next_token``: also each logit row's argmax, ``next_token`` int64 [r] (a device backend's
-        greedy rows fetch it instead of their logits)."""
+        greedy rows fetch it instead of their logits).  ``moe_prefill``: the experts' form where
+        the config's prompt form is "auto" (a paged step has no cache of its own: its rows are
+        built as a prompt's)."""
         if not self.supports_paged:
             raise UnsupportedError(f"{self.family}: no paged (batched) step yet")
-        key = ("paged", tuple(sorted((n, d.name) for n, d in (storage or {}).items())), next_token)
+        key = ("paged", tuple(sorted((n, d.name) for n, d in (storage or {}).items())), next_token, moe_prefill)
         if key in self._graphs:
             return self._graphs[key]
         b = Builder(dtype=self.dtype, storage=storage)
+        b.moe_prefill = moe_prefill
         g = b.graph
         ids = g.input("input_ids", ("s",), dt.int64)
         step = Step(b, g.input("positions", ("s",), dt.int64), pages=g.input("pages", ("s", "NP"), dt.int64),
