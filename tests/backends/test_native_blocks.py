@@ -285,15 +285,17 @@ def test_lazy_weights_make_no_float32_copy(tmp_path, exact):
     want = xs.astype(np.float64) @ dequant("Q4_1", raw.reshape(-1)).reshape(32, 64).T.astype(np.float64)
     np.testing.assert_allclose(bound(x=xs)["y"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     assert not q.is_dense
-    # another use of the weight (here its sum) needs the values: they are made, once
+    # another use of the weight (here its sum) needs the values: they are made, once, when the
+    # program that reads them is persisted (it computes what the weights alone decide then)
     g2 = ls.Graph()
     x2, w2 = g2.input("x", ("s", 64)), _block_input(g2, "q4_1", 32, 64)
     g2.output("y", x2 @ w2.transpose(0, 1))
     g2.output("t", w2.sum())
-    bound2 = _matmul_program(g2).persist(w=q)
+    prog2 = _matmul_program(g2)
     assert not q.is_dense
-    bound2(x=xs)
+    bound2 = prog2.persist(w=q)
     assert q.is_dense
+    bound2(x=xs)
     np.testing.assert_array_equal(np.asarray(q), dequant("Q4_1", raw.reshape(-1)).reshape(32, 64))
     np.testing.assert_allclose(bound2(x=xs)["t"], np.asarray(q, np.float64).sum(), rtol=1e-5)
 
