@@ -299,9 +299,7 @@ class KernelProgram(Program):
         found: set[int] = set()
         for i in order:
             op = ops[i]
-            if any(d.free_vars() for d in op.shape) or op.op == "Output" or op.op in IN_PLACE_OPS:
-                continue
-            if op.op in ("Input", "Constant") or set(op.inputs) <= found:
+            if (op.op in ("Input", "Constant") and not any(d.free_vars() for d in op.shape)) or _once(op, found):
                 found.add(i)
         return found
 
@@ -552,8 +550,8 @@ class KernelProgram(Program):
             table[slot] = ex.address(a.form(form))
 
     def _hoist(self) -> None:
-        """Compute once what depends on the resident inputs alone (a persisted program's first
-        call): the launches whose every op reads only resident inputs, constants and such ops'
+        """Compute once what depends on the resident inputs alone (when persisted, else at the
+        first call): the launches whose every op reads only resident inputs, constants and such ops'
         values (static shapes, no in-place writes, no direct outputs) run now, once, and the
         values later launches read become constants (``_hoisted``: {op: its array}); the call
         runs the rest.  A call that passes another array for one of those inputs runs the whole
@@ -565,8 +563,7 @@ class KernelProgram(Program):
         prelude = []
         for x in self.launches:
             parts = x.merged or (x.op,)
-            if all(ops[p].op not in ("Output", *IN_PLACE_OPS) and p not in excluded
-                   and not any(d.free_vars() for d in ops[p].shape) and set(ops[p].inputs) <= static for p in parts):
+            if all(p not in excluded and _once(ops[p], static) for p in parts):
                 if not prelude or prelude[-1] is not x:
                     prelude.append(x)
                 static.update(parts)
@@ -658,6 +655,13 @@ class KernelProgram(Program):
 
     def report(self) -> str:
         return self.search_report.format() if self.search_report is not None else "no search was run"
+
+
+def _once(op: Any, known: set[int]) -> bool:
+    """Whether a persisted program may compute ``op`` once: static shape, no output nor in-place
+    write, every operand in ``known`` (values of the resident inputs alone)."""
+    return (op.op not in ("Output", *IN_PLACE_OPS) and not any(d.free_vars() for d in op.shape)
+            and set(op.inputs) <= known)
 
 
 def grouped_order(order: list[int], deps: Mapping[int, set[int]], key: Mapping[int, Any]) -> list[list[int]]:
