@@ -51,8 +51,8 @@ __all__ = ["MOE_MODES", "MOE_CONFIG_MODES", "moe_mode", "topk_routing", "TopKRou
 
 MOE_MODES = ("gather", "dense")
 # a config's prefill form may also be "auto": the graph's builder picks (Builder.moe_prefill: the
-# compile pipeline of a model asks for "gather" on a host backend, whose GatherMatmul kernel
-# reads each expert once for all the tokens that chose it, and "dense" on a device)
+# compile pipeline of a model asks for "gather" on native, whose GatherMatmul kernel reads each
+# expert once for all the tokens that chose it, and "dense" on the cpu backend and on a device)
 MOE_CONFIG_MODES = (*MOE_MODES, "auto")
 
 # gated activations by HF config name: act(gate) * up
