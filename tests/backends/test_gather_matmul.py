@@ -219,3 +219,82 @@ def test_products_across_picked_rows_have_no_grouped_layout():
 
     lp = _with_gather_matmul(NATIVE, _crossing_graph())
     assert [grouped_layout(o) for o in lp.ops if o.op == "GatherMatmul"] == [None]
+
+
+# ------------------------------------------------------------------ grouped on the tensor cores (cuda)
+def _gather_tiles(g: ls.Graph, want: str = "GatherMatmulMma"):
+    """A program of ``g`` whose gathered products are all ``want`` (random candidates)."""
+    _, enc, index, ser = saturate(RENDER, g)
+    n = sum(1 for i in g.reachable() if row_gather(g, i) is not None)
+    for seed in range(600):
+        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, RENDER.declarations())
+        products = [o.op for o in lp.ops if "Matmul" in o.op]
+        if len(products) == n and all(p == want for p in products):
+            return lp
+    raise AssertionError(f"no candidate with only {want} products")
+
+
+def _bf16_moe_inputs(n: int, hidden: int, inter: int, n_exp: int, top: int, seed: int) -> dict:
+    """``n`` tokens; every token picks expert 0 (so it has n picks: several tiles of 64 and passes
+    of 128 at n >= 200), the rest at random."""
+    rng = np.random.default_rng(seed)
+    idx = np.array([[0, *rng.choice(np.arange(1, n_exp), top - 1, replace=False)] for _ in range(n)], np.int64)
+    bf = ls.bfloat16.np
+    return {"x": rng.standard_normal((n, hidden)).astype(bf), "w": rng.uniform(0.1, 1, (n, top)).astype(bf),
+            "idx": idx, "ex.gate_up_proj": (rng.standard_normal((n_exp, 2 * inter, hidden)) * 0.2).astype(bf),
+            "ex.down_proj": (rng.standard_normal((n_exp, hidden, inter)) * 0.2).astype(bf)}
+
+
+def _bf16_experts(hidden: int, inter: int, n_exp: int, top: int) -> ls.Graph:
+    b = Builder(dtype=ls.bfloat16)
+    g = b.graph
+    ex = Experts("ex", hidden, inter, n_exp, "silu")
+    g.output("y", ex.forward(b, g.input("x", ("s", hidden), ls.bfloat16), g.input("w", ("s", top), ls.bfloat16),
+                             g.input("idx", ("s", top), ls.int64), "gather"))
+    return g
+
+
+def test_grouped_tensor_core_tiles_are_offered_for_16_bit_experts_and_compile_for_sm90():
+    """bfloat16 experts: the rule offers GatherMatmulMma for both products (gate/up: R = 2I rows a
+    pick, 3 picks a token; down: R = H, 1 a pick), whose kernel collects each expert's picks and
+    runs them as tiles; float32 experts get no such offer."""
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import module_source, render
+
+    lp = _gather_tiles(_bf16_experts(H, INTER, E, K))
+    ops = [o for o in lp.ops if o.op == "GatherMatmulMma"]
+    specs = [s for o in ops for s in render(o, [lp.ops[i].dtype for i in o.inputs], "cuda")]
+    assert len(specs) == 2
+    for s in specs:
+        assert "gather_matmul_mma" in s.name and s.launch.kind == "matmul_mma"
+        assert "__ballot_sync" in s.source and "_ls_arow[" in s.source and "ls_oob(T)" in s.source
+        assert "ls_cp_async16" in s.source  # rows of 32 and 8: whole 8s, the pipelined loop
+    assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
+    _, enc, index, ser = saturate(RENDER, _experts_graph())
+    for seed in range(40):
+        f32 = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, RENDER.declarations())
+        assert "GatherMatmulMma" not in {o.op for o in f32.ops}
+
+
+@pytest.mark.skipif(not CUDA.available(), reason="no GPU")
+@pytest.mark.parametrize("hidden,inter,n_exp,top", [(H, INTER, E, K), (72, 40, 9, 4)])
+def test_grouped_tensor_core_tiles_match_the_reference(hidden, inter, n_exp, top):
+    """bfloat16 experts on the grouped tiles against the reference at 1, 17, 70 and 255 tokens
+    (expert 0 picked by every token: 255 picks, four tiles over two passes), rows of 72 and 40
+    (partial 64-column tiles, the element loads where a row is not whole 8s); an expert index
+    outside the weights raises and leaves the program usable."""
+    g = _bf16_experts(hidden, inter, n_exp, top)
+    prog = CUDA.lower(g, _gather_tiles(g))
+    ref = g.compile(backend="reference")
+    for n in (1, 17, 70, 255):
+        ins = _bf16_moe_inputs(n, hidden, inter, n_exp, top, n)
+        want = np.asarray(ref(ins)["y"], np.float32)
+        got = np.asarray(prog(ins)["y"], np.float32)
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max(), err_msg=f"{n} tokens")
+    bad = _bf16_moe_inputs(3, hidden, inter, n_exp, top, 1)
+    bad["idx"][1, 2] = n_exp
+    with pytest.raises(IndexOutOfRange, match="out of range"):
+        prog(bad)
+    ins = _bf16_moe_inputs(5, hidden, inter, n_exp, top, 3)
+    np.testing.assert_allclose(np.asarray(prog(ins)["y"], np.float32), np.asarray(ref(ins)["y"], np.float32),
+                               rtol=2e-2, atol=2e-2 * np.abs(np.asarray(ref(ins)["y"], np.float32)).max())

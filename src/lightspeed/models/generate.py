@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import threading
 import time
 import warnings
@@ -205,8 +206,9 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
     stored = tuple(sorted((n, d.name) for n, d in (storage or {}).items()))
     # on a device, greedy steps fetch the program's own argmax instead of the logits
     token = get_backend(backend).device_memory
+    moe = moe_prefill_choice()
     key = (type(model), repr(model.config), model.dtype, mode, all_logits, backend, repr(opts), stored, token,
-           buckets)
+           buckets, moe)
     prog = _PROGRAMS.get(key)
     if prog is None:
         t0 = time.perf_counter()
@@ -215,9 +217,11 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
         # vs the dense form's 263 for one layer at 128 tokens, 0.80 vs 8.6 at one, 2-core VM), else
         # the dense batched products (a device's tensor cores: each expert read once, where 32
         # gathered rows would read 8 experts each; the cpu backend, whose Gather would copy them)
+        # (LIGHTSPEED_MOE_PREFILL=gather|dense overrides it: a device's prompts grouped by expert on
+        # the tensor cores, GatherMatmulMma, are measured against the dense form that way)
         grouped = not token and "GatherMatmul" in get_backend(backend).declarations()
         g = model.build_graph(graph_mode, all_logits, storage, next_token=token,
-                              moe_prefill="gather" if grouped else "dense")
+                              moe_prefill=("gather" if grouped else "dense") if moe == "auto" else moe)
         built = time.perf_counter() - t0
         split = row_buckets(backend, mode, search) if buckets else []
         if split:
@@ -228,6 +232,15 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
         record_build(prog, built)
         _PROGRAMS[key] = prog
     return prog
+
+
+def moe_prefill_choice() -> str:
+    """``$LIGHTSPEED_MOE_PREFILL``: a mixture-of-experts prompt's form, ``auto`` (the default: gathered
+    on a host backend with GatherMatmul, dense elsewhere), ``gather`` or ``dense``."""
+    mode = os.environ.get("LIGHTSPEED_MOE_PREFILL", "auto")
+    if mode not in ("auto", "gather", "dense"):
+        raise ValueError(f"LIGHTSPEED_MOE_PREFILL must be auto, gather or dense, got {mode!r}")
+    return mode
 
 
 def record_build(prog: Program, seconds: float) -> None:

@@ -44,6 +44,9 @@ MATMUL_GLU_MMA = OpDecl("MatmulGLUMma", fused.MATMUL_GLU.fields, "MatmulGLU on t
 # a prompt's attention as flash-attention tiles on the tensor cores (kernels/attention_mma.py)
 ATTENTION_MMA = OpDecl("AttentionMma", fused.ATTENTION.fields, "Attention on the tensor cores (cuda backend, "
                        "bfloat16/float16, equal head dims of 16 ... 128)", many_rows=True)
+# a mixture-of-experts prompt's products grouped by expert on the tensor cores (kernels/matmul_mma.py)
+GATHER_MATMUL_MMA = OpDecl("GatherMatmulMma", fused.GATHER_MATMUL.fields, "GatherMatmul grouped by expert on the "
+                           "tensor cores (cuda backend, bfloat16/float16)", many_rows=True)
 MMA_RULE_FILE = Path(__file__).with_name("mma.egg")
 # products sharing their left operand as one product over stacked weights (codegen/stacked.egg)
 STACKED_RULE_FILE = Path(fused.__file__).with_name("stacked.egg")
@@ -99,7 +102,7 @@ class CudaBackend(KernelBackend):
             self.rulesets = (*rs[:rs.index("linalg") + 1], "cublaslt", *rs[rs.index("linalg") + 1:])
         self.mma = os.environ.get("LIGHTSPEED_CUDA_MMA", "1") != "0" if mma is None else mma
         if self.mma:
-            self.ops = (*self.ops, MATMUL_MMA, MATMUL_ADD_MMA, MATMUL_GLU_MMA, ATTENTION_MMA)
+            self.ops = (*self.ops, MATMUL_MMA, MATMUL_ADD_MMA, MATMUL_GLU_MMA, ATTENTION_MMA, GATHER_MATMUL_MMA)
             self.rule_files = (*self.rule_files, MMA_RULE_FILE)
             rs = self.rulesets
             self.rulesets = (*rs[:rs.index("linalg") + 1], "mma", *rs[rs.index("linalg") + 1:], "mma_fused")

@@ -35,7 +35,8 @@ from .spec import KernelSpec
 from .types import load, storage_type, store
 from .writer import Writer, batch_offsets, finish
 
-__all__ = ["mma_kernel", "glu_mma_kernel", "MMA_DTYPES", "TileShape", "SMALL", "LARGE", "LARGE_GLU", "STEP_K"]
+__all__ = ["mma_kernel", "glu_mma_kernel", "gather_mma_kernel", "MMA_DTYPES", "TileShape", "SMALL", "LARGE",
+           "LARGE_GLU", "STEP_K"]
 
 MMA_DTYPES = {"bfloat16": "bf16", "float16": "f16"}
 STEP_K = 32  # k per shared-memory step
@@ -117,12 +118,18 @@ class _Operand:
     stride_k: str
     row_vec: bool  # rows contiguous along k, every row start a whole 8 elements apart: 16-byte loads
     k_fast: bool  # copy with k fastest across the threads (else the rows: a column-major operand)
+    row_map: str | None = None  # a shared array: tile row r is the operand's row row_map[r] (gathered rows)
+
+    def row(self, r: str, gr: str) -> str:
+        """The offset from ``base`` of tile row ``r`` (the operand's row ``gr`` unless gathered)."""
+        return f"{self.row_map}[{r}] * {self.stride_o}" if self.row_map else f"{gr} * {self.stride_o}"
 
 
-def _operand(w: Writer, src: str, start: str, bound: str, base: str, stride_o: Expr, stride_k: Expr) -> _Operand:
+def _operand(w: Writer, src: str, start: str, bound: str, base: str, stride_o: Expr, stride_k: Expr,
+             row_map: str | None = None) -> _Operand:
     row_vec = stride_k == 1 and stride_o.is_const and stride_o.value % VEC == 0
     return _Operand(src, start, bound, base, w.expr(stride_o), w.expr(stride_k), row_vec,
-                    stride_k == 1 or stride_o != 1)
+                    stride_k == 1 or stride_o != 1, row_map)
 
 
 def _tiles(w: Writer, kind: str, st: str, k: Expr, a_op: _Operand, b_ops: list[_Operand], ts: TileShape) -> None:
@@ -168,7 +175,7 @@ def _tiles(w: Writer, kind: str, st: str, k: Expr, a_op: _Operand, b_ops: list[_
             w.line(f"      const int _ls_x = _ls_t + {ts.threads} * _ls_e;")
             w.line(f"      const int _ls_r = _ls_x / {STEP_K // VEC}, _ls_q = (_ls_x % {STEP_K // VEC}) * {VEC};")
             w.line(f"      const long long _ls_gr = {o.start} + _ls_r, _ls_gk = _ls_k0 + _ls_q;")
-            w.line(f"      const {st}* _ls_p = {o.src} + {o.base} + _ls_gr * {o.stride_o} + _ls_gk;")
+            w.line(f"      const {st}* _ls_p = {o.src} + {o.base} + {o.row('_ls_r', '_ls_gr')} + _ls_gk;")
             w.line(f"      if (_ls_gr < {o.bound} && _ls_gk + {VEC} <= {kk}) {{")
             w.line(f"        *(uint4*)&{buf}[_ls_r][_ls_q] = *(const uint4*)_ls_p;")
             w.line("      } else {")
@@ -186,7 +193,7 @@ def _tiles(w: Writer, kind: str, st: str, k: Expr, a_op: _Operand, b_ops: list[_
             w.line(f"    const int _ls_q = _ls_x / {rows}, _ls_r = _ls_x % {rows};")
         w.line(f"    const long long _ls_gr = {o.start} + _ls_r, _ls_gk = _ls_k0 + _ls_q;")
         w.line(f"    {buf}[_ls_r][_ls_q] = _ls_gr < {o.bound} && _ls_gk < {kk} ? "
-               f"{o.src}[{o.base} + _ls_gr * {o.stride_o} + _ls_gk * {o.stride_k}] : ({st})0;")
+               f"{o.src}[{o.base} + {o.row('_ls_r', '_ls_gr')} + _ls_gk * {o.stride_k}] : ({st})0;")
         w.line("  }")
     w.line("  __syncthreads();")
     _step_products(w, kind, "_ls_as", [f"_ls_bs{j}" for j in range(nb)], "  ", ts)
@@ -304,6 +311,110 @@ def glu_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Ke
     return finish(w, "cuda", ts.kind, bufs, count, body, "matmul_glu_mma", preludes=("mma",))
 
 
+# picks of an expert one grouped tile takes (its rows of A), and picks the block's threads test a pass
+GATHER_TILE_PICKS, GATHER_SCAN = 64, 128
+
+
+def gather_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
+    """``GatherMatmulMma``: ``GatherMatmul`` (semantics in codegen/fused.py) grouped by expert on
+    the tensor cores, where B is whole picked rows (:func:`~.matmul.grouped_layout`: a mixture-of-
+    experts prompt's products) and A one contiguous row per batch index.  An item per (picked row
+    e of W, 64 of its R rows; e = w_rows for indexes outside W): the block's threads test the index
+    128 picks a pass, collecting e's picks in index order (a warp ballot, then the warps' counts)
+    into shared memory; every 64 collected (and the rest at the end) are one 64 x 64 tile of the
+    SMALL shape whose A rows are those picks' rows (a row map into A), B e's rows -- each expert's
+    weights read once per 64 of the tokens that chose it, on the tensor cores, where the dense form
+    runs every expert for every token.  Float32 sums rounded once, as MatmulMma's.  Picks of an
+    index outside W: zeros and the call's error word.  Any other layout or dtype: the warp-per-
+    output kernel (:func:`~.matmul.gather_matmul_kernel`)."""
+    from .matmul import gather_matmul_kernel, grouped_layout
+
+    a = op.args
+    da, di, db = in_dtypes
+    layout = grouped_layout(op)
+    fits = (layout is not None and dialect == "cuda" and da == db == op.dtype and op.dtype.name in MMA_DTYPES
+            and str(a["m"]) == "1" and str(a["a_stride_k"]) == "1")
+    if not fits:
+        return gather_matmul_kernel(dialect, op, in_dtypes)
+    r_rows, per_b = layout
+    kind = MMA_DTYPES[op.dtype.name]
+    st = storage_type(da)
+    ts = SMALL
+    w = Writer("cuda")
+    w.index_vars |= {"_ls_item"}
+    (bsize,) = a["batch"]
+    k = a["k"]
+    rows, inner = w.expr(a["w_rows"]), w.expr(a["inner"])
+    picks = w.expr(bsize * per_b)
+    ao, abs0 = w.expr(a["a_offset"]), a["a_batch_strides"][0]
+    tiles_n = -(-r_rows // ts.cols)
+    cap, scan, tp = GATHER_TILE_PICKS + GATHER_SCAN, GATHER_SCAN, GATHER_TILE_PICKS
+    if ts.threads != scan:
+        raise LightspeedError(f"GatherMatmulMma: a pass tests one pick a thread ({ts.threads} threads, {scan} picks)")
+    w.push()
+    w.line(f"const long long _ls_ex = _ls_item / {tiles_n}, _ls_n0 = (_ls_item % {tiles_n}) * {ts.cols};")
+    w.line("const int _ls_gt = threadIdx.x, _ls_gw = _ls_gt >> 5, _ls_gl = _ls_gt & 31;")
+    w.line(f"__shared__ long long _ls_pk[{cap}], _ls_arow[{tp}];  // e's picks in index order; their rows of A")
+    w.line(f"__shared__ int _ls_wc[{scan // 32}];")
+    w.line("int _ls_np = 0;  // picks collected (the same in every thread)")
+    w.line(f"for (long long _ls_s0 = 0; _ls_s0 < {picks}; _ls_s0 += {scan}) {{")
+    w.line("  const long long _ls_pr = _ls_s0 + _ls_gt;")
+    w.line("  bool _ls_hit = false;")
+    w.line(f"  if (_ls_pr < {picks}) {{")
+    w.line("    const long long e = (long long)in1[_ls_pr];")
+    w.line(f"    _ls_hit = _ls_ex == {rows} ? (e < 0 || e >= {rows}) : e == _ls_ex;")
+    w.line("  }")
+    w.line("  const unsigned int _ls_bal = __ballot_sync(0xffffffffu, _ls_hit);")
+    w.line("  if (_ls_gl == 0) _ls_wc[_ls_gw] = __popc(_ls_bal);")
+    w.line("  __syncthreads();")
+    w.line("  int _ls_at = _ls_np, _ls_all = _ls_np;")
+    w.line(f"  for (int u = 0; u < {scan // 32}; u++) {{ _ls_at += u < _ls_gw ? _ls_wc[u] : 0; "
+           "_ls_all += _ls_wc[u]; }")
+    w.line("  if (_ls_hit) _ls_pk[_ls_at + __popc(_ls_bal & ((1u << _ls_gl) - 1u))] = _ls_pr;")
+    w.line("  _ls_np = _ls_all;")
+    w.line("  __syncthreads();")
+    w.line(f"  const bool _ls_last = _ls_s0 + {scan} >= {picks};")
+    w.line(f"  while (_ls_np >= {tp} || (_ls_last && _ls_np > 0)) {{")
+    w.line(f"    const int _ls_cnt = _ls_np < {tp} ? _ls_np : {tp};")
+    w.line(f"    if (_ls_ex < {rows}) {{")
+    w.line(f"      if (_ls_gt < {tp}) _ls_arow[_ls_gt] = _ls_gt < _ls_cnt ? _ls_pk[_ls_gt] / {per_b} : 0;")
+    w.line("      __syncthreads();")
+    w.line("      {")
+    _tiles(w, kind, st, k, _operand(w, "in0", "0", "_ls_cnt", f"({ao})", abs0, const(1), row_map="_ls_arow"),
+           [_operand(w, "in2", "_ls_n0", str(r_rows), f"_ls_ex * {inner}", k, const(1))], ts)
+    # thread (g, tg) holds rows g, g + 8 and columns tg, tg + 1 of each 16 x 8: row r is pick pk[r],
+    # whose outputs are row pk[r] of out [picks, R]
+    w.line(f"{UNROLL} for (int i = 0; i < {ts.mi}; i++) {UNROLL} for (int j = 0; j < {ts.nj}; j++) "
+           f"{UNROLL} for (int e = 0; e < 4; e++) {{")
+    w.line("  const int _ls_row = _ls_wm + 16 * i + _ls_g + (e >> 1) * 8;")
+    w.line("  const long long _ls_col = _ls_n0 + _ls_wn + 8 * j + _ls_tg + (e & 1);")
+    w.line(f"  if (_ls_row < _ls_cnt && _ls_col < {r_rows}) "
+           f"out[_ls_pk[_ls_row] * {r_rows} + _ls_col] = {store(op.dtype, '_ls_c0[i][j][e]')};")
+    w.line("}")
+    w.line("      }")
+    w.line("    } else {  // picks of an index outside W: zeros, and the call's error word")
+    w.line(f"      for (int x = _ls_gt; x < _ls_cnt * {ts.cols}; x += {ts.threads}) {{")
+    w.line(f"        const long long _ls_col = _ls_n0 + x % {ts.cols};")
+    w.line(f"        if (_ls_col < {r_rows}) "
+           f"out[_ls_pk[x / {ts.cols}] * {r_rows} + _ls_col] = ({storage_type(op.dtype)})0;")
+    w.line("      }")
+    w.line("      if (_ls_gt == 0) ls_oob(T);")
+    w.line("    }")
+    w.line("    __syncthreads();  // the stores read the picks: then the rest move down")
+    w.line(f"    const long long _ls_mv = _ls_gt + {tp} < _ls_np ? _ls_pk[_ls_gt + {tp}] : 0;")
+    w.line("    __syncthreads();")
+    w.line(f"    if (_ls_gt + {tp} < _ls_np) _ls_pk[_ls_gt] = _ls_mv;")
+    w.line("    __syncthreads();")
+    w.line("    _ls_np -= _ls_cnt;")
+    w.line("  }")
+    w.line("}")
+    body = w.pop()
+    bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", st, False, 0),
+            ("in1", storage_type(di), False, 1), ("in2", st, False, 2)]
+    count = (a["w_rows"] + 1) * tiles_n
+    return finish(w, "cuda", ts.kind, bufs, count, body, "gather_matmul_mma", preludes=("mma",))
+
+
 def _step_products(w: Writer, kind: str, As: str, Bs: list[str], ind: str, ts: TileShape) -> None:
     """One STEP_K of k: each warp's mi x nj instructions per 16 of k and per B from the shared tiles
     ``As`` ([m][k]) and each of ``Bs`` ([n][k]) into its accumulators, fragments in the PTX layout
@@ -360,7 +471,7 @@ def _pipelined(w: Writer, kind: str, kk: str, operands: list[tuple[_Operand, str
         w.line(f"  const long long _ls_gr = {o.start} + _ls_r, _ls_gk = _ls_ks + _ls_q;")
         w.line(f"  const bool _ls_in = _ls_gr < {o.bound} && _ls_gk < {kk};")
         w.line(f"  ls_cp_async16(&{buf}_p[_ls_sb][_ls_r][_ls_q], {o.src} + {o.base} + "
-               f"(_ls_in ? _ls_gr * {o.stride_o} + _ls_gk : 0), _ls_in ? 16 : 0);")
+               f"(_ls_in ? {o.row('_ls_r', '_ls_gr')} + _ls_gk : 0), _ls_in ? 16 : 0);")
         w.line("}")
     issue = w.pop()
 
@@ -394,4 +505,8 @@ def _glu_mma(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
     return [glu_mma_kernel(op, in_dtypes, dialect)]
 
 
-RENDERERS = {"MatmulMma": _mma, "MatmulAddMma": _mma, "MatmulGLUMma": _glu_mma}
+def _gather_mma(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
+    return [gather_mma_kernel(op, in_dtypes, dialect)]
+
+
+RENDERERS = {"MatmulMma": _mma, "MatmulAddMma": _mma, "MatmulGLUMma": _glu_mma, "GatherMatmulMma": _gather_mma}
