@@ -222,12 +222,12 @@ def test_products_across_picked_rows_have_no_grouped_layout():
 
 
 # ------------------------------------------------------------------ grouped on the tensor cores (cuda)
-def _gather_tiles(g: ls.Graph, want: str = "GatherMatmulMma"):
+def _gather_tiles(g: ls.Graph, backend=RENDER, want: str = "GatherMatmulMma"):
     """A program of ``g`` whose gathered products are all ``want`` (random candidates)."""
-    _, enc, index, ser = saturate(RENDER, g)
+    _, enc, index, ser = saturate(backend, g)
     n = sum(1 for i in g.reachable() if row_gather(g, i) is not None)
     for seed in range(600):
-        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, RENDER.declarations())
+        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, backend.declarations())
         products = [o.op for o in lp.ops if "Matmul" in o.op]
         if len(products) == n and all(p == want for p in products):
             return lp
@@ -284,7 +284,7 @@ def test_grouped_tensor_core_tiles_match_the_reference(hidden, inter, n_exp, top
     (partial 64-column tiles, the element loads where a row is not whole 8s); an expert index
     outside the weights raises and leaves the program usable."""
     g = _bf16_experts(hidden, inter, n_exp, top)
-    prog = CUDA.lower(g, _gather_tiles(g))
+    prog = CUDA.lower(g, _gather_tiles(g, CUDA))
     ref = g.compile(backend="reference")
     for n in (1, 17, 70, 255):
         ins = _bf16_moe_inputs(n, hidden, inter, n_exp, top, n)
