@@ -457,10 +457,12 @@ def _lane_dot(nb: int, code: int, bits: int, y: str, ystride: str, d: str, s: st
     return f"ls_tdot_rows(rb, {nb}, {code}, {bits}, {y}, {ystride}, {d}, {s}, {xstride}, {out}, {rows})"
 
 
-def _row_groups(w: Writer, groups: tuple[int, ...], call, store: list[str], count: str, first: str) -> None:
-    """Rows of x ``group`` at a time for each group size in turn, ``count`` of them: ``call(group)``
-    fills ``_ls_vg`` for the group starting at slot ``_ls_r0``; the row stored is ``first`` + slot."""
-    w.line("      long long _ls_r0 = 0;")
+def _row_groups(w: Writer, groups: tuple[int, ...], call, store: list[str], count: str, first: str,
+                start: str = "0") -> None:
+    """Rows of x ``group`` at a time for each group size in turn, slots ``start`` to ``count``:
+    ``call(group)`` fills ``_ls_vg`` for the group starting at slot ``_ls_r0``; the row stored is
+    ``first`` + slot."""
+    w.line(f"      long long _ls_r0 = {start};")
     for group in groups:
         w.line(f"      for (; _ls_r0 + {group} <= {count}; _ls_r0 += {group}) {{")
         w.line(f"        float _ls_vg[{group}];")
@@ -504,16 +506,52 @@ def _lane_rows(w: Writer, nb: int, code: int, bits: int, ww: str, k: int, row_by
     w.line(f"        ls_tlayout_x(_ls_y, {bits}, {code}, _ls_d, _ls_s, {nb}, (unsigned char*)(_ls_s + {nb}), "
            "_ls_q + _ls_rs * _ls_tb, _ls_dt + _ls_rs * _ls_tf, _ls_st + _ls_rs * _ls_tf);")
     w.line("      }")
+    def singles(start: str) -> None:  # one weight row (_ls_wrow, rb) against the chunk's rows from slot start
+        w.push()
+        _row_groups(w, (8, 4, 1), lambda g: _lane_dot(nb, code, bits, "_ls_q + _ls_r0 * _ls_tb", "_ls_tb",
+                                                      "_ls_dt + _ls_r0 * _ls_tf", "_ls_st + _ls_r0 * _ls_tf",
+                                                      "_ls_tf", "_ls_vg", g), store, "_ls_rn", "_ls_rc", start)
+        w.scope.parent.lines.extend("  " + ln for ln in w.pop())
+
     w.line("      #pragma omp for schedule(static)")
-    w.line(f"      for (long long _ls_wrow = 0; _ls_wrow < {ww}; _ls_wrow++) {{")
-    w.line(f"        const unsigned char* rb = (const unsigned char*)in{side} + _ls_wrow * {row_bytes}LL;")
-    w.push()
-    _row_groups(w, (8, 4, 1), lambda g: _lane_dot(nb, code, bits, "_ls_q + _ls_r0 * _ls_tb", "_ls_tb",
-                                                  "_ls_dt + _ls_r0 * _ls_tf", "_ls_st + _ls_r0 * _ls_tf", "_ls_tf",
-                                                  "_ls_vg", g), store, "_ls_rn", "_ls_rc")
-    w.scope.parent.lines.extend("  " + ln for ln in w.pop())
-    w.line("      }")
-    w.line("    }")
+    if bits != 16:
+        w.line(f"      for (long long _ls_wrow = 0; _ls_wrow < {ww}; _ls_wrow++) {{")
+        w.line(f"        const unsigned char* rb = (const unsigned char*)in{side} + _ls_wrow * {row_bytes}LL;")
+        singles("0")
+        w.line("      }")
+        w.line("    }")
+    else:
+        # weight rows in pairs, 4 rows of x at a time (ls_tdot2_rows / ls_tdot82_rows: each load of
+        # x feeds both rows' products), the rows left (fewer than 4) and an odd last weight row one
+        # weight row at a time; every output is bit for bit the same in either form
+        pair = ("ls_tdot82_rows(_ls_rb0, _ls_rb0 + {rbytes}LL, {nb}, _ls_q + _ls_r0 * _ls_tb, _ls_tb, "
+                "_ls_dt + _ls_r0 * _ls_tf, _ls_tf, _ls_vg, _ls_vh, 4)" if code == 2 else
+                "ls_tdot2_rows(_ls_rb0, _ls_rb0 + {rbytes}LL, {nb}, {code}, _ls_q + _ls_r0 * _ls_tb, _ls_tb, "
+                "_ls_dt + _ls_r0 * _ls_tf, _ls_st + _ls_r0 * _ls_tf, _ls_tf, _ls_vg, _ls_vh, 4)")
+        w.index_vars |= {"_ls_wp", "_ls_w0", "_ls_rb0", "_ls_rp"}
+        w.line(f"      for (long long _ls_wp = 0; _ls_wp < ({ww} + 1) / 2; _ls_wp++) {{")
+        w.line("        const long long _ls_w0 = 2 * _ls_wp;")
+        w.line(f"        const unsigned char* _ls_rb0 = (const unsigned char*)in{side} + _ls_w0 * {row_bytes}LL;")
+        w.line("        long long _ls_rp = 0;  // the chunk's slots the pairs took")
+        w.line(f"        if (_ls_w0 + 1 < {ww}) for (long long _ls_r0 = 0; _ls_r0 + 4 <= _ls_rn; _ls_r0 += 4) {{")
+        w.line("          float _ls_vg[4], _ls_vh[4];")
+        w.line(f"          {pair.format(rbytes=row_bytes, nb=nb, code=code)};")
+        w.line("          for (int _ls_t = 0; _ls_t < 8; _ls_t++) {")
+        w.line("            const long long _ls_wrow = _ls_w0 + _ls_t / 4, _ls_r = _ls_rc + _ls_r0 + _ls_t % 4;")
+        w.line("            const float _ls_v = _ls_t < 4 ? _ls_vg[_ls_t] : _ls_vh[_ls_t - 4];")
+        w.scope.lines.extend("            " + ln for ln in store)
+        w.line("          }")
+        w.line("          _ls_rp = _ls_r0 + 4;")
+        w.line("        }")
+        w.line(f"        for (long long _ls_wrow = _ls_w0; _ls_wrow < _ls_w0 + 2 && _ls_wrow < {ww}; _ls_wrow++) {{")
+        w.line(f"          const unsigned char* rb = (const unsigned char*)in{side} + _ls_wrow * {row_bytes}LL;")
+        w.line(f"          const long long _ls_from = _ls_w0 + 1 < {ww} ? _ls_rp : 0;")
+        w.push()
+        singles("_ls_from")
+        w.scope.parent.lines.extend("  " + ln for ln in w.pop())
+        w.line("        }")
+        w.line("      }")
+        w.line("    }")
     w.line("    free(_ls_q);")
     w.line("    return;")
     w.line("  }")
