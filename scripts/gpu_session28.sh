@@ -10,6 +10,7 @@
 #           and which table read the search keeps) and its kernels; the SmolLM2-shaped one
 #   attn    the 1B's 512-token prefill kernel by kernel, defaults and the split tile, then the
 #           prefill beside eager and torch.compile max-autotune with the split tile
+#   prefill the attn stage's prefill beside the peers alone (a short call)
 #   rows    the model table's qwen3, gemma4_moe and whisper rows beside transformers + compile
 # Usage (GPU host): bash scripts/gpu_session28.sh STAGE...   Logs under $OUT.
 set -uo pipefail
@@ -23,7 +24,7 @@ for stage in "$@"; do
       grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -8 ;;
     moe)
       for mode in dense gather; do
-        (export LIGHTSPEED_MOE_PREFILL=$mode
+        (export LIGHTSPEED_MOE_PREFILL=$mode LIGHTSPEED_CUDA_GROUPED_MMA=1
          step "moe_$mode" 100 python3 benchmarks/gpu_models.py qwen3_moe --prompt "${GPU_MOE_PROMPT:-512}" --steps 8 \
            --peer none)
         echo "moe $mode:"; sed -n '/^row /,$p' "$OUT/moe_$mode.log" | head -2; grep -E "Error" "$OUT/moe_$mode.log" | head -3
@@ -43,9 +44,13 @@ for stage in "$@"; do
       (export LIGHTSPEED_CUDA_ATTENTION_SPLIT=1
        step prefill_split 130 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512)
       sed -n '/^shape/,$p' "$OUT/prefill_split.log" ;;
+    prefill)  # the attn stage's last step alone: the split tile's prefill beside the peers
+      (export LIGHTSPEED_CUDA_ATTENTION_SPLIT=1
+       step prefill_split 130 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512)
+      sed -n '/^shape/,$p' "$OUT/prefill_split.log" ;;
     rows)
       step rows "${GPU_S28_ROWS_S:-200}" python3 benchmarks/gpu_models.py ${GPU_S28_ROWS:-qwen3 gemma4_moe} --peer compile
       sed -n '/^row /,$p' "$OUT/rows.log"; grep -E "FAILED|Error" "$OUT/rows.log" | head -5 ;;
-    *) echo "unknown stage $stage (tests, moe, gemma, attn, rows)" ;;
+    *) echo "unknown stage $stage (tests, moe, gemma, attn, prefill, rows)" ;;
   esac
 done

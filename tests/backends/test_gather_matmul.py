@@ -26,6 +26,8 @@ from tests.backends.harness import nvrtc_or_skip, saturate
 NATIVE = get_backend("native")
 CUDA = get_backend("cuda")
 RENDER = CudaBackend(cublaslt="off")
+# the grouped tensor-core tiles are offered only with the switch (LIGHTSPEED_CUDA_GROUPED_MMA=1)
+GROUPED = CudaBackend(cublaslt="off", grouped_mma=True)
 E, INTER, H, K = 6, 8, 32, 3
 
 
@@ -222,7 +224,7 @@ def test_products_across_picked_rows_have_no_grouped_layout():
 
 
 # ------------------------------------------------------------------ grouped on the tensor cores (cuda)
-def _gather_tiles(g: ls.Graph, backend=RENDER, want: str = "GatherMatmulMma"):
+def _gather_tiles(g: ls.Graph, backend=GROUPED, want: str = "GatherMatmulMma"):
     """A program of ``g`` whose gathered products are all ``want`` (random candidates)."""
     _, enc, index, ser = saturate(backend, g)
     n = sum(1 for i in g.reachable() if row_gather(g, i) is not None)
@@ -255,9 +257,10 @@ def _bf16_experts(hidden: int, inter: int, n_exp: int, top: int) -> ls.Graph:
 
 
 def test_grouped_tensor_core_tiles_are_offered_for_16_bit_experts_and_compile_for_sm90():
-    """bfloat16 experts: the rule offers GatherMatmulMma for both products (gate/up: R = 2I rows a
-    pick, 3 picks a token; down: R = H, 1 a pick), whose kernel collects each expert's picks and
-    runs them as tiles; float32 experts get no such offer."""
+    """bfloat16 experts: with the switch the rule offers GatherMatmulMma for both products (gate/up:
+    R = 2I rows a pick, 3 picks a token; down: R = H, 1 a pick), whose kernel collects each
+    expert's picks and runs them as tiles; float32 experts get no such offer, nor anything
+    without the switch."""
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
 
@@ -270,10 +273,16 @@ def test_grouped_tensor_core_tiles_are_offered_for_16_bit_experts_and_compile_fo
         assert "__ballot_sync" in s.source and "_ls_arow[" in s.source and "ls_oob(T)" in s.source
         assert "ls_cp_async16" in s.source  # rows of 32 and 8: whole 8s, the pipelined loop
     assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
-    _, enc, index, ser = saturate(RENDER, _experts_graph())
+    _, enc, index, ser = saturate(GROUPED, _experts_graph())
     for seed in range(40):
-        f32 = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, RENDER.declarations())
+        f32 = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, GROUPED.declarations())
         assert "GatherMatmulMma" not in {o.op for o in f32.ops}
+    # without the switch: not offered (its GPU tests have not run yet)
+    assert not RENDER.grouped_mma and "mma_grouped" not in RENDER.rulesets
+    _, enc, index, ser = saturate(RENDER, _bf16_experts(H, INTER, E, K))
+    for seed in range(40):
+        lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, RENDER.declarations())
+        assert "GatherMatmulMma" not in {o.op for o in lp.ops}
 
 
 @pytest.mark.skipif(not CUDA.available(), reason="no GPU")
@@ -284,7 +293,8 @@ def test_grouped_tensor_core_tiles_match_the_reference(hidden, inter, n_exp, top
     (partial 64-column tiles, the element loads where a row is not whole 8s); an expert index
     outside the weights raises and leaves the program usable."""
     g = _bf16_experts(hidden, inter, n_exp, top)
-    prog = CUDA.lower(g, _gather_tiles(g, CUDA))
+    backend = CudaBackend(grouped_mma=True)
+    prog = backend.lower(g, _gather_tiles(g, backend))
     ref = g.compile(backend="reference")
     for n in (1, 17, 70, 255):
         ins = _bf16_moe_inputs(n, hidden, inter, n_exp, top, n)

@@ -62,7 +62,9 @@ class CudaBackend(KernelBackend):
     their left operand (q, k, v; gate, up) as one product over stacked weights (default
     ``$LIGHTSPEED_CUDA_STACKED``, off unless it is ``1``: not yet measured on a GPU).
     ``block_norms``: a decode step's norm products over GGUF blocks (codegen/block_norms.egg;
-    default ``$LIGHTSPEED_CUDA_BLOCK_NORMS``, on unless it is ``0``)."""
+    default ``$LIGHTSPEED_CUDA_BLOCK_NORMS``, on unless it is ``0``).  ``grouped_mma``: offer a
+    mixture-of-experts product grouped by expert on the tensor cores (``GatherMatmulMma``; default
+    ``$LIGHTSPEED_CUDA_GROUPED_MMA``, off unless it is ``1``: not yet run on a GPU)."""
 
     name = "cuda"
     program_class = CudaProgram
@@ -70,7 +72,7 @@ class CudaBackend(KernelBackend):
     block_dtypes = dt.BLOCK_DTYPES
 
     def __init__(self, cublaslt: str | None = None, mma: bool | None = None, stacked: bool | None = None,
-                 block_norms: bool | None = None) -> None:
+                 block_norms: bool | None = None, grouped_mma: bool | None = None) -> None:
         mode = cublaslt or os.environ.get("LIGHTSPEED_CUBLASLT", "search")
         mode = {"1": "always", "0": "off"}.get(mode, mode)
         if mode not in CUBLASLT_MODES:
@@ -106,6 +108,13 @@ class CudaBackend(KernelBackend):
             self.rule_files = (*self.rule_files, MMA_RULE_FILE)
             rs = self.rulesets
             self.rulesets = (*rs[:rs.index("linalg") + 1], "mma", *rs[rs.index("linalg") + 1:], "mma_fused")
+        # a mixture-of-experts prompt's products grouped by expert on the tiles (GatherMatmulMma): offered
+        # only with $LIGHTSPEED_CUDA_GROUPED_MMA=1 until its GPU tests have run (a decode step's search
+        # would otherwise time it too)
+        self.grouped_mma = self.mma and (os.environ.get("LIGHTSPEED_CUDA_GROUPED_MMA", "0") == "1"
+                                         if grouped_mma is None else grouped_mma)
+        if self.grouped_mma:
+            self.rulesets = (*self.rulesets, "mma_grouped")
         self.stacked = os.environ.get("LIGHTSPEED_CUDA_STACKED", "0") == "1" if stacked is None else stacked
         if self.stacked:  # right after linalg: the library and tile rules see the stacked product
             self.rule_files = (*self.rule_files, STACKED_RULE_FILE)
