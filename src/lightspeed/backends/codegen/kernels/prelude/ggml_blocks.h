@@ -574,6 +574,17 @@ static LS_INLINE void ls_tdot8_rows(const unsigned char* row, long long nb, int 
    multiply-adds in the same order per lane, the same lane sums) and its integer sums are exact in
    any order, so each output is bit for bit the one-row-at-a-time function's: a row's result does
    not depend on the rows or weight rows beside it. */
+/* nr rows of x (vector y + r * ystride) dotted with two rows' weight vectors e0, e1: one load of
+   each x vector (into a register: a load folded into each product would be two) for both */
+static LS_INLINE void ls_dot2(__m512i* a0, __m512i* a1, __m512i e0, __m512i e1, const unsigned char* y,
+                              long long ystride, const int nr) {
+  _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+    __m512i x = _mm512_loadu_si512((const __m512i*)(y + r * ystride));
+    __asm__("" : "+v"(x));
+    a0[r] = _mm512_dpwssd_epi32(a0[r], e0, x);
+    a1[r] = _mm512_dpwssd_epi32(a1[r], e1, x);
+  }
+}
 static LS_INLINE void ls_tdot2_rows(const unsigned char* row0, const unsigned char* row1, long long nb, int qtype,
                                     const unsigned char* yt, long long ystride, const float* dt, const float* st,
                                     long long xstride, float* out0, float* out1, const int nr) {
@@ -594,12 +605,7 @@ static LS_INLINE void ls_tdot2_rows(const unsigned char* row0, const unsigned ch
     _Pragma("GCC unroll 16") for (int v = 0; v < 16; v++) {  /* E[v] of ls_tdot_rows, for each row */
       const __m512i e0 = _mm512_and_si512(_mm512_srli_epi32(T0[v / 4], 4 * (v % 4)), m16);
       const __m512i e1 = _mm512_and_si512(_mm512_srli_epi32(T1[v / 4], 4 * (v % 4)), m16);
-      _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
-        __m512i y = _mm512_loadu_si512((const __m512i*)(yt + r * ystride + g * vb) + v);
-        __asm__("" : "+v"(y));  /* one load for both products */
-        a0[r] = _mm512_dpwssd_epi32(a0[r], e0, y);
-        a1[r] = _mm512_dpwssd_epi32(a1[r], e1, y);
-      }
+      ls_dot2(a0, a1, e0, e1, yt + g * vb + 64 * v, ystride, nr);
     }
     const __m512 dv0 = _mm512_permutexvar_ps(blk, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(row0 + 32 * g))));
     const __m512 dv1 = _mm512_permutexvar_ps(blk, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(row1 + 32 * g))));
@@ -632,12 +638,7 @@ static LS_INLINE void ls_tdot2_rows(const unsigned char* row0, const unsigned ch
     _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) {
       const __m512i e0 = _mm512_and_si512(_mm512_srli_epi32(L0, 4 * v), m16);
       const __m512i e1 = _mm512_and_si512(_mm512_srli_epi32(L1, 4 * v), m16);
-      _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
-        __m512i y = _mm512_loadu_si512((const __m512i*)(yt + r * ystride + nf * vb + sg * (vb / 4)) + v);
-        __asm__("" : "+v"(y));
-        a0[r] = _mm512_dpwssd_epi32(a0[r], e0, y);
-        a1[r] = _mm512_dpwssd_epi32(a1[r], e1, y);
-      }
+      ls_dot2(a0, a1, e0, e1, yt + nf * vb + sg * (vb / 4) + 64 * v, ystride, nr);
     }
     _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
       const __m512 dx = _mm512_loadu_ps(dt + r * xstride + o), sx = _mm512_loadu_ps(st + r * xstride + o);
@@ -672,12 +673,7 @@ static LS_INLINE void ls_tdot82_rows(const unsigned char* row0, const unsigned c
     _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++) {  /* E[v] of ls_tdot8_rows, for each row */
       const __m512i e0 = v % 2 ? _mm512_srai_epi16(T0[v / 2], 8) : _mm512_srai_epi16(_mm512_slli_epi16(T0[v / 2], 8), 8);
       const __m512i e1 = v % 2 ? _mm512_srai_epi16(T1[v / 2], 8) : _mm512_srai_epi16(_mm512_slli_epi16(T1[v / 2], 8), 8);
-      _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
-        __m512i y = _mm512_loadu_si512((const __m512i*)(yt + r * ystride + g * vb) + v);
-        __asm__("" : "+v"(y));
-        a0[r] = _mm512_dpwssd_epi32(a0[r], e0, y);
-        a1[r] = _mm512_dpwssd_epi32(a1[r], e1, y);
-      }
+      ls_dot2(a0, a1, e0, e1, yt + g * vb + 64 * v, ystride, nr);
     }
     const __m512 dv0 = _mm512_permutexvar_ps(lblock, _mm512_castps256_ps512(
                                                  _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(row0 + 16 * g)))));
@@ -702,12 +698,7 @@ static LS_INLINE void ls_tdot82_rows(const unsigned char* row0, const unsigned c
     _Pragma("GCC unroll 2") for (int v = 0; v < 2; v++) {
       const __m512i e0 = v ? _mm512_srai_epi16(L0, 8) : _mm512_srai_epi16(_mm512_slli_epi16(L0, 8), 8);
       const __m512i e1 = v ? _mm512_srai_epi16(L1, 8) : _mm512_srai_epi16(_mm512_slli_epi16(L1, 8), 8);
-      _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
-        __m512i y = _mm512_loadu_si512((const __m512i*)(yt + r * ystride + nf * vb + sg * (vb / 4)) + v);
-        __asm__("" : "+v"(y));
-        a0[r] = _mm512_dpwssd_epi32(a0[r], e0, y);
-        a1[r] = _mm512_dpwssd_epi32(a1[r], e1, y);
-      }
+      ls_dot2(a0, a1, e0, e1, yt + nf * vb + sg * (vb / 4) + 64 * v, ystride, nr);
     }
     _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
       const __m512 dx = _mm512_loadu_ps(dt + r * xstride + o);
