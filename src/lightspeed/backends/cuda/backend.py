@@ -64,7 +64,7 @@ class CudaBackend(KernelBackend):
     ``block_norms``: a decode step's norm products over GGUF blocks (codegen/block_norms.egg;
     default ``$LIGHTSPEED_CUDA_BLOCK_NORMS``, on unless it is ``0``).  ``grouped_mma``: offer a
     mixture-of-experts product grouped by expert on the tensor cores (``GatherMatmulMma``; default
-    ``$LIGHTSPEED_CUDA_GROUPED_MMA``, off unless it is ``1``: not yet run on a GPU)."""
+    ``$LIGHTSPEED_CUDA_GROUPED_MMA``, off unless it is ``1``: not yet measured against a prompt's dense form)."""
 
     name = "cuda"
     program_class = CudaProgram
@@ -109,8 +109,9 @@ class CudaBackend(KernelBackend):
             rs = self.rulesets
             self.rulesets = (*rs[:rs.index("linalg") + 1], "mma", *rs[rs.index("linalg") + 1:], "mma_fused")
         # a mixture-of-experts prompt's products grouped by expert on the tiles (GatherMatmulMma): offered
-        # only with $LIGHTSPEED_CUDA_GROUPED_MMA=1 until its GPU tests have run (a decode step's search
-        # would otherwise time it too)
+        # only with $LIGHTSPEED_CUDA_GROUPED_MMA=1 until a prompt measures it against the dense form (its
+        # GPU tests passed on an H200, 2026-12-07; a cuda prompt is dense by default, so on by default it
+        # would only add a decode step's candidate)
         self.grouped_mma = self.mma and (os.environ.get("LIGHTSPEED_CUDA_GROUPED_MMA", "0") == "1"
                                          if grouped_mma is None else grouped_mma)
         if self.grouped_mma:
