@@ -36,6 +36,7 @@ import numpy as np
 
 from ..backends import get_backend
 from ..errors import InputError, LightspeedError
+from ..nn.moe import MOE_CONFIG_MODES
 from ..program import BucketedProgram, Pending, Program
 from ..search import SearchOptions
 from .base import DecoderLM
@@ -238,8 +239,8 @@ def moe_prefill_choice() -> str:
     """``$LIGHTSPEED_MOE_PREFILL``: a mixture-of-experts prompt's form, ``auto`` (the default: gathered
     on a host backend with GatherMatmul, dense elsewhere), ``gather`` or ``dense``."""
     mode = os.environ.get("LIGHTSPEED_MOE_PREFILL", "auto")
-    if mode not in ("auto", "gather", "dense"):
-        raise ValueError(f"LIGHTSPEED_MOE_PREFILL must be auto, gather or dense, got {mode!r}")
+    if mode not in MOE_CONFIG_MODES:
+        raise ValueError(f"LIGHTSPEED_MOE_PREFILL must be one of {MOE_CONFIG_MODES}, got {mode!r}")
     return mode
 
 

@@ -506,18 +506,19 @@ def _lane_rows(w: Writer, nb: int, code: int, bits: int, ww: str, k: int, row_by
     w.line(f"        ls_tlayout_x(_ls_y, {bits}, {code}, _ls_d, _ls_s, {nb}, (unsigned char*)(_ls_s + {nb}), "
            "_ls_q + _ls_rs * _ls_tb, _ls_dt + _ls_rs * _ls_tf, _ls_st + _ls_rs * _ls_tf);")
     w.line("      }")
-    def singles(start: str) -> None:  # one weight row (_ls_wrow, rb) against the chunk's rows from slot start
+    def singles(start: str, indent: str) -> None:  # one weight row (_ls_wrow, rb), the chunk's rows from start
         w.push()
         _row_groups(w, (8, 4, 1), lambda g: _lane_dot(nb, code, bits, "_ls_q + _ls_r0 * _ls_tb", "_ls_tb",
                                                       "_ls_dt + _ls_r0 * _ls_tf", "_ls_st + _ls_r0 * _ls_tf",
                                                       "_ls_tf", "_ls_vg", g), store, "_ls_rn", "_ls_rc", start)
-        w.scope.parent.lines.extend("  " + ln for ln in w.pop())
+        lines = w.pop()
+        w.scope.lines.extend(indent + ln for ln in lines)
 
     w.line("      #pragma omp for schedule(static)")
     if bits != 16:
         w.line(f"      for (long long _ls_wrow = 0; _ls_wrow < {ww}; _ls_wrow++) {{")
         w.line(f"        const unsigned char* rb = (const unsigned char*)in{side} + _ls_wrow * {row_bytes}LL;")
-        singles("0")
+        singles("0", "  ")
         w.line("      }")
         w.line("    }")
     else:
@@ -546,9 +547,7 @@ def _lane_rows(w: Writer, nb: int, code: int, bits: int, ww: str, k: int, row_by
         w.line(f"        for (long long _ls_wrow = _ls_w0; _ls_wrow < _ls_w0 + 2 && _ls_wrow < {ww}; _ls_wrow++) {{")
         w.line(f"          const unsigned char* rb = (const unsigned char*)in{side} + _ls_wrow * {row_bytes}LL;")
         w.line(f"          const long long _ls_from = _ls_w0 + 1 < {ww} ? _ls_rp : 0;")
-        w.push()
-        singles("_ls_from")
-        w.scope.parent.lines.extend("  " + ln for ln in w.pop())
+        singles("_ls_from", "    ")
         w.line("        }")
         w.line("      }")
         w.line("    }")

@@ -203,16 +203,20 @@ def _tiles(w: Writer, kind: str, st: str, k: Expr, a_op: _Operand, b_ops: list[_
         w.line("}")
 
 
-def _each_result(w: Writer, mm: str, nn: str, value: Callable[[str], str], ts: TileShape) -> None:
+def _each_result(w: Writer, mm: str, nn: str, value: Callable[[str], str], ts: TileShape, row0: str = "_ls_m0",
+                 at: Callable[[str, str], str] | None = None) -> None:
     """Store ``value(flat index)`` for each element of C this thread holds: thread (g, tg) holds
-    rows g and g + 8, columns tg and tg + 1 of each 16 x 8 (the accumulators' ``[i][j][e]``)."""
+    rows g and g + 8, columns tg and tg + 1 of each 16 x 8 (the accumulators' ``[i][j][e]``), the
+    tile's rows from ``row0`` below ``mm``; ``at(row, col)``: where the element goes (default
+    row-major [*batch, mm, nn] at batch index ``bi``)."""
     w.index_vars |= {"_ls_oz"}
     w.line(f"{UNROLL} for (int i = 0; i < {ts.mi}; i++) {UNROLL} for (int j = 0; j < {ts.nj}; j++) "
            f"{UNROLL} for (int e = 0; e < 4; e++) {{")
-    w.line("  const long long _ls_row = _ls_m0 + _ls_wm + 16 * i + _ls_g + (e >> 1) * 8;")
+    w.line(f"  const long long _ls_row = {row0} + _ls_wm + 16 * i + _ls_g + (e >> 1) * 8;")
     w.line("  const long long _ls_col = _ls_n0 + _ls_wn + 8 * j + _ls_tg + (e & 1);")
     w.line(f"  if (_ls_row < {mm} && _ls_col < {nn}) {{")
-    w.line(f"    const long long _ls_oz = (bi * {mm} + _ls_row) * {nn} + _ls_col;")
+    oz = at("_ls_row", "_ls_col") if at else f"(bi * {mm} + _ls_row) * {nn} + _ls_col"
+    w.line(f"    const long long _ls_oz = {oz};")
     w.push()
     stored = value("_ls_oz")
     lines = w.pop()
@@ -311,8 +315,6 @@ def glu_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Ke
     return finish(w, "cuda", ts.kind, bufs, count, body, "matmul_glu_mma", preludes=("mma",))
 
 
-# picks of an expert one grouped tile takes (its rows of A), and picks the block's threads test a pass
-GATHER_TILE_PICKS, GATHER_SCAN = 64, 128
 
 
 def gather_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
@@ -348,9 +350,10 @@ def gather_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") ->
     picks = w.expr(bsize * per_b)
     ao, abs0 = w.expr(a["a_offset"]), a["a_batch_strides"][0]
     tiles_n = -(-r_rows // ts.cols)
-    cap, scan, tp = GATHER_TILE_PICKS + GATHER_SCAN, GATHER_SCAN, GATHER_TILE_PICKS
-    if ts.threads != scan:
-        raise LightspeedError(f"GatherMatmulMma: a pass tests one pick a thread ({ts.threads} threads, {scan} picks)")
+    # a pass tests one pick a thread; a tile takes the picks of its rows: at most tp - 1 left over
+    # from the passes before, plus one pass's, wait in shared memory
+    scan, tp = ts.threads, ts.rows
+    cap = tp + scan
     w.push()
     w.line(f"const long long _ls_ex = _ls_item / {tiles_n}, _ls_n0 = (_ls_item % {tiles_n}) * {ts.cols};")
     w.line("const int _ls_gt = threadIdx.x, _ls_gw = _ls_gt >> 5, _ls_gl = _ls_gt & 31;")
@@ -382,15 +385,9 @@ def gather_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") ->
     w.line("      {")
     _tiles(w, kind, st, k, _operand(w, "in0", "0", "_ls_cnt", f"({ao})", abs0, const(1), row_map="_ls_arow"),
            [_operand(w, "in2", "_ls_n0", str(r_rows), f"_ls_ex * {inner}", k, const(1))], ts)
-    # thread (g, tg) holds rows g, g + 8 and columns tg, tg + 1 of each 16 x 8: row r is pick pk[r],
-    # whose outputs are row pk[r] of out [picks, R]
-    w.line(f"{UNROLL} for (int i = 0; i < {ts.mi}; i++) {UNROLL} for (int j = 0; j < {ts.nj}; j++) "
-           f"{UNROLL} for (int e = 0; e < 4; e++) {{")
-    w.line("  const int _ls_row = _ls_wm + 16 * i + _ls_g + (e >> 1) * 8;")
-    w.line("  const long long _ls_col = _ls_n0 + _ls_wn + 8 * j + _ls_tg + (e & 1);")
-    w.line(f"  if (_ls_row < _ls_cnt && _ls_col < {r_rows}) "
-           f"out[_ls_pk[_ls_row] * {r_rows} + _ls_col] = {store(op.dtype, '_ls_c0[i][j][e]')};")
-    w.line("}")
+    # tile row r is pick pk[r], whose outputs are row pk[r] of out [picks, R]
+    _each_result(w, "_ls_cnt", str(r_rows), lambda flat: store(op.dtype, "_ls_c0[i][j][e]"), ts, row0="0",
+                 at=lambda row, col: f"_ls_pk[{row}] * {r_rows} + {col}")
     w.line("      }")
     w.line("    } else {  // picks of an index outside W: zeros, and the call's error word")
     w.line(f"      for (int x = _ls_gt; x < _ls_cnt * {ts.cols}; x += {ts.threads}) {{")
