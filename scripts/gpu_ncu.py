@@ -7,6 +7,11 @@ On the GPU host (Firecracker machines run ncu; gVisor ones do not: KINDS.md):
     python3 scripts/gpu_ncu.py run SHAPE [--prompt N]     # ncu over the target below -> $OUT/ncu.csv
                                                            # (with why warps stall, where ncu knows it)
     python3 scripts/gpu_ncu.py summary $OUT/ncu.csv        # the table (also printed by run)
+    python3 scripts/gpu_ncu.py detail SHAPE [--prompt N] [--kernel REGEX]
+                                                           # every section (--set full) of the first
+                                                           # launch of the kernels matching REGEX (default
+                                                           # attention_mma) -> $OUT/ncu_detail.txt, and its
+                                                           # SASS with stall samples -> $OUT/ncu_sass.csv
 
 ``target`` (what ncu runs): a Llama of the peer shape with random bf16 weights compiled for cuda
 (the search's decisions cached by a first, unprofiled run), one warm-up generation, then between
@@ -128,9 +133,29 @@ def run(shape: str, prompt: int) -> None:
     print(text)
 
 
+def detail(shape: str, prompt: int, kernel: str) -> None:
+    """One kernel's every section: where its time goes against its own limits, beyond the table."""
+    out = Path(os.environ.get("OUT", "/tmp/gpu-out"))
+    out.mkdir(parents=True, exist_ok=True)
+    me = [sys.executable, str(Path(__file__).resolve()), "target", shape, "--prompt", str(prompt)]
+    subprocess.run(me, check=True)
+    rep = out / "ncu_detail"
+    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--graph-profiling", "node",
+           "--target-processes", "all", "--kernel-name", f"regex:{kernel}", "--launch-count", "1",
+           "--set", "full", "--import-source", "yes", "--force-overwrite", "--export", str(rep), *me]
+    if subprocess.run(cmd).returncode != 0:
+        raise SystemExit("ncu failed (see the log above)")
+    report = str(rep) + ".ncu-rep"
+    with open(out / "ncu_detail.txt", "w") as f:
+        subprocess.run(["ncu", "--import", report, "--page", "details", "--print-details", "all"], stdout=f)
+    with open(out / "ncu_sass.csv", "w") as f:  # per SASS instruction: executions, stall samples
+        subprocess.run(["ncu", "--import", report, "--page", "source", "--print-source", "sass", "--csv"], stdout=f)
+    print((out / "ncu_detail.txt").read_text()[-6000:])
+
+
 def main() -> int:
     args = sys.argv[1:]
-    if not args or args[0] not in ("run", "target", "summary"):
+    if not args or args[0] not in ("run", "target", "summary", "detail"):
         print(__doc__)
         return 2
     if args[0] == "summary":
@@ -138,6 +163,9 @@ def main() -> int:
         return 0
     shape = args[1] if len(args) > 1 and not args[1].startswith("--") else "llama-3.2-1b"
     prompt = int(args[args.index("--prompt") + 1]) if "--prompt" in args else 512
+    if args[0] == "detail":
+        detail(shape, prompt, args[args.index("--kernel") + 1] if "--kernel" in args else "attention_mma")
+        return 0
     (run if args[0] == "run" else target)(shape, prompt)
     return 0
 

@@ -526,13 +526,19 @@ def _lane_rows(w: Writer, nb: int, code: int, bits: int, ww: str, k: int, row_by
         # x feeds both rows' products), the rows left (fewer than 4) and an odd last weight row one
         # weight row at a time; every output is bit for bit the same in either form
         pair = ("ls_tdot82_rows(_ls_rb0, _ls_rb0 + {rbytes}LL, {nb}, _ls_q + _ls_r0 * _ls_tb, _ls_tb, "
-                "_ls_dt + _ls_r0 * _ls_tf, _ls_tf, _ls_vg, _ls_vh, 4)" if code == 2 else
+                "_ls_dt + _ls_r0 * _ls_tf, _ls_tf, _ls_vg, _ls_vh, 4, _ls_rb0 + 2 * {rbytes}LL, _ls_r0 ? 0 : _ls_pfl)"
+                if code == 2 else
                 "ls_tdot2_rows(_ls_rb0, _ls_rb0 + {rbytes}LL, {nb}, {code}, _ls_q + _ls_r0 * _ls_tb, _ls_tb, "
-                "_ls_dt + _ls_r0 * _ls_tf, _ls_st + _ls_r0 * _ls_tf, _ls_tf, _ls_vg, _ls_vh, 4)")
-        w.index_vars |= {"_ls_wp", "_ls_w0", "_ls_rb0", "_ls_rp"}
+                "_ls_dt + _ls_r0 * _ls_tf, _ls_st + _ls_r0 * _ls_tf, _ls_tf, _ls_vg, _ls_vh, 4, "
+                "_ls_rb0 + 2 * {rbytes}LL, _ls_r0 ? 0 : _ls_pfl)")
+        w.index_vars |= {"_ls_wp", "_ls_w0", "_ls_rb0", "_ls_rp", "_ls_pfl"}
         w.line(f"      for (long long _ls_wp = 0; _ls_wp < ({ww} + 1) / 2; _ls_wp++) {{")
         w.line("        const long long _ls_w0 = 2 * _ls_wp;")
         w.line(f"        const unsigned char* _ls_rb0 = (const unsigned char*)in{side} + _ls_w0 * {row_bytes}LL;")
+        # the thread's next pair of weight rows asked into the cache, a line at a time, while the
+        # first 4 rows of x are dotted with this pair (ls_prefetch_line)
+        w.line(f"        const long long _ls_pfl = _ls_w0 + 2 < {ww} ? "
+               f"((_ls_w0 + 3 < {ww} ? 2 : 1) * {row_bytes}LL + 63) / 64 : 0;")
         w.line("        long long _ls_rp = 0;  // the chunk's slots the pairs took")
         w.line(f"        if (_ls_w0 + 1 < {ww}) for (long long _ls_r0 = 0; _ls_r0 + 4 <= _ls_rn; _ls_r0 += 4) {{")
         w.line("          float _ls_vg[4], _ls_vh[4];")

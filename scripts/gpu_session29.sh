@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Twenty-ninth session's GPU work in stages, one or more a call (each bounded by GPU_DEADLINE_S):
+#   moe     scripts/gpu_session28.sh's moe stage: a Qwen3-30B-A3B-shaped 512-token MoE prompt, dense
+#           against grouped tensor-core expert products (GatherMatmulMma)
+#   gemma   scripts/gpu_session28.sh's gemma stage: the Gemma 3-shaped block step and the search's report
+#   ncu     Nsight Compute's every section of the 1B's 512-token prefill attention tile
+#           (scripts/gpu_ncu.py detail): why the tile takes ~38 us a layer against cuDNN's ~21
+#   prefill the 1B's 512-token prefill beside eager and torch.compile max-autotune
+#   conf    the cuda conformance suite
+# Usage (GPU host): bash scripts/gpu_session29.sh STAGE...   Logs under $OUT.
+set -uo pipefail
+source scripts/gpu_env.sh
+for stage in "$@"; do
+  case $stage in
+    moe|gemma) bash scripts/gpu_session28.sh "$stage" ;;
+    ncu)
+      step ncu 300 python3 scripts/gpu_ncu.py detail llama-3.2-1b --prompt 512 --kernel attention_mma
+      grep -E "Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Compute \(SM\) Throughput|Memory Throughput|Issued Ipc|Executed Instructions |Warp Cycles Per Issued|Stall|stall" \
+        "$OUT/ncu_detail.txt" | head -40 ;;
+    prefill)
+      step prefill 200 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
+      sed -n '/^shape/,$p' "$OUT/prefill.log" ;;
+    conf)
+      step conf 240 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q \
+        -p no:cacheprovider -n 8
+      tail -3 "$OUT/conf.log" ;;
+    *) echo "unknown stage $stage (moe, gemma, ncu, prefill, conf)" ;;
+  esac
+done
