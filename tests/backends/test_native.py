@@ -270,6 +270,50 @@ def test_kernels_are_compiled_once_and_found_again_by_name(tmp_path, monkeypatch
     assert [src for src in compiled if f"void {victim}(" in src]
 
 
+def test_a_changed_prelude_compiles_the_kernels_again(tmp_path, monkeypatch):
+    """Kernels are found again by name, and a name hashes only the kernel's own text: a prelude
+    function changed (a new lightspeed, say) must not leave the old compiled code running -- the
+    index is keyed on the preludes' digest too (a stale q16 dot kept its old reductions once)."""
+    from pathlib import Path
+
+    from lightspeed.backends.codegen.kernels import source
+    from lightspeed.backends.native import executor as host
+
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(host, "_kernels", {})
+    monkeypatch.setattr(host, "_libs", {})
+    compiled: list[str] = []
+    real = host.subprocess.run
+
+    def spy(cmd, *args, **kwargs):
+        if str(cmd[-2]).endswith("k.c"):
+            compiled.append(Path(cmd[-2]).read_text())
+        return real(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(host.subprocess, "run", spy)
+    g = ls.Graph()
+    x = g.input("x", ("s", 16))
+    g.output("y", (x * 3.0).exp().sum(-1))
+    xs = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
+    opts = ls.SearchOptions(budget=1, seed=0, progress=False)
+    want = g.compile(backend="reference")({"x": xs})["y"]
+    first = g.compile(backend="native", search=opts)
+    np.testing.assert_allclose(first({"x": xs})["y"], want, rtol=1e-5)
+    names = {s.name for s in first.kernels}
+    monkeypatch.setattr(host, "_kernels", {})
+    monkeypatch.setattr(host, "_libs", {})
+    compiled.clear()
+    g.compile(backend="native", search=opts)
+    assert compiled == [], "the same preludes: every kernel found through the index"
+    read = source._read
+    monkeypatch.setattr(source, "_read", lambda name: read(name) + ("\n/* changed */\n" if name == "c.h" else ""))
+    monkeypatch.setattr(host, "_kernels", {})
+    monkeypatch.setattr(host, "_libs", {})
+    again = g.compile(backend="native", search=opts)
+    np.testing.assert_allclose(again({"x": xs})["y"], want, rtol=1e-5)
+    assert all(any(f"void {n}(" in src and "/* changed */" in src for src in compiled) for n in names)
+
+
 def test_repeated_calls_reuse_addresses_only_of_the_same_arrays():
     """A repeated call writes the table entries only of inputs that are not the arrays of the last
     call (a decode step passes the same weights and caches every time); a new array, a resident

@@ -47,6 +47,7 @@ import numpy as np
 from ... import cache
 from ...errors import IndexOutOfRange, LightspeedError
 from ..codegen.kernels import KernelSpec, module_source
+from ..codegen.kernels.source import prelude_digest
 from ..codegen.program import Executor, Launch
 
 __all__ = ["HostExecutor", "compiler", "available"]
@@ -123,7 +124,9 @@ def _config() -> tuple[list[str], list[str], str]:
     if cc is None:
         raise LightspeedError("no C compiler found (set $CC, install gcc or clang, or pip install ziglang)")
     cflags = flags(cc)
-    return cc, cflags, hashlib.sha256("\n".join([*cc, *cflags, _cpu_id()]).encode()).hexdigest()[:16]
+    # the preludes' digest: kernels are found again by name (the hash of their own text only)
+    config = [*cc, *cflags, _cpu_id(), prelude_digest("c")]
+    return cc, cflags, hashlib.sha256("\n".join(config).encode()).hexdigest()[:16]
 
 
 _stand_ins: dict[str, Path] = {}  # a folder refused this process -> the private one used instead

@@ -10,12 +10,13 @@ where the compiler targets it; a kernel names it in ``KernelSpec.preludes``, sin
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 from pathlib import Path
 
 from .spec import KernelSpec
 
-__all__ = ["DIALECTS", "prelude", "prelude_part", "module_source"]
+__all__ = ["DIALECTS", "prelude", "prelude_part", "prelude_digest", "module_source"]
 
 DIALECTS = ("cuda", "c")
 _FOLDER = Path(__file__).parent / "prelude"
@@ -40,6 +41,14 @@ def prelude_part(name: str) -> str:
     if name not in _PARTS:
         raise ValueError(f"unknown prelude part {name!r} (known: {', '.join(_PARTS)})")
     return _read(_PARTS[name])
+
+
+def prelude_digest(dialect: str) -> str:
+    """A hash of everything a kernel of ``dialect`` may include (its prelude and every part): a
+    kernel's name hashes only its own text, so a cache that finds compiled kernels by name must key
+    on this too, or a changed prelude function would go on running its old code."""
+    text = prelude(dialect) + "".join(prelude_part(p) for p in sorted(_PARTS))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def module_source(specs: list[KernelSpec], dialect: str) -> str:

@@ -392,6 +392,31 @@ static LS_INLINE void ls_tlayout_x(const void* y, int bits, int qtype, const flo
     }
   }
 }
+/* The lane sum of a float vector in a fixed tree (lanes i + i+8, then i + i+4, i + i+2, i + i+1:
+   the halving order of GCC's _mm512_reduce_add_ps, written out so that every compiler gives the
+   same sums), and ls_hsum16: the lane sums of 16 vectors at once in the same tree, each addition
+   pairing the same two values as ls_hsum's (a float sum is the same in either operand order), so
+   each of its sums is bit for bit ls_hsum's.  Lane 4c + k of ls_hsum16's result is the sum of v[c +
+   4k]; transposed, the 16 sums cost 45 vector operations instead of ~128. */
+static LS_INLINE float ls_hsum(__m512 v) {
+  const __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+  const __m128 t2 = _mm_add_ps(t4, _mm_shuffle_ps(t4, t4, 0x4e));
+  return _mm_cvtss_f32(_mm_add_ps(t2, _mm_shuffle_ps(t2, t2, 0xb1)));
+}
+static LS_INLINE __m512 ls_hsum16(const __m512* v) {
+  __m512 s1[8], s2[4], s3[2];
+  for (int p = 0; p < 8; p++)  /* lanes i + i+8: [v[2p] | v[2p+1]], 8 lanes each */
+    s1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
+                          _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xee));
+  for (int q = 0; q < 4; q++)  /* i + i+4: chunk c of s2[q] is v[4q + c]'s 4 lanes */
+    s2[q] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * q], s1[2 * q + 1], 0x88),
+                          _mm512_shuffle_f32x4(s1[2 * q], s1[2 * q + 1], 0xdd));
+  for (int u = 0; u < 2; u++)  /* i + i+2: chunk c of s3[u] is v[c]'s 2 lanes, then v[4 + c]'s (u = 0) */
+    s3[u] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(s2[2 * u]), _mm512_castps_pd(s2[2 * u + 1]))),
+                          _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(s2[2 * u]), _mm512_castps_pd(s2[2 * u + 1]))));
+  return _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], 0x88), _mm512_shuffle_ps(s3[0], s3[1], 0xdd));
+}
 /* line ``l`` of the ``pfl`` 64-byte lines at pf asked into the L1 cache (none when l >= pfl): the
    multi-row products' next pair of weight rows, a line at each step of this pair's products.  The
    hardware prefetcher did not follow two rows read side by side (perf: ~20% of a [576 x 1536]
@@ -493,7 +518,7 @@ static LS_INLINE void ls_tdot_rows(const unsigned char* row, long long nb, int q
     }
   }
   for (int r = 0; r < nr; r++) {
-    const float dot = _mm512_reduce_add_ps(facc[r]), off = _mm512_reduce_add_ps(offv[r]);
+    const float dot = ls_hsum(facc[r]), off = ls_hsum(offv[r]);
     out[r] = dot + (qtype == 1 ? off : -8.0f * off);
   }
 }
@@ -570,7 +595,7 @@ static LS_INLINE void ls_tdot8_rows(const unsigned char* row, long long nb, int 
     }
     (void)E0;
   }
-  for (int r = 0; r < nr; r++) out[r] = _mm512_reduce_add_ps(facc[r]);
+  for (int r = 0; r < nr; r++) out[r] = ls_hsum(facc[r]);
 }
 /* Two weight rows at a time (16-bit x): ``nr`` (at most 4) rows of x laid out by ls_tlayout_x dotted
    with packed q4 rows row0 and row1 (ls_tdot2_rows) or q8_0 rows (ls_tdot82_rows).  Each vector of
@@ -660,10 +685,16 @@ static LS_INLINE void ls_tdot2_rows(const unsigned char* row0, const unsigned ch
     }
   }
   for (long long l = 16 * nf + 4 * ((nb - 16 * nf + 3) / 4); l < pfl; l++) ls_prefetch_line(pf, pfl, l);
+  /* facc[j] is v[j], offv[j] v[8 + j]: lane 4 (j % 4) + j / 4 holds facc[j]'s sum, lane 4 (j % 4) + 2 +
+     j / 4 offv[j]'s */
+  __m512 v[16];
+  for (int j = 0; j < 8; j++) { v[j] = facc[j]; v[8 + j] = offv[j]; }
+  float sums[16];
+  _mm512_storeu_ps(sums, ls_hsum16(v));
   for (int r = 0; r < nr; r++) {
-    const float s0 = _mm512_reduce_add_ps(offv[r]), s1 = _mm512_reduce_add_ps(offv[4 + r]);
-    out0[r] = _mm512_reduce_add_ps(facc[r]) + (qtype == 1 ? s0 : -8.0f * s0);
-    out1[r] = _mm512_reduce_add_ps(facc[4 + r]) + (qtype == 1 ? s1 : -8.0f * s1);
+    const float s0 = sums[4 * r + 2], s1 = sums[4 * r + 3];
+    out0[r] = sums[4 * r] + (qtype == 1 ? s0 : -8.0f * s0);
+    out1[r] = sums[4 * r + 1] + (qtype == 1 ? s1 : -8.0f * s1);
   }
 }
 static LS_INLINE void ls_tdot82_rows(const unsigned char* row0, const unsigned char* row1, long long nb,
@@ -721,7 +752,11 @@ static LS_INLINE void ls_tdot82_rows(const unsigned char* row0, const unsigned c
     }
   }
   for (long long l = 8 * nf + 2 * ((nb - 8 * nf + 1) / 2); l < pfl; l++) ls_prefetch_line(pf, pfl, l);
-  for (int r = 0; r < nr; r++) { out0[r] = _mm512_reduce_add_ps(facc[r]); out1[r] = _mm512_reduce_add_ps(facc[4 + r]); }
+  __m512 v[16];
+  for (int j = 0; j < 8; j++) { v[j] = facc[j]; v[8 + j] = _mm512_setzero_ps(); }
+  float sums[16];
+  _mm512_storeu_ps(sums, ls_hsum16(v));  /* facc[j]'s sum in lane 4 (j % 4) + j / 4 */
+  for (int r = 0; r < nr; r++) { out0[r] = sums[4 * r]; out1[r] = sums[4 * r + 1]; }
 }
 #endif
 /* 16 weights (bytes: unsigned u, or signed q) times 16 of x's integers (``bits`` 8 or 16, half h
