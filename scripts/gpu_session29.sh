@@ -6,6 +6,10 @@
 #   ncu     Nsight Compute's every section of the 1B's 512-token prefill attention tile
 #           (scripts/gpu_ncu.py detail): why the tile takes ~38 us a layer against cuDNN's ~21
 #   prefill the 1B's 512-token prefill beside eager and torch.compile max-autotune
+#   tests   the GPU tests of this session's changes: the attention tiles (query staging unrolled),
+#           the grouped expert tiles now on by default, the model zoo (MoE prompts now gathered)
+#   qstage  the 1B's 512-token prefill kernel by kernel, the query staging one element at a time
+#           (LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=0) against 8 at a time (the default)
 #   conf    the cuda conformance suite
 # Usage (GPU host): bash scripts/gpu_session29.sh STAGE...   Logs under $OUT.
 set -uo pipefail
@@ -20,10 +24,20 @@ for stage in "$@"; do
     prefill)
       step prefill 200 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
       sed -n '/^shape/,$p' "$OUT/prefill.log" ;;
+    tests)
+      step tests 200 python3 -m pytest -o addopts="" tests/backends/test_cuda_mma.py tests/backends/test_attention.py \
+        tests/backends/test_gather_matmul.py tests/models/test_cuda_models.py -q -p no:cacheprovider -n 8
+      grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -8 ;;
+    qstage)
+      for u in 0 8; do
+        (export LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=$u
+         step "profile_q$u" 80 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8)
+        echo "Q_UNROLL=$u:"; grep -E "kernels per step|period|attention_mma" "$OUT/profile_q$u.log" | head -4
+      done ;;
     conf)
       step conf 240 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q \
         -p no:cacheprovider -n 8
       tail -3 "$OUT/conf.log" ;;
-    *) echo "unknown stage $stage (moe, gemma, ncu, prefill, conf)" ;;
+    *) echo "unknown stage $stage (moe, gemma, ncu, tests, qstage, prefill, conf)" ;;
   esac
 done

@@ -7,6 +7,7 @@ and an index outside W raising IndexOutOfRange."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -25,8 +26,9 @@ from tests.backends.harness import nvrtc_or_skip, saturate
 
 NATIVE = get_backend("native")
 CUDA = get_backend("cuda")
-RENDER = CudaBackend(cublaslt="off")
-# the grouped tensor-core tiles are offered only with the switch (LIGHTSPEED_CUDA_GROUPED_MMA=1)
+# the warp-per-output kernel's renderings: the grouped tensor-core tiles (on by default,
+# LIGHTSPEED_CUDA_GROUPED_MMA) not offered
+RENDER = CudaBackend(cublaslt="off", grouped_mma=False)
 GROUPED = CudaBackend(cublaslt="off", grouped_mma=True)
 E, INTER, H, K = 6, 8, 32, 3
 
@@ -277,7 +279,8 @@ def test_grouped_tensor_core_tiles_are_offered_for_16_bit_experts_and_compile_fo
     for seed in range(40):
         f32 = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, GROUPED.declarations())
         assert "GatherMatmulMma" not in {o.op for o in f32.ops}
-    # without the switch: not offered (its GPU tests have not run yet)
+    # on by default (unless LIGHTSPEED_CUDA_GROUPED_MMA=0); switched off, not offered
+    assert CudaBackend(cublaslt="off").grouped_mma == (os.environ.get("LIGHTSPEED_CUDA_GROUPED_MMA", "1") != "0")
     assert not RENDER.grouped_mma and "mma_grouped" not in RENDER.rulesets
     _, enc, index, ser = saturate(RENDER, _bf16_experts(H, INTER, E, K))
     for seed in range(40):

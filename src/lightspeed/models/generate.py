@@ -213,14 +213,14 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
     prog = _PROGRAMS.get(key)
     if prog is None:
         t0 = time.perf_counter()
-        # an "auto" mixture-of-experts prompt (and a paged step's rows): gathered where a host
-        # backend reads the chosen rows in place, grouped by expert (native's GatherMatmul: 46.5 ms
-        # vs the dense form's 263 for one layer at 128 tokens, 0.80 vs 8.6 at one, 2-core VM), else
-        # the dense batched products (a device's tensor cores: each expert read once, where 32
-        # gathered rows would read 8 experts each; the cpu backend, whose Gather would copy them)
-        # (LIGHTSPEED_MOE_PREFILL=gather|dense overrides it: a device's prompts grouped by expert on
-        # the tensor cores, GatherMatmulMma, are measured against the dense form that way)
-        grouped = not token and "GatherMatmul" in get_backend(backend).declarations()
+        # an "auto" mixture-of-experts prompt (and a paged step's rows): gathered where the backend
+        # groups the chosen rows by expert -- a host backend's GatherMatmul (native: 46.5 ms vs the
+        # dense form's 263 for one layer at 128 tokens, 0.80 vs 8.6 at one, 2-core VM), cuda's
+        # tensor-core tiles (GatherMatmulMma: a 512-token Qwen3-30B-A3B-shaped prompt 6.90 ms vs
+        # 27.07 dense, H100) -- else the dense batched products (the cpu backend, whose Gather
+        # would copy them) (LIGHTSPEED_MOE_PREFILL=gather|dense overrides it)
+        be = get_backend(backend)
+        grouped = "GatherMatmul" in be.declarations() and (not token or getattr(be, "grouped_mma", False))
         g = model.build_graph(graph_mode, all_logits, storage, next_token=token,
                               moe_prefill=("gather" if grouped else "dense") if moe == "auto" else moe)
         built = time.perf_counter() - t0
@@ -237,7 +237,8 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
 
 def moe_prefill_choice() -> str:
     """``$LIGHTSPEED_MOE_PREFILL``: a mixture-of-experts prompt's form, ``auto`` (the default: gathered
-    on a host backend with GatherMatmul, dense elsewhere), ``gather`` or ``dense``."""
+    where the backend groups the rows by expert -- native's GatherMatmul, cuda's tensor-core tiles --
+    dense elsewhere), ``gather`` or ``dense``."""
     mode = os.environ.get("LIGHTSPEED_MOE_PREFILL", "auto")
     if mode not in MOE_CONFIG_MODES:
         raise ValueError(f"LIGHTSPEED_MOE_PREFILL must be one of {MOE_CONFIG_MODES}, got {mode!r}")

@@ -69,6 +69,11 @@ PACKED_MASK = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK", "0") == "1
 # (its GPU tests passed) but slower -- the 1B's 512-token prefill 4.115 ms against the defaults'
 # 3.443 on an H200 (2026-12-07), ~42 us a layer more
 SPLIT = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_SPLIT", "0") == "1"
+# LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL: elements of a query body (RoPE inlined, say) a thread evaluates
+# at once into registers when the tile is staged, their loads in flight together (8, a divisor of
+# the d / 2 elements a thread stages); 0: one element at a time behind its test, as before the
+# twenty-ninth session (an A/B switch)
+Q_UNROLL = int(os.environ.get("LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL", "8"))
 
 
 def _is(e, value: int) -> bool:
@@ -132,7 +137,14 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line(f"const long long _ls_i{suffix} = _ls_f{suffix} % {mm}; _ls_f{suffix} /= {mm};")
         for x in reversed(folded):
             size = w.expr(batch[x])
-            w.line(f"const long long {names[x]}{suffix} = _ls_f{suffix} % {size}; _ls_f{suffix} /= {size};")
+            if x == folded[0]:
+                # the outermost axis: the quotient left is already below its extent in every row of
+                # the row space (rows past it are read and written only behind their tests), so a
+                # clamp, not a 64-bit division by a run-time extent (a branch and ~30 instructions
+                # an element in a prompt's query staging, which kept loads from overlapping)
+                w.line(f"const long long {names[x]}{suffix} = _ls_f{suffix} < {size} ? _ls_f{suffix} : {size} - 1;")
+            else:
+                w.line(f"const long long {names[x]}{suffix} = _ls_f{suffix} % {size}; _ls_f{suffix} /= {size};")
         q = " + ".join([f"_ls_oq + _ls_i{suffix} * {qsm}"]
                        + [f"{names[x]}{suffix} * {w.expr(a['q_batch_strides'][x])}" for x in folded])
         w.line(f"const long long _ls_q{suffix} = {q};")
@@ -171,8 +183,32 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         row_coords(f"_ls_m0 + _ls_warp * 16 + _ls_g + {8 * h}", f"_{h}")
         w.line(f"const bool _ls_in_{h} = _ls_m0 + _ls_warp * 16 + _ls_g + {8 * h} < {rr};")
 
-    def stage(what: str, count: str, row: str, valid: str, flat: str, dest: str) -> None:
-        """Fill a shared tile: element _ls_e -> (row, col), its value the body's at ``flat``."""
+    def stage(what: str, count: str, row: str, valid: str, flat: str, dest: str, unroll: int = 0) -> None:
+        """Fill a shared tile: element _ls_e -> (row, col), its value the body's at ``flat``.
+        ``unroll`` (a divisor of count / 128): ``flat`` is in range for every element (its row
+        clamped, :func:`row_coords`), so ``unroll`` elements' bodies are evaluated without a
+        branch into registers (each kept where ``valid``), then stored: no shared-memory store
+        (which a generic load may alias) between their loads, which are then issued together."""
+        if unroll:
+            w.line(f"for (int _ls_u = 0; _ls_u < {count} / 128; _ls_u += {unroll}) {{")
+            w.line(f"  float _ls_vu[{unroll}];")
+            w.line("  #pragma unroll")
+            w.line(f"  for (int _ls_k = 0; _ls_k < {unroll}; _ls_k++) {{")
+            w.line("    const int _ls_e = _ls_t + 128 * (_ls_u + _ls_k);")
+            w.line(f"    const int _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
+            w.line(f"    {row}")
+            w.line(f"    const long long _ls_{what}z = {flat};")
+            value = nested(w, "    ", lambda: region.value(a[f"{what}_body"], f"_ls_{what}z"))
+            w.line(f"    _ls_vu[_ls_k] = {valid} ? (float){value} : 0.0f;")
+            w.line("  }")
+            w.line("  #pragma unroll")
+            w.line(f"  for (int _ls_k = 0; _ls_k < {unroll}; _ls_k++) {{")
+            w.line("    const int _ls_e = _ls_t + 128 * (_ls_u + _ls_k);")
+            w.line(f"    const int _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
+            w.line(f"    {dest} = {store(op.dtype, '_ls_vu[_ls_k]')};")
+            w.line("  }")
+            w.line("}")
+            return
         w.line(f"for (int _ls_e = _ls_t; _ls_e < {count}; _ls_e += 128) {{")
         w.line(f"  const int _ls_r = _ls_e / {d}, _ls_c = _ls_e % {d};")
         w.line(f"  {row}")
@@ -328,8 +364,11 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line("  }")
         w.line("} else {")
         w.push()
+    # a query body (RoPE inlined, say) element by element: unrolled, so that 8 elements' loads are
+    # in flight at once -- one at a time, the loads' waits were 56% of the 1B's 512-token prompt's
+    # attention tile (ncu's stall samples, H100, twenty-ninth session)
     stage("q", f"{ROWS * d}", "\n  ".join(q_row), f"_ls_m0 + _ls_r < {rr}", f"_ls_q_r + _ls_c * {qsk}",
-          "_ls_qs[_ls_r][_ls_c]")
+          "_ls_qs[_ls_r][_ls_c]", unroll=Q_UNROLL if Q_UNROLL > 0 and (ROWS * d // 128) % Q_UNROLL == 0 else 0)
     if q_leaf is not None:
         inner = w.pop()
         w.scope.lines.extend("  " + ln for ln in inner)
