@@ -9,7 +9,9 @@
 #   tests   the GPU tests of this session's changes: the attention tiles (query staging unrolled),
 #           the grouped expert tiles now on by default, the model zoo (MoE prompts now gathered)
 #   qstage  the 1B's 512-token prefill kernel by kernel, the query staging one element at a time
-#           (LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=0) against 8 at a time (the default)
+#           (LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=0) against 8 at a time (the default), and with the
+#           packed mask (the mask's raw pairs kept a tile ahead, converted at use: ncu saw its
+#           conversion placed right behind its load, a wait there)
 #   conf    the cuda conformance suite
 # Usage (GPU host): bash scripts/gpu_session29.sh STAGE...   Logs under $OUT.
 set -uo pipefail
@@ -25,14 +27,16 @@ for stage in "$@"; do
       step prefill 200 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
       sed -n '/^shape/,$p' "$OUT/prefill.log" ;;
     tests)
-      step tests 200 python3 -m pytest -o addopts="" tests/backends/test_cuda_mma.py tests/backends/test_attention.py \
-        tests/backends/test_gather_matmul.py tests/models/test_cuda_models.py -q -p no:cacheprovider -n 8
+      step tests "${GPU_S29_TESTS_S:-150}" python3 -m pytest -o addopts="" tests/backends/test_cuda_mma.py \
+        tests/backends/test_gather_matmul.py tests/models/test_cuda_models.py -k "attention or gather or moe or tiles" \
+        -q -p no:cacheprovider -n 8
       grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -8 ;;
     qstage)
-      for u in 0 8; do
-        (export LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=$u
-         step "profile_q$u" 80 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8)
-        echo "Q_UNROLL=$u:"; grep -E "kernels per step|period|attention_mma" "$OUT/profile_q$u.log" | head -4
+      for v in "q0:LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=0" "q8:LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=8" \
+               "q8_packed:LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK=1"; do
+        (export ${v#*:}; step "profile_${v%%:*}" 60 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer \
+          --steps 8)
+        echo "${v%%:*} (${v#*:}):"; grep -E "kernels per step|period|attention_mma" "$OUT/profile_${v%%:*}.log" | head -4
       done ;;
     conf)
       step conf 240 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q \
