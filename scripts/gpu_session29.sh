@@ -6,10 +6,11 @@
 #   ncu     Nsight Compute's every section of the 1B's 512-token prefill attention tile
 #           (scripts/gpu_ncu.py detail): why the tile takes ~38 us a layer against cuDNN's ~21
 #   prefill the 1B's 512-token prefill beside eager and torch.compile max-autotune
-#   tests   the GPU tests of this session's changes: the attention tiles (query staging unrolled),
+#   tests   the GPU tests of this session's changes: the attention tiles (query staging unrolled, the
+#           switch set),
 #           the grouped expert tiles now on by default, the model zoo (MoE prompts now gathered)
 #   qstage  the 1B's 512-token prefill kernel by kernel, the query staging one element at a time
-#           (LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=0) against 8 at a time (the default), and with the
+#           (LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=0, the default) against 8 at a time, and with the
 #           packed mask (the mask's raw pairs kept a tile ahead, converted at use: ncu saw its
 #           conversion placed right behind its load, a wait there)
 #   conf    the cuda conformance suite
@@ -27,13 +28,13 @@ for stage in "$@"; do
       step prefill 200 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
       sed -n '/^shape/,$p' "$OUT/prefill.log" ;;
     tests)
-      step tests "${GPU_S29_TESTS_S:-150}" python3 -m pytest -o addopts="" tests/backends/test_cuda_mma.py \
+      LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=8 step tests "${GPU_S29_TESTS_S:-150}" python3 -m pytest -o addopts="" tests/backends/test_cuda_mma.py \
         tests/backends/test_gather_matmul.py tests/models/test_cuda_models.py -k "attention or gather or moe or tiles" \
         -q -p no:cacheprovider -n 8
       grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -8 ;;
     qstage)
       for v in "q0:LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=0" "q8:LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=8" \
-               "q8_packed:LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK=1"; do
+               "q8_packed:LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=8 LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK=1"; do
         (export ${v#*:}; step "profile_${v%%:*}" 60 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer \
           --steps 8)
         echo "${v%%:*} (${v#*:}):"; grep -E "kernels per step|period|attention_mma" "$OUT/profile_${v%%:*}.log" | head -4

@@ -69,11 +69,12 @@ PACKED_MASK = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK", "0") == "1
 # (its GPU tests passed) but slower -- the 1B's 512-token prefill 4.115 ms against the defaults'
 # 3.443 on an H200 (2026-12-07), ~42 us a layer more
 SPLIT = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_SPLIT", "0") == "1"
-# LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL: elements of a query body (RoPE inlined, say) a thread evaluates
-# at once into registers when the tile is staged, their loads in flight together (8, a divisor of
-# the d / 2 elements a thread stages); 0: one element at a time behind its test, as before the
-# twenty-ninth session (an A/B switch)
-Q_UNROLL = int(os.environ.get("LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL", "8"))
+# LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=8: a query body (RoPE inlined, say) staged 8 elements a thread at
+# a time into registers, their loads in flight together (a divisor of the d / 2 elements a thread
+# stages); default 0: one element at a time behind its test.  The one-at-a-time staging's load waits
+# were 56% of the 1B's 512-token tile (ncu, H100, twenty-ninth session); an A/B switch, off until
+# its GPU tests and timing have run (NVRTC compiles it: the SASS issues 8 elements' loads together)
+Q_UNROLL = int(os.environ.get("LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL", "0"))
 
 
 def _is(e, value: int) -> bool:
