@@ -95,6 +95,8 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
                               f"got {d} and {dv}")
     kind = MMA_DTYPES[op.dtype.name]
     split = SPLIT
+    # the unrolled query staging (its rows clamped, not divided: every element's body in range)
+    q_unroll = Q_UNROLL if Q_UNROLL > 0 and (ROWS * d // 128) % Q_UNROLL == 0 else 0
     ldm = matmul_mma.LDMATRIX  # fragments by ldmatrix (the tiles' switch, LIGHTSPEED_CUDA_LDMATRIX)
     bn = 64 if d <= 64 else 32  # keys per tile: the three shared tiles stay within 48 KiB
     st = storage_type(op.dtype)
@@ -138,7 +140,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
         w.line(f"const long long _ls_i{suffix} = _ls_f{suffix} % {mm}; _ls_f{suffix} /= {mm};")
         for x in reversed(folded):
             size = w.expr(batch[x])
-            if x == folded[0]:
+            if x == folded[0] and q_unroll:
                 # the outermost axis: the quotient left is already below its extent in every row of
                 # the row space (rows past it are read and written only behind their tests), so a
                 # clamp, not a 64-bit division by a run-time extent (a branch and ~30 instructions
@@ -369,7 +371,7 @@ def attention_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda")
     # in flight at once -- one at a time, the loads' waits were 56% of the 1B's 512-token prompt's
     # attention tile (ncu's stall samples, H100, twenty-ninth session)
     stage("q", f"{ROWS * d}", "\n  ".join(q_row), f"_ls_m0 + _ls_r < {rr}", f"_ls_q_r + _ls_c * {qsk}",
-          "_ls_qs[_ls_r][_ls_c]", unroll=Q_UNROLL if Q_UNROLL > 0 and (ROWS * d // 128) % Q_UNROLL == 0 else 0)
+          "_ls_qs[_ls_r][_ls_c]", unroll=q_unroll)
     if q_leaf is not None:
         inner = w.pop()
         w.scope.lines.extend("  " + ln for ln in inner)
