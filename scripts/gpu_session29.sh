@@ -29,7 +29,7 @@ for stage in "$@"; do
       sed -n '/^shape/,$p' "$OUT/prefill.log" ;;
     tests)
       LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=8 step tests "${GPU_S29_TESTS_S:-150}" python3 -m pytest -o addopts="" tests/backends/test_cuda_mma.py \
-        tests/backends/test_gather_matmul.py tests/models/test_cuda_models.py -k "attention or gather or moe or tiles" \
+        tests/backends/test_gather_matmul.py tests/models/test_cuda_models.py -k "attention or gather or moe or tiles or staging" \
         -q -p no:cacheprovider -n 8
       grep -E "passed|failed|FAILED|Error" "$OUT/tests.log" | tail -8 ;;
     qstage)

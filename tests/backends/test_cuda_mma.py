@@ -212,14 +212,16 @@ def test_glu_tiles_match_the_reference(dtype, k, fragments, large):
 
 
 # ------------------------------------------------------------------ attention on the tensor cores
-def _attention_graph(d: int, dtype=ls.bfloat16, grouped: bool = False, rows: bool = False) -> ls.Graph:
+def _attention_graph(d: int, dtype=ls.bfloat16, grouped: bool = False, rows: bool = False,
+                     q_body: bool = False) -> ls.Graph:
     """softmax_2(q k^T + mask) v over 2 batch indexes, m query rows and L keys (symbolic): the
     chain the attention rules make one ``Attention`` op of (nn.softmax_attention's form).
     ``grouped``: a decode step's layout instead -- queries [m, 2, 4, d] (positions, KV heads, the
     group's heads), keys and values per KV head broadcast over the positions, the mask per
     position: the Attention is batched over (m, 2) with 4 rows, and the tiles fold m into them.
     ``rows``: keys and values stored [L, 2, d] (a model's K/V: positions major), whose static
-    strides let the tiles stage them with 16-byte loads."""
+    strides let the tiles stage them with 16-byte loads.  ``q_body``: the queries scaled first (a
+    body the tiles evaluate element by element as they stage it, as a model's RoPE)."""
     from lightspeed import hl
 
     g = ls.Graph()
@@ -232,9 +234,11 @@ def _attention_graph(d: int, dtype=ls.bfloat16, grouped: bool = False, rows: boo
     mask = g.input("mask", ("m", "L"), dtype)
     if grouped:
         q = g.input("q", ("m", 2, 4, d), dtype)
+        q = q * 1.5 if q_body else q
         scores = q @ k.permute(0, 2, 1) + mask.reshape("m", 1, 1, "L")
     else:
         q = g.input("q", (2, "m", d), dtype)
+        q = q * 1.5 if q_body else q
         scores = q @ k.permute(0, 2, 1) + mask.reshape(1, "m", "L")
     e = hl.exp2(scores + scores.amax(-1, keepdim=True) * -1.0)
     g.output("o", (e @ v) * hl.reciprocal(e.sum(-1, keepdim=True)))
@@ -401,6 +405,41 @@ def test_a_packed_mask_compiles_in_both_16_bit_dtypes(monkeypatch):
         assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
 
 
+def test_an_unrolled_query_staging_compiles_with_its_rows_clamped(monkeypatch):
+    """LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=8: a query body's elements staged 8 a thread into
+    registers, then stored (no shared store between their loads); the outermost folded row
+    coordinate clamped, not divided by the run-time row count; without the switch, neither."""
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import attention_mma, module_source, render
+
+    def source(d: int, grouped: bool) -> str:
+        tiles, _ = _flash(_attention_graph(d, grouped=grouped, rows=True, q_body=True))
+        op = next(o for o in tiles.ops if o.op == "AttentionMma")
+        specs = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")
+        assert nvrtc.compile_cubin(module_source(specs, "cuda"), "sm_90")
+        return specs[0].source
+
+    assert "_ls_vu[" not in source(64, True)
+    monkeypatch.setattr(attention_mma, "Q_UNROLL", 8)
+    for d, grouped in ((64, True), (128, False), (16, True)):
+        text = source(d, grouped)
+        assert "float _ls_vu[8];" in text and "_ls_vu[_ls_k] = _ls_m0 + _ls_r <" in text
+        # grouped: the positions folded into the rows, the outermost coordinate clamped
+        assert (" ? _ls_f_r : " in text) == grouped
+
+
+@pytest.mark.skipif(not MMA.available(), reason="no GPU")
+@pytest.mark.parametrize("d,grouped,rows", [(64, True, True), (64, False, False), (128, False, True)])
+def test_unrolled_query_staging_matches_the_reference(d, grouped, rows, monkeypatch):
+    """The unrolled staging of a query body (and of a plain query where its buffer is not
+    16-byte aligned) against the reference at the tiles' odd sizes (rows past the end read
+    through a clamped row)."""
+    from lightspeed.backends.codegen.kernels import attention_mma
+
+    monkeypatch.setattr(attention_mma, "Q_UNROLL", 8)
+    _check_tiles_against_the_reference(d, grouped, rows, q_body=True)
+
+
 def test_a_split_tile_runs_on_a_pair_of_blocks_and_compiles(monkeypatch):
     """LIGHTSPEED_CUDA_ATTENTION_SPLIT=1: a row tile's keys over a cluster of 2 blocks (every other
     key tile each), merged through distributed shared memory in a buffer over the tiles (no more
@@ -434,10 +473,10 @@ def test_split_tiles_match_the_reference(d, grouped, rows, pipeline, monkeypatch
     _check_tiles_against_the_reference(d, grouped, rows)
 
 
-def _check_tiles_against_the_reference(d: int, grouped: bool, rows: bool) -> None:
+def _check_tiles_against_the_reference(d: int, grouped: bool, rows: bool, q_body: bool = False) -> None:
     import ml_dtypes
 
-    g = _attention_graph(d, grouped=grouped, rows=rows)
+    g = _attention_graph(d, grouped=grouped, rows=rows, q_body=q_body)
     tiles = MMA.lower(g, _flash(g)[0])
     ref = g.compile(backend="reference")
     rng = np.random.default_rng(d)
