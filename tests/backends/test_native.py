@@ -199,11 +199,9 @@ def test_half_precision_dots_widen_eight_at_a_time(dtype, k):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
-def test_kernels_are_compiled_once_and_found_again_by_name(tmp_path, monkeypatch):
-    """A kernel (named by the hash of its text) is compiled once per machine: a second program
-    compiles only the kernels no library holds yet, and a fresh process (the in-process tables
-    cleared) finds every kernel through the on-disk index and compiles nothing; results match the
-    reference throughout."""
+def _compile_spy(tmp_path, monkeypatch) -> list[str]:
+    """A private cache folder, native's in-process tables cleared, and the list every C source
+    the compiler is given from now on is appended to."""
     from pathlib import Path
 
     from lightspeed.backends.native import executor as host
@@ -220,6 +218,18 @@ def test_kernels_are_compiled_once_and_found_again_by_name(tmp_path, monkeypatch
         return real(cmd, *args, **kwargs)
 
     monkeypatch.setattr(host.subprocess, "run", spy)
+    return compiled
+
+
+def test_kernels_are_compiled_once_and_found_again_by_name(tmp_path, monkeypatch):
+    """A kernel (named by the hash of its text) is compiled once per machine: a second program
+    compiles only the kernels no library holds yet, and a fresh process (the in-process tables
+    cleared) finds every kernel through the on-disk index and compiles nothing; results match the
+    reference throughout."""
+
+    from lightspeed.backends.native import executor as host
+
+    compiled = _compile_spy(tmp_path, monkeypatch)  # every C source the compiler was given
 
     def graph(extra: bool) -> ls.Graph:
         g = ls.Graph()
@@ -274,23 +284,11 @@ def test_a_changed_prelude_compiles_the_kernels_again(tmp_path, monkeypatch):
     """Kernels are found again by name, and a name hashes only the kernel's own text: a prelude
     function changed (a new lightspeed, say) must not leave the old compiled code running -- the
     index is keyed on the preludes' digest too (a stale q16 dot kept its old reductions once)."""
-    from pathlib import Path
 
     from lightspeed.backends.codegen.kernels import source
     from lightspeed.backends.native import executor as host
 
-    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(host, "_kernels", {})
-    monkeypatch.setattr(host, "_libs", {})
-    compiled: list[str] = []
-    real = host.subprocess.run
-
-    def spy(cmd, *args, **kwargs):
-        if str(cmd[-2]).endswith("k.c"):
-            compiled.append(Path(cmd[-2]).read_text())
-        return real(cmd, *args, **kwargs)
-
-    monkeypatch.setattr(host.subprocess, "run", spy)
+    compiled = _compile_spy(tmp_path, monkeypatch)
     g = ls.Graph()
     x = g.input("x", ("s", 16))
     g.output("y", (x * 3.0).exp().sum(-1))
