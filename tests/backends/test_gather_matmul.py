@@ -282,6 +282,9 @@ def test_grouped_tensor_core_tiles_are_offered_for_16_bit_experts_and_compile_fo
     # on by default (unless LIGHTSPEED_CUDA_GROUPED_MMA=0); switched off, not offered
     assert CudaBackend(cublaslt="off").grouped_mma == (os.environ.get("LIGHTSPEED_CUDA_GROUPED_MMA", "1") != "0")
     assert not RENDER.grouped_mma and "mma_grouped" not in RENDER.rulesets
+    # and a prompt is built gathered exactly where the grouped form is offered (models/generate.py)
+    assert GROUPED.groups_gathered_rows and not RENDER.groups_gathered_rows and NATIVE.groups_gathered_rows
+    assert not get_backend("cpu").groups_gathered_rows
     _, enc, index, ser = saturate(RENDER, _bf16_experts(H, INTER, E, K))
     for seed in range(40):
         lp = decode_program(Candidate.random(index, random.Random(seed)), ser, enc.constants, RENDER.declarations())

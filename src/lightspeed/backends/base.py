@@ -74,6 +74,10 @@ class Backend:
     # True when its programs' outputs live in device memory (copying one to the host is a
     # transfer): a greedy decode step then fetches the program's own argmax, not the logits
     device_memory: bool = False
+    # True when its GatherMatmul runs each chosen row's picks together, grouped by the row (native's
+    # kernel; cuda's tensor-core GatherMatmulMma): a mixture-of-experts prompt is then built
+    # gathered (models/generate.py's "auto"), dense elsewhere
+    groups_gathered_rows: bool = False
 
     # ------------------------------------------------------------------ identity
     def available(self) -> bool:

@@ -214,13 +214,12 @@ def compile_model(model: DecoderLM, mode: str, backend: str = "cpu", search: Sea
     if prog is None:
         t0 = time.perf_counter()
         # an "auto" mixture-of-experts prompt (and a paged step's rows): gathered where the backend
-        # groups the chosen rows by expert -- a host backend's GatherMatmul (native: 46.5 ms vs the
-        # dense form's 263 for one layer at 128 tokens, 0.80 vs 8.6 at one, 2-core VM), cuda's
-        # tensor-core tiles (GatherMatmulMma: a 512-token Qwen3-30B-A3B-shaped prompt 6.90 ms vs
-        # 27.07 dense, H100) -- else the dense batched products (the cpu backend, whose Gather
-        # would copy them) (LIGHTSPEED_MOE_PREFILL=gather|dense overrides it)
-        be = get_backend(backend)
-        grouped = "GatherMatmul" in be.declarations() and (not token or getattr(be, "grouped_mma", False))
+        # groups the chosen rows by expert (``Backend.groups_gathered_rows``: native's GatherMatmul,
+        # 46.5 ms vs the dense form's 263 for one layer at 128 tokens, 0.80 vs 8.6 at one, 2-core
+        # VM; cuda's tensor-core tiles, a 512-token Qwen3-30B-A3B-shaped prompt 6.90 ms vs 27.07
+        # dense, H100), else the dense batched products (the cpu backend, whose Gather would copy
+        # them) (LIGHTSPEED_MOE_PREFILL=gather|dense overrides it)
+        grouped = get_backend(backend).groups_gathered_rows
         g = model.build_graph(graph_mode, all_logits, storage, next_token=token,
                               moe_prefill=("gather" if grouped else "dense") if moe == "auto" else moe)
         built = time.perf_counter() - t0

@@ -114,6 +114,7 @@ class CudaBackend(KernelBackend):
         # $LIGHTSPEED_CUDA_GROUPED_MMA=0 turns it off (prompts dense again)
         self.grouped_mma = self.mma and (os.environ.get("LIGHTSPEED_CUDA_GROUPED_MMA", "1") != "0"
                                          if grouped_mma is None else grouped_mma)
+        self.groups_gathered_rows = self.grouped_mma
         if self.grouped_mma:
             self.rulesets = (*self.rulesets, "mma_grouped")
         self.stacked = os.environ.get("LIGHTSPEED_CUDA_STACKED", "0") == "1" if stacked is None else stacked

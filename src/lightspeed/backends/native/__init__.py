@@ -36,6 +36,7 @@ class NativeBackend(KernelBackend):
     rule_files = (blocks.RULE_FILE, *fused.RULE_FILES)
     rulesets = ("simplify", "cleanup", "inplace", "layout", "linalg", "blocks", *fused.RULESETS, "fusion", "writes")
     block_dtypes = dt.BLOCK_DTYPES
+    groups_gathered_rows = True  # its GatherMatmul kernel groups the picks by expert
     # the generated kernels, and the block ops' kernels reading weights' packed blocks
     op_table = OpTable(blocks.BLOCK_LOWERINGS, placers=(blocks.place_blocks,))
 
