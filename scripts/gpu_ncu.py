@@ -114,11 +114,18 @@ def summary(path: str) -> str:
     return "\n".join(out)
 
 
-def run(shape: str, prompt: int) -> None:
+def _prepared(shape: str, prompt: int) -> tuple[Path, list[str]]:
+    """$OUT made, and the target's command, run once unprofiled (the search's decisions cached,
+    kernels compiled) so that ncu sees only the warm prefill and step."""
     out = Path(os.environ.get("OUT", "/tmp/gpu-out"))
     out.mkdir(parents=True, exist_ok=True)
     me = [sys.executable, str(Path(__file__).resolve()), "target", shape, "--prompt", str(prompt)]
-    subprocess.run(me, check=True)  # the search's decisions cached, kernels compiled
+    subprocess.run(me, check=True)
+    return out, me
+
+
+def run(shape: str, prompt: int) -> None:
+    out, me = _prepared(shape, prompt)
     csv_path = out / "ncu.csv"
     def ncu(metrics: list[str]) -> int:
         cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--graph-profiling", "node",
@@ -135,10 +142,7 @@ def run(shape: str, prompt: int) -> None:
 
 def detail(shape: str, prompt: int, kernel: str) -> None:
     """One kernel's every section: where its time goes against its own limits, beyond the table."""
-    out = Path(os.environ.get("OUT", "/tmp/gpu-out"))
-    out.mkdir(parents=True, exist_ok=True)
-    me = [sys.executable, str(Path(__file__).resolve()), "target", shape, "--prompt", str(prompt)]
-    subprocess.run(me, check=True)
+    out, me = _prepared(shape, prompt)
     rep = out / "ncu_detail"
     cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--graph-profiling", "node",
            "--target-processes", "all", "--kernel-name", f"regex:{kernel}", "--launch-count", "1",

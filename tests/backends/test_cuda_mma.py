@@ -432,9 +432,8 @@ def test_an_unrolled_query_staging_compiles_with_its_rows_clamped(monkeypatch):
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
 @pytest.mark.parametrize("d,grouped,rows", [(64, True, True), (64, False, False), (128, False, True)])
 def test_unrolled_query_staging_matches_the_reference(d, grouped, rows, monkeypatch):
-    """The unrolled staging of a query body (and of a plain query where its buffer is not
-    16-byte aligned) against the reference at the tiles' odd sizes (rows past the end read
-    through a clamped row)."""
+    """The unrolled staging of a query body against the reference at the tiles' odd sizes (rows
+    past the end read through a clamped row)."""
     from lightspeed.backends.codegen.kernels import attention_mma
 
     monkeypatch.setattr(attention_mma, "Q_UNROLL", 8)

@@ -315,8 +315,6 @@ def glu_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Ke
     return finish(w, "cuda", ts.kind, bufs, count, body, "matmul_glu_mma", preludes=("mma",))
 
 
-
-
 def gather_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
     """``GatherMatmulMma``: ``GatherMatmul`` (semantics in codegen/fused.py) grouped by expert on
     the tensor cores, where B is whole picked rows (:func:`~.matmul.grouped_layout`: a mixture-of-
