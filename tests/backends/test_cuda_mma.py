@@ -430,13 +430,16 @@ def test_an_unrolled_query_staging_compiles_with_its_rows_clamped(monkeypatch):
 
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
+@pytest.mark.parametrize("q_unroll,packed", [(8, True), (0, False)])
 @pytest.mark.parametrize("d,grouped,rows", [(64, True, True), (64, False, False), (128, False, True)])
-def test_unrolled_query_staging_matches_the_reference(d, grouped, rows, monkeypatch):
-    """The unrolled staging of a query body against the reference at the tiles' odd sizes (rows
-    past the end read through a clamped row)."""
+def test_query_staging_matches_the_reference(d, grouped, rows, q_unroll, packed, monkeypatch):
+    """A query body staged 8 at a time with the packed mask (the defaults; rows past the end read
+    through a clamped row) and one element at a time with 32-bit mask registers (both switches
+    off), against the reference at the tiles' odd sizes."""
     from lightspeed.backends.codegen.kernels import attention_mma
 
-    monkeypatch.setattr(attention_mma, "Q_UNROLL", 8)
+    monkeypatch.setattr(attention_mma, "Q_UNROLL", q_unroll)
+    monkeypatch.setattr(attention_mma, "PACKED_MASK", packed)
     _check_tiles_against_the_reference(d, grouped, rows, q_body=True)
 
 

@@ -58,8 +58,9 @@ MIN_BLOCKS = int(os.environ.get("LIGHTSPEED_CUDA_ATTENTION_MIN_BLOCKS", "0"))
 # LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK=1: the next key tile's mask values, held in registers across
 # a tile's softmax and products, are kept as pairs of the result's 16-bit dtype (a thread's two
 # keys of a row share a register: 16 registers instead of 32) where the mask is of that dtype (its
-# values are then exact); an A/B switch, default off until measured
-PACKED_MASK = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK", "0") == "1"
+# values are then exact); default on: with the unrolled query staging below, the 1B's 512-token tile
+# 28.11 -> 27.09 us a launch (H100, thirtieth session); ``0``: 32-bit mask registers
+PACKED_MASK = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK", "1") != "0"
 # LIGHTSPEED_CUDA_ATTENTION_SPLIT=1: a row tile's keys split over a cluster of 2 blocks (kind
 # ``matmul_mma_pair``), each taking every other key tile, the second block's running output,
 # maximum and sum merged into the first's through distributed shared memory (a buffer over the
@@ -71,10 +72,10 @@ PACKED_MASK = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_PACKED_MASK", "0") == "1
 SPLIT = os.environ.get("LIGHTSPEED_CUDA_ATTENTION_SPLIT", "0") == "1"
 # LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL=8: a query body (RoPE inlined, say) staged 8 elements a thread at
 # a time into registers, their loads in flight together (a divisor of the d / 2 elements a thread
-# stages); default 0: one element at a time behind its test.  The one-at-a-time staging's load waits
-# were 56% of the 1B's 512-token tile (ncu, H100, twenty-ninth session); an A/B switch, off until
-# its GPU tests and timing have run (NVRTC compiles it: the SASS issues 8 elements' loads together)
-Q_UNROLL = int(os.environ.get("LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL", "0"))
+# stages); ``0``: one element at a time behind its test, whose load waits were 56% of the 1B's
+# 512-token tile (ncu, H100, twenty-ninth session).  Default 8: that tile 38.29 -> 28.11 us a launch
+# (kernel by kernel, H100, thirtieth session; the SASS issues 8 elements' loads together)
+Q_UNROLL = int(os.environ.get("LIGHTSPEED_CUDA_ATTENTION_Q_UNROLL", "8"))
 
 
 def _is(e, value: int) -> bool:
