@@ -158,12 +158,14 @@ def peer_text(hf: Any, prompt: list[int], steps: int, mode: str, device: str) ->
         return dict(ttft_ms=ttft * 1e3, tpot_ms=float(np.median(times)) * 1e3)
 
 
-def whisper_row(backend: str, steps: int, peer: str, device: str, path: str | None = None) -> dict:
-    """tiny.en on ``backend``: a synthetic 30 s window, greedy tokens; per-token decode time."""
+def whisper_row(backend: str, steps: int, peer: str, device: str, path: str | None = None,
+                dtype: str = "float32") -> dict:
+    """tiny.en on ``backend`` in ``dtype`` (the peer in the same dtype): a synthetic 30 s window,
+    greedy tokens; per-token decode time."""
     from lightspeed.models.whisper import find_model_dir, load_model, prompt_tokens
     from lightspeed.weights.ctranslate2 import load_whisper
 
-    model, _ = load_model(path, backend)
+    model, _ = load_model(path, backend, dtype=dtype)
     rng = np.random.default_rng(0)
     feats = (rng.standard_normal((model.cfg.num_mel_bins, model.cfg.n_frames)) * 0.5).astype(np.float32)
     ids = prompt_tokens(model.cfg)  # <|startoftranscript|><|notimestamps|> (English-only)
@@ -190,8 +192,9 @@ def whisper_row(backend: str, steps: int, peer: str, device: str, path: str | No
         cfg, sd = load_whisper(find_model_dir(path))
         hf = tf.WhisperForConditionalGeneration(tf.WhisperConfig(**cfg)).eval()
         hf.load_state_dict({k: torch.from_numpy(np.asarray(v, np.float32)) for k, v in sd.items()}, strict=False)
-        hf = hf.to(device)
-        x = torch.from_numpy(feats)[None].to(device)
+        torch_dtype = getattr(torch, dtype)
+        hf = hf.to(device=device, dtype=torch_dtype)
+        x = torch.from_numpy(feats)[None].to(device=device, dtype=torch_dtype)
         with torch.no_grad():
             def run(n: int) -> float:
                 t = time.perf_counter()
@@ -209,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("rows", nargs="*", metavar="ROW", help=f"default every row: {', '.join(ROWS)}")
     ap.add_argument("--backend", default="cuda")
-    ap.add_argument("--dtype", default=None, help="default bfloat16 on cuda, float32 elsewhere")
+    ap.add_argument("--dtype", default=None,
+                    help="default bfloat16 on cuda, float32 elsewhere; the whisper row: float32 unless given")
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--peer", choices=("eager", "compile", "none"), default="eager")
@@ -238,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in args.rows:
         try:
             if row == "whisper":
-                r = whisper_row(args.backend, args.steps, args.peer, device, files.get("whisper"))
+                r = whisper_row(args.backend, args.steps, args.peer, device, files.get("whisper"),
+                                args.dtype or "float32")
                 wb = None
             else:
                 model, weights, cfg, family = text_model(row, dtype, args.small, files.get(row), args.layers)

@@ -143,11 +143,14 @@ def test_run_dtype_bfloat16_builds_a_bfloat16_model(capsys):
     assert "3 generated (max_tokens)" in err and TIMING.search(err)
 
 
-def test_whisper_rejects_dtype_and_bad_dtypes_are_usage_errors(capsys, tmp_path):
+def test_whisper_rejects_text_options_and_bad_dtypes_are_usage_errors(capsys, tmp_path):
     wav = tmp_path / "a.wav"
     wav.write_bytes(b"")
-    code, _, err = run(capsys, "run", "whisper", str(wav), "--dtype", "bfloat16")
-    assert code == 2 and "--dtype" in err
+    code, _, err = run(capsys, "run", "whisper", str(wav), "--temperature", "0.5", "--dtype", "float16")
+    assert code == 2 and "--temperature" in err and "--dtype," not in err.split("for the text models")[0]
+    with pytest.raises(SystemExit) as e:
+        run(capsys, "run", "whisper", str(wav), "--dtype", "int8")
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         run(capsys, "run", "llama", "--random", "Hi", "--dtype", "int8")
     assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
@@ -444,7 +447,7 @@ def test_whisper_search_takes_the_budget_and_seed(capsys, monkeypatch, tmp_path,
 
     seen = {}
 
-    def compiled(model_dir, backend, search=None):
+    def compiled(model_dir, backend, search=None, dtype="float32"):
         seen["search"] = search
         raise RunError("compile reached", 3)
 
@@ -453,6 +456,31 @@ def test_whisper_search_takes_the_budget_and_seed(capsys, monkeypatch, tmp_path,
     code, _, err = run(capsys, "run", "whisper", str(_wav16(tmp_path / "a.wav")), *flags)
     assert code == 3 and "compile reached" in err, err
     assert (seen["search"].budget, seen["search"].seed) == (budget, seed)
+
+
+@pytest.mark.parametrize("flags, dtype", [([], "float32"), (["--dtype", "float16"], "float16"),
+                                          (["--dtype", "bfloat16"], "bfloat16")])
+def test_whisper_dtype_reaches_its_compile(capsys, monkeypatch, tmp_path, flags, dtype):
+    """--dtype (default float32) is the dtype whisper's programs are compiled in (stubbed here)."""
+    from lightspeed.models import whisper
+
+    seen = {}
+
+    def compiled(model_dir, backend, search=None, dtype="float32"):
+        seen["dtype"] = dtype
+        raise RunError("compile reached", 3)
+
+    monkeypatch.setattr(whisper, "find_model_dir", lambda *a: tmp_path)
+    monkeypatch.setattr(whisper, "_cached_model", compiled)
+    code, _, err = run(capsys, "run", "whisper", str(_wav16(tmp_path / "a.wav")), "--backend", "native", *flags)
+    assert code == 3 and "compile reached" in err, err
+    assert seen["dtype"] == dtype
+
+
+def test_whisper_in_16_bits_on_the_cpu_backend_is_refused_with_the_way_out(capsys, nothing_loads, tmp_path):
+    code, _, err = run(capsys, "run", "whisper", str(_wav16(tmp_path / "a.wav")), "--backend", "cpu",
+                       "--dtype", "float16")
+    assert code == 2 and "--backend native" in err and "float16" in err
 
 
 def test_ctrl_c_ends_quietly_with_130(capsys, monkeypatch):

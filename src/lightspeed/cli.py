@@ -124,8 +124,7 @@ def _backend(name: str) -> str:
 
 # options that only the text decoders read: a transcription refuses them instead of silently ignoring them
 _TEXT_ONLY = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-              "repetition_penalty": "--repetition-penalty", "system": "--system", "chat": "--chat/--no-chat",
-              "dtype": "--dtype"}
+              "repetition_penalty": "--repetition-penalty", "system": "--system", "chat": "--chat/--no-chat"}
 _TEXT_DEFAULTS = {"temperature": 0.0, "repetition_penalty": 1.0, "system": None, "dtype": "float32"}  # system: run's
 _SEARCH_DEFAULTS = {"seed": 0, "search_budget": 3}  # every family's compile reads these
 
@@ -259,8 +258,10 @@ def _run(args: argparse.Namespace) -> int:
         if given:
             library.say_error(f"lightspeed run {fam.name}: {', '.join(given)} {'is' if len(given) == 1 else 'are'} "
                               f"for the text models; {fam.name} decodes greedily with its own prompt (options: "
-                              f"--weights, --backend, --max-tokens, --search-budget, --seed, --verbose)")
+                              f"--weights, --backend, --dtype, --max-tokens, --search-budget, --seed, --verbose)")
             return 2
+        if args.dtype is None:
+            args.dtype = "float32"
     else:
         for key, default in _TEXT_DEFAULTS.items():
             if getattr(args, key) is None:
@@ -371,8 +372,8 @@ def _main(argv: list[str] | None) -> int:
                         "compiler is, else cpu), cpu (numpy kernels), cuda (a GPU), native (generated C "
                         "kernels; GGUF weights stay quantised), or reference")
     r.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
-                   help="text models: weights and activations in this dtype (bfloat16/float16 accumulate in "
-                        "float32); default float32")
+                   help="weights and activations in this dtype (bfloat16/float16 accumulate in float32; "
+                        "on a GPU their products run on the tensor cores); default float32")
     r.add_argument("--max-tokens", "--max-new-tokens", dest="max_tokens", type=_number(int, 1), default=None,
                    help=f"tokens to generate, >= 1 (default {library.DEFAULT_MAX_TOKENS['generate']}; whisper "
                    f"{library.DEFAULT_MAX_TOKENS['transcribe']} per 30 s window)")

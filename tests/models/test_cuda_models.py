@@ -49,3 +49,14 @@ def test_whisper_matches_transformers():
     feats = rng.standard_normal((whisper.SMALL["num_mel_bins"], 2 * whisper.SMALL["max_source_positions"]))
     wm = whisper.WhisperModel(cfg, sd, backend="cuda", search=whisper.SEARCH)
     whisper.check_model(wm, model, feats.astype(np.float32), steps=8)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_whisper_in_16_bits_matches_transformers(dtype):
+    """Whisper's programs in float16 / bfloat16 on the GPU (their products, the encoder's
+    convolutions among them, candidates for the tensor-core tiles) against transformers in float32."""
+    model, cfg, sd = whisper.small_hf_whisper()
+    rng = np.random.default_rng(1)
+    feats = rng.standard_normal((whisper.SMALL["num_mel_bins"], 2 * whisper.SMALL["max_source_positions"]))
+    wm = whisper.WhisperModel(cfg, sd, backend="cuda", search=whisper.SEARCH, dtype=dtype)
+    whisper.check_half_model(wm, model, feats.astype(np.float32), steps=8)

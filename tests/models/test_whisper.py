@@ -109,6 +109,54 @@ def test_cpu_encoder_prefill_and_8_decode_steps_match_transformers(small, small_
     check_model(small_cpu, model, feats, steps=8)
 
 
+# a 16-bit model against transformers in float32: the largest difference over the largest value
+# (fp16 keeps 11 significant bits, bf16 8: a few roundings per layer, 2 + 2 layers)
+HALF_TOL = {"float16": 1e-2, "bfloat16": 4e-2}
+
+
+def check_half_model(wm: WhisperModel, model, feats: np.ndarray, steps: int) -> None:
+    """:func:`check_model` for a float16/bfloat16 ``wm``: its outputs are of its dtype, within
+    HALF_TOL of transformers' float32 ones relative to their largest magnitude, and the greedy
+    argmax of every step the same where transformers' top two logits are apart by more than that."""
+    tol = HALF_TOL[wm.dtype.name]
+    tokens = [int(t) for t in np.random.default_rng(2).integers(0, SMALL["vocab_size"], steps)]
+    enc_ref, ref = hf_steps(model, feats, PROMPT, tokens)
+
+    def close(got, want, what: str) -> None:
+        assert got.dtype == wm.dtype.np, f"{what}: {got.dtype}"
+        err = np.max(np.abs(np.asarray(got, np.float64) - want)) / np.max(np.abs(want))
+        assert err < tol, f"{what}: relative error {err:.2e} over {tol}"
+
+    enc = wm.encode(feats)
+    close(enc["last_hidden_state"], enc_ref, "encoder output")
+    state = wm.start(enc)
+    steps_out = [wm.step(state, PROMPT)] + [wm.step(state, [t]) for t in tokens]
+    for i, (got, want) in enumerate(zip(steps_out, ref)):
+        close(got, want, f"step {i}")
+        top2 = np.sort(want[-1])[-2:]
+        if top2[1] - top2[0] > 2 * tol * np.max(np.abs(want)):
+            assert int(np.argmax(np.asarray(got[-1], np.float32))) == int(np.argmax(want[-1])), f"step {i} argmax"
+
+
+@pytest.mark.parametrize("backend, dtype", [("cpu", "float16"), ("cpu", "bfloat16"), ("reference", "float16"),
+                                            ("native", "float16")])
+def test_a_16_bit_model_matches_transformers(small, backend, dtype):
+    """Whisper in float16 / bfloat16: weights, features, activations, caches and logits in that
+    dtype (``WhisperModel(dtype=)``, ``lightspeed run whisper --dtype``), the encoder's convolutions
+    and every projection then 16-bit products (a GPU's tensor cores)."""
+    model, cfg, sd, feats = small
+    wm = WhisperModel(cfg, sd, backend=backend, search=SEARCH, dtype=dtype)
+    graph = wm.encoder.graph
+    assert {graph.nodes[i].dtype.name for i in graph.inputs.values()} == {dtype}
+    check_half_model(wm, model, feats, steps=4)
+
+
+def test_a_16_bit_model_refuses_other_dtypes(small):
+    _, cfg, sd, _ = small
+    with pytest.raises(LightspeedError, match="float32, float16 or bfloat16"):
+        WhisperModel(cfg, sd, backend="cpu", search=SEARCH, dtype="int8")
+
+
 def test_reference_backend_matches_transformers(small):
     model, cfg, sd, feats = small
     check_model(WhisperModel(cfg, sd, backend="reference"), model, feats, steps=2)
@@ -341,6 +389,21 @@ def test_transcribe_espeak_recording(tmp_path):
     print(f"\ntranscript: {text!r}\ntimings: {timings}")
     assert "what your country can do for you" in text.lower().replace(",", "")
     assert timings["tokens"] > 10 and timings["encode_s"] > 0
+
+
+@pytest.mark.slow
+def test_tiny_en_in_float16_transcribes_as_float32_on_native(tmp_path):
+    """The real tiny.en file (stored in float16) run in float16 on native: the float32 run's text."""
+    from lightspeed.backends import get_backend
+    from lightspeed.models.whisper import transcribe
+
+    if not get_backend("native").available():
+        pytest.skip("no C compiler for the native backend")
+    model_dir = _tiny_en_dir()
+    wav = _espeak_wav(tmp_path, JFK)
+    want, _ = transcribe(wav, backend="native", model_dir=model_dir)
+    got, _ = transcribe(wav, backend="native", model_dir=model_dir, dtype="float16")
+    assert got == want and "what your country can do for you" in got.lower().replace(",", "")
 
 
 def _search_reports(prog):

@@ -458,6 +458,12 @@ def transcribe_audio(opts: RunOptions) -> int:
     if opts.random:
         raise RunError("--random is for the text decoders; whisper runs its default weights (tiny.en) or "
                        "--weights DIR, a CTranslate2 Whisper directory (model.bin, config.json, tokenizer.json)")
+    if (opts.dtype or "float32") != "float32" and opts.backend in ("cpu", "reference"):
+        # their 16-bit products are the reference's: each product rounded, then summed, materialised
+        # as [rows, cols, k] (a float16 tiny.en window took 12 minutes on the cpu backend)
+        raise RunError(f"whisper --dtype {opts.dtype} runs on native or cuda; the {opts.backend} backend "
+                       "computes 16-bit products element by element (minutes a window): use --backend native, "
+                       "--backend cuda, or float32")
     from .audio import read_wav
 
     read_wav(audio)  # an unreadable file fails now (AudioError), not after the model is loaded and compiled
@@ -468,7 +474,7 @@ def transcribe_audio(opts: RunOptions) -> int:
     what = f"loading Whisper from {model_dir} and compiling encoder, prefill and decode for {opts.backend} ..."
     t0 = time.perf_counter()
     with _compiling(what, say, opts.verbose):
-        model, tok = whisper._cached_model(str(model_dir), opts.backend, search)  # transcribe() below finds it
+        model, tok = whisper._cached_model(str(model_dir), opts.backend, search, opts.dtype or "float32")
         from ..backends import get_backend
 
         if get_backend(opts.backend).device_memory:  # plans, kernel loads, graph captures: start-up work
@@ -477,16 +483,18 @@ def transcribe_audio(opts: RunOptions) -> int:
     if opts.verbose:
         for name in ("encoder", "prefill", "decode"):
             say(phase_line(name, getattr(model, name)))
-    text, t = whisper.transcribe(audio, backend=opts.backend, model_dir=model_dir,
-                                 max_new_tokens=opts.max_tokens or DEFAULT_MAX_TOKENS["transcribe"], search=search)
+    text, t = whisper.transcribe(audio, backend=opts.backend, model_dir=model_dir,  # finds the model above
+                                 max_new_tokens=opts.max_tokens or DEFAULT_MAX_TOKENS["transcribe"], search=search,
+                                 dtype=opts.dtype or "float32")
     print(text, flush=True)
     windows = max(1, math.ceil(t["audio_seconds"] / 30.0))
     # time to the first token of a window: log-mel, encoder, and the decoder's prompt step (whose
     # logits give the first token); averaged over 30 s windows, which is the first one's for short clips
     ttft = (t["mel_s"] + t["encode_s"] + t["prefill_s"]) / windows
     tpot = t["decode_s"] / t["decode_steps"] if t["decode_steps"] else 0.0
-    say(f"\nWhisper({model.cfg.d_model}d, {model.cfg.encoder_layers}+{model.cfg.decoder_layers} layers) on "
-        f"{opts.backend}: {t['audio_seconds']:.1f} s of audio in {windows} window{'s' if windows > 1 else ''}; "
+    say(f"\nWhisper({model.cfg.d_model}d, {model.cfg.encoder_layers}+{model.cfg.decoder_layers} layers, "
+        f"{model.dtype.name}) on {opts.backend}: {t['audio_seconds']:.1f} s of audio in {windows} "
+        f"window{'s' if windows > 1 else ''}; "
         f"mel {t['mel_s'] * 1e3:.0f} ms, encode {t['encode_s'] * 1e3:.0f} ms, prefill {t['prefill_s'] * 1e3:.0f} ms; "
         f"{int(t['tokens'])} tokens, total {t['total_s']:.1f} s")
     say(timing_line(ttft, tpot, 1.0 / tpot if tpot > 0 else 0.0))

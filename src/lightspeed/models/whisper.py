@@ -1,8 +1,10 @@
 """Whisper (encoder-decoder speech recognition) in lightspeed's tensor API, with greedy transcription.
 
 Three compiled programs, all taking the weights as named inputs (Hugging Face state-dict names,
-float32), so a compiled program does not depend on the weights and the search cache is shared
-between checkpoints of one shape:
+in the model's dtype: float32 by default, or float16/bfloat16, whose products run on a GPU's
+tensor cores -- the encoder's convolutions are plain products too, :func:`_conv3`), so a compiled
+program does not depend on the weights and the search cache is shared between checkpoints of one
+shape:
 
 * **encoder** ``input_features (n_mels, 2t)`` -> ``last_hidden_state (t, d)`` plus, for each
   decoder layer ``i``, the cross-attention keys/values ``cross_k.i``/``cross_v.i`` of shape
@@ -128,14 +130,15 @@ def param_shapes(cfg: WhisperConfig) -> dict[str, tuple[int, ...]]:
 
 
 class _Weights:
-    """Declares graph inputs for weights on first use, so each program takes only what it reads."""
+    """Declares graph inputs for weights on first use (in ``dtype``), so each program takes only
+    what it reads."""
 
-    def __init__(self, g: Graph, cfg: WhisperConfig):
-        self.g, self.shapes, self.made = g, param_shapes(cfg), {}
+    def __init__(self, g: Graph, cfg: WhisperConfig, dtype: dt.DType = dt.float32):
+        self.g, self.shapes, self.made, self.dtype = g, param_shapes(cfg), {}, dtype
 
     def __call__(self, name: str) -> GraphTensor:
         if name not in self.made:
-            self.made[name] = self.g.input(name, self.shapes[name], dt.float32)
+            self.made[name] = self.g.input(name, self.shapes[name], self.dtype)
         return self.made[name]
 
     def linear(self, x: GraphTensor, prefix: str, bias: bool = True) -> GraphTensor:
@@ -202,16 +205,25 @@ def _conv3(x: GraphTensor, weight: GraphTensor, bias: GraphTensor, stride: int) 
     return hl.pad(p0, (1, 0)).narrow(1, 0, n) + taps[1] @ even + taps[2] @ odd + bias.reshape(-1, 1)
 
 
-def build_encoder_graph(cfg: WhisperConfig) -> Graph:
-    """Encoder: two conv1d + GELU, sinusoidal positions, pre-LN blocks, final LN, cross K/V."""
+def model_dtype(dtype: Any) -> dt.DType:
+    """Whisper's compute dtype from a name or dtype: float32, float16 or bfloat16."""
+    d = dt.as_dtype(dtype)
+    if d not in (dt.float32, dt.float16, dt.bfloat16):
+        raise LightspeedError(f"whisper: dtype must be float32, float16 or bfloat16, got {d.name}")
+    return d
+
+
+def build_encoder_graph(cfg: WhisperConfig, dtype: Any = dt.float32) -> Graph:
+    """Encoder: two conv1d + GELU, sinusoidal positions, pre-LN blocks, final LN, cross K/V; the
+    features, weights, activations and outputs in ``dtype``."""
     g = Graph()
-    w = _Weights(g, cfg)
+    w = _Weights(g, cfg, model_dtype(dtype))
     h = cfg.encoder_attention_heads
     hd = cfg.d_model // h
     # the length is symbolic (t positions from 2t frames; Whisper always uses t = S) so that the
     # search can profile candidates on a short window: a 1500-long one makes the primitive-only
     # candidate materialise multi-GB broadcast products
-    mel = g.input("input_features", (cfg.num_mel_bins, "2*t"), dt.float32)
+    mel = g.input("input_features", (cfg.num_mel_bins, "2*t"), w.dtype)
     x = hl.gelu(_conv3(mel, w("model.encoder.conv1.weight"), w("model.encoder.conv1.bias"), stride=1))
     x = hl.gelu(_conv3(x, w("model.encoder.conv2.weight"), w("model.encoder.conv2.bias"), stride=2))
     x = x.transpose(0, 1) + w("model.encoder.embed_positions.weight").narrow(0, 0, "t")  # (t, d)
@@ -234,7 +246,7 @@ def build_encoder_graph(cfg: WhisperConfig) -> Graph:
     return g
 
 
-def build_decoder_graph(cfg: WhisperConfig, past: bool) -> Graph:
+def build_decoder_graph(cfg: WhisperConfig, past: bool, dtype: Any = dt.float32) -> Graph:
     """Decoder over ``s`` new tokens: the prompt (prefill, ``past=False``) or tokens after ``p``
     cached ones.  Decoding feeds ``s = 1``; ``s`` stays symbolic because the cpu backend's matmul
     rule does not match a constant single-row product (so a constant 1 would cost BLAS).
@@ -247,7 +259,7 @@ def build_decoder_graph(cfg: WhisperConfig, past: bool) -> Graph:
     models' caches) and attends over rows [0, p + s) of the updated cache: nothing of the cache
     moves between host and device per step."""
     g = Graph()
-    w = _Weights(g, cfg)
+    w = _Weights(g, cfg, model_dtype(dtype))
     h = cfg.decoder_attention_heads
     hd = cfg.d_model // h
     s = "s"
@@ -265,8 +277,8 @@ def build_decoder_graph(cfg: WhisperConfig, past: bool) -> Graph:
         k = _heads(w.linear(y, f"{p}.self_attn.k_proj", bias=False), h)
         v = _heads(w.linear(y, f"{p}.self_attn.v_proj"), h)
         if past:
-            ck = g.input(f"cache.{i}.k", (cfg.max_target_positions, h, hd), dt.float32)
-            cv = g.input(f"cache.{i}.v", (cfg.max_target_positions, h, hd), dt.float32)
+            ck = g.input(f"cache.{i}.k", (cfg.max_target_positions, h, hd), w.dtype)
+            cv = g.input(f"cache.{i}.v", (cfg.max_target_positions, h, hd), w.dtype)
             ck, cv = hl.slice_scatter(ck, k, 0, "p"), hl.slice_scatter(cv, v, 0, "p")
             g.output(f"cache.{i}.k", ck, aliases=f"cache.{i}.k")
             g.output(f"cache.{i}.v", cv, aliases=f"cache.{i}.v")
@@ -278,8 +290,8 @@ def build_decoder_graph(cfg: WhisperConfig, past: bool) -> Graph:
         x = x + w.linear(a, f"{p}.self_attn.out_proj")
         y = w.layer_norm(x, f"{p}.encoder_attn_layer_norm")
         q = _queries(w, y, f"{p}.encoder_attn", h, hd)
-        ck = g.input(f"cross_k.{i}", ("t", h, hd), dt.float32)
-        cv = g.input(f"cross_v.{i}", ("t", h, hd), dt.float32)
+        ck = g.input(f"cross_k.{i}", ("t", h, hd), w.dtype)
+        cv = g.input(f"cross_v.{i}", ("t", h, hd), w.dtype)
         x = x + w.linear(_attend(q, ck, cv, None), f"{p}.encoder_attn.out_proj")
         y = w.layer_norm(x, f"{p}.final_layer_norm")
         x = x + w.linear(hl.gelu(w.linear(y, f"{p}.fc1")), f"{p}.fc2")
@@ -296,10 +308,12 @@ _PROGRAMS: dict[tuple, Any] = {}  # compiled programs per (architecture, backend
 PROFILE_DIMS = {"encoder": {"t": 64}, "prefill": {"s": 4, "t": 64}, "decode": {"p": 16, "s": 1, "t": 64}}
 
 
-def _compile(g_fn: Any, cfg: WhisperConfig, kind: str, backend: str, search: SearchOptions | None) -> Any:
-    # the graphs depend on the architecture only (token ids and suppression lists are runtime data)
+def _compile(g_fn: Any, cfg: WhisperConfig, kind: str, backend: str, search: SearchOptions | None,
+             dtype: dt.DType = dt.float32) -> Any:
+    # the graphs depend on the architecture and dtype only (token ids and suppression lists are
+    # runtime data)
     arch = tuple(sorted(param_shapes(cfg).items()))
-    key = (arch, cfg.encoder_attention_heads, cfg.decoder_attention_heads, backend, repr(search), kind)
+    key = (arch, cfg.encoder_attention_heads, cfg.decoder_attention_heads, backend, repr(search), kind, dtype.name)
     if key not in _PROGRAMS:
         t0 = time.perf_counter()
         g = g_fn()
@@ -337,29 +351,32 @@ class WhisperDecoderState:
 class WhisperModel:
     """Compiled Whisper programs plus the weights they read.
 
-    ``weights`` maps HF state-dict names to float32 arrays (``whisper_state_dict`` or a
-    ``WhisperForConditionalGeneration.state_dict()`` converted to numpy)."""
+    ``weights`` maps HF state-dict names to float arrays (``whisper_state_dict`` or a
+    ``WhisperForConditionalGeneration.state_dict()`` converted to numpy); ``dtype`` (float32,
+    float16 or bfloat16) is the programs' weights, activations, caches and logits: the weights are
+    converted to it once here, the features at each :meth:`encode`."""
 
     def __init__(self, cfg: WhisperConfig | Mapping[str, Any], weights: Mapping[str, np.ndarray],
-                 backend: str = "cpu", search: SearchOptions | None = None):
+                 backend: str = "cpu", search: SearchOptions | None = None, dtype: Any = "float32"):
         self.cfg = cfg if isinstance(cfg, WhisperConfig) else WhisperConfig.from_dict(cfg)
+        self.dtype = model_dtype(dtype)
         shapes = param_shapes(self.cfg)
         missing = [n for n in shapes if n not in weights]
         if missing:
             raise LightspeedError(f"whisper: {len(missing)} weight(s) missing, e.g. {missing[:3]}")
         self.weights: dict[str, np.ndarray] = {}
         for n, shape in shapes.items():
-            a = np.ascontiguousarray(weights[n], dtype=np.float32)
+            a = np.ascontiguousarray(np.asarray(weights[n]).astype(self.dtype.np, copy=False))
             if a.shape != shape:
                 raise LightspeedError(f"whisper: weight {n!r} has shape {a.shape}, the config needs {shape}")
             self.weights[n] = a
         self.backend = backend
         self.search = search
         t0 = time.perf_counter()
-        c = self.cfg
-        progs = [_compile(lambda: build_encoder_graph(c), c, "encoder", backend, self.search),
-                 _compile(lambda: build_decoder_graph(c, past=False), c, "prefill", backend, self.search),
-                 _compile(lambda: build_decoder_graph(c, past=True), c, "decode", backend, self.search)]
+        c, d = self.cfg, self.dtype
+        progs = [_compile(lambda: build_encoder_graph(c, d), c, "encoder", backend, self.search, d),
+                 _compile(lambda: build_decoder_graph(c, False, d), c, "prefill", backend, self.search, d),
+                 _compile(lambda: build_decoder_graph(c, True, d), c, "decode", backend, self.search, d)]
         # the weights resident (on a GPU uploaded once, shared by the three programs)
         resident = {n: progs[2].to_device(a) for n, a in self.weights.items()}
         self.encoder, self.prefill, self.decode = (
@@ -378,7 +395,7 @@ class WhisperModel:
 
     def encode(self, features: np.ndarray) -> dict[str, np.ndarray]:
         """``last_hidden_state`` and the cross-attention ``cross_k.i``/``cross_v.i`` of one window."""
-        f = np.ascontiguousarray(features, dtype=np.float32)
+        f = np.ascontiguousarray(np.asarray(features).astype(self.dtype.np, copy=False))
         if f.ndim == 3 and f.shape[0] == 1:
             f = f[0]
         if f.ndim != 2 or f.shape[0] != self.cfg.num_mel_bins or f.shape[1] % 2 or f.shape[1] > self.cfg.n_frames:
@@ -392,8 +409,9 @@ class WhisperModel:
         shape = (c.max_target_positions, h, c.d_model // h)
         device = self.decode.to_device  # once per utterance: the steps pass them without copies
         cross = {n: device(np.ascontiguousarray(a)) for n, a in encoded.items() if n.startswith("cross_")}
-        return WhisperDecoderState(cross, [device(np.zeros(shape, np.float32)) for _ in range(c.decoder_layers)],
-                                   [device(np.zeros(shape, np.float32)) for _ in range(c.decoder_layers)])
+        zeros = self.dtype.np
+        return WhisperDecoderState(cross, [device(np.zeros(shape, zeros)) for _ in range(c.decoder_layers)],
+                                   [device(np.zeros(shape, zeros)) for _ in range(c.decoder_layers)])
 
     def step(self, state: WhisperDecoderState, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
         """Feed tokens; returns their logits (len(tokens), vocab) and extends the cache in place."""
@@ -503,8 +521,8 @@ def find_model_dir(path: str | Path | None = None) -> Path:
 
 
 def load_model(path: str | Path | None = None, backend: str = "cpu",
-               search: SearchOptions | None = None) -> tuple[WhisperModel, Any]:
-    """(compiled model, ``tokenizers.Tokenizer``) from a CTranslate2 Whisper directory."""
+               search: SearchOptions | None = None, dtype: Any = "float32") -> tuple[WhisperModel, Any]:
+    """(compiled model in ``dtype``, ``tokenizers.Tokenizer``) from a CTranslate2 Whisper directory."""
     from tokenizers import Tokenizer
 
     from ..weights.ctranslate2 import load_whisper
@@ -514,12 +532,13 @@ def load_model(path: str | Path | None = None, backend: str = "cpu",
     tok_path = d / "tokenizer.json"
     if not tok_path.is_file():
         raise LightspeedError(f"whisper: {tok_path} is missing (the tokenizer ships beside model.bin)")
-    return WhisperModel(cfg, sd, backend=backend, search=search), Tokenizer.from_file(str(tok_path))
+    return WhisperModel(cfg, sd, backend=backend, search=search, dtype=dtype), Tokenizer.from_file(str(tok_path))
 
 
 def transcribe(path_to_wav: str | Path, backend: str = "cpu", model_dir: str | Path | None = None,
-               max_new_tokens: int = 224, search: SearchOptions | None = None) -> tuple[str, dict[str, float]]:
-    """Text of an English WAV file (greedy, no timestamps) and timings.
+               max_new_tokens: int = 224, search: SearchOptions | None = None, dtype: Any = "float32"
+               ) -> tuple[str, dict[str, float]]:
+    """Text of an English WAV file (greedy, no timestamps) and timings, the model in ``dtype``.
 
     Timings (seconds unless named otherwise): ``load_s`` (weights, tokenizer and compilation; 0 once
     this process has the model), ``compile_s`` (the part spent compiling when it was loaded),
@@ -532,7 +551,7 @@ def transcribe(path_to_wav: str | Path, backend: str = "cpu", model_dir: str | P
 
     t_all = time.perf_counter()
     t0 = time.perf_counter()
-    model, tok = _cached_model(model_dir, backend, search)
+    model, tok = _cached_model(model_dir, backend, search, dtype)
     timings: dict[str, float] = {"load_s": time.perf_counter() - t0, "compile_s": model.compile_s}
     t0 = time.perf_counter()
     audio = load_audio(path_to_wav)
@@ -560,9 +579,9 @@ def transcribe(path_to_wav: str | Path, backend: str = "cpu", model_dir: str | P
 _MODELS: dict[tuple, tuple[WhisperModel, Any]] = {}
 
 
-def _cached_model(model_dir: str | Path | None, backend: str, search: SearchOptions | None = None
-                  ) -> tuple[WhisperModel, Any]:
-    key = (str(find_model_dir(model_dir)), backend, repr(search))
+def _cached_model(model_dir: str | Path | None, backend: str, search: SearchOptions | None = None,
+                  dtype: Any = "float32") -> tuple[WhisperModel, Any]:
+    key = (str(find_model_dir(model_dir)), backend, repr(search), model_dtype(dtype).name)
     if key not in _MODELS:
-        _MODELS[key] = load_model(key[0], backend=backend, search=search)
+        _MODELS[key] = load_model(key[0], backend=backend, search=search, dtype=dtype)
     return _MODELS[key]
