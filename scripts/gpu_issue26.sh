@@ -4,7 +4,8 @@
 #   smol.gguf    benchmarks/gpu_blocks.py llama: native vs cuda blocks / float32 / bfloat16, then the
 #                block step again with LIGHTSPEED_CUDA_BLOCK_NORMS=1 (each cuda step profiled: --profile)
 #   gemma.gguf   the same for gemma3
-#   whisper.tar  `lightspeed run whisper` on native and cuda (same WAV: .wparts/c0/speech.wav)
+#   whisper.tar  `lightspeed run whisper` on native and cuda (same WAV: .wparts/c0/speech.wav), and on
+#                cuda in GPU_ISSUE26_WHISPER_DTYPES (default float16); gpu_models.py's whisper row in each
 # GPU_ISSUE26_RANDOM=1: the block step A/B at SmolLM2's and Gemma 3's shapes with random blocks (no
 # file needed).
 # GPU_ISSUE26_TESTS=1: first the GPU tests of the block kernels, the model zoo (Whisper included)
@@ -66,17 +67,25 @@ for f in /tmp/wfiles/*; do
       sed -n '/greedy tokens/,$p' "$OUT/blocks_gemma.log"; grep -E "FAILED|Error" "$OUT/blocks_gemma.log" | head -5 ;;
     whisper.tar)
       mkdir -p /tmp/wfiles/whisper && tar -C /tmp/wfiles/whisper -xf "$f"
-      for b in native cuda; do
-        step "whisper_$b" 120 python3 -m lightspeed run whisper /tmp/wparts/speech.wav \
-          --weights /tmp/wfiles/whisper/tiny.en --backend "$b"
-        grep -v -i warn "$OUT/whisper_$b.log" | tail -4
+      # the transcript and timings on native and cuda in float32, then cuda in each 16-bit dtype of
+      # GPU_ISSUE26_WHISPER_DTYPES (default float16: its products on the tensor cores)
+      for bd in native:float32 cuda:float32 $(for d in ${GPU_ISSUE26_WHISPER_DTYPES:-float16}; do echo "cuda:$d"; done); do
+        b=${bd%%:*} d=${bd#*:}
+        step "whisper_${b}_$d" 120 python3 -m lightspeed run whisper /tmp/wparts/speech.wav \
+          --weights /tmp/wfiles/whisper/tiny.en --backend "$b" --dtype "$d"
+        grep -v -i warn "$OUT/whisper_${b}_$d.log" | tail -4
       done
-      # the median decode step after a warm-up (gpu_models.py's whisper row), both backends
+      # the median decode step after a warm-up (gpu_models.py's whisper row), both backends, the
+      # peer (transformers eager) in the same dtype
       step whisper_steps_native 90 python3 benchmarks/gpu_models.py whisper --backend native --peer none \
         --file whisper=/tmp/wfiles/whisper/tiny.en
       step whisper_steps_cuda 90 python3 benchmarks/gpu_models.py whisper --backend cuda --peer eager \
         --file whisper=/tmp/wfiles/whisper/tiny.en
-      grep -h "^whisper " "$OUT/whisper_steps_native.log" "$OUT/whisper_steps_cuda.log" ;;
+      for d in ${GPU_ISSUE26_WHISPER_DTYPES:-float16}; do
+        step "whisper_steps_cuda_$d" 90 python3 benchmarks/gpu_models.py whisper --backend cuda --peer eager \
+          --dtype "$d" --file whisper=/tmp/wfiles/whisper/tiny.en
+      done
+      grep -h "^whisper " "$OUT"/whisper_steps_*.log ;;
     *) continue ;;
   esac
   touch "/tmp/wdone/$name"
