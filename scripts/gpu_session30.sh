@@ -6,6 +6,9 @@
 #   memcheck compute-sanitizer's memcheck over the attention tiles' and grouped experts' GPU tests
 #   rows     the GPU model table's qwen3 and gemma4_moe rows beside transformers + torch.compile
 #   prefill  the 1B's and 8B's 512-token prefills beside eager and torch.compile max-autotune
+#   whisper16 Whisper's programs in float16 and bfloat16 on the GPU against transformers (the small
+#            random model; the real file: gpu_files.sh + gpu_issue26.sh)
+#   host     the host's part of the 1B's 512-token first token, split at marks (gpu_host_profile.py)
 # Usage (GPU host): bash scripts/gpu_session30.sh STAGE...   Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
@@ -29,6 +32,13 @@ for stage in "$@"; do
       sed -n '/^shape/,$p' "$OUT/prefill.log"
       step prefill_8b 240 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
       sed -n '/^shape/,$p' "$OUT/prefill_8b.log" ;;
-    *) echo "unknown stage $stage (verify, memcheck, rows, prefill)" ;;
+    whisper16)
+      step whisper16 "${GPU_S30_WHISPER_S:-150}" python3 -m pytest -o addopts="" tests/models/test_cuda_models.py \
+        -k whisper -q -p no:cacheprovider
+      grep -E "passed|failed|FAILED|Error" "$OUT/whisper16.log" | tail -6 ;;
+    host)
+      step host 90 python3 scripts/gpu_host_profile.py llama-3.2-1b --prompt 512 --repeats 20
+      sed -n '1,/^profiled/p' "$OUT/host.log" | head -24 ;;
+    *) echo "unknown stage $stage (verify, memcheck, rows, prefill, whisper16, host)" ;;
   esac
 done
