@@ -438,49 +438,48 @@ def test_whisper_accepts_a_float_wav_and_gets_to_the_model(capsys, monkeypatch, 
     assert code == 3 and "model stage reached" in err
 
 
-@pytest.mark.parametrize("flags, budget, seed", [([], 3, 0), (["--search-budget", "1"], 1, 0),
-                                                 (["--search-budget", "5", "--seed", "2"], 5, 2)])
-def test_whisper_search_takes_the_budget_and_seed(capsys, monkeypatch, tmp_path, flags, budget, seed):
-    """--search-budget (default 3) and --seed reach whisper's compile like every family's: the
-    search options its model is compiled with (stubbed here) carry them."""
+def _whisper_compile_reached(capsys, monkeypatch, tmp_path, *flags: str) -> dict:
+    """``lightspeed run whisper`` with ``flags`` up to its compile (stubbed: it records what it was
+    asked, then stops the run): {"search": ..., "dtype": ...}."""
     from lightspeed.models import whisper
 
     seen = {}
 
     def compiled(model_dir, backend, search=None, dtype="float32"):
-        seen["search"] = search
+        seen.update(search=search, dtype=dtype)
         raise RunError("compile reached", 3)
 
     monkeypatch.setattr(whisper, "find_model_dir", lambda *a: tmp_path)
     monkeypatch.setattr(whisper, "_cached_model", compiled)
     code, _, err = run(capsys, "run", "whisper", str(_wav16(tmp_path / "a.wav")), *flags)
     assert code == 3 and "compile reached" in err, err
+    return seen
+
+
+@pytest.mark.parametrize("flags, budget, seed", [([], 3, 0), (["--search-budget", "1"], 1, 0),
+                                                 (["--search-budget", "5", "--seed", "2"], 5, 2)])
+def test_whisper_search_takes_the_budget_and_seed(capsys, monkeypatch, tmp_path, flags, budget, seed):
+    """--search-budget (default 3) and --seed reach whisper's compile like every family's: the
+    search options its model is compiled with (stubbed here) carry them."""
+    seen = _whisper_compile_reached(capsys, monkeypatch, tmp_path, *flags)
     assert (seen["search"].budget, seen["search"].seed) == (budget, seed)
 
 
 @pytest.mark.parametrize("flags, dtype", [([], "float32"), (["--dtype", "float16"], "float16"),
-                                          (["--dtype", "bfloat16"], "bfloat16")])
+                                          (["--dtype", "bfloat16"], "bfloat16"),
+                                          (["--backend", "cpu"], "float32"),
+                                          (["--backend", "reference", "--dtype", "float16"], "float16")])
 def test_whisper_dtype_reaches_its_compile(capsys, monkeypatch, tmp_path, flags, dtype):
-    """--dtype (default float32) is the dtype whisper's programs are compiled in (stubbed here)."""
-    from lightspeed.models import whisper
-
-    seen = {}
-
-    def compiled(model_dir, backend, search=None, dtype="float32"):
-        seen["dtype"] = dtype
-        raise RunError("compile reached", 3)
-
-    monkeypatch.setattr(whisper, "find_model_dir", lambda *a: tmp_path)
-    monkeypatch.setattr(whisper, "_cached_model", compiled)
-    code, _, err = run(capsys, "run", "whisper", str(_wav16(tmp_path / "a.wav")), "--backend", "native", *flags)
-    assert code == 3 and "compile reached" in err, err
+    """--dtype (default float32) is the dtype whisper's programs are compiled in (stubbed here), on
+    native, on cpu in float32 and on the reference (the oracle) in any dtype."""
+    seen = _whisper_compile_reached(capsys, monkeypatch, tmp_path, "--backend", "native", *flags)
     assert seen["dtype"] == dtype
 
 
 def test_whisper_in_16_bits_on_the_cpu_backend_is_refused_with_the_way_out(capsys, nothing_loads, tmp_path):
     code, _, err = run(capsys, "run", "whisper", str(_wav16(tmp_path / "a.wav")), "--backend", "cpu",
                        "--dtype", "float16")
-    assert code == 2 and "--backend native" in err and "float16" in err
+    assert code == 2 and "--backend native" in err and "no float16 matrix product" in err
 
 
 def test_ctrl_c_ends_quietly_with_130(capsys, monkeypatch):

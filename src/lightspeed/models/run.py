@@ -458,12 +458,18 @@ def transcribe_audio(opts: RunOptions) -> int:
     if opts.random:
         raise RunError("--random is for the text decoders; whisper runs its default weights (tiny.en) or "
                        "--weights DIR, a CTranslate2 Whisper directory (model.bin, config.json, tokenizer.json)")
-    if (opts.dtype or "float32") != "float32" and opts.backend in ("cpu", "reference"):
-        # their 16-bit products are the reference's: each product rounded, then summed, materialised
-        # as [rows, cols, k] (a float16 tiny.en window took 12 minutes on the cpu backend)
-        raise RunError(f"whisper --dtype {opts.dtype} runs on native or cuda; the {opts.backend} backend "
-                       "computes 16-bit products element by element (minutes a window): use --backend native, "
-                       "--backend cuda, or float32")
+    from .. import dtypes
+    from ..backends import get_backend
+
+    dtype = opts.dtype or "float32"
+    products = get_backend(opts.backend).matmul_dtypes
+    if products and dtypes.as_dtype(dtype) not in products:
+        # a backend with matrix products, but none of this dtype (cpu in 16 bits), computes each
+        # product element by element, materialised as [rows, cols, k]: a float16 tiny.en window took
+        # 12 minutes on the cpu backend (the reference, all element by element, runs what it is asked)
+        raise RunError(f"whisper --dtype {dtype}: the {opts.backend} backend has no {dtype} matrix product and "
+                       "computes it element by element (minutes a window): use --backend native, --backend cuda, "
+                       "or float32")
     from .audio import read_wav
 
     read_wav(audio)  # an unreadable file fails now (AudioError), not after the model is loaded and compiled
@@ -474,7 +480,7 @@ def transcribe_audio(opts: RunOptions) -> int:
     what = f"loading Whisper from {model_dir} and compiling encoder, prefill and decode for {opts.backend} ..."
     t0 = time.perf_counter()
     with _compiling(what, say, opts.verbose):
-        model, tok = whisper._cached_model(str(model_dir), opts.backend, search, opts.dtype or "float32")
+        model, tok = whisper._cached_model(str(model_dir), opts.backend, search, dtype)
         from ..backends import get_backend
 
         if get_backend(opts.backend).device_memory:  # plans, kernel loads, graph captures: start-up work
@@ -485,7 +491,7 @@ def transcribe_audio(opts: RunOptions) -> int:
             say(phase_line(name, getattr(model, name)))
     text, t = whisper.transcribe(audio, backend=opts.backend, model_dir=model_dir,  # finds the model above
                                  max_new_tokens=opts.max_tokens or DEFAULT_MAX_TOKENS["transcribe"], search=search,
-                                 dtype=opts.dtype or "float32")
+                                 dtype=dtype)
     print(text, flush=True)
     windows = max(1, math.ceil(t["audio_seconds"] / 30.0))
     # time to the first token of a window: log-mel, encoder, and the decoder's prompt step (whose
