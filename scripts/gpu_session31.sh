@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Thirty-first session's GPU work in stages, one or more a call (each bounded by GPU_DEADLINE_S):
+#   lt       cuBLASLt's first heuristic algorithm against its fastest, per product of the 1B's and
+#            8B's 512-token prompts (scripts/gpu_lt_algos.py)
+#   profile  the 1B's 512-token prefill kernel by kernel, ours only (scripts/gpu_profile.py)
+#   memcheck compute-sanitizer's memcheck over the grouped experts' GPU tests (the part of the
+#            thirtieth session's selection its time did not reach)
+#   prefill  the 1B's and 8B's 512-token prefills beside eager and torch.compile max-autotune
+# Usage (GPU host): bash scripts/gpu_session31.sh STAGE...   Logs under $OUT.
+set -uo pipefail
+source scripts/gpu_env.sh
+for stage in "$@"; do
+  case $stage in
+    lt)
+      step lt_1b 60 python3 scripts/gpu_lt_algos.py --shape llama-3.2-1b --rows 512
+      grep -E "^[a-z].*algorithms;|layer's" "$OUT/lt_1b.log"
+      step lt_8b 60 python3 scripts/gpu_lt_algos.py --shape llama-3-8b --rows 512
+      grep -E "^[a-z].*algorithms;|layer's" "$OUT/lt_8b.log" ;;
+    profile)
+      step profile 150 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8
+      grep -A30 "period" "$OUT/profile.log" | head -40 ;;
+    memcheck)
+      step memcheck "${GPU_S31_MEMCHECK_S:-240}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck \
+        --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_gather_matmul.py \
+        -k "gather or grouped" -q -p no:cacheprovider
+      grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3 ;;
+    prefill)
+      step prefill 150 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
+      sed -n '/^shape/,$p' "$OUT/prefill.log"
+      step prefill_8b 240 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
+      sed -n '/^shape/,$p' "$OUT/prefill_8b.log" ;;
+    *) echo "unknown stage $stage (lt, profile, memcheck, prefill)" ;;
+  esac
+done
