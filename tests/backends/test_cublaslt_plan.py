@@ -619,3 +619,18 @@ def test_the_library_candidate_writes_a_prompts_value_rows_from_a_library_produc
     assert not {"MatmulScatter", "NormMatmulScatter"} & set(greedy), greedy
     assert greedy.count("ScatterInPlace") == 2 and greedy.count("LtMatmulRows") >= 2 * 5, greedy
     assert {"MatmulScatter", "NormMatmulScatter"} & set(ops("few-rows"))
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-3"])
+def test_a_bad_algorithm_count_is_refused_by_name(value):
+    """``LIGHTSPEED_CUDA_LT_ALGOS`` is a count of 1 or more; anything else stops the import with the
+    variable named (a silent fallback would time nothing and hide the typo)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, LIGHTSPEED_CUDA_LT_ALGOS=value)
+    proc = subprocess.run([sys.executable, "-c", "import lightspeed.backends.cuda.cublaslt"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "LIGHTSPEED_CUDA_LT_ALGOS" in proc.stderr and repr(value) in proc.stderr

@@ -335,3 +335,41 @@ def test_fp8_through_the_library(out_dtype):
     # 1536 past 1e-4), so the float32-output contract is 1e-3 of the result's scale
     tol = 1e-2 if out_dtype == "bfloat16" else 1e-3
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("add", [False, True])
+def test_timed_algorithm_pick_is_right_and_kept_for_the_next_process(monkeypatch, tmp_path, add):
+    """``LIGHTSPEED_CUDA_LT_ALGOS=N``: the heuristic's first N algorithms timed into a scratch result
+    (the residual C, read in place by the real call, is not touched by the timing), the fastest
+    run; its index kept in the compile cache, so a new library (the next process) takes the same
+    one without timing.  The product is checked against float64 numpy."""
+    from lightspeed.backends.cuda import cublaslt as lt
+    from lightspeed.backends.cuda import driver, thread_stream
+
+    monkeypatch.setenv("LIGHTSPEED_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(lt, "LT_ALGOS", 8)
+    m, n, k = 96, 256, 512  # x[m, k] @ W[n, k].T (+ r[m, n])
+    plan = lt.LtPlan("bfloat16", n, m, k, 1, lt.LtLayout(k, n, k, True), lt.LtLayout(k, m, k),
+                     lt.LtLayout(n, m, n, batch_stride=m * n), 0, 0, 1.0 if add else 0.0)
+    rng = np.random.default_rng(5)
+    bf16 = ls.bfloat16.np
+    xh, wh = rng.standard_normal((m, k)).astype(bf16), (rng.standard_normal((n, k)) * 0.05).astype(bf16)
+    rh = rng.standard_normal((m, n)).astype(bf16)
+    x, w, out = DeviceArray.from_host(xh), DeviceArray.from_host(wh), DeviceArray.empty((m, n), bf16)
+    r = DeviceArray.from_host(rh)
+    ptrs = (out.ptr, x.ptr, w.ptr, *((r.ptr,) if add else ()))
+    stream = thread_stream()
+    ws = driver.device().alloc(lt.WORKSPACE_BYTES)
+    want = xh.astype(np.float64) @ wh.astype(np.float64).T + (rh.astype(np.float64) if add else 0)
+    picks = []
+    for _ in range(2):  # the second library: the next process, with the same cache
+        lib = lt.Library()
+        lib.prepare_call(plan, ptrs, int(stream))
+        np.testing.assert_array_equal(r.numpy(), rh)  # the timing wrote no live buffer
+        lib.run(plan, ptrs, ws.ptr, int(stream))
+        driver.device().sync(stream)
+        np.testing.assert_allclose(out.numpy().astype(np.float64), want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
+        entries = list(tmp_path.glob("ltalgo-*.json"))
+        assert len(entries) == 1
+        picks.append(lib.algorithm(plan, lib._pointers(plan, ptrs))[1].tobytes())
+    assert picks[0] == picks[1]

@@ -23,14 +23,20 @@ Compute type ``CUBLAS_COMPUTE_32F``, scale type float32 (no TF32 for float32).
 *Running* (:class:`Library`, GPU only; ``nvmath-python``'s low-level ``nvmath.bindings.cublasLt``,
 imported on first use): one handle per process, descriptors and layouts per plan, the heuristic's
 first algorithm per plan and pointer alignment, all cached per process; a 32 MiB workspace per
-thread (one stream per thread).  The GPU executor calls it inside its CUDA graph capture; cuBLASLt
-bakes the pointers into the graph (kernels read theirs from the table), so the executor captures
-again when a library launch's pointers change (``GpuExecutor.captures`` counts it).
+thread (one stream per thread).  ``LIGHTSPEED_CUDA_LT_ALGOS=N`` (N > 1) times the heuristic's first N
+algorithms of each plan on the device (into a scratch result, so no live buffer is written) and
+keeps the fastest, as max-autotune does for its library choice; the pick is kept in the compile
+cache per device, library version, plan and alignment, so every later process takes the same
+algorithm (the same rounding: a program's results do not change from run to run).  The GPU
+executor calls it inside its CUDA graph capture; cuBLASLt bakes the pointers into the graph
+(kernels read theirs from the table), so the executor captures again when a library launch's
+pointers change (``GpuExecutor.captures`` counts it).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -404,9 +410,11 @@ class Library:
                 self._prepared[plan] = got
         return got
 
-    def algorithm(self, plan: LtPlan, ptrs: tuple[int, int, int, int]) -> Any:
-        """The heuristic's first algorithm for ``plan`` at the alignment of ``ptrs`` (A, B, C, D),
-        once per process; the returned array's address is what ``cublasLtMatmul`` takes."""
+    def algorithm(self, plan: LtPlan, ptrs: tuple[int, int, int, int], stream: Any = None) -> Any:
+        """The algorithm for ``plan`` at the alignment of ``ptrs`` (A, B, C, D), once per process:
+        the heuristic's first, or with ``LT_ALGOS`` > 1 and a ``stream`` to time them on (outside a
+        graph capture) the fastest of its first ``LT_ALGOS``; the returned array's address is what
+        ``cublasLtMatmul`` takes."""
         aligns = tuple(_alignment(p) for p in ptrs)
         key = (plan, aligns)
         algo = self._algos.get(key)
@@ -414,6 +422,7 @@ class Library:
             return algo
         desc, la, lb, ld = self.prepare(plan)
         lt = self.lt
+        count = LT_ALGOS if stream is not None else 1
         with self._lock:
             pref = lt.matmul_preference_create()
             try:
@@ -423,17 +432,70 @@ class Library:
                                  (attr.MIN_ALIGNMENT_D_BYTES, aligns[3])):
                     self._set(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref, a,
                               value)
-                results = lt.MatmulHeuristicResult(1)
+                results = lt.MatmulHeuristicResult(count)
                 found = np.zeros(1, np.int32)
-                lt.matmul_algo_get_heuristic(self.handle, desc, la, lb, ld, ld, pref, 1, results.ptr,
+                lt.matmul_algo_get_heuristic(self.handle, desc, la, lb, ld, ld, pref, count, results.ptr,
                                              found.ctypes.data)
             finally:
                 lt.matmul_preference_destroy(pref)
             if found[0] < 1:
                 raise LightspeedError(f"cuBLASLt has no algorithm for {plan}")
-            algo = (results, results[0]["algo"])  # the buffer kept alive with the struct taken from it
+            # (a bias or fp8 scale lives on the descriptor, set per call: those plans take the first)
+            timed = found[0] > 1 and not plan.bias and not plan.fp8
+            pick = self._fastest(plan, (desc, la, lb, ld), aligns, results, int(found[0]), ptrs, stream) if timed else 0
+            algo = (results, results[pick]["algo"])  # the buffer kept alive with the struct taken from it
             self._algos[key] = algo
         return algo
+
+    def _fastest(self, plan: LtPlan, prepared: tuple, aligns: tuple[int, ...], results: Any, found: int,
+                 ptrs: tuple[int, int, int, int], stream: Any) -> int:
+        """The index of the fastest of the heuristic's ``found`` algorithms: the compile cache's
+        pick for this device, library, plan and alignment, else each one timed on ``stream`` with
+        the call's operands and a scratch result (C too when beta = 1: its values do not change
+        the time), the pick then stored.  An algorithm the library refuses to run is skipped."""
+        from ... import cache
+        from . import driver
+
+        dev = driver.device()
+        version = getattr(self.lt, "get_version", lambda: "?")()
+        entry = "ltalgo-" + cache.digest(dev.name, version, repr(plan), aligns, found)
+
+        def valid(data: Any) -> None:
+            if not (isinstance(data, dict) and isinstance(data.get("index"), int) and 0 <= data["index"] < found):
+                raise cache.CacheEntryError("no algorithm index in range")
+        kept = cache.load(entry, valid)
+        if kept is not None:
+            return int(kept["index"])
+        desc, la, lb, ld = prepared
+        a, b = ptrs[0], ptrs[1]
+        scratch = dev.alloc(plan.batch * plan.m * plan.n * plan.itemsize)
+        work = dev.alloc(WORKSPACE_BYTES)
+        start, end = dev.event(), dev.event()
+        beta = self._betas[plan.beta].ctypes.data
+        times: list[float] = []
+        for i in range(found):
+            algo = results[i]["algo"]
+
+            def launch(algo=algo) -> None:
+                self.lt.matmul(self.handle, desc, self._alpha.ctypes.data, a, la, b, lb, beta, scratch.ptr, ld,
+                               scratch.ptr, ld, algo.ctypes.data, work.ptr, WORKSPACE_BYTES, stream)
+            try:
+                launch()  # warm-up (and the check that this algorithm runs these operands)
+                best = float("inf")
+                for _ in range(3):  # the least of three runs of LT_TIMED_RUNS launches each
+                    dev.record(start, stream)
+                    for _ in range(LT_TIMED_RUNS):
+                        launch()
+                    dev.record(end, stream)
+                    best = min(best, dev.elapsed(start, end))
+            except Exception:  # noqa: BLE001 (a refused algorithm is not a candidate)
+                dev.sync(stream)
+                best = float("inf")
+            times.append(best)
+        dev.sync(stream)
+        pick = int(np.argmin(times)) if min(times) < float("inf") else 0
+        cache.store(entry, {"index": pick, "us": [round(t / LT_TIMED_RUNS * 1e6, 2) for t in times]})
+        return pick
 
     @staticmethod
     def _pointers(plan: LtPlan, ptrs: tuple[int, ...]) -> tuple[int, int, int, int]:
@@ -444,10 +506,10 @@ class Library:
         return (pb + plan.a_offset * plan.ab_itemsize, pa + plan.b_offset * plan.ab_itemsize,
                 ptrs[3] if plan.beta else out, out)
 
-    def prepare_call(self, plan: LtPlan, ptrs: tuple[int, ...]) -> None:
+    def prepare_call(self, plan: LtPlan, ptrs: tuple[int, ...], stream: Any = None) -> None:
         """Make the descriptors and choose the algorithm of a call (host work, kept out of a graph
-        capture)."""
-        self.algorithm(plan, self._pointers(plan, ptrs))
+        capture; with ``LT_ALGOS`` > 1 the candidates are timed on ``stream``)."""
+        self.algorithm(plan, self._pointers(plan, ptrs), stream)
 
     def run(self, plan: LtPlan, ptrs: tuple[int, ...], workspace: int, stream: int) -> None:
         """Enqueue ``plan`` on ``stream`` (``ptrs`` as for :meth:`_pointers`)."""
@@ -473,6 +535,14 @@ class Library:
             lt.matmul(self.handle, desc, self._alpha.ctypes.data, a, la, b, lb, self._betas[plan.beta].ctypes.data,
                       c, ld, d, ld, algo.ctypes.data, workspace, WORKSPACE_BYTES, stream)
 
+
+# LIGHTSPEED_CUDA_LT_ALGOS=N: time the heuristic's first N algorithms of each plan and keep the
+# fastest (see the module docstring); 1 takes its first, untimed
+_ALGOS_SET = os.environ.get("LIGHTSPEED_CUDA_LT_ALGOS", "1")
+if not _ALGOS_SET.strip().isdigit() or int(_ALGOS_SET) < 1:
+    raise LightspeedError(f"LIGHTSPEED_CUDA_LT_ALGOS must be a count of 1 or more, got {_ALGOS_SET!r}")
+LT_ALGOS = int(_ALGOS_SET)
+LT_TIMED_RUNS = 5  # launches between a pair of events when timing an algorithm
 
 _library: Library | None = None
 _library_lock = threading.Lock()

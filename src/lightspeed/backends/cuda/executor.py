@@ -232,7 +232,7 @@ class GpuExecutor(Executor):
                 lib = lt.library()
                 for launch in launches:
                     if launch.spec.library is not None:
-                        lib.prepare_call(*self._library_call(state, launch, handles[launch.spec.name]))
+                        lib.prepare_call(*self._library_call(state, launch, handles[launch.spec.name]), stream)
                 self._workspace()
             if len(state.graphs) >= GRAPHS_PER_STATE:
                 dev.sync(stream)  # the oldest graph may still run
