@@ -2,6 +2,9 @@
 # Thirty-first session's GPU work in stages, one or more a call (each bounded by GPU_DEADLINE_S):
 #   lt       cuBLASLt's first heuristic algorithm against its fastest, per product of the 1B's and
 #            8B's 512-token prompts (scripts/gpu_lt_algos.py)
+#   ltab     the 1B's 512-token prefill, ours alone, with cuBLASLt's first heuristic algorithm and with
+#            the fastest of its first 8 timed (LIGHTSPEED_CUDA_LT_ALGOS), a process each; the
+#            cuBLASLt GPU tests with the timed pick
 #   profile  the 1B's 512-token prefill kernel by kernel, ours only (scripts/gpu_profile.py)
 #   memcheck compute-sanitizer's memcheck over the grouped experts' GPU tests (the part of the
 #            thirtieth session's selection its time did not reach)
@@ -16,6 +19,14 @@ for stage in "$@"; do
       grep -E "^[a-z].*algorithms;|layer's" "$OUT/lt_1b.log"
       step lt_8b 60 python3 scripts/gpu_lt_algos.py --shape llama-3-8b --rows 512
       grep -E "^[a-z].*algorithms;|layer's" "$OUT/lt_8b.log" ;;
+    ltab)
+      step lttest 90 python3 -m pytest -o addopts="" tests/backends/test_cuda_cublaslt.py -q -p no:cacheprovider -n 4
+      grep -E "passed|failed|FAILED" "$OUT/lttest.log" | tail -4
+      for n in 1 8 1 8; do
+        LIGHTSPEED_CUDA_LT_ALGOS=$n step "ltab_$n" 90 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --no-peer
+        echo "LT_ALGOS=$n: $(grep -E '^llama-3.2-1b +lightspeed' "$OUT/ltab_$n.log")"
+      done
+      ls "$LIGHTSPEED_CACHE_DIR"/ltalgo-* 2>/dev/null | wc -l ;;
     profile)
       step profile 150 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8
       grep -A30 "period" "$OUT/profile.log" | head -40 ;;
@@ -29,6 +40,6 @@ for stage in "$@"; do
       sed -n '/^shape/,$p' "$OUT/prefill.log"
       step prefill_8b 240 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
       sed -n '/^shape/,$p' "$OUT/prefill_8b.log" ;;
-    *) echo "unknown stage $stage (lt, profile, memcheck, prefill)" ;;
+    *) echo "unknown stage $stage (lt, ltab, profile, memcheck, prefill)" ;;
   esac
 done
