@@ -22,7 +22,7 @@ for stage in "$@"; do
     ltab)
       step lttest 90 python3 -m pytest -o addopts="" tests/backends/test_cuda_cublaslt.py -q -p no:cacheprovider -n 4
       grep -E "passed|failed|FAILED" "$OUT/lttest.log" | tail -4
-      for n in 1 8 1 8; do
+      for n in ${GPU_S31_LTAB:-1 8 1 8}; do
         LIGHTSPEED_CUDA_LT_ALGOS=$n step "ltab_$n" 90 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --no-peer
         echo "LT_ALGOS=$n: $(grep -E '^llama-3.2-1b +lightspeed' "$OUT/ltab_$n.log")"
       done
