@@ -364,7 +364,7 @@ def test_timed_algorithm_pick_is_right_and_kept_for_the_next_process(monkeypatch
     picks = []
     for _ in range(2):  # the second library: the next process, with the same cache
         lib = lt.Library()
-        lib.prepare_call(plan, ptrs, int(stream))
+        lib.prepare_call(plan, ptrs, stream)
         np.testing.assert_array_equal(r.numpy(), rh)  # the timing wrote no live buffer
         lib.run(plan, ptrs, ws.ptr, int(stream))
         driver.device().sync(stream)

@@ -478,7 +478,7 @@ class Library:
 
             def launch(algo=algo) -> None:
                 self.lt.matmul(self.handle, desc, self._alpha.ctypes.data, a, la, b, lb, beta, scratch.ptr, ld,
-                               scratch.ptr, ld, algo.ctypes.data, work.ptr, WORKSPACE_BYTES, stream)
+                               scratch.ptr, ld, algo.ctypes.data, work.ptr, WORKSPACE_BYTES, int(stream))
             try:
                 launch()  # warm-up (and the check that this algorithm runs these operands)
                 best = float("inf")
