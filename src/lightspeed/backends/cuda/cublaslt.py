@@ -493,6 +493,8 @@ class Library:
                 best = float("inf")
             times.append(best)
         dev.sync(stream)
+        for event in (start, end):
+            driver.check(driver.bindings().cuEventDestroy(event), "cuEventDestroy")
         pick = int(np.argmin(times)) if min(times) < float("inf") else 0
         cache.store(entry, {"index": pick, "us": [round(t / LT_TIMED_RUNS * 1e6, 2) for t in times]})
         return pick
