@@ -22,9 +22,11 @@ for stage in "$@"; do
     ltab)
       step lttest 90 python3 -m pytest -o addopts="" tests/backends/test_cuda_cublaslt.py -q -p no:cacheprovider -n 4
       grep -E "passed|failed|FAILED" "$OUT/lttest.log" | tail -4
-      for n in ${GPU_S31_LTAB:-1 8 1 8}; do
-        LIGHTSPEED_CUDA_LT_ALGOS=$n step "ltab_$n" 90 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --no-peer
-        echo "LT_ALGOS=$n: $(grep -E '^llama-3.2-1b +lightspeed' "$OUT/ltab_$n.log")"
+      # each run NAME:VAR=VALUE,VAR=VALUE (GPU_S31_LTAB, space-separated): one process each
+      for run in ${GPU_S31_LTAB:-first:LIGHTSPEED_CUDA_LT_ALGOS=1 timed:LIGHTSPEED_CUDA_LT_ALGOS=8 again:LIGHTSPEED_CUDA_LT_ALGOS=1}; do
+        name=${run%%:*} envs=${run#*:}
+        (export ${envs//,/ }; step "ltab_$name" 90 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --no-peer)
+        echo "$name (${envs}): $(grep -E '^llama-3.2-1b +lightspeed' "$OUT/ltab_$name.log")"
       done
       ls "$LIGHTSPEED_CACHE_DIR"/ltalgo-* 2>/dev/null | wc -l ;;
     profile)
