@@ -5,6 +5,8 @@
 #   ltab     the 1B's 512-token prefill, ours alone, with cuBLASLt's first heuristic algorithm and with
 #            the fastest of its first 8 timed (LIGHTSPEED_CUDA_LT_ALGOS), a process each; the
 #            cuBLASLt GPU tests with the timed pick
+#   blockrows the Gemma 3-shaped block step (random blocks) with one output a warp and with 4
+#            (LIGHTSPEED_CUDA_BLOCK_ROWS), a process each, beside bf16 weights; their GPU tests
 #   profile  the 1B's 512-token prefill kernel by kernel, ours only (scripts/gpu_profile.py)
 #   memcheck compute-sanitizer's memcheck over the grouped experts' GPU tests (the part of the
 #            thirtieth session's selection its time did not reach)
@@ -29,6 +31,14 @@ for stage in "$@"; do
         echo "$name (${envs}): $(grep -E '^llama-3.2-1b +lightspeed' "$OUT/ltab_$name.log")"
       done
       ls "$LIGHTSPEED_CACHE_DIR"/ltalgo-* 2>/dev/null | wc -l ;;
+    blockrows)
+      step rowtest 90 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py -k several -q -p no:cacheprovider -n 4
+      grep -E "passed|failed|FAILED" "$OUT/rowtest.log" | tail -4
+      for r in ${GPU_S31_ROWS:-1 4}; do
+        LIGHTSPEED_CUDA_BLOCK_ROWS=$r step "rows_$r" 150 python3 benchmarks/gpu_blocks.py gemma3 random:gemma3 --repeats 2 \
+          --configs native,cuda-blocks,cuda-bfloat16
+        echo "BLOCK_ROWS=$r:"; sed -n '/greedy tokens/,$p' "$OUT/rows_$r.log" | grep -E "^(native|cuda)" 
+      done ;;
     profile)
       step profile 150 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8
       grep -A30 "period" "$OUT/profile.log" | head -40 ;;
@@ -42,6 +52,6 @@ for stage in "$@"; do
       sed -n '/^shape/,$p' "$OUT/prefill.log"
       step prefill_8b 240 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
       sed -n '/^shape/,$p' "$OUT/prefill_8b.log" ;;
-    *) echo "unknown stage $stage (lt, ltab, profile, memcheck, prefill)" ;;
+    *) echo "unknown stage $stage (lt, ltab, blockrows, profile, memcheck, prefill)" ;;
   esac
 done

@@ -91,6 +91,53 @@ def test_block_products_match_float64(qtype, add):
     assert not q.is_dense  # no float32 copy of the blocks was made
 
 
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("rows", [2, 4, 8])
+@pytest.mark.parametrize("kind", ["BlockMatmul", "BlockMatmulAdd"])
+def test_several_outputs_a_warp_render_and_compile_for_sm90(monkeypatch, qtype, rows, kind):
+    """``LIGHTSPEED_CUDA_BLOCK_ROWS``: a warp's R outputs are R adjacent weight rows dotted with one
+    load of x (n = 48 divides by 2, 4 and 8); n = 50 (only 2 divides it) keeps one output a warp
+    for R = 4 and 8."""
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import block_matmul, module_source
+
+    monkeypatch.setattr(block_matmul, "BLOCK_ROWS", rows)
+    k = 512 if qtype in PER_BLOCK else 96
+    for n in (48, 50):
+        lp = _with_block_op(_graph(qtype, n, k, add=kind == "BlockMatmulAdd"), kind)
+        op = next(o for o in lp.ops if o.op == kind)
+        spec = CUDA.op_table.lower(op, [lp.ops[i].dtype for i in op.inputs], "cuda").specs[0]
+        r = rows if n % rows == 0 else 1
+        assert (f"acc{r - 1} " in spec.source) == (r > 1) and (f"matmul_cuda_r{r}_" in spec.name) == (r > 1)
+        assert "prefetch.global.L2" in spec.source
+        assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
+
+
+@pytest.mark.skipif(not CUDA.available(), reason="no GPU")
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("add", [False, True])
+def test_several_outputs_a_warp_equal_one_output_a_warp(monkeypatch, qtype, add):
+    """R outputs a warp give the one-output kernel's results bit for bit (same lanes, same order,
+    same reduction per output), at 1, 5 and 33 rows of x."""
+    from lightspeed.backends.codegen.kernels import block_matmul
+
+    n, k = 64, (512 if qtype in PER_BLOCK else 96)
+    q, _ = _weights(qtype, n, k, seed=4)
+    g = _graph(qtype, n, k, add=add)
+    lp = _with_block_op(g, "BlockMatmulAdd" if add else "BlockMatmul")
+    progs = {}
+    for r in (1, 4):
+        monkeypatch.setattr(block_matmul, "BLOCK_ROWS", r)
+        progs[r] = CUDA.lower(g, lp).persist(w=q)
+    rng = np.random.default_rng(9)
+    for rows in (1, 5, 33):
+        ins = {"x": rng.standard_normal((rows, k)).astype(np.float32)}
+        if add:
+            ins["r"] = rng.standard_normal((rows, n)).astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(progs[4](ins)["y"]), np.asarray(progs[1](ins)["y"]),
+                                      err_msg=f"rows={rows}")
+
+
 @pytest.mark.skipif(not CUDA.available(), reason="no GPU")
 @pytest.mark.parametrize("qtype", TYPES)
 def test_block_gather_reads_rows_exactly(qtype):
@@ -250,3 +297,16 @@ def test_norm_products_over_blocks_match_float64(qtype, kind):
             got = np.asarray(prog(ins)["y"])
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=f"rows={rows}")
     assert not q.is_dense
+
+
+@pytest.mark.parametrize("value", ["3", "0", "rows"])
+def test_a_bad_rows_count_is_refused_by_name(value):
+    """``LIGHTSPEED_CUDA_BLOCK_ROWS`` is 1, 2, 4 or 8; anything else stops the import naming it."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, LIGHTSPEED_CUDA_BLOCK_ROWS=value)
+    proc = subprocess.run([sys.executable, "-c", "import lightspeed.backends.codegen.kernels.block_matmul"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "LIGHTSPEED_CUDA_BLOCK_ROWS" in proc.stderr

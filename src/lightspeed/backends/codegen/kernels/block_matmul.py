@@ -327,9 +327,10 @@ def block_row_bytes(qtype: str, k: int) -> int:
     return k // BLOCK_WEIGHTS.get(qtype, QK) * BLOCK_BYTES[qtype]
 
 
-def whole_groups(w: Writer, code: int, nb: int) -> None:
-    """The loop of each lane over whole groups (lane, lane + 32, ...) of the block row ``rb``,
-    x's 32 floats of a group from ``xr`` in registers, into ``acc``."""
+def whole_groups(w: Writer, code: int, nb: int, rows: tuple[tuple[str, str], ...] = (("rb", "acc"),)) -> None:
+    """The loop of each lane over whole groups (lane, lane + 32, ...) of the block rows ``rows``
+    ((byte pointer, accumulator) pairs: each row's dot into its own), x's 32 floats of a group from
+    ``xr`` in registers, loaded once for all of them."""
     w.line(f"for (long long g = lane; g < {nb}; g += 32) {{")
     w.line("  const float4* xv = (const float4*)(xr + 32 * g);")
     w.line("  float x[32];")
@@ -339,8 +340,21 @@ def whole_groups(w: Writer, code: int, nb: int) -> None:
     w.line("  } else {")
     w.line("    for (int t = 0; t < 32; t++) x[t] = xr[32 * g + t];")
     w.line("  }")
-    group_dot_cuda(w, code, nb, "rb", "acc")
+    for row, acc in rows:
+        group_dot_cuda(w, code, nb, row, acc)
     w.line("}")
+
+
+# LIGHTSPEED_CUDA_BLOCK_ROWS=R: the cuda block product's warp computes R adjacent outputs of one
+# row of x (weight rows j..j+R-1) instead of one, loading each group of x once for all R: a warp
+# per output reads the whole x row for the few hundred bytes of one weight row (Gemma 3's k = 640:
+# 2.5 KB of x for a 680-byte Q8_0 row, x's traffic 4x the weights'), so R divides it.  Each
+# output's sum is the one-row kernel's (same lanes, same order, same reduction): bit for bit
+# equal.  Taken where R divides n; 1 (the default until measured on a GPU) is a warp per output.
+_ROWS_SET = os.environ.get("LIGHTSPEED_CUDA_BLOCK_ROWS", "1")
+if _ROWS_SET.strip() not in ("1", "2", "4", "8"):
+    raise LightspeedError(f"LIGHTSPEED_CUDA_BLOCK_ROWS must be 1, 2, 4 or 8, got {_ROWS_SET!r}")
+BLOCK_ROWS = int(_ROWS_SET)
 
 
 def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSpec:
@@ -361,35 +375,61 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
     code = BLOCK_CODE[qtype]
     nb = int(k.value) // QK
     row_bytes = block_row_bytes(qtype, int(k.value))
+    # R outputs a warp (BLOCK_ROWS) where R divides the static n, else one
+    rr = BLOCK_ROWS if n.is_const and int(n.value) % BLOCK_ROWS == 0 else 1
     w = Writer("cuda")
-    w.index_vars |= {"_ls_item", "_ls_mi", "_ls_nj"}
+    w.index_vars |= {"_ls_item", "_ls_mi", "_ls_nj"} | ({"_ls_nj0"} if rr > 1 else set())
     nn = w.expr(n)
+    items = n // rr if rr > 1 else n  # items a row of x: groups of R weight rows
+    rows = tuple((f"rb{r}", f"acc{r}") for r in range(rr)) if rr > 1 else (("rb", "acc"),)
+    xr = f"const float* xr = in0 + {w.expr(a['a_offset'])} + _ls_mi * {w.expr(a['a_stride_m'])};"
     w.push()
-    w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_mi = _ls_item / {nn};")
-    w.line(f"const unsigned char* rb = (const unsigned char*)in1 + _ls_nj * {row_bytes}LL;")
-    w.line(f"const float* xr = in0 + {w.expr(a['a_offset'])} + _ls_mi * {w.expr(a['a_stride_m'])};")
-    w.line("float acc = 0.0f;")
+    if rr == 1:  # (the one-output kernel's text as it always was)
+        w.line(f"const long long _ls_nj = _ls_item % {nn}, _ls_mi = _ls_item / {nn};")
+        w.line(f"const unsigned char* rb = (const unsigned char*)in1 + _ls_nj * {row_bytes}LL;")
+        w.line(xr)
+        w.line("float acc = 0.0f;")
+    else:
+        ni = w.expr(items)
+        w.line(f"const long long _ls_nj0 = (_ls_item % {ni}) * {rr}, _ls_mi = _ls_item / {ni};")
+        for r, (row, acc) in enumerate(rows):
+            w.line(f"const unsigned char* {row} = (const unsigned char*)in1 + (_ls_nj0 + {r}) * {row_bytes}LL;")
+            w.line(f"float {acc} = 0.0f;")
+        w.line(xr)
     if parts_of([code]) > 1:  # each lane parts of groups (PARTS items a group)
         w.line(f"for (long long it = lane; it < {nb * PARTS}; it += 32) {{")
         w.line(f"  const long long g = it / {PARTS}; const int p = (int)(it % {PARTS});")
         part_x_cuda(w, code, "xr")
-        part_dot_cuda(w, code, nb, "rb", "acc")
+        for row, acc in rows:
+            part_dot_cuda(w, code, nb, row, acc)
         w.line("}")
     else:
-        whole_groups(w, code, nb)
-    w.line("for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);")
+        whole_groups(w, code, nb, rows)
+    for _, acc in rows:
+        w.line(f"for (int o = 16; o > 0; o >>= 1) {acc} += __shfl_xor_sync(0xffffffffu, {acc}, o);")
     bufs = [("out", "float", True, "out"), ("in0", "float", False, 0), ("in1", "unsigned char", False, 1)]
-    if op.op == "MatmulAdd":
-        bufs.append(store_with_addend(w, a["r_view"], in_dtypes[2], "if (lane == 0)", f"_ls_mi * {nn} + _ls_nj",
-                                      lambda r: f"acc + {r}",
-                                      Point("_ls_oz", sym("_ls_oz"), (m, n), (sym("_ls_mi"), sym("_ls_nj")))))
-    else:
-        w.line(f"if (lane == 0) out[_ls_mi * {nn} + _ls_nj] = acc;")
+    for r, (_, acc) in enumerate(rows):
+        if rr > 1:  # output j0 + r in a scope of its own
+            w.line("{")
+            w.line(f"const long long _ls_nj = _ls_nj0 + {r};")
+        if op.op == "MatmulAdd":
+            addend = store_with_addend(w, a["r_view"], in_dtypes[2], "if (lane == 0)", f"_ls_mi * {nn} + _ls_nj",
+                                       lambda v, acc=acc: f"{acc} + {v}",
+                                       Point("_ls_oz", sym("_ls_oz"), (m, n), (sym("_ls_mi"), sym("_ls_nj"))))
+            if r == 0:
+                bufs.append(addend)
+        else:
+            w.line(f"if (lane == 0) out[_ls_mi * {nn} + _ls_nj] = {acc};")
+        if rr > 1:
+            w.line("}")
     body = w.pop()
-    # the warp's block row streams into L2 before the wait on the previous kernel, as the float
-    # products' rows do (a decode step of a small model is a chain of short kernels)
-    prefetch = weight_prefetch(w, "cuda", m, n, const(row_bytes), [("in1", uint8, const(0), const(row_bytes))])
-    return finish(w, "cuda", "matmul_dot", bufs, m * n, body, f"{qtype}matmul_cuda", preludes=("ggml_blocks",),
+    # the warp's block rows (R adjacent rows: one span) stream into L2 before the wait on the
+    # previous kernel, as the float products' rows do (a decode step of a small model is a chain
+    # of short kernels)
+    span = const(rr * row_bytes)
+    prefetch = weight_prefetch(w, "cuda", m, items, span, [("in1", uint8, const(0), span)])
+    label = f"{qtype}matmul_cuda" + (f"_r{rr}" if rr > 1 else "")
+    return finish(w, "cuda", "matmul_dot", bufs, m * items, body, label, preludes=("ggml_blocks",),
                   before_wait=prefetch)
 
 
