@@ -27,7 +27,9 @@ thread (one stream per thread).  ``LIGHTSPEED_CUDA_LT_ALGOS=N`` (N > 1) times th
 algorithms of each plan on the device (into a scratch result, so no live buffer is written) and
 keeps the fastest, as max-autotune does for its library choice; the pick is kept in the compile
 cache per device, library version, plan and alignment, so every later process takes the same
-algorithm (the same rounding: a program's results do not change from run to run).  The GPU
+algorithm (the same rounding: a program's results do not change from run to run).  It gave the
+1B's 512-token prefill nothing on an H100 (3.243 ms at 8 against 3.213, thirty-first session), so
+the first stays the default.  The GPU
 executor calls it inside its CUDA graph capture; cuBLASLt bakes the pointers into the graph
 (kernels read theirs from the table), so the executor captures again when a library launch's
 pointers change (``GpuExecutor.captures`` counts it).
