@@ -7,6 +7,11 @@
 #            cuBLASLt GPU tests with the timed pick
 #   blockrows the Gemma 3-shaped block step (random blocks) with one output a warp and with 4
 #            (LIGHTSPEED_CUDA_BLOCK_ROWS), a process each, beside bf16 weights; their GPU tests
+#   stacked  the 1B's 512-token prefill with a layer's q, k, v (and gate, up) as one product over
+#            stacked weights (LIGHTSPEED_CUDA_STACKED=1) beside the peers, and without, ours alone
+#            (gpu_lt_algos.py: the stacked qkv product ~29 us against ~28 for q alone)
+#   gemmaprof the Gemma 3-shaped block step and the bf16 step kernel by kernel (random blocks), with
+#            programmatic dependent launch off so each kernel's duration is its own
 #   profile  the 1B's 512-token prefill kernel by kernel, ours only (scripts/gpu_profile.py)
 #   memcheck compute-sanitizer's memcheck over the grouped experts' GPU tests (the part of the
 #            thirtieth session's selection its time did not reach)
@@ -39,6 +44,16 @@ for stage in "$@"; do
           --configs native,cuda-blocks,cuda-bfloat16
         echo "BLOCK_ROWS=$r:"; sed -n '/greedy tokens/,$p' "$OUT/rows_$r.log" | grep -E "^(native|cuda)" 
       done ;;
+    stacked)
+      LIGHTSPEED_CUDA_STACKED=1 step stacked_on 200 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
+      sed -n '/^shape/,$p' "$OUT/stacked_on.log"
+      step stacked_off 90 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --no-peer
+      sed -n '/^shape/,$p' "$OUT/stacked_off.log" ;;
+    gemmaprof)
+      LIGHTSPEED_CUDA_PDL=0 step gemmaprof 200 python3 benchmarks/gpu_blocks.py gemma3 random:gemma3 --repeats 2 \
+        --configs native,cuda-blocks,cuda-bfloat16 --profile 24
+      sed -n '/greedy tokens/,$p' "$OUT/gemmaprof.log" | grep -E "^(native|cuda)"
+      grep -A24 "kernels per step" "$OUT/gemmaprof.log" | head -60 ;;
     profile)
       step profile 150 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8
       grep -A30 "period" "$OUT/profile.log" | head -40 ;;
@@ -52,6 +67,6 @@ for stage in "$@"; do
       sed -n '/^shape/,$p' "$OUT/prefill.log"
       step prefill_8b 240 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
       sed -n '/^shape/,$p' "$OUT/prefill_8b.log" ;;
-    *) echo "unknown stage $stage (lt, ltab, blockrows, profile, memcheck, prefill)" ;;
+    *) echo "unknown stage $stage (lt, ltab, blockrows, stacked, gemmaprof, profile, memcheck, prefill)" ;;
   esac
 done
