@@ -53,7 +53,15 @@ for stage in "$@"; do
       LIGHTSPEED_CUDA_PDL=0 step gemmaprof 200 python3 benchmarks/gpu_blocks.py gemma3 random:gemma3 --repeats 2 \
         --configs native,cuda-blocks,cuda-bfloat16 --profile 24
       sed -n '/greedy tokens/,$p' "$OUT/gemmaprof.log" | grep -E "^(native|cuda)"
-      grep -A24 "kernels per step" "$OUT/gemmaprof.log" | head -60 ;;
+      grep -A24 "kernels per step" "$OUT/gemmaprof.log" | head -60
+      # variants of the block step, each profiled too: NAME:VAR=VALUE,... (GPU_S31_GEMMAPROF)
+      for run in ${GPU_S31_GEMMAPROF:-head4:LIGHTSPEED_CUDA_BLOCK_ROWS=4,LIGHTSPEED_CUDA_BLOCK_ROWS_MIN_N=65536}; do
+        name=${run%%:*} envs=${run#*:}
+        (export LIGHTSPEED_CUDA_PDL=0 ${envs//,/ }; step "gemmaprof_$name" 120 python3 benchmarks/gpu_blocks.py gemma3 \
+          random:gemma3 --repeats 2 --configs native,cuda-blocks --profile 24)
+        echo "$name ($envs):"; sed -n '/greedy tokens/,$p' "$OUT/gemmaprof_$name.log" | grep -E "^cuda"
+        grep -A12 "kernels per step" "$OUT/gemmaprof_$name.log" | head -14
+      done ;;
     profile)
       step profile 150 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 --no-peer --steps 8
       grep -A30 "period" "$OUT/profile.log" | head -40 ;;

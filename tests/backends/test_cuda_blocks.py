@@ -97,7 +97,8 @@ def test_block_products_match_float64(qtype, add):
 def test_several_outputs_a_warp_render_and_compile_for_sm90(monkeypatch, qtype, rows, kind):
     """``LIGHTSPEED_CUDA_BLOCK_ROWS``: a warp's R outputs are R adjacent weight rows dotted with one
     load of x (n = 48 divides by 2, 4 and 8); n = 50 (only 2 divides it) keeps one output a warp
-    for R = 4 and 8."""
+    for R = 4 and 8; with ``LIGHTSPEED_CUDA_BLOCK_ROWS_MIN_N`` = 49 only the 50-output product
+    takes R."""
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import block_matmul, module_source
 
@@ -111,6 +112,12 @@ def test_several_outputs_a_warp_render_and_compile_for_sm90(monkeypatch, qtype, 
         assert (f"acc{r - 1} " in spec.source) == (r > 1) and (f"matmul_cuda_r{r}_" in spec.name) == (r > 1)
         assert "prefetch.global.L2" in spec.source
         assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
+    monkeypatch.setattr(block_matmul, "BLOCK_ROWS_MIN_N", 49)  # only products of 49 outputs or more
+    spec = CUDA.op_table.lower(op, [lp.ops[i].dtype for i in op.inputs], "cuda").specs[0]  # (n = 50)
+    assert ("acc1 " in spec.source) == (rows == 2)
+    lp = _with_block_op(_graph(qtype, 48, k, add=kind == "BlockMatmulAdd"), kind)
+    op = next(o for o in lp.ops if o.op == kind)
+    assert "acc1 " not in CUDA.op_table.lower(op, [lp.ops[i].dtype for i in op.inputs], "cuda").specs[0].source
 
 
 @pytest.mark.skipif(not CUDA.available(), reason="no GPU")

@@ -356,6 +356,12 @@ _ROWS_SET = os.environ.get("LIGHTSPEED_CUDA_BLOCK_ROWS", "1")
 if _ROWS_SET.strip() not in ("1", "2", "4", "8"):
     raise LightspeedError(f"LIGHTSPEED_CUDA_BLOCK_ROWS must be 1, 2, 4 or 8, got {_ROWS_SET!r}")
 BLOCK_ROWS = int(_ROWS_SET)
+# LIGHTSPEED_CUDA_BLOCK_ROWS_MIN_N=N: R outputs a warp only for products of at least N outputs a
+# row (a vocabulary's head: 262,144 for Gemma 3), the short layers' products keeping a warp each
+_MIN_N_SET = os.environ.get("LIGHTSPEED_CUDA_BLOCK_ROWS_MIN_N", "0")
+if not _MIN_N_SET.strip().isdigit():
+    raise LightspeedError(f"LIGHTSPEED_CUDA_BLOCK_ROWS_MIN_N must be a count, got {_MIN_N_SET!r}")
+BLOCK_ROWS_MIN_N = int(_MIN_N_SET)
 
 
 def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> KernelSpec:
@@ -376,8 +382,8 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
     code = BLOCK_CODE[qtype]
     nb = int(k.value) // QK
     row_bytes = block_row_bytes(qtype, int(k.value))
-    # R outputs a warp (BLOCK_ROWS) where R divides the static n, else one
-    rr = BLOCK_ROWS if n.is_const and int(n.value) % BLOCK_ROWS == 0 else 1
+    # R outputs a warp (BLOCK_ROWS) where R divides the static n of at least BLOCK_ROWS_MIN_N, else one
+    rr = BLOCK_ROWS if n.is_const and int(n.value) % BLOCK_ROWS == 0 and int(n.value) >= BLOCK_ROWS_MIN_N else 1
     w = Writer("cuda")
     w.index_vars |= {"_ls_item", "_ls_mi", "_ls_nj"} | ({"_ls_nj0"} if rr > 1 else set())
     nn = w.expr(n)
