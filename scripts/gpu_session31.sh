@@ -48,7 +48,12 @@ for stage in "$@"; do
       LIGHTSPEED_CUDA_STACKED=1 step stacked_on 200 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
       sed -n '/^shape/,$p' "$OUT/stacked_on.log"
       step stacked_off 90 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --no-peer
-      sed -n '/^shape/,$p' "$OUT/stacked_off.log" ;;
+      sed -n '/^shape/,$p' "$OUT/stacked_off.log"
+      # the stacked prefill kernel by kernel: one qkv and one gate/up product a layer, and no
+      # stacking copy of the weights at each call (they are stacked once, or read in place)
+      LIGHTSPEED_CUDA_STACKED=1 step stacked_profile 150 python3 scripts/gpu_profile.py llama-3.2-1b --prefill 512 \
+        --no-peer --steps 8
+      grep -A30 "period" "$OUT/stacked_profile.log" | head -40 ;;
     gemmaprof)
       LIGHTSPEED_CUDA_PDL=0 step gemmaprof 200 python3 benchmarks/gpu_blocks.py gemma3 random:gemma3 --repeats 2 \
         --configs native,cuda-blocks,cuda-bfloat16 --profile 24
