@@ -29,10 +29,9 @@ keeps the fastest, as max-autotune does for its library choice; the pick is kept
 cache per device, library version, plan and alignment, so every later process takes the same
 algorithm (the same rounding: a program's results do not change from run to run).  It gave the
 1B's 512-token prefill nothing on an H100 (3.243 ms at 8 against 3.213, thirty-first session), so
-the first stays the default.  The GPU
-executor calls it inside its CUDA graph capture; cuBLASLt bakes the pointers into the graph
-(kernels read theirs from the table), so the executor captures again when a library launch's
-pointers change (``GpuExecutor.captures`` counts it).
+the first stays the default.  The GPU executor calls it inside its CUDA graph capture; cuBLASLt
+bakes the pointers into the graph (kernels read theirs from the table), so the executor captures
+again when a library launch's pointers change (``GpuExecutor.captures`` counts it).
 """
 
 from __future__ import annotations
