@@ -546,6 +546,52 @@ def test_ctrl_c_in_a_real_process(tmp_path):
     assert "Traceback" not in rest and "interrupted" in rest
 
 
+def test_an_interrupt_cpython_marked_unhandled_still_ends_with_130(tmp_path):
+    """A KeyboardInterrupt that passed through a C-level run of Python code (here PyRun_String; in
+    the field an extension module's import the signal landed in) leaves CPython's "unhandled
+    KeyboardInterrupt" mark set though the program caught it: under ``python -m`` a plain
+    ``sys.exit(130)`` then ends by SIGINT after finalising (seen: 3 in 40 interrupted starts of
+    ``python -m lightspeed``).  ``cli.exit_interrupted`` ends with 130 all the same."""
+    (tmp_path / "marked.py").write_text(
+        "import ctypes, sys\n"
+        "run = ctypes.pythonapi.PyRun_String\n"
+        "run.restype = ctypes.py_object\n"
+        "run.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object]\n"
+        "try:\n"
+        "    run(b'raise KeyboardInterrupt', 257, {}, {})\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', file=sys.stderr)\n"
+        "    if sys.argv[1] == 'ours':\n"
+        "        from lightspeed.cli import exit_interrupted\n"
+        "        exit_interrupted()\n"
+        "    sys.exit(130)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    codes = {how: subprocess.run([sys.executable, "-m", "marked", how], capture_output=True, text=True, env=env,
+                                 cwd=tmp_path, timeout=120) for how in ("plain", "ours")}
+    assert codes["plain"].returncode in (130, -2), codes["plain"].stderr  # -2 on CPython 3.11-3.13
+    assert codes["ours"].returncode == 130 and codes["ours"].stderr.strip() == "interrupted", codes["ours"].stderr
+
+
+def test_the_command_ends_an_interrupted_run_through_exit_interrupted(monkeypatch):
+    """``cli.entry`` (the installed script and ``python -m lightspeed``) hands status 130 to
+    ``exit_interrupted`` and any other status to ``sys.exit``."""
+    import lightspeed.cli as cli
+
+    class Ended(Exception):
+        pass
+
+    def ended():
+        raise Ended
+    monkeypatch.setattr(cli, "exit_interrupted", ended)
+    monkeypatch.setattr(cli, "main", lambda: 130)
+    with pytest.raises(Ended):
+        cli.entry()
+    monkeypatch.setattr(cli, "main", lambda: 2)
+    with pytest.raises(SystemExit) as e:
+        cli.entry()
+    assert e.value.code == 2
+
+
 # ---------------------------------------------------------------------- start-up (issue 14)
 _HEAVY = ("numpy", "egglog", "ml_dtypes", "torch", "gguf", "tokenizers")
 
