@@ -4,8 +4,7 @@ import sys
 
 try:
     from lightspeed.cli import entry
-except KeyboardInterrupt:
-    # (nothing of ours is registered to run at exit yet: cli.exit_interrupted's reasons, by hand)
+except KeyboardInterrupt:  # (nothing of ours runs at exit yet: cli.exit_interrupted's reasons, by hand)
     print("interrupted", file=sys.stderr, flush=True)
     os._exit(130)
 entry()
