@@ -84,27 +84,19 @@ def main() -> int:
         plan = ltm.LtPlan("bfloat16", n, m, k, 1, ltm.LtLayout(k, n, k, True), ltm.LtLayout(k, m, k),
                           ltm.LtLayout(n, m, n, batch_stride=m * n), 0, 0, 1.0 if add else 0.0)
         desc, la, lb, ld = lib.prepare(plan)
-        pref = lt.matmul_preference_create()
-        attr = lt.MatmulPreferenceAttribute
-        lib._set(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref,
-                 attr.MAX_WORKSPACE_BYTES, ltm.WORKSPACE_BYTES)
-        results = lt.MatmulHeuristicResult(args.count)
-        found = np.zeros(1, np.int32)
-        lt.matmul_algo_get_heuristic(lib.handle, desc, la, lb, ld, ld, pref, args.count, results.ptr,
-                                     found.ctypes.data)
-        lt.matmul_preference_destroy(pref)
+        results, found = lib.heuristics(plan, (256, 256, 256, 256), args.count)  # (torch's allocations)
         beta = lib._betas[plan.beta]
         c = res.data_ptr() if add else d.data_ptr()
         want = (x.float() @ w.float().T + (res.float() if add else 0)).to(torch.bfloat16).float()
         call = (lib.handle, desc, lib._alpha.ctypes.data, w.data_ptr(), la, x.data_ptr(), lb, beta.ctypes.data,
                 c, ld, d.data_ptr(), ld)
         times = [time_algorithm(torch, lt, call, results, i, (work.data_ptr(), ltm.WORKSPACE_BYTES, stream), d,
-                                want, args.reps) for i in range(int(found[0]))]
+                                want, args.reps) for i in range(found)]
         order = sorted(times, key=lambda t: t[1])
         first, best = times[0][1], order[0][1]
         total_first, total_best = total_first + first, total_best + best
         flop = 2 * m * n * k
-        print(f"\n{name}: [{m} x {k}] @ [{k} x {n}]  {found[0]} algorithms; first {first:.1f} us "
+        print(f"\n{name}: [{m} x {k}] @ [{k} x {n}]  {found} algorithms; first {first:.1f} us "
               f"({flop / first / 1e6:.0f} TFLOP/s), fastest #{order[0][0]} {best:.1f} us "
               f"({flop / best / 1e6:.0f} TFLOP/s), first/fastest {first / best:.2f}")
         for i, us, note in order[:6]:

@@ -462,7 +462,8 @@ def transcribe_audio(opts: RunOptions) -> int:
     from ..backends import get_backend
 
     dtype = opts.dtype or "float32"
-    products = get_backend(opts.backend).matmul_dtypes
+    backend = get_backend(opts.backend)
+    products = backend.matmul_dtypes
     if products and dtypes.as_dtype(dtype) not in products:
         # a backend with matrix products, but none of this dtype (cpu in 16 bits), computes each
         # product element by element, materialised as [rows, cols, k]: a float16 tiny.en window took
@@ -481,9 +482,7 @@ def transcribe_audio(opts: RunOptions) -> int:
     t0 = time.perf_counter()
     with _compiling(what, say, opts.verbose):
         model, tok = whisper._cached_model(str(model_dir), opts.backend, search, dtype)
-        from ..backends import get_backend
-
-        if get_backend(opts.backend).device_memory:  # plans, kernel loads, graph captures: start-up work
+        if backend.device_memory:  # plans, kernel loads, graph captures: start-up work
             model.warm_up(whisper.prompt_tokens(model.cfg, tok))
     _done(what, time.perf_counter() - t0, say, opts.verbose, f" (compile {model.compile_s:.1f} s)")
     if opts.verbose:

@@ -409,9 +409,9 @@ class WhisperModel:
         shape = (c.max_target_positions, h, c.d_model // h)
         device = self.decode.to_device  # once per utterance: the steps pass them without copies
         cross = {n: device(np.ascontiguousarray(a)) for n, a in encoded.items() if n.startswith("cross_")}
-        zeros = self.dtype.np
-        return WhisperDecoderState(cross, [device(np.zeros(shape, zeros)) for _ in range(c.decoder_layers)],
-                                   [device(np.zeros(shape, zeros)) for _ in range(c.decoder_layers)])
+        cache = self.dtype.np
+        return WhisperDecoderState(cross, [device(np.zeros(shape, cache)) for _ in range(c.decoder_layers)],
+                                   [device(np.zeros(shape, cache)) for _ in range(c.decoder_layers)])
 
     def step(self, state: WhisperDecoderState, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
         """Feed tokens; returns their logits (len(tokens), vocab) and extends the cache in place."""

@@ -421,34 +421,41 @@ class Library:
         algo = self._algos.get(key)
         if algo is not None:
             return algo
-        desc, la, lb, ld = self.prepare(plan)
-        lt = self.lt
+        self.prepare(plan)  # (outside the lock, which prepare takes: inside it, a dictionary read)
         count = LT_ALGOS if stream is not None else 1
         with self._lock:
-            pref = lt.matmul_preference_create()
-            try:
-                attr = lt.MatmulPreferenceAttribute
-                for a, value in ((attr.MAX_WORKSPACE_BYTES, WORKSPACE_BYTES), (attr.MIN_ALIGNMENT_A_BYTES, aligns[0]),
-                                 (attr.MIN_ALIGNMENT_B_BYTES, aligns[1]), (attr.MIN_ALIGNMENT_C_BYTES, aligns[2]),
-                                 (attr.MIN_ALIGNMENT_D_BYTES, aligns[3])):
-                    self._set(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref, a,
-                              value)
-                results = lt.MatmulHeuristicResult(count)
-                found = np.zeros(1, np.int32)
-                lt.matmul_algo_get_heuristic(self.handle, desc, la, lb, ld, ld, pref, count, results.ptr,
-                                             found.ctypes.data)
-            finally:
-                lt.matmul_preference_destroy(pref)
-            if found[0] < 1:
+            results, found = self.heuristics(plan, aligns, count)
+            if found < 1:
                 raise LightspeedError(f"cuBLASLt has no algorithm for {plan}")
             # (a bias or fp8 scale lives on the descriptor, set per call: those plans take the first)
-            timed = found[0] > 1 and not plan.bias and not plan.fp8
-            pick = self._fastest(plan, (desc, la, lb, ld), aligns, results, int(found[0]), ptrs, stream) if timed else 0
+            timed = found > 1 and not plan.bias and not plan.fp8
+            pick = self._fastest(plan, aligns, results, found, ptrs, stream) if timed else 0
             algo = (results, results[pick]["algo"])  # the buffer kept alive with the struct taken from it
             self._algos[key] = algo
         return algo
 
-    def _fastest(self, plan: LtPlan, prepared: tuple, aligns: tuple[int, ...], results: Any, found: int,
+    def heuristics(self, plan: LtPlan, aligns: tuple[int, ...], count: int) -> tuple[Any, int]:
+        """cuBLASLt's heuristic for ``plan`` at pointer alignments ``aligns`` (A, B, C, D) within
+        the workspace: (its results, best first, and how many of the ``count`` asked it found)."""
+        desc, la, lb, ld = self.prepare(plan)
+        lt = self.lt
+        pref = lt.matmul_preference_create()
+        try:
+            attr = lt.MatmulPreferenceAttribute
+            for a, value in ((attr.MAX_WORKSPACE_BYTES, WORKSPACE_BYTES), (attr.MIN_ALIGNMENT_A_BYTES, aligns[0]),
+                             (attr.MIN_ALIGNMENT_B_BYTES, aligns[1]), (attr.MIN_ALIGNMENT_C_BYTES, aligns[2]),
+                             (attr.MIN_ALIGNMENT_D_BYTES, aligns[3])):
+                self._set(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, pref, a,
+                          value)
+            results = lt.MatmulHeuristicResult(count)
+            found = np.zeros(1, np.int32)
+            lt.matmul_algo_get_heuristic(self.handle, desc, la, lb, ld, ld, pref, count, results.ptr,
+                                         found.ctypes.data)
+        finally:
+            lt.matmul_preference_destroy(pref)
+        return results, int(found[0])
+
+    def _fastest(self, plan: LtPlan, aligns: tuple[int, ...], results: Any, found: int,
                  ptrs: tuple[int, int, int, int], stream: Any) -> int:
         """The index of the fastest of the heuristic's ``found`` algorithms: the compile cache's
         pick for this device, library, plan and alignment, else each one timed on ``stream`` with
@@ -467,7 +474,7 @@ class Library:
         kept = cache.load(entry, valid)
         if kept is not None:
             return int(kept["index"])
-        desc, la, lb, ld = prepared
+        desc, la, lb, ld = self.prepare(plan)  # (made by algorithm(): a dictionary read)
         a, b = ptrs[0], ptrs[1]
         scratch = dev.alloc(plan.batch * plan.m * plan.n * plan.itemsize)
         work = dev.alloc(WORKSPACE_BYTES)
