@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Thirty-first session's GPU work in stages, one or more a call (each bounded by GPU_DEADLINE_S):
+#   verify   the cuBLASLt GPU tests and cuda conformance at the session's last code (the closing
+#            review moved cuBLASLt's heuristic query into Library.heuristics after the last GPU call)
 #   lt       cuBLASLt's first heuristic algorithm against its fastest, per product of the 1B's and
 #            8B's 512-token prompts (scripts/gpu_lt_algos.py)
 #   ltab     the 1B's 512-token prefill, ours alone, with cuBLASLt's first heuristic algorithm and with
@@ -21,6 +23,10 @@ set -uo pipefail
 source scripts/gpu_env.sh
 for stage in "$@"; do
   case $stage in
+    verify)
+      step verify 240 python3 -m pytest -o addopts="" tests/backends/test_cuda_cublaslt.py tests/backends/test_cuda_blocks.py \
+        tests/backends/test_conformance.py -k "cuda or cublaslt or block or several" -q -p no:cacheprovider -n 8
+      grep -E "passed|failed|FAILED" "$OUT/verify.log" | tail -6 ;;
     lt)
       step lt_1b 60 python3 scripts/gpu_lt_algos.py --shape llama-3.2-1b --rows 512
       grep -E "^[a-z].*algorithms;|layer's" "$OUT/lt_1b.log"
@@ -80,6 +86,6 @@ for stage in "$@"; do
       sed -n '/^shape/,$p' "$OUT/prefill.log"
       step prefill_8b 240 python3 benchmarks/gpu_decode.py llama-3-8b --prefill 512
       sed -n '/^shape/,$p' "$OUT/prefill_8b.log" ;;
-    *) echo "unknown stage $stage (lt, ltab, blockrows, stacked, gemmaprof, profile, memcheck, prefill)" ;;
+    *) echo "unknown stage $stage (verify, lt, ltab, blockrows, stacked, gemmaprof, profile, memcheck, prefill)" ;;
   esac
 done
