@@ -317,3 +317,175 @@ def test_a_bad_rows_count_is_refused_by_name(value):
     proc = subprocess.run([sys.executable, "-c", "import lightspeed.backends.codegen.kernels.block_matmul"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "LIGHTSPEED_CUDA_BLOCK_ROWS" in proc.stderr
+
+
+@pytest.mark.parametrize("qtype", ["q4_k", "q6_k"])
+def test_kquant_parts_decode_the_blocks_exactly(qtype):
+    """``ls_kpart`` (the K-quant part decoder of ``LIGHTSPEED_CUDA_KQUANT_PARTS``, plain C in the
+    blocks prelude) compiled for this CPU: every part of every group of rows whose super-blocks
+    sit at every 2-byte alignment (a Q6_K super-block is 210 bytes) gives the reference's float32
+    weights (``tests/weights/quant_ref.dequant``)."""
+    import ctypes
+
+    from lightspeed.backends import get_backend
+    from lightspeed.backends.codegen.kernels.source import prelude, prelude_part
+    from lightspeed.backends.native import executor
+
+    if not get_backend("native").available():
+        pytest.skip("no C compiler")
+    code = {"q4_k": 4, "q6_k": 5}[qtype]
+    probe = f"""
+void ls_parts(const unsigned char* rows, long long row_bytes, long long n, long long nb, float* out) {{
+  for (long long r = 0; r < n; r++)
+    for (long long g = 0; g < nb; g++)
+      for (int p = 0; p < 4; p++) {{
+        unsigned int u0, u1; float s, o;
+        ls_kpart(rows + r * row_bytes, {code}, g, p, &u0, &u1, &s, &o);
+        for (int t = 0; t < 8; t++) {{
+          const unsigned int u = ((t < 4 ? u0 : u1) >> (8 * (t & 3))) & 255u;
+          out[(r * nb + g) * 32 + 8 * p + t] = {code} == 5 ? s * (float)((int)u - 32) : (float)u * s + o;
+        }}
+      }}
+}}
+"""
+    lib, _ = executor._build(prelude("c") + prelude_part("ggml_blocks") + probe)
+    n, k = 5, 768  # 3 super-blocks a row: Q6_K's at offsets 0, 210, 420 (+ 630 a row)
+    raw = make_blocks(qtype.upper(), n * k // 256, np.random.default_rng(11))
+    want = dequant(qtype.upper(), raw).reshape(n, k).astype(np.float32)
+    buf = np.zeros(raw.size + 8, np.uint8)  # an 8-aligned start, and one 2 bytes past it
+    for shift in (0, 2):
+        buf[shift:shift + raw.size] = raw
+        got = np.zeros((n, k), np.float32)
+        lib.ls_parts(ctypes.c_void_p(buf.ctypes.data + shift), ctypes.c_longlong(raw.size // n),
+                     ctypes.c_longlong(n), ctypes.c_longlong(k // 32), ctypes.c_void_p(got.ctypes.data))
+        np.testing.assert_array_equal(got, want, err_msg=f"shift={shift}")
+
+
+@pytest.mark.parametrize("qtype", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("kind", ["BlockMatmul", "BlockMatmulAdd", "NormMatmul"])
+def test_kquant_parts_render_and_compile_for_sm90(monkeypatch, qtype, kind):
+    """With ``LIGHTSPEED_CUDA_KQUANT_PARTS`` (and the parts loop unrolled,
+    ``LIGHTSPEED_CUDA_BLOCK_UNROLL``) the K-quant products and norm products take parts through
+    ``ls_kpart``; without, whole groups through ``ls_kgroup`` (the default kernels unchanged)."""
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import block_matmul, module_source
+
+    k = 512
+    for on in (False, True):
+        monkeypatch.setattr(block_matmul, "PART_CODES", (0, 1, 2, 4, 5) if on else (0, 1, 2))
+        monkeypatch.setattr(block_matmul, "BLOCK_UNROLL", 4 if on else 1)
+        if kind == "NormMatmul":
+            backend, g = NORMS, _norm_graph(qtype, 48, k, kind)
+        else:
+            backend, g = CUDA, _graph(qtype, 48, k, add=kind == "BlockMatmulAdd")
+        lp = _with_block_op(g, kind, backend)
+        op = next(o for o in lp.ops if o.op == kind)
+        spec = backend.op_table.lower(op, [lp.ops[i].dtype for i in op.inputs], "cuda").specs[0]
+        assert ("ls_kpart(" in spec.source) == on and ("ls_kgroup(" in spec.source) != on
+        assert ("#pragma unroll 4" in spec.source) == on
+        assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
+
+
+@pytest.mark.skipif(not CUDA.available(), reason="no GPU")
+@pytest.mark.parametrize("qtype", ["q4_k", "q6_k", "q8_0", "q4_1"])
+@pytest.mark.parametrize("kind", ["BlockMatmul", "BlockMatmulAdd", "NormMatmul", "NormMatmulGLU"])
+def test_kquant_parts_and_unrolled_loops_match_float64(monkeypatch, qtype, kind):
+    """The products with K-quant parts and the parts loop unrolled 4 times equal the float64
+    product of the blocks' exact values at 1, 5 and 17 rows (k = 768: Q6_K super-blocks at every
+    alignment; q8_0 and q4_1 at k = 96, a loop shorter than the unrolling)."""
+    from lightspeed.backends.codegen.kernels import block_matmul
+
+    monkeypatch.setattr(block_matmul, "PART_CODES", (0, 1, 2, 4, 5))
+    monkeypatch.setattr(block_matmul, "BLOCK_UNROLL", 4)
+    n, k = 48, (768 if qtype in PER_BLOCK else 96)
+    q, w = _weights(qtype, n, k, seed=5)
+    rng = np.random.default_rng(8)
+    if kind.startswith("Norm"):
+        ws, placed = {"w": w}, {"w": q}
+        if kind == "NormMatmulGLU":
+            placed["u"], ws["u"] = _weights(qtype, n, k, seed=6)
+        g = _norm_graph(qtype, n, k, kind)
+        lp = _with_block_op(g, kind, NORMS)
+        assert any("ls_kpart(" in s.source for o in lp.ops if o.op == kind
+                   for s in NORMS.op_table.lower(o, [lp.ops[i].dtype for i in o.inputs], "cuda").specs) \
+            == (qtype in PER_BLOCK)
+        prog = NORMS.lower(g, lp).persist(**placed)
+        for rows in (1, 5, 17):
+            ins = {"x": rng.standard_normal((rows, k)).astype(np.float32),
+                   "nw": (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)}
+            want = _norm_want(ins, ws, kind)
+            np.testing.assert_allclose(np.asarray(prog(ins)["y"]), want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
+                                       err_msg=f"rows={rows}")
+    else:
+        add = kind == "BlockMatmulAdd"
+        g = _graph(qtype, n, k, add=add)
+        prog = CUDA.lower(g, _with_block_op(g, kind)).persist(w=q)
+        for rows in (1, 5, 17):
+            x = rng.standard_normal((rows, k)).astype(np.float32)
+            ins = {"x": x}
+            want = x.astype(np.float64) @ w.astype(np.float64).T
+            if add:
+                ins["r"] = rng.standard_normal((rows, n)).astype(np.float32)
+                want = want + ins["r"]
+            np.testing.assert_allclose(np.asarray(prog(ins)["y"]), want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
+                                       err_msg=f"rows={rows}")
+    assert not q.is_dense
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("kind", ["BlockMatmul", "BlockMatmulAdd"])
+def test_split_block_products_render_and_compile_for_sm90(monkeypatch, qtype, kind):
+    """``LIGHTSPEED_CUDA_BLOCK_SPLIT``: a block of warps per output (kind ``matmul_split``), as
+    many as the row has passes of 32 items up to the setting; none for rows of fewer than 64
+    items or products of SPLIT_BELOW outputs or more; the default a warp per output."""
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import block_matmul, module_source
+
+    monkeypatch.setattr(block_matmul, "PART_CODES", (0, 1, 2, 4, 5))
+    n, k = 48, 1024  # 32 groups a row: 128 parts, 4 passes of 32
+    lp = _with_block_op(_graph(qtype, n, k, add=kind == "BlockMatmulAdd"), kind)
+    op = next(o for o in lp.ops if o.op == kind)
+
+    def spec():
+        return CUDA.op_table.lower(op, [lp.ops[i].dtype for i in op.inputs], "cuda").specs[0]
+
+    monkeypatch.setattr(block_matmul, "BLOCK_SPLIT", 0)
+    assert spec().launch.kind == "matmul_dot"  # BLOCK_SPLIT 0: a warp an output
+    for setting, warps in ((2, 2), (4, 4), (8, 4)):  # 128 items a row: at most 4 passes of 32
+        monkeypatch.setattr(block_matmul, "BLOCK_SPLIT", setting)
+        s = spec()
+        assert s.launch.kind == "matmul_split" and s.launch.block == (32, warps, 1), setting
+        assert f"_s{warps}_" in s.name and "_ls_bsum" in s.source and "prefetch.global.L2" in s.source
+        assert nvrtc.compile_cubin(module_source([s], "cuda"), "sm_90")
+    monkeypatch.setattr(block_matmul, "SPLIT_BELOW", 48)  # 48 outputs: no longer few
+    assert spec().launch.kind == "matmul_dot"
+
+
+@pytest.mark.skipif(not CUDA.available(), reason="no GPU")
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("add", [False, True])
+@pytest.mark.parametrize("kparts", [False, True])
+def test_split_block_products_match_float64(monkeypatch, qtype, add, kparts):
+    """Split block products (k = 2048: 4 warps an output of 256 parts, 2 of 64 whole K-quant
+    groups) equal the float64 product of the blocks' exact values at 1, 5 and 17 rows, and give every row the same
+    sums whatever the row count (row 0 alone and among 17)."""
+    from lightspeed.backends.codegen.kernels import block_matmul
+
+    monkeypatch.setattr(block_matmul, "PART_CODES", (0, 1, 2, 4, 5) if kparts else (0, 1, 2))
+    monkeypatch.setattr(block_matmul, "BLOCK_SPLIT", 4)
+    n, k = 48, 2048
+    q, w = _weights(qtype, n, k, seed=12)
+    g = _graph(qtype, n, k, add=add)
+    lp = _with_block_op(g, "BlockMatmulAdd" if add else "BlockMatmul")
+    prog = CUDA.lower(g, lp).persist(w=q)
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((17, k)).astype(np.float32)
+    r = rng.standard_normal((17, n)).astype(np.float32)
+    outs = {}
+    for rows in (1, 5, 17):
+        ins = {"x": x[:rows], **({"r": r[:rows]} if add else {})}
+        outs[rows] = np.asarray(prog(ins)["y"])
+        want = x[:rows].astype(np.float64) @ w.astype(np.float64).T + (r[:rows] if add else 0)
+        np.testing.assert_allclose(outs[rows], want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=f"rows={rows}")
+    np.testing.assert_array_equal(outs[1][0], outs[17][0])
+    assert not q.is_dense

@@ -13,7 +13,7 @@ from ....errors import LightspeedError
 from ....symbolic import const, sym
 from .region import Region, region_kernel, store_with_addend
 from .spec import KernelSpec
-from .writer import Point, Writer, finish, weight_prefetch
+from .writer import SPLIT_BELOW, Point, Writer, block_sums, finish, weight_prefetch
 
 __all__ = ["block_matmul_ok", "render_block_matmul", "render_block_matmul_cuda", "block_gather_ok",
            "render_block_gather", "group_dot_cuda", "block_row_bytes", "BLOCK_ACTIVATIONS", "BLOCK_CODE",
@@ -242,12 +242,59 @@ def group_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
 # blocks); 1 gives whole groups.
 BLOCK_PARTS = int(os.environ.get("LIGHTSPEED_CUDA_BLOCK_PARTS", "4"))
 PARTS = 4  # parts of a group when BLOCK_PARTS is on (a part: 8 weights)
+# LIGHTSPEED_CUDA_KQUANT_PARTS=1: Q4_K and Q6_K groups in parts too (``ls_kpart``: a part's bytes
+# in 8-byte words, a warp's 32 lanes on one super-block) instead of a lane decoding a whole group
+# byte by byte (66 one-byte loads a Q6_K group, each instruction's 32 addresses spread over four
+# super-blocks): Gemma 3's down product (Q6_K, 640 x 2048) took 5.95 us against bf16's 3.0 and
+# its o product (Q4_K) 3.6 against 2.5 (H100, thirty-second session, PDL off).  Off until measured.
+KQUANT_PARTS = os.environ.get("LIGHTSPEED_CUDA_KQUANT_PARTS", "0") == "1"
+PART_CODES = (0, 1, 2, 4, 5) if KQUANT_PARTS else (0, 1, 2)
+# LIGHTSPEED_CUDA_BLOCK_UNROLL=U: the parts loop unrolled U times, so a lane's weight loads of U
+# items are in flight together (a warp of the head's Q8_0 product has one 8-byte load a lane in
+# flight a step: Gemma 3's head read its 178 MB at ~1.5 TB/s, cuBLAS's bf16 head ~3 TB/s); 1 (the
+# default) leaves the loop to the compiler.  Not yet measured.
+_UNROLL_SET = os.environ.get("LIGHTSPEED_CUDA_BLOCK_UNROLL", "1")
+if _UNROLL_SET.strip() not in ("1", "2", "3", "4", "8"):
+    raise LightspeedError(f"LIGHTSPEED_CUDA_BLOCK_UNROLL must be 1, 2, 3, 4 or 8, got {_UNROLL_SET!r}")
+BLOCK_UNROLL = int(_UNROLL_SET)
+
+
+# LIGHTSPEED_CUDA_BLOCK_SPLIT=S: a block product of few outputs (under the float products'
+# SPLIT_BELOW) over a long row runs a block of up to S warps per output, each warp a slice of the
+# row's items, summed through shared memory in a fixed order (as the float products split: the
+# choice by n and k alone, so every row count gets the same sums).  Gemma 3's 640-output products
+# are 640 warps, ~5 a multiprocessor: its down product (Q6_K, k = 2048) took 5.95 us against the
+# split bf16 product's 3.0 (H100, thirty-second session, PDL off).  0 (the default): a warp an output.
+_SPLIT_SET = os.environ.get("LIGHTSPEED_CUDA_BLOCK_SPLIT", "0")
+if _SPLIT_SET.strip() not in ("0", "2", "4", "8"):
+    raise LightspeedError(f"LIGHTSPEED_CUDA_BLOCK_SPLIT must be 0, 2, 4 or 8, got {_SPLIT_SET!r}")
+BLOCK_SPLIT = int(_SPLIT_SET)
+
+
+def block_split(n, units: int) -> int:
+    """The warps of a block per output of a block product of ``n`` outputs whose row is ``units``
+    lane items (parts or whole groups): up to :data:`BLOCK_SPLIT`, each warp a whole pass of 32
+    items at least; 0 for a warp per output."""
+    if not BLOCK_SPLIT or not n.is_const or int(n.value) >= SPLIT_BELOW:
+        return 0
+    warps = min(BLOCK_SPLIT, units // 32)
+    return warps if warps >= 2 else 0
+
+
+def parts_loop(w: Writer, nb: int, step: str = "32", first: str = "lane") -> None:
+    """The loop head of a lane's items (``it``: part ``p`` of group ``g``) over a row of ``nb``
+    groups from item ``first`` by ``step``, unrolled :data:`BLOCK_UNROLL` times where asked; the
+    caller closes it."""
+    if BLOCK_UNROLL > 1:
+        w.line(f"#pragma unroll {BLOCK_UNROLL}")
+    w.line(f"for (long long it = {first}; it < {nb * PARTS}; it += {step}) {{")
+    w.line(f"  const long long g = it / {PARTS}; const int p = (int)(it % {PARTS});")
 
 
 def parts_of(codes: list[int]) -> int:
     """The parts a lane's item is of a group for weights of these block codes (one code for all:
     their parts hold the same weights): PARTS where BLOCK_PARTS asks and every code is 0-2, else 1."""
-    return PARTS if BLOCK_PARTS == PARTS and len(set(codes)) == 1 and codes[0] < 3 else 1
+    return PARTS if BLOCK_PARTS == PARTS and len(set(codes)) == 1 and codes[0] in PART_CODES else 1
 
 
 def part_x_cuda(w: Writer, code: int, x: str, norm: str | None = None) -> None:
@@ -282,8 +329,20 @@ def part_x_cuda(w: Writer, code: int, x: str, norm: str | None = None) -> None:
 
 def part_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
     """The cuda lines adding to ``acc`` the dot of ``xe[8]`` (:func:`part_x_cuda`) with part ``p``
-    of group ``g`` of the block row at byte pointer ``row`` (packed layout, codes 0-2)."""
+    of group ``g`` of the block row at byte pointer ``row`` (packed layout, codes 0-2; GGUF's for
+    the K-quants, codes 4 and 5, through ``ls_kpart``)."""
     w.line("  {")
+    if code in (4, 5):  # K-quants: the part's 8 unsigned weights as bytes of two words, its map
+        w.line("  unsigned int u0, u1; float ks, ko;")
+        w.line(f"  ls_kpart({row}, {code}, g, p, &u0, &u1, &ks, &ko);")
+        w.line("  const float s = (float)(u0 & 255u) * xe[0] + (float)((u0 >> 8) & 255u) * xe[1] + "
+               "(float)((u0 >> 16) & 255u) * xe[2] + (float)(u0 >> 24) * xe[3] + (float)(u1 & 255u) * xe[4] + "
+               "(float)((u1 >> 8) & 255u) * xe[5] + (float)((u1 >> 16) & 255u) * xe[6] + (float)(u1 >> 24) * xe[7];")
+        w.line("  const float sx = ((xe[0] + xe[1]) + (xe[2] + xe[3])) + ((xe[4] + xe[5]) + (xe[6] + xe[7]));")
+        # as group_dot_cuda sums a group's half: Q6_K's value s (u - 32), Q4_K's s u + o
+        w.line(f"  {acc} += " + ("ks * (s - 32.0f * sx);" if code == 5 else "ks * s + ko * sx;"))
+        w.line("  }")
+        return
     w.line(f"  const float d = ls_hx({row}, g);")
     if code == 2:  # 32 signed bytes a group: part p is bytes 8p..8p+7
         w.line(f"  const signed char* q = (const signed char*)({row} + {2 * nb}LL + 32 * g + 8 * p);")
@@ -327,11 +386,12 @@ def block_row_bytes(qtype: str, k: int) -> int:
     return k // BLOCK_WEIGHTS.get(qtype, QK) * BLOCK_BYTES[qtype]
 
 
-def whole_groups(w: Writer, code: int, nb: int, rows: tuple[tuple[str, str], ...] = (("rb", "acc"),)) -> None:
-    """The loop of each lane over whole groups (lane, lane + 32, ...) of the block rows ``rows``
-    ((byte pointer, accumulator) pairs: each row's dot into its own), x's 32 floats of a group from
-    ``xr`` in registers, loaded once for all of them."""
-    w.line(f"for (long long g = lane; g < {nb}; g += 32) {{")
+def whole_groups(w: Writer, code: int, nb: int, rows: tuple[tuple[str, str], ...] = (("rb", "acc"),),
+                 first: str = "lane", step: str = "32") -> None:
+    """The loop of each lane over whole groups (lane, lane + 32, ...; from ``first`` by ``step``) of
+    the block rows ``rows`` ((byte pointer, accumulator) pairs: each row's dot into its own), x's 32
+    floats of a group from ``xr`` in registers, loaded once for all of them."""
+    w.line(f"for (long long g = {first}; g < {nb}; g += {step}) {{")
     w.line("  const float4* xv = (const float4*)(xr + 32 * g);")
     w.line("  float x[32];")
     w.line("  if ((((unsigned long long)xv) & 15) == 0) {")
@@ -403,30 +463,36 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
             w.line(f"const unsigned char* {row} = (const unsigned char*)in1 + (_ls_nj0 + {r}) * {row_bytes}LL;")
             w.line(f"float {acc} = 0.0f;")
         w.line(xr)
-    if parts_of([code]) > 1:  # each lane parts of groups (PARTS items a group)
-        w.line(f"for (long long it = lane; it < {nb * PARTS}; it += 32) {{")
-        w.line(f"  const long long g = it / {PARTS}; const int p = (int)(it % {PARTS});")
+    parts = parts_of([code])
+    # a block of warps per output (BLOCK_SPLIT): warp `slice` takes every split-th pass of 32 items
+    split = block_split(n, nb * parts) if rr == 1 else 0
+    first, step = ("slice * 32 + lane", str(32 * split)) if split else ("lane", "32")
+    if parts > 1:  # each lane parts of groups (PARTS items a group)
+        parts_loop(w, nb, step, first)
         part_x_cuda(w, code, "xr")
         for row, acc in rows:
             part_dot_cuda(w, code, nb, row, acc)
         w.line("}")
     else:
-        whole_groups(w, code, nb, rows)
+        whole_groups(w, code, nb, rows, first, step)
     for _, acc in rows:
         w.line(f"for (int o = 16; o > 0; o >>= 1) {acc} += __shfl_xor_sync(0xffffffffu, {acc}, o);")
+    if split:
+        block_sums(w, [acc for _, acc in rows], split)
+    writer = "lane == 0 && slice == 0" if split else "lane == 0"
     bufs = [("out", "float", True, "out"), ("in0", "float", False, 0), ("in1", "unsigned char", False, 1)]
     for r, (_, acc) in enumerate(rows):
         if rr > 1:  # output j0 + r in a scope of its own
             w.line("{")
             w.line(f"const long long _ls_nj = _ls_nj0 + {r};")
         if op.op == "MatmulAdd":
-            addend = store_with_addend(w, a["r_view"], in_dtypes[2], "if (lane == 0)", f"_ls_mi * {nn} + _ls_nj",
+            addend = store_with_addend(w, a["r_view"], in_dtypes[2], f"if ({writer})", f"_ls_mi * {nn} + _ls_nj",
                                        lambda v, acc=acc: f"{acc} + {v}",
                                        Point("_ls_oz", sym("_ls_oz"), (m, n), (sym("_ls_mi"), sym("_ls_nj"))))
             if r == 0:
                 bufs.append(addend)
         else:
-            w.line(f"if (lane == 0) out[_ls_mi * {nn} + _ls_nj] = {acc};")
+            w.line(f"if ({writer}) out[_ls_mi * {nn} + _ls_nj] = {acc};")
         if rr > 1:
             w.line("}")
     body = w.pop()
@@ -434,10 +500,10 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
     # previous kernel, as the float products' rows do (a decode step of a small model is a chain
     # of short kernels)
     span = const(rr * row_bytes)
-    prefetch = weight_prefetch(w, "cuda", m, items, span, [("in1", uint8, const(0), span)])
-    label = f"{qtype}matmul_cuda" + (f"_r{rr}" if rr > 1 else "")
-    return finish(w, "cuda", "matmul_dot", bufs, m * items, body, label, preludes=("ggml_blocks",),
-                  before_wait=prefetch)
+    prefetch = weight_prefetch(w, "cuda", m, items, span, [("in1", uint8, const(0), span)], split)
+    label = f"{qtype}matmul_cuda" + (f"_r{rr}" if rr > 1 else "") + (f"_s{split}" if split else "")
+    return finish(w, "cuda", "matmul_split" if split else "matmul_dot", bufs, m * items, body, label,
+                  preludes=("ggml_blocks",), before_wait=prefetch, warps=split)
 
 
 # rows of x (a batch of decode rows, a short prompt) quantised like a decode row where the CPU has

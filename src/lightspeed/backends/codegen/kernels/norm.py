@@ -16,11 +16,11 @@ from .block_matmul import (
     BLOCK_CODE,
     BLOCK_TYPES,
     KERNEL_QTYPE,
-    PARTS,
     block_row_bytes,
     group_dot_cuda,
     part_dot_cuda,
     part_x_cuda,
+    parts_loop,
     parts_of,
 )
 from .matmul import ROW_GROUP, lane_sum8, rows_one_by_one, scatter_store, silu_mul
@@ -325,8 +325,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         # each lane parts of groups (block_matmul.BLOCK_PARTS): x·w of the part's 8 weights, then each row's
         nb = int(k.value) // 32
         w.line(f"const float* rw = {names[iw]} + {w.expr(woff)};")
-        w.line(f"for (long long it = lane; it < {nb * PARTS}; it += {WARP}) {{")
-        w.line(f"  const long long g = it / {PARTS}; const int p = (int)(it % {PARTS});")
+        parts_loop(w, nb, str(WARP))
         part_x_cuda(w, codes[0], "rx", norm="rw")
         for r, acc in zip(rows, accs):
             part_dot_cuda(w, codes[0], nb, r, acc)

@@ -50,6 +50,46 @@ static LS_INLINE void ls_kgroup(const unsigned char* row, int code, long long g,
     o[0] = -32.0f * s[0]; o[1] = -32.0f * s[1];
   }
 }
+/* 8 bytes at q (any even address: GGUF's K-quant super-blocks are 2-byte aligned) as two
+   little-endian 32-bit words: one 8-byte load, two 4-byte loads or four 2-byte loads by q's
+   alignment (a warp's lanes share it where they read one super-block) */
+static LS_INLINE void ls_words8(const unsigned char* q, unsigned int* a, unsigned int* b) {
+  const unsigned long long at = (unsigned long long)q;
+  if ((at & 7) == 0) { const unsigned long long v = *(const unsigned long long*)q; *a = (unsigned int)v; *b = (unsigned int)(v >> 32); }
+  else if ((at & 3) == 0) { *a = ((const unsigned int*)q)[0]; *b = ((const unsigned int*)q)[1]; }
+  else {
+    const unsigned short* h = (const unsigned short*)q;
+    *a = h[0] | (unsigned int)h[1] << 16; *b = h[2] | (unsigned int)h[3] << 16;
+  }
+}
+/* part p (weights 8p..8p+7) of group g of a Q4_K (code 4) or Q6_K (code 5) row as 8 unsigned
+   weights, bytes of u0 (weights 8p..8p+3) and u1, with its affine map value = s * u + o (ls_kgroup's,
+   so the same float32 weights) */
+static LS_INLINE void ls_kpart(const unsigned char* row, int code, long long g, int p, unsigned int* u0,
+                               unsigned int* u1, float* s, float* o) {
+  const int sub = (int)(g & 7);
+  unsigned int a, b;
+  if (code == 4) {
+    const unsigned char* sb = row + 144 * (g >> 3);
+    int sc, m;
+    ls_scale_min_k4(sub, sb + 4, &sc, &m);
+    ls_words8(sb + 16 + 32 * (sub >> 1) + 8 * p, &a, &b);
+    const int sh = 4 * (sub & 1);
+    *u0 = (a >> sh) & 0x0F0F0F0Fu; *u1 = (b >> sh) & 0x0F0F0F0Fu;
+    *s = ls_hx(sb, 0) * (float)sc; *o = -(ls_hx(sb, 1) * (float)m);
+  } else {
+    const unsigned char* sb = row + 210 * (g >> 3);
+    const int half = sub >> 2, k = sub & 3;
+    unsigned int c, d;
+    ls_words8(sb + 64 * half + 32 * (k & 1) + 8 * p, &a, &b);
+    ls_words8(sb + 128 + 32 * half + 8 * p, &c, &d);
+    const int sh = 4 * (k >> 1), hs = 2 * k;
+    *u0 = ((a >> sh) & 0x0F0F0F0Fu) | ((c >> hs) & 0x03030303u) << 4;
+    *u1 = ((b >> sh) & 0x0F0F0F0Fu) | ((d >> hs) & 0x03030303u) << 4;
+    *s = ls_hx(sb + 208, 0) * (float)((const signed char*)sb)[192 + 8 * half + 2 * k + (p >> 1)];
+    *o = -32.0f * *s;
+  }
+}
 /* group g as 32 float32 weights, computed as ggml computes them */
 static LS_INLINE void ls_dec32(const unsigned char* row, int code, long long g, float* w) {
   unsigned char u[32]; float s[2], o[2];

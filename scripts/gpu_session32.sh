@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Thirty-second session's GPU work in stages, one or more a call (each bounded by GPU_DEADLINE_S):
+#   kq       the block tests with K-quant parts, the parts loop unrolled 4 times and split block
+#            products exported (LIGHTSPEED_CUDA_KQUANT_PARTS=1, LIGHTSPEED_CUDA_BLOCK_UNROLL=4,
+#            LIGHTSPEED_CUDA_BLOCK_SPLIT=4: every block product and norm product against float64),
+#            then the Gemma 3-shaped block step (random blocks) in variants, a process each,
+#            profiled: the default beside bf16 weights, then GPU_S32_KQ's (NAME:VAR=VALUE,... each);
+#            then the SmolLM2-shaped one (random Q4_1) by default and with GPU_S32_SMOL's variant
+#   memcheck compute-sanitizer's memcheck over the grouped experts' GPU tests (the part of the
+#            thirtieth and thirty-first sessions' selection their time did not reach) and the
+#            K-quant parts' tests
+# Usage (GPU host): bash scripts/gpu_session32.sh STAGE...   Logs under $OUT.
+set -uo pipefail
+source scripts/gpu_env.sh
+for stage in "$@"; do
+  case $stage in
+    kq)
+      LIGHTSPEED_CUDA_KQUANT_PARTS=1 LIGHTSPEED_CUDA_BLOCK_UNROLL=4 LIGHTSPEED_CUDA_BLOCK_SPLIT=4 step kqtest 120 python3 -m pytest -o addopts="" \
+        tests/backends/test_cuda_blocks.py -q -p no:cacheprovider -n 8
+      grep -E "passed|failed|FAILED" "$OUT/kqtest.log" | tail -6
+      for run in base:LIGHTSPEED_CUDA_KQUANT_PARTS=0 ${GPU_S32_KQ:-split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4 kparts_split4:LIGHTSPEED_CUDA_KQUANT_PARTS=1,LIGHTSPEED_CUDA_BLOCK_SPLIT=4 kparts_split2:LIGHTSPEED_CUDA_KQUANT_PARTS=1,LIGHTSPEED_CUDA_BLOCK_SPLIT=2}; do
+        name=${run%%:*} envs=${run#*:}
+        configs=native,cuda-blocks
+        [ "$name" = base ] && configs=native,cuda-blocks,cuda-bfloat16
+        (export ${envs//,/ }; step "kq_$name" 120 python3 benchmarks/gpu_blocks.py gemma3 random:gemma3 --repeats 2 \
+          --configs $configs --profile 24)
+        echo "$name ($envs):"; sed -n '/greedy tokens/,$p' "$OUT/kq_$name.log" | grep -E "^(native|cuda)"
+        grep -A14 "kernels per step" "$OUT/kq_$name.log" | grep -E "period|q[0-9]_|nvjet" | head -8
+      done
+      for run in base:LIGHTSPEED_CUDA_BLOCK_SPLIT=0 ${GPU_S32_SMOL:-split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4}; do
+        name=${run%%:*} envs=${run#*:}
+        (export ${envs//,/ }; step "smol_$name" 90 python3 benchmarks/gpu_blocks.py llama random:smollm2 --repeats 2 \
+          --configs native,cuda-blocks)
+        echo "smollm2 $name ($envs):"; sed -n '/greedy tokens/,$p' "$OUT/smol_$name.log" | grep -E "^(native|cuda)"
+      done ;;
+    memcheck)
+      LIGHTSPEED_CUDA_KQUANT_PARTS=1 LIGHTSPEED_CUDA_BLOCK_UNROLL=4 LIGHTSPEED_CUDA_BLOCK_SPLIT=4 step memcheck_kq 120 env LIGHTSPEED_CUDA_GRAPHS=0 \
+        compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" \
+        tests/backends/test_cuda_blocks.py -k "kquant or split or match_float64" -q -p no:cacheprovider
+      grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck_kq.log" | tail -3
+      step memcheck "${GPU_S32_MEMCHECK_S:-400}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck \
+        --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_gather_matmul.py \
+        -k "gather or grouped" -q -p no:cacheprovider
+      grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3 ;;
+    *) echo "unknown stage $stage (kq, memcheck)" ;;
+  esac
+done
