@@ -132,6 +132,9 @@ def test_several_outputs_a_warp_equal_one_output_a_warp(monkeypatch, qtype, add)
     q, _ = _weights(qtype, n, k, seed=4)
     g = _graph(qtype, n, k, add=add)
     lp = _with_block_op(g, "BlockMatmulAdd" if add else "BlockMatmul")
+    # one output a warp: the split products (LIGHTSPEED_CUDA_BLOCK_SPLIT, never with R > 1) sum in
+    # another order (an H100 run with the switch exported compared a split R = 1 with R = 4)
+    monkeypatch.setattr(block_matmul, "BLOCK_SPLIT", 0)
     progs = {}
     for r in (1, 4):
         monkeypatch.setattr(block_matmul, "BLOCK_ROWS", r)
@@ -459,6 +462,14 @@ def test_split_block_products_render_and_compile_for_sm90(monkeypatch, qtype, ki
         assert nvrtc.compile_cubin(module_source([s], "cuda"), "sm_90")
     monkeypatch.setattr(block_matmul, "SPLIT_BELOW", 48)  # 48 outputs: no longer few
     assert spec().launch.kind == "matmul_dot"
+    # 96 items a row (k = 768): 3 passes, so 2 warps (a power of two: the sums' balanced tree; an
+    # H100 run with 3 failed to render)
+    monkeypatch.setattr(block_matmul, "SPLIT_BELOW", 8192)
+    monkeypatch.setattr(block_matmul, "BLOCK_SPLIT", 4)
+    lp = _with_block_op(_graph(qtype, n, 768, add=kind == "BlockMatmulAdd"), kind)
+    op = next(o for o in lp.ops if o.op == kind)
+    s = spec()
+    assert s.launch.block == (32, 2, 1) and nvrtc.compile_cubin(module_source([s], "cuda"), "sm_90")
 
 
 @pytest.mark.skipif(not CUDA.available(), reason="no GPU")

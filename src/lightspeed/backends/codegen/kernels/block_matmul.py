@@ -273,11 +273,14 @@ BLOCK_SPLIT = int(_SPLIT_SET)
 
 def block_split(n, units: int) -> int:
     """The warps of a block per output of a block product of ``n`` outputs whose row is ``units``
-    lane items (parts or whole groups): up to :data:`BLOCK_SPLIT`, each warp a whole pass of 32
-    items at least; 0 for a warp per output."""
+    lane items (parts or whole groups): the largest power of two up to :data:`BLOCK_SPLIT` that
+    gives each warp a whole pass of 32 items at least (the block's sums add as a balanced tree);
+    0 for a warp per output."""
     if not BLOCK_SPLIT or not n.is_const or int(n.value) >= SPLIT_BELOW:
         return 0
-    warps = min(BLOCK_SPLIT, units // 32)
+    warps = BLOCK_SPLIT
+    while warps > units // 32:
+        warps //= 2
     return warps if warps >= 2 else 0
 
 
