@@ -210,14 +210,15 @@ def test_an_index_outside_the_data_raises_where_the_host_waits():
     np.testing.assert_array_equal(good.result()["emb"], W[[2]] * 2)
 
 
-def _unaligned_torch_views(ins: dict) -> dict | None:
-    """Each input as a bfloat16 torch CUDA tensor 2 bytes off 16-byte alignment (a view one element
-    into its buffer), or None without torch's CUDA."""
+def _unaligned_torch_views(ins: dict, dtype: str = "bfloat16") -> dict | None:
+    """Each input as a torch CUDA tensor of ``dtype`` one element off 16-byte alignment (a view one
+    element into its buffer), or None without torch's CUDA."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         return None
-    return {k: torch.cat([torch.zeros(1, dtype=torch.bfloat16), torch.from_numpy(
-        np.asarray(v, np.float32)).to(torch.bfloat16).reshape(-1)]).cuda()[1:].reshape(v.shape) for k, v in ins.items()}
+    t = getattr(torch, dtype)
+    return {k: torch.cat([torch.zeros(1, dtype=t), torch.from_numpy(
+        np.asarray(v, np.float32)).to(t).reshape(-1)]).cuda()[1:].reshape(v.shape) for k, v in ins.items()}
 
 
 @pytest.mark.parametrize("s", [1, 17, 255])
@@ -245,14 +246,14 @@ def test_element_wise_kernels_of_vector_items_match_the_reference(s, monkeypatch
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
 
 
-def _row_norm_program(n: int):
-    """The greedy candidate (RowNorm) of an RMSNorm over [s, n] bfloat16 with a bfloat16 weight."""
+def _row_norm_program(n: int, dtype=ls.bfloat16):
+    """The greedy candidate (RowNorm) of an RMSNorm over [s, n] ``dtype`` with a weight of it."""
     from lightspeed.egraph.llir import decode_program
     from lightspeed.search import SearchOptions, candidates
     from tests.backends.harness import saturate
 
     g = ls.Graph()
-    x, w = g.input("x", ("s", n), ls.bfloat16), g.input("w", (n,), ls.bfloat16)
+    x, w = g.input("x", ("s", n), dtype), g.input("w", (n,), dtype)
     g.output("y", ls.rms_norm(x, (n,), w, eps=1e-5))
     _, enc, index, ser = saturate(CUDA, g)
     lp = decode_program(dict(candidates(index, SearchOptions(budget=2, seed=0)))["greedy"], ser, enc.constants,
@@ -279,3 +280,27 @@ def test_row_norms_of_16_byte_chunks_match_the_reference_and_their_unaligned_bra
         return
     assert odd["x"].data_ptr() % 16 == 2
     np.testing.assert_array_equal(prog(odd)["y"].float().cpu().numpy(), got)
+
+
+@pytest.mark.parametrize("n", [640, 2052])
+@pytest.mark.parametrize("s", [1, 17, 255])
+def test_float32_row_norms_in_16_byte_chunks_match_the_reference_and_their_unaligned_branch(monkeypatch, s, n):
+    """``LIGHTSPEED_CUDA_NORM_F32_CHUNKS``: RowNorm over float32 rows held as 16-byte chunks of 4
+    (Gemma 3's 640; 2052 ends in a partial pass) within float32 rounding of the reference; inputs
+    4 bytes off 16-byte alignment take the element-by-element branch: the same bits."""
+    from lightspeed.backends.codegen.kernels import norm
+
+    monkeypatch.setattr(norm, "NORM_F32_CHUNKS", True)
+    g, lp = _row_norm_program(n, ls.float32)
+    op = next(o for o in lp.ops if o.op == "RowNorm")
+    assert "_ls_xq" in norm.row_norm_kernel("cuda", op, [lp.ops[i].dtype for i in op.inputs]).source
+    prog = CUDA.lower(g, lp)
+    ins = random_inputs(g, {"s": s}, seed=s)
+    want = np.asarray(g.compile(backend="reference")(ins)["y"], np.float64)
+    got = np.asarray(prog(ins)["y"], np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    odd = _unaligned_torch_views(ins, "float32")
+    if odd is None:
+        return
+    assert odd["x"].data_ptr() % 16 == 4
+    np.testing.assert_array_equal(np.asarray(prog(odd)["y"].cpu().numpy(), np.float64), got)

@@ -315,3 +315,22 @@ def test_row_norms_of_16_bit_rows_hold_16_byte_chunks_and_compile(n, chunks):
     assert (f"uint4 _ls_xq[{chunks}];" in spec.source) == bool(chunks)
     assert ("_ls_xq" in spec.source) == bool(chunks)
     nvrtc.compile_many([module_source([spec], "cuda")], "sm_90")
+
+
+@pytest.mark.parametrize("n,chunks", [(640, 1), (2052, 3), (642, 0)])
+def test_float32_row_norms_hold_16_byte_chunks_only_when_asked(monkeypatch, n, chunks):
+    """A float32 RowNorm holds its row as chunks of 4 floats with ``LIGHTSPEED_CUDA_NORM_F32_CHUNKS``
+    (a width not a multiple of 4 keeps the element loop) and compiles for sm_90; without the
+    switch it keeps the element loop (the default kernels unchanged)."""
+    from lightspeed.backends.codegen.kernels import norm
+    from tests.backends.test_cuda import _row_norm_program
+
+    g, lp = _row_norm_program(n, ls.float32)
+    op = next(o for o in lp.ops if o.op == "RowNorm")
+    dts = [lp.ops[i].dtype for i in op.inputs]
+    assert "_ls_xq" not in norm.row_norm_kernel("cuda", op, dts).source
+    monkeypatch.setattr(norm, "NORM_F32_CHUNKS", True)
+    spec = norm.row_norm_kernel("cuda", op, dts)
+    assert (f"uint4 _ls_xq[{chunks}];" in spec.source) == bool(chunks)
+    assert ("__float_as_uint(" in spec.source) == bool(chunks)
+    nvrtc.compile_many([module_source([spec], "cuda")], "sm_90")

@@ -8,6 +8,8 @@ warp shuffles and shared memory), then the same threads write the row.  c: one r
 
 from __future__ import annotations
 
+import os
+
 from ....dtypes import DType, uint8
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
@@ -79,13 +81,13 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
     w, n, nn, region, first, step = _row_kernel(dialect, op, in_dtypes, ["c_view", "eps_view", "w_view"])
     rows = prod(op.shape) // n
     w.line("float _ls_ss = 0.0f;")
-    chunks, woff = _vector_chunks(dialect, op, in_dtypes)
+    chunks, woff, per = _vector_chunks(dialect, op, in_dtypes)
 
     def each_chunk(unroll: bool) -> None:  # opens "for each of the thread's chunks in the row {"
         if unroll:
             w.line("  #pragma unroll")
         w.line(f"  for (int _ls_c = 0; _ls_c < {chunks}; _ls_c++) {{")
-        w.line(f"    const long long _ls_j8 = ((long long)_ls_c * {WARP * WARPS} + slice * {WARP} + lane) * 8;")
+        w.line(f"    const long long _ls_j8 = ((long long)_ls_c * {WARP * WARPS} + slice * {WARP} + lane) * {per};")
     if chunks:  # 16-byte chunks of the row held in registers: one load of x, no second pass over it
         w.line(f"uint4 _ls_xq[{chunks}];")
         w.line(f"const bool _ls_vec = (((unsigned long long)in0 | (unsigned long long)out | "
@@ -94,13 +96,13 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
         each_chunk(True)
         w.line(f"    if (_ls_j8 < {nn}) {{")
         w.line("      _ls_xq[_ls_c] = *(const uint4*)(_ls_xr + _ls_j8);")
-        for e in range(8):
-            w.line(f"      {{ const float v = {load(dx, half_of('_ls_xq[_ls_c]', e))}; _ls_ss += v * v; }}")
+        for e in range(per):
+            w.line(f"      {{ const float v = {_chunk_element(dx, '_ls_xq[_ls_c]', e)}; _ls_ss += v * v; }}")
         w.line("    }")
         w.line("  }")
         w.line("} else {  // (unaligned: the same sums in the same order, element by element)")
         each_chunk(False)
-        w.line(f"    if (_ls_j8 < {nn}) for (int _ls_e = 0; _ls_e < 8; _ls_e++) {{ "
+        w.line(f"    if (_ls_j8 < {nn}) for (int _ls_e = 0; _ls_e < {per}; _ls_e++) {{ "
                f"const float v = {load(dx, '_ls_xr[_ls_j8 + _ls_e]')}; _ls_ss += v * v; }}")
         w.line("  }")
         w.line("}")
@@ -119,9 +121,12 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
         each_chunk(True)
         w.line(f"    if (_ls_j8 < {nn}) {{")
         w.line(f"      const uint4 _ls_wq = *(const uint4*)(in3 + {w.expr(woff)} + _ls_j8);")
-        outs = [f"{load(dx, half_of('_ls_xq[_ls_c]', e))} * _ls_r * {load(in_dtypes[3], half_of('_ls_wq', e))}"
-                for e in range(8)]
-        words = ", ".join(store_pair(op.dtype, outs[2 * i], outs[2 * i + 1]) for i in range(4))
+        outs = [f"{_chunk_element(dx, '_ls_xq[_ls_c]', e)} * _ls_r * {_chunk_element(in_dtypes[3], '_ls_wq', e)}"
+                for e in range(per)]
+        if per == 4:  # float32: a word an element
+            words = ", ".join(f"__float_as_uint({v})" for v in outs)
+        else:
+            words = ", ".join(store_pair(op.dtype, outs[2 * i], outs[2 * i + 1]) for i in range(4))
         w.line(f"      *(uint4*)(out + _ls_item * {nn} + _ls_j8) = make_uint4({words});")
         w.line("    }")
         w.line("  }")
@@ -192,19 +197,41 @@ def _layer_norm(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpe
 VECTOR_CHUNKS = 8  # at most this many 16-byte chunks of a row a thread holds (rows up to 16384 wide)
 
 
-def _vector_chunks(dialect: str, op: LOp, in_dtypes: list[DType]) -> tuple[int, Expr | None]:
-    """(16-byte chunks of a row each thread holds, the weight row's offset) where a cuda RowNorm
-    reads and writes 16-bit floats, its width is a multiple of 8 and its weight one contiguous
-    16-bit row broadcast over the rows; else (0, None).  One element a load, two passes over x:
-    a prompt's norm over 512 x 2048 bf16 took 5.9 us on an H100 (twenty-fourth session)."""
+# LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1: float32 RowNorms hold their row in registers too (16-byte
+# chunks of 4 floats: one load of x, no second pass over it), as the 16-bit ones do.  The scalar
+# float32 kernel reads x twice (two trips to L2 a row): Gemma 3's block step (float32 activations)
+# spent 3.3 us a row norm against bf16's 2.45 (H100, thirty-second session, PDL off).  Its sums go
+# by chunk (4 adjacent elements a thread), not by element: off until measured on a GPU.
+NORM_F32_CHUNKS = os.environ.get("LIGHTSPEED_CUDA_NORM_F32_CHUNKS", "0") == "1"
+
+
+def _vector_chunks(dialect: str, op: LOp, in_dtypes: list[DType]) -> tuple[int, Expr | None, int]:
+    """(16-byte chunks of a row each thread holds, the weight row's offset, elements a chunk)
+    where a cuda RowNorm reads and writes 16-bit floats (8 a chunk; float32 with
+    :data:`NORM_F32_CHUNKS`: 4), its width is a multiple of the chunk's and its weight one
+    contiguous row of the same type broadcast over the rows; else (0, None, 0).  One element a
+    load, two passes over x: a prompt's norm over 512 x 2048 bf16 took 5.9 us on an H100
+    (twenty-fourth session)."""
     n, dx, dw = op.args["n"], in_dtypes[0], in_dtypes[3]
     sixteen = ("bfloat16", "float16")
-    if dialect != "cuda" or not n.is_const or n.value % 8 or op.dtype.name not in sixteen \
-            or dx.name not in sixteen or dw.name not in sixteen:
-        return 0, None
-    chunks = -(-n.value // (8 * WARP * WARPS))
+    if all(d.name in sixteen for d in (op.dtype, dx, dw)):
+        per = 8
+    elif NORM_F32_CHUNKS and all(d.name == "float32" for d in (op.dtype, dx, dw)):
+        per = 4
+    else:
+        return 0, None, 0
+    if dialect != "cuda" or not n.is_const or n.value % per:
+        return 0, None, 0
+    chunks = -(-n.value // (per * WARP * WARPS))
     woff = _row_weight(op.args["w_view"], n)
-    return (chunks, woff) if chunks <= VECTOR_CHUNKS and woff is not None else (0, None)
+    return (chunks, woff, per) if chunks <= VECTOR_CHUNKS and woff is not None else (0, None, 0)
+
+
+def _chunk_element(d: DType, word4: str, e: int) -> str:
+    """Element ``e`` of a 16-byte chunk ``word4`` (a ``uint4``) of ``d`` values, as a float."""
+    if d.name == "float32":
+        return f"__uint_as_float({word4}.{'xyzw'[e]})"
+    return load(d, half_of(word4, e))
 
 
 def _row_norm(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
