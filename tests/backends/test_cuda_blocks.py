@@ -390,17 +390,19 @@ def test_kquant_parts_render_and_compile_for_sm90(monkeypatch, qtype, kind):
 
 
 @pytest.mark.skipif(not CUDA.available(), reason="no GPU")
-@pytest.mark.parametrize("qtype", ["q4_k", "q6_k", "q8_0", "q4_1"])
+@pytest.mark.parametrize("qtype", ["q4_k", "q6_k", "q8_0", "q4_1", "q4_0"])
 @pytest.mark.parametrize("kind", ["BlockMatmul", "BlockMatmulAdd", "NormMatmul", "NormMatmulGLU"])
 def test_kquant_parts_and_unrolled_loops_match_float64(monkeypatch, qtype, kind):
-    """The products with K-quant parts and the parts loop unrolled 4 times equal the float64
-    product of the blocks' exact values at 1, 5 and 17 rows (k = 768: Q6_K super-blocks at every
-    alignment; q8_0 and q4_1 at k = 96, a loop shorter than the unrolling)."""
+    """The products with K-quant parts and the parts loop unrolled 4 times (its loads' alignment
+    tested once before the loop) equal the float64 product of the blocks' exact values at 1, 5
+    and 17 rows: k = 768 for the K-quants (Q6_K super-blocks at every alignment); k = 1056 for the
+    others (33 groups: 4 passes and a partial one; Q8_0's and Q4_0's rows of 1122 and 594 bytes put
+    every other row's integers off their load's alignment, so both loops run)."""
     from lightspeed.backends.codegen.kernels import block_matmul
 
     monkeypatch.setattr(block_matmul, "PART_CODES", (0, 1, 2, 4, 5))
     monkeypatch.setattr(block_matmul, "BLOCK_UNROLL", 4)
-    n, k = 48, (768 if qtype in PER_BLOCK else 96)
+    n, k = 48, (768 if qtype in PER_BLOCK else 1056)
     q, w = _weights(qtype, n, k, seed=5)
     rng = np.random.default_rng(8)
     if kind.startswith("Norm"):
@@ -500,3 +502,29 @@ def test_split_block_products_match_float64(monkeypatch, qtype, add, kparts):
         np.testing.assert_allclose(outs[rows], want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=f"rows={rows}")
     np.testing.assert_array_equal(outs[1][0], outs[17][0])
     assert not q.is_dense
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_unrolled_parts_loops_test_alignment_once_and_compile_for_sm90(monkeypatch, qtype):
+    """``LIGHTSPEED_CUDA_BLOCK_UNROLL``: the parts loop's loads are tested for alignment once, before
+    the loop (x's 16-byte loads; Q8_0's 8-byte and Q4_0 / Q4_1's 4-byte integer loads), the unrolled
+    loop then loads unbranched, the other loop keeps the per-item branches; the default has one loop."""
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import block_matmul, module_source
+
+    monkeypatch.setattr(block_matmul, "PART_CODES", (0, 1, 2, 4, 5))
+    k = 512 if qtype in PER_BLOCK else 1056
+    lp = _with_block_op(_graph(qtype, 48, k), "BlockMatmul")
+    op = next(o for o in lp.ops if o.op == "BlockMatmul")
+    code = block_matmul.BLOCK_CODE[block_matmul.KERNEL_QTYPE.get(qtype, qtype)]
+    weights_test = block_matmul.weight_alignment(code, k // 32, "rb")  # None for the K-quants
+    assert (weights_test is None) == (code > 2)
+    for unroll in (1, 4):
+        monkeypatch.setattr(block_matmul, "BLOCK_UNROLL", unroll)
+        spec = CUDA.op_table.lower(op, [lp.ops[i].dtype for i in op.inputs], "cuda").specs[0]
+        hoisted = "if ((((unsigned long long)xr) & 15) == 0" in spec.source
+        assert hoisted == (unroll > 1) and ("#pragma unroll 4" in spec.source) == (unroll > 1)
+        assert ("*(const uint2*)q" in spec.source) == (unroll > 1 and code == 2)
+        if weights_test is not None:
+            assert (weights_test in spec.source) == (unroll > 1)
+        assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")

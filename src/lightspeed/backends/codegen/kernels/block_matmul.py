@@ -284,14 +284,50 @@ def block_split(n, units: int) -> int:
     return warps if warps >= 2 else 0
 
 
-def parts_loop(w: Writer, nb: int, step: str = "32", first: str = "lane") -> None:
+def parts_loop(w: Writer, nb: int, step: str = "32", first: str = "lane", unroll: int = 1) -> None:
     """The loop head of a lane's items (``it``: part ``p`` of group ``g``) over a row of ``nb``
-    groups from item ``first`` by ``step``, unrolled :data:`BLOCK_UNROLL` times where asked; the
-    caller closes it."""
-    if BLOCK_UNROLL > 1:
-        w.line(f"#pragma unroll {BLOCK_UNROLL}")
+    groups from item ``first`` by ``step``, unrolled ``unroll`` times; the caller closes it."""
+    if unroll > 1:
+        w.line(f"#pragma unroll {unroll}")
     w.line(f"for (long long it = {first}; it < {nb * PARTS}; it += {step}) {{")
     w.line(f"  const long long g = it / {PARTS}; const int p = (int)(it % {PARTS});")
+
+
+def weight_alignment(code: int, nb: int, row: str) -> str | None:
+    """The run-time test that the integers of block row ``row`` (byte pointer) are aligned for
+    :func:`part_dot_cuda`'s unbranched loads (Q8_0: a part's 8 bytes at once; Q4_0 / Q4_1: 4), or
+    None where its part has no such loads (the K-quants: ``ls_kpart`` tests its own)."""
+    if code == 2:
+        return f"(((unsigned long long)({row} + {2 * nb}LL)) & 7) == 0"
+    if code in (0, 1):
+        return f"(((unsigned long long)({row} + {(4 if code == 1 else 2) * nb}LL)) & 3) == 0"
+    return None
+
+
+def parts_loops(w: Writer, code: int, nb: int, rows: tuple[tuple[str, str], ...] | list[tuple[str, str]],
+                x: str, norm: str | None = None, step: str = "32", first: str = "lane") -> None:
+    """A lane's loop over parts of groups (:func:`parts_loop`): x's floats of the part
+    (:func:`part_x_cuda`, with the norm's weights where ``norm``), dotted with each of the block rows
+    ``rows`` ((byte pointer, accumulator) pairs).  With :data:`BLOCK_UNROLL` > 1 the loads'
+    alignment is tested once, before the loop: where x (the norm) and every row's integers are
+    aligned, an unrolled loop of unbranched loads (a lane's loads of several items can then be in
+    flight together), else the branching loop; both sum in the same order."""
+    def loop(aligned: bool, unroll: int) -> None:
+        parts_loop(w, nb, step, first, unroll)
+        part_x_cuda(w, code, x, norm, aligned)
+        for row, acc in rows:
+            part_dot_cuda(w, code, nb, row, acc, aligned)
+        w.line("}")
+    if BLOCK_UNROLL == 1:
+        loop(False, 1)
+        return
+    tests = [f"(((unsigned long long){p}) & 15) == 0" for p in (x, norm) if p]
+    tests += [t for row, _ in rows if (t := weight_alignment(code, nb, row))]
+    w.line(f"if ({' && '.join(tests)}) {{")
+    loop(True, BLOCK_UNROLL)
+    w.line("} else {")
+    loop(False, 1)
+    w.line("}")
 
 
 def parts_of(codes: list[int]) -> int:
@@ -300,16 +336,18 @@ def parts_of(codes: list[int]) -> int:
     return PARTS if BLOCK_PARTS == PARTS and len(set(codes)) == 1 and codes[0] in PART_CODES else 1
 
 
-def part_x_cuda(w: Writer, code: int, x: str, norm: str | None = None) -> None:
+def part_x_cuda(w: Writer, code: int, x: str, norm: str | None = None, aligned: bool = False) -> None:
     """The cuda lines (in a loop over items ``g``, ``p``: part p of group g) loading ``xe[8]``, the
     floats of row pointer ``x`` that part p's weights multiply: 4-bit groups hold weights t and
     t + 16 in byte t, so part p is weights 4p..4p+3 and 4p+16..4p+19; 8-bit parts are 8p..8p+7.
-    ``norm``: a pointer to the norm weights, multiplied in, with ``ss`` summing the squares of x."""
+    ``norm``: a pointer to the norm weights, multiplied in, with ``ss`` summing the squares of x.
+    ``aligned``: ``x`` (and ``norm``) are known 16-byte aligned (:func:`parts_loops`' test): the
+    16-byte loads alone, no branch."""
     second = "16" if code < 2 else "4"  # the second float4's offset from the first
     first = f"32 * g + {'4' if code < 2 else '8'} * p"
     w.line("  float xe[8];")
     ptrs = f"((unsigned long long)({x} + {first}))" + (f" | ((unsigned long long)({norm} + {first}))" if norm else "")
-    w.line(f"  if ((({ptrs}) & 15) == 0) {{")
+    w.line("  {" if aligned else f"  if ((({ptrs}) & 15) == 0) {{")
     w.line(f"    const float4 a0 = *(const float4*)({x} + {first}), a1 = *(const float4*)({x} + {first} + {second});")
     w.line("    xe[0] = a0.x; xe[1] = a0.y; xe[2] = a0.z; xe[3] = a0.w; xe[4] = a1.x; xe[5] = a1.y; xe[6] = a1.z; "
            "xe[7] = a1.w;")
@@ -319,6 +357,9 @@ def part_x_cuda(w: Writer, code: int, x: str, norm: str | None = None) -> None:
         w.line("    const float nw[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};")
         w.line("    #pragma unroll")
         w.line("    for (int t = 0; t < 8; t++) { ss += xe[t] * xe[t]; xe[t] *= nw[t]; }")
+    if aligned:
+        w.line("  }")
+        return
     w.line("  } else {")
     w.line("    #pragma unroll")
     w.line("    for (int t = 0; t < 8; t++) {")
@@ -330,10 +371,11 @@ def part_x_cuda(w: Writer, code: int, x: str, norm: str | None = None) -> None:
     w.line("  }")
 
 
-def part_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
+def part_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str, aligned: bool = False) -> None:
     """The cuda lines adding to ``acc`` the dot of ``xe[8]`` (:func:`part_x_cuda`) with part ``p``
     of group ``g`` of the block row at byte pointer ``row`` (packed layout, codes 0-2; GGUF's for
-    the K-quants, codes 4 and 5, through ``ls_kpart``)."""
+    the K-quants, codes 4 and 5, through ``ls_kpart``).  ``aligned``: the row's integers are known
+    aligned for :func:`weight_alignment`'s loads (codes 0-2): those loads alone, no branch."""
     w.line("  {")
     if code in (4, 5):  # K-quants: the part's 8 unsigned weights as bytes of two words, its map
         w.line("  unsigned int u0, u1; float ks, ko;")
@@ -350,19 +392,27 @@ def part_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
     if code == 2:  # 32 signed bytes a group: part p is bytes 8p..8p+7
         w.line(f"  const signed char* q = (const signed char*)({row} + {2 * nb}LL + 32 * g + 8 * p);")
         w.line("  float s = 0.0f;")
-        w.line("  if ((((unsigned long long)q) & 3) == 0) {")
-        w.line("    const int v0 = ((const int*)q)[0], v1 = ((const int*)q)[1];")
+        # (aligned: the part's 8 bytes as one 8-byte load)
+        w.line("  {" if aligned else "  if ((((unsigned long long)q) & 3) == 0) {")
+        w.line("    const uint2 v = *(const uint2*)q; const int v0 = (int)v.x, v1 = (int)v.y;" if aligned else
+               "    const int v0 = ((const int*)q)[0], v1 = ((const int*)q)[1];")
         w.line("    s = (float)(signed char)v0 * xe[0] + (float)(signed char)(v0 >> 8) * xe[1] + "
                "(float)(signed char)(v0 >> 16) * xe[2] + (float)(signed char)(v0 >> 24) * xe[3] + "
                "(float)(signed char)v1 * xe[4] + (float)(signed char)(v1 >> 8) * xe[5] + "
                "(float)(signed char)(v1 >> 16) * xe[6] + (float)(signed char)(v1 >> 24) * xe[7];")
+        if aligned:
+            w.line("  }")
+            w.line(f"  {acc} += d * s;")
+            w.line("  }")
+            return
         w.line("  } else {")
         w.line("    for (int t = 0; t < 8; t++) s += (float)q[t] * xe[t];")
         w.line("  }")
         w.line(f"  {acc} += d * s;")
     else:  # 16 bytes a group: part p is bytes 4p..4p+3, low nibbles weights 4p.., high 4p+16..
         w.line(f"  const unsigned char* q = {row} + {(4 if code == 1 else 2) * nb}LL + 16 * g + 4 * p;")
-        w.line("  const unsigned int v = (((unsigned long long)q) & 3) == 0 ? *(const unsigned int*)q : "
+        w.line("  const unsigned int v = *(const unsigned int*)q;" if aligned else
+               "  const unsigned int v = (((unsigned long long)q) & 3) == 0 ? *(const unsigned int*)q : "
                "(q[0] | (unsigned int)q[1] << 8 | (unsigned int)q[2] << 16 | (unsigned int)q[3] << 24);")
         w.line("  const float s = (float)(v & 15u) * xe[0] + (float)((v >> 8) & 15u) * xe[1] + "
                "(float)((v >> 16) & 15u) * xe[2] + (float)((v >> 24) & 15u) * xe[3] + "
@@ -471,11 +521,7 @@ def render_block_matmul_cuda(op: LOp, in_dtypes: list[DType], qtype: str) -> Ker
     split = block_split(n, nb * parts) if rr == 1 else 0
     first, step = ("slice * 32 + lane", str(32 * split)) if split else ("lane", "32")
     if parts > 1:  # each lane parts of groups (PARTS items a group)
-        parts_loop(w, nb, step, first)
-        part_x_cuda(w, code, "xr")
-        for row, acc in rows:
-            part_dot_cuda(w, code, nb, row, acc)
-        w.line("}")
+        parts_loops(w, code, nb, rows, "xr", step=step, first=first)
     else:
         whole_groups(w, code, nb, rows, first, step)
     for _, acc in rows:

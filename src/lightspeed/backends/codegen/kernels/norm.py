@@ -20,9 +20,7 @@ from .block_matmul import (
     KERNEL_QTYPE,
     block_row_bytes,
     group_dot_cuda,
-    part_dot_cuda,
-    part_x_cuda,
-    parts_loop,
+    parts_loops,
     parts_of,
 )
 from .matmul import ROW_GROUP, lane_sum8, rows_one_by_one, scatter_store, silu_mul
@@ -352,11 +350,7 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         # each lane parts of groups (block_matmul.BLOCK_PARTS): x·w of the part's 8 weights, then each row's
         nb = int(k.value) // 32
         w.line(f"const float* rw = {names[iw]} + {w.expr(woff)};")
-        parts_loop(w, nb, str(WARP))
-        part_x_cuda(w, codes[0], "rx", norm="rw")
-        for r, acc in zip(rows, accs):
-            part_dot_cuda(w, codes[0], nb, r, acc)
-        w.line("}")
+        parts_loops(w, codes[0], nb, list(zip(rows, accs)), "rx", norm="rw", step=str(WARP))
     elif qtypes:  # each lane whole groups of 32: x·w of the group in registers, then each row's blocks
         w.line(f"for (long long g = lane; g < {int(k.value) // 32}; g += {WARP}) {{")
         w.line("  float x[32];")
