@@ -528,3 +528,60 @@ def test_unrolled_parts_loops_test_alignment_once_and_compile_for_sm90(monkeypat
         if weights_test is not None:
             assert (weights_test in spec.source) == (unroll > 1)
         assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("kind", NORM_KINDS)
+def test_split_norm_products_over_blocks_render_and_compile_for_sm90(monkeypatch, qtype, kind):
+    """``LIGHTSPEED_CUDA_BLOCK_SPLIT`` splits the norm products over blocks too (the decode's q, k,
+    v and gated pair): a block of warps per output, each a slice of the row's parts (whole groups
+    for the K-quants), the squares and sums added over the block; by default a warp an output."""
+    nvrtc = nvrtc_or_skip()
+    from lightspeed.backends.codegen.kernels import block_matmul, module_source
+
+    monkeypatch.setattr(block_matmul, "PART_CODES", (0, 1, 2))  # the K-quants in whole groups
+    k = 2048  # 64 groups: 256 parts (4 warps) or 64 whole K-quant groups (2 warps)
+    lp = _with_block_op(_norm_graph(qtype, 48, k, kind), kind, NORMS)
+    op = next(o for o in lp.ops if o.op == kind)
+    for setting in (0, 4):
+        monkeypatch.setattr(block_matmul, "BLOCK_SPLIT", setting)
+        spec = NORMS.op_table.lower(op, [lp.ops[i].dtype for i in op.inputs], "cuda").specs[0]
+        want = 0 if not setting else 2 if qtype in PER_BLOCK else 4
+        assert spec.launch.kind == ("matmul_split" if want else "matmul_dot")
+        assert not want or (spec.launch.block == (32, want, 1) and "_ls_bsum" in spec.source)
+        assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
+
+
+@pytest.mark.skipif(not CUDA.available(), reason="no GPU")
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("kind", NORM_KINDS)
+def test_split_norm_products_over_blocks_match_float64(monkeypatch, qtype, kind):
+    """Split norm products over blocks (4 warps an output over parts, 2 over whole K-quant groups,
+    k = 2048) equal the float64 norm and product at 1, 5 and 17 rows."""
+    from lightspeed.backends.codegen.kernels import block_matmul
+
+    monkeypatch.setattr(block_matmul, "BLOCK_SPLIT", 4)
+    n, k = 48, 2048
+    q, w = _weights(qtype, n, k, seed=14)
+    ws, placed = {"w": w}, {"w": q}
+    if kind == "NormMatmulGLU":
+        placed["u"], ws["u"] = _weights(qtype, n, k, seed=15)
+    g = _norm_graph(qtype, n, k, kind)
+    lp = _with_block_op(g, kind, NORMS)
+    op = next(o for o in lp.ops if o.op == kind)
+    assert NORMS.op_table.lower(op, [lp.ops[i].dtype for i in op.inputs], "cuda").specs[0].launch.kind == "matmul_split"
+    prog = NORMS.lower(g, lp).persist(**placed)
+    rng = np.random.default_rng(16)
+    for rows in (1, 5, 17):
+        ins = {"x": rng.standard_normal((rows, k)).astype(np.float32),
+               "nw": (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)}
+        want = _norm_want(ins, ws, kind)
+        if kind == "NormMatmulScatter":
+            cache = np.zeros((64, n), np.float32)
+            out = np.asarray(prog({**ins, "cache": cache}, dims={"p": 3})["cache"])
+            got = out[3:3 + rows]
+            assert not np.delete(out, range(3, 3 + rows), axis=0).any()
+        else:
+            got = np.asarray(prog(ins)["y"])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=f"rows={rows}")
+    assert not q.is_dense

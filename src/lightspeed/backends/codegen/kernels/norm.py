@@ -18,7 +18,9 @@ from .block_matmul import (
     BLOCK_CODE,
     BLOCK_TYPES,
     KERNEL_QTYPE,
+    PARTS,
     block_row_bytes,
+    block_split,
     group_dot_cuda,
     parts_loops,
     parts_of,
@@ -288,6 +290,12 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
     paired = c_vector and kind == "NormMatmul"
     # cuda, few outputs over a long k: a block of warps per output (the decode's q, k, v)
     split = split_products(dialect, n, k, dwt.itemsize) if vec is not None and woff is not None and not grouped else 0
+    codes = [BLOCK_CODE[_kernel_qtype(q)] for q in qtypes]
+    # each lane parts of groups (block_matmul.BLOCK_PARTS) where the weights' codes allow them
+    block_parts = bool(qtypes) and parts_of(codes) > 1 and dx.name == "float32" and dwt.name == "float32" \
+        and woff is not None
+    if qtypes and dialect == "cuda":  # a block of warps per output (block_matmul.BLOCK_SPLIT)
+        split = block_split(n, int(k.value) // 32 * (PARTS if block_parts else 1))
     axes = None
     w.push()
     if grouped:
@@ -345,14 +353,12 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
             w.line(f"{indent}  {acc} += xw * {load(in_dtypes[q], f'{r}[_ls_l]')};")
         w.line(f"{indent}}}")
 
-    codes = [BLOCK_CODE[_kernel_qtype(q)] for q in qtypes]
-    if qtypes and parts_of(codes) > 1 and dx.name == "float32" and dwt.name == "float32" and woff is not None:
-        # each lane parts of groups (block_matmul.BLOCK_PARTS): x·w of the part's 8 weights, then each row's
+    if block_parts:  # x·w of the part's 8 weights, then each row's
         nb = int(k.value) // 32
         w.line(f"const float* rw = {names[iw]} + {w.expr(woff)};")
-        parts_loops(w, codes[0], nb, list(zip(rows, accs)), "rx", norm="rw", step=str(WARP))
+        parts_loops(w, codes[0], nb, list(zip(rows, accs)), "rx", norm="rw", step=str(step), first=first)
     elif qtypes:  # each lane whole groups of 32: x·w of the group in registers, then each row's blocks
-        w.line(f"for (long long g = lane; g < {int(k.value) // 32}; g += {WARP}) {{")
+        w.line(f"for (long long g = {first}; g < {int(k.value) // 32}; g += {step}) {{")
         w.line("  float x[32];")
         if dx.name == "float32" and dwt.name == "float32" and woff is not None:
             # float4 loads of x and of the norm weight's row where both are 16-byte aligned
