@@ -5,10 +5,10 @@
 #            LIGHTSPEED_CUDA_BLOCK_SPLIT=4: every block product and norm product against float64),
 #            then the Gemma 3-shaped block step (random blocks) in variants, a process each,
 #            profiled: the default beside bf16 weights, then GPU_S32_KQ's (NAME:VAR=VALUE,... each:
-#            split block products, with K-quant parts, float32 row norms in 16-byte chunks
-#            (LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1), the unrolled parts loop with its alignment tested
-#            once (LIGHTSPEED_CUDA_BLOCK_UNROLL=4), all four); then the SmolLM2-shaped one (random
-#            Q4_1) by default and with GPU_S32_SMOL's variant
+#            all four below together first, then split block and norm products, the unrolled parts
+#            loop with its alignment tested once (LIGHTSPEED_CUDA_BLOCK_UNROLL=4), float32 row
+#            norms in 16-byte chunks (LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1), split + K-quant parts);
+#            then the SmolLM2-shaped one (random Q4_1) by default and with GPU_S32_SMOL's variants
 #            (the float32 row norms' GPU tests run after the block tests: test_cuda.py -k row_norm)
 #   memcheck compute-sanitizer's memcheck over the grouped experts' GPU tests (the part of the
 #            thirtieth and thirty-first sessions' selection their time did not reach) and the
@@ -25,7 +25,7 @@ for stage in "$@"; do
       step normtest 90 python3 -m pytest -o addopts="" tests/backends/test_cuda.py tests/backends/test_cuda_codegen.py \
         -k row_norm -q -p no:cacheprovider -n 4
       grep -E "passed|failed|FAILED" "$OUT/normtest.log" | tail -4
-      for run in base:LIGHTSPEED_CUDA_KQUANT_PARTS=0 ${GPU_S32_KQ:-split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4 kparts_split4:LIGHTSPEED_CUDA_KQUANT_PARTS=1,LIGHTSPEED_CUDA_BLOCK_SPLIT=4 f32norm:LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1 u4:LIGHTSPEED_CUDA_BLOCK_UNROLL=4 all:LIGHTSPEED_CUDA_KQUANT_PARTS=1,LIGHTSPEED_CUDA_BLOCK_SPLIT=4,LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1,LIGHTSPEED_CUDA_BLOCK_UNROLL=4}; do
+      for run in base:LIGHTSPEED_CUDA_KQUANT_PARTS=0 ${GPU_S32_KQ:-all:LIGHTSPEED_CUDA_KQUANT_PARTS=1,LIGHTSPEED_CUDA_BLOCK_SPLIT=4,LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1,LIGHTSPEED_CUDA_BLOCK_UNROLL=4 split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4 u4:LIGHTSPEED_CUDA_BLOCK_UNROLL=4 f32norm:LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1 kparts_split4:LIGHTSPEED_CUDA_KQUANT_PARTS=1,LIGHTSPEED_CUDA_BLOCK_SPLIT=4}; do
         name=${run%%:*} envs=${run#*:}
         configs=native,cuda-blocks
         [ "$name" = base ] && configs=native,cuda-blocks,cuda-bfloat16
