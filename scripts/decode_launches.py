@@ -93,6 +93,8 @@ def main() -> int:
         rec = _Recorder()  # the NVRTC test's recorder, in this backend's dialect
         rec.dialect = backend.executor.dialect
         prog = KernelProgram(graph, lprog, rec, table=backend.op_table)
+        lprog = prog.lprog  # (the program's own: a stacked product's slices read in place rewrite it)
+
         def name(x, ops=lprog.ops):  # a merged launch (kernels/merge.py) by its parts
             return "+".join(ops[j].op for j in x.merged or (x.op,))
 
