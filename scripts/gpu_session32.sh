@@ -10,6 +10,9 @@
 #            norms in 16-byte chunks (LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1), split + K-quant parts);
 #            then the SmolLM2-shaped one (random Q4_1) by default and with GPU_S32_SMOL's variants
 #            (the float32 row norms' GPU tests run after the block tests: test_cuda.py -k row_norm)
+#   stacked  the 1B's 512-token prefill with stacked products (LIGHTSPEED_CUDA_STACKED=1; the search
+#            now times the stacked candidate, which a budget of 3 had never reached) beside the
+#            peers, with the search's log, then without, ours alone
 #   memcheck compute-sanitizer's memcheck over the grouped experts' GPU tests (the part of the
 #            thirtieth and thirty-first sessions' selection their time did not reach) and the
 #            K-quant parts' tests
@@ -41,6 +44,12 @@ for stage in "$@"; do
           --configs native,cuda-blocks)
         echo "smollm2 $name ($envs):"; sed -n '/greedy tokens/,$p' "$OUT/smol_$name.log" | grep -E "^(native|cuda)"
       done ;;
+    stacked)
+      LIGHTSPEED_CUDA_STACKED=1 LIGHTSPEED_LOG=search step stacked_on 200 python3 benchmarks/gpu_decode.py \
+        llama-3.2-1b --prefill 512
+      sed -n '/^shape/,$p' "$OUT/stacked_on.log"; grep -iE "stacked" "$OUT/stacked_on.log" | head -8
+      step stacked_off 90 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --no-peer
+      sed -n '/^shape/,$p' "$OUT/stacked_off.log" ;;
     memcheck)
       LIGHTSPEED_CUDA_KQUANT_PARTS=1 LIGHTSPEED_CUDA_BLOCK_UNROLL=4 LIGHTSPEED_CUDA_BLOCK_SPLIT=4 step memcheck_kq 120 env LIGHTSPEED_CUDA_GRAPHS=0 \
         compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" \
@@ -50,6 +59,6 @@ for stage in "$@"; do
         --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_gather_matmul.py \
         -k "gather or grouped" -q -p no:cacheprovider
       grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3 ;;
-    *) echo "unknown stage $stage (kq, memcheck)" ;;
+    *) echo "unknown stage $stage (kq, stacked, memcheck)" ;;
   esac
 done

@@ -161,6 +161,10 @@ def test_the_search_measures_a_candidate_with_every_product_stacked(mode):
         decls = backend.declarations()
         listed = dict(candidates(index, SearchOptions(budget=4, seed=0)))
         assert ("stacked" in listed) == want
+        # regression (thirty-second session): at a generator's budget of 3 the stacked candidate
+        # came after default, greedy and few-rows and was never timed; it is measured beside them now
+        origins = [o for o, _ in candidates(index, SearchOptions(budget=3, seed=0), _many(backend))]
+        assert ("stacked" in origins) == want and len(origins) == 3 + want
         if not want:
             continue
         lp = decode_program(listed["stacked"], ser, enc.constants, decls)
@@ -172,6 +176,11 @@ def test_the_search_measures_a_candidate_with_every_product_stacked(mode):
             want_logits = np.asarray(g.compile(backend="reference")(ins)["logits"])
             np.testing.assert_allclose(np.asarray(backend.lower(g, lp)(ins)["logits"]), want_logits,
                                        rtol=1e-5, atol=1e-5)
+
+
+def _many(backend) -> frozenset[str]:
+    """The backend's many-rows ops (tensor-core tiles), as the search passes them."""
+    return frozenset(n for n, d in backend.declarations().items() if d.many_rows)
 
 
 def _cuda_stacked_candidate(backend, g: ls.Graph):
