@@ -286,14 +286,24 @@ def test_a_block_decode_step_takes_its_norms_into_its_products():
 @pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("kind", NORM_KINDS)
 def test_norm_products_over_blocks_match_float64(qtype, kind):
-    n, k = 48, (512 if qtype in PER_BLOCK else 96)
-    q, w = _weights(qtype, n, k, seed=3)
+    _norm_products_match_float64(qtype, kind, 48, 512 if qtype in PER_BLOCK else 96, seed=3)
+
+
+def _norm_products_match_float64(qtype: str, kind: str, n: int, k: int, seed: int, check=None) -> None:
+    """``kind`` over random ``qtype`` blocks [n, k] (a second weight for the gated pair) against the
+    float64 norm and product at 1, 5 and 17 rows (the scatter's rows written at row 3 of a cache,
+    the others left zero); ``check(specs)``: asserts on the candidate's kernels of ``kind``."""
+    q, w = _weights(qtype, n, k, seed=seed)
     ws, placed = {"w": w}, {"w": q}
     if kind == "NormMatmulGLU":
-        placed["u"], ws["u"] = _weights(qtype, n, k, seed=4)
+        placed["u"], ws["u"] = _weights(qtype, n, k, seed=seed + 1)
     g = _norm_graph(qtype, n, k, kind)
-    prog = NORMS.lower(g, _with_block_op(g, kind, NORMS)).persist(**placed)
-    rng = np.random.default_rng(7)
+    lp = _with_block_op(g, kind, NORMS)
+    if check is not None:
+        check([s for o in lp.ops if o.op == kind for s in NORMS.op_table.lower(
+            o, [lp.ops[i].dtype for i in o.inputs], "cuda").specs])
+    prog = NORMS.lower(g, lp).persist(**placed)
+    rng = np.random.default_rng(seed + 4)
     for rows in (1, 5, 17):
         ins = {"x": rng.standard_normal((rows, k)).astype(np.float32),
                "nw": (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)}
@@ -403,37 +413,25 @@ def test_kquant_parts_and_unrolled_loops_match_float64(monkeypatch, qtype, kind)
     monkeypatch.setattr(block_matmul, "PART_CODES", (0, 1, 2, 4, 5))
     monkeypatch.setattr(block_matmul, "BLOCK_UNROLL", 4)
     n, k = 48, (768 if qtype in PER_BLOCK else 1056)
+    if kind.startswith("Norm"):
+        def kparts(specs):  # the K-quants decoded in parts
+            assert any("ls_kpart(" in s.source for s in specs) == (qtype in PER_BLOCK)
+        _norm_products_match_float64(qtype, kind, n, k, seed=5, check=kparts)
+        return
     q, w = _weights(qtype, n, k, seed=5)
     rng = np.random.default_rng(8)
-    if kind.startswith("Norm"):
-        ws, placed = {"w": w}, {"w": q}
-        if kind == "NormMatmulGLU":
-            placed["u"], ws["u"] = _weights(qtype, n, k, seed=6)
-        g = _norm_graph(qtype, n, k, kind)
-        lp = _with_block_op(g, kind, NORMS)
-        assert any("ls_kpart(" in s.source for o in lp.ops if o.op == kind
-                   for s in NORMS.op_table.lower(o, [lp.ops[i].dtype for i in o.inputs], "cuda").specs) \
-            == (qtype in PER_BLOCK)
-        prog = NORMS.lower(g, lp).persist(**placed)
-        for rows in (1, 5, 17):
-            ins = {"x": rng.standard_normal((rows, k)).astype(np.float32),
-                   "nw": (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)}
-            want = _norm_want(ins, ws, kind)
-            np.testing.assert_allclose(np.asarray(prog(ins)["y"]), want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
-                                       err_msg=f"rows={rows}")
-    else:
-        add = kind == "BlockMatmulAdd"
-        g = _graph(qtype, n, k, add=add)
-        prog = CUDA.lower(g, _with_block_op(g, kind)).persist(w=q)
-        for rows in (1, 5, 17):
-            x = rng.standard_normal((rows, k)).astype(np.float32)
-            ins = {"x": x}
-            want = x.astype(np.float64) @ w.astype(np.float64).T
-            if add:
-                ins["r"] = rng.standard_normal((rows, n)).astype(np.float32)
-                want = want + ins["r"]
-            np.testing.assert_allclose(np.asarray(prog(ins)["y"]), want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
-                                       err_msg=f"rows={rows}")
+    add = kind == "BlockMatmulAdd"
+    g = _graph(qtype, n, k, add=add)
+    prog = CUDA.lower(g, _with_block_op(g, kind)).persist(w=q)
+    for rows in (1, 5, 17):
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        ins = {"x": x}
+        want = x.astype(np.float64) @ w.astype(np.float64).T
+        if add:
+            ins["r"] = rng.standard_normal((rows, n)).astype(np.float32)
+            want = want + ins["r"]
+        np.testing.assert_allclose(np.asarray(prog(ins)["y"]), want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
+                                   err_msg=f"rows={rows}")
     assert not q.is_dense
 
 
@@ -561,27 +559,7 @@ def test_split_norm_products_over_blocks_match_float64(monkeypatch, qtype, kind)
     from lightspeed.backends.codegen.kernels import block_matmul
 
     monkeypatch.setattr(block_matmul, "BLOCK_SPLIT", 4)
-    n, k = 48, 2048
-    q, w = _weights(qtype, n, k, seed=14)
-    ws, placed = {"w": w}, {"w": q}
-    if kind == "NormMatmulGLU":
-        placed["u"], ws["u"] = _weights(qtype, n, k, seed=15)
-    g = _norm_graph(qtype, n, k, kind)
-    lp = _with_block_op(g, kind, NORMS)
-    op = next(o for o in lp.ops if o.op == kind)
-    assert NORMS.op_table.lower(op, [lp.ops[i].dtype for i in op.inputs], "cuda").specs[0].launch.kind == "matmul_split"
-    prog = NORMS.lower(g, lp).persist(**placed)
-    rng = np.random.default_rng(16)
-    for rows in (1, 5, 17):
-        ins = {"x": rng.standard_normal((rows, k)).astype(np.float32),
-               "nw": (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)}
-        want = _norm_want(ins, ws, kind)
-        if kind == "NormMatmulScatter":
-            cache = np.zeros((64, n), np.float32)
-            out = np.asarray(prog({**ins, "cache": cache}, dims={"p": 3})["cache"])
-            got = out[3:3 + rows]
-            assert not np.delete(out, range(3, 3 + rows), axis=0).any()
-        else:
-            got = np.asarray(prog(ins)["y"])
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=f"rows={rows}")
-    assert not q.is_dense
+
+    def split(specs):
+        assert specs and all(s.launch.kind == "matmul_split" for s in specs)
+    _norm_products_match_float64(qtype, kind, 48, 2048, seed=14, check=split)
