@@ -461,7 +461,7 @@ def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str
         fixed.insert(2, ("few-rows", Candidate.build(
             index, _fuse_single_use(few, _prefer_backend(index, absorb=True, avoid=many_rows)))))
     open_ = sorted(c for c in fused.choice if len(index.ir_nodes(c)) > 1)
-    budget = max(1, opts.budget) + stacks
+    budget = max(1, opts.budget) + int(stacks)
     for k in range(4 * budget + 3):
         if len(seen) >= budget:
             break

@@ -331,7 +331,7 @@ def _recording_library():
     lib = object.__new__(mod.Library)
     lib.lt, lib.cublas, lib.types, lib.handle = Fake(), cublas, nvmath.CudaDataType, 7
     lib._prepared, lib._algos = {}, {}
-    lib._lock, lib._call_lock = threading.Lock(), threading.Lock()
+    lib._lock, lib._call_lock = threading.RLock(), threading.Lock()  # (as Library.__init__ makes them)
     lib._alpha, lib._betas = np.ones(1, np.float32), {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
     return lib, calls, (nvmath, cublas, real, mod)
 

@@ -190,7 +190,7 @@ def _cuda_stacked_candidate(backend, g: ls.Graph):
 
     _, enc, index, ser = saturate(backend, g)
     decls = backend.declarations()
-    many = frozenset(n for n, d in decls.items() if d.many_rows)
+    many = _many(backend)
     library = frozenset(n for n, d in decls.items() if getattr(d, "library", False))
     return decode_program(dict(candidates(index, SearchOptions(budget=5, seed=0), many, library))["stacked"],
                           ser, enc.constants, decls)
@@ -247,7 +247,7 @@ def test_the_stacked_weights_are_not_counted_as_the_candidates_intermediates():
 
     _, enc, index, ser = saturate(backend, g)
     decls = backend.declarations()
-    many = frozenset(n for n, d in decls.items() if d.many_rows)
+    many = _many(backend)
     library = frozenset(n for n, d in decls.items() if getattr(d, "library", False))
     listed = dict(candidates(index, SearchOptions(budget=5, seed=0), many, library))
     stacked, greedy = (decode_program(listed[k], ser, enc.constants, decls) for k in ("stacked", "greedy"))

@@ -359,7 +359,7 @@ class Library:
         self.handle = cublasLt.create()
         self._prepared: dict[LtPlan, tuple] = {}
         self._algos: dict[tuple, Any] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (re-entered: algorithm -> heuristics -> prepare)
         self._call_lock = threading.Lock()  # a bias pointer set on a shared descriptor, then the call
         self._alpha = np.ones(1, np.float32)
         self._betas = {0.0: np.zeros(1, np.float32), 1.0: np.ones(1, np.float32)}
@@ -421,7 +421,6 @@ class Library:
         algo = self._algos.get(key)
         if algo is not None:
             return algo
-        self.prepare(plan)  # (outside the lock, which prepare takes: inside it, a dictionary read)
         count = LT_ALGOS if stream is not None else 1
         with self._lock:
             results, found = self.heuristics(plan, aligns, count)

@@ -241,6 +241,17 @@ def group_dot_cuda(w: Writer, code: int, nb: int, row: str, acc: str) -> None:
 # default: SmolLM2's block step 0.913 ms with it, 1.020 without (H100, 2026-12-07, random
 # blocks); 1 gives whole groups.
 BLOCK_PARTS = int(os.environ.get("LIGHTSPEED_CUDA_BLOCK_PARTS", "4"))
+
+
+def _count_switch(name: str, default: str, allowed: tuple[str, ...]) -> int:
+    """The count environment variable ``name`` sets (``default`` unset), one of ``allowed``; any
+    other value stops the import naming the variable."""
+    value = os.environ.get(name, default)
+    if value.strip() not in allowed:
+        raise LightspeedError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {value!r}")
+    return int(value)
+
+
 PARTS = 4  # parts of a group when BLOCK_PARTS is on (a part: 8 weights)
 # LIGHTSPEED_CUDA_KQUANT_PARTS=1: Q4_K and Q6_K groups in parts too (``ls_kpart``: a part's bytes
 # in 8-byte words, a warp's 32 lanes on one super-block) instead of a lane decoding a whole group
@@ -249,14 +260,12 @@ PARTS = 4  # parts of a group when BLOCK_PARTS is on (a part: 8 weights)
 # its o product (Q4_K) 3.6 against 2.5 (H100, thirty-second session, PDL off).  Off until measured.
 KQUANT_PARTS = os.environ.get("LIGHTSPEED_CUDA_KQUANT_PARTS", "0") == "1"
 PART_CODES = (0, 1, 2, 4, 5) if KQUANT_PARTS else (0, 1, 2)
-# LIGHTSPEED_CUDA_BLOCK_UNROLL=U: the parts loop unrolled U times, so a lane's weight loads of U
-# items are in flight together (a warp of the head's Q8_0 product has one 8-byte load a lane in
-# flight a step: Gemma 3's head read its 178 MB at ~1.5 TB/s, cuBLAS's bf16 head ~3 TB/s); 1 (the
-# default) leaves the loop to the compiler.  Not yet measured.
-_UNROLL_SET = os.environ.get("LIGHTSPEED_CUDA_BLOCK_UNROLL", "1")
-if _UNROLL_SET.strip() not in ("1", "2", "3", "4", "8"):
-    raise LightspeedError(f"LIGHTSPEED_CUDA_BLOCK_UNROLL must be 1, 2, 3, 4 or 8, got {_UNROLL_SET!r}")
-BLOCK_UNROLL = int(_UNROLL_SET)
+# LIGHTSPEED_CUDA_BLOCK_UNROLL=U: the parts loop unrolled U times, its loads' alignment tested once
+# before it (parts_loops), so a lane's weight loads of U items are in flight together (a warp of
+# the head's Q8_0 product has one 8-byte load a lane in flight a step: Gemma 3's head read its 178
+# MB at ~1.5 TB/s, cuBLAS's bf16 head ~3 TB/s); 1 (the default) leaves one loop to the compiler.
+# Unrolled with the branches inside: no gain (thirty-second session); this form not yet measured.
+BLOCK_UNROLL = _count_switch("LIGHTSPEED_CUDA_BLOCK_UNROLL", "1", ("1", "2", "3", "4", "8"))
 
 
 # LIGHTSPEED_CUDA_BLOCK_SPLIT=S: a block product of few outputs (under the float products'
@@ -265,10 +274,7 @@ BLOCK_UNROLL = int(_UNROLL_SET)
 # choice by n and k alone, so every row count gets the same sums).  Gemma 3's 640-output products
 # are 640 warps, ~5 a multiprocessor: its down product (Q6_K, k = 2048) took 5.95 us against the
 # split bf16 product's 3.0 (H100, thirty-second session, PDL off).  0 (the default): a warp an output.
-_SPLIT_SET = os.environ.get("LIGHTSPEED_CUDA_BLOCK_SPLIT", "0")
-if _SPLIT_SET.strip() not in ("0", "2", "4", "8"):
-    raise LightspeedError(f"LIGHTSPEED_CUDA_BLOCK_SPLIT must be 0, 2, 4 or 8, got {_SPLIT_SET!r}")
-BLOCK_SPLIT = int(_SPLIT_SET)
+BLOCK_SPLIT = _count_switch("LIGHTSPEED_CUDA_BLOCK_SPLIT", "0", ("0", "2", "4", "8"))
 
 
 def block_split(n, units: int) -> int:
@@ -332,7 +338,8 @@ def parts_loops(w: Writer, code: int, nb: int, rows: tuple[tuple[str, str], ...]
 
 def parts_of(codes: list[int]) -> int:
     """The parts a lane's item is of a group for weights of these block codes (one code for all:
-    their parts hold the same weights): PARTS where BLOCK_PARTS asks and every code is 0-2, else 1."""
+    their parts hold the same weights): PARTS where BLOCK_PARTS asks and every code is one of
+    PART_CODES (0-2; the K-quants' 4 and 5 too with KQUANT_PARTS), else 1."""
     return PARTS if BLOCK_PARTS == PARTS and len(set(codes)) == 1 and codes[0] in PART_CODES else 1
 
 
@@ -465,10 +472,7 @@ def whole_groups(w: Writer, code: int, nb: int, rows: tuple[tuple[str, str], ...
 # output's sum is the one-row kernel's (same lanes, same order, same reduction): bit for bit
 # equal.  Taken where R divides n; 1 (the default) is a warp per output: at 4, Gemma 3's random-block
 # step took 1.131 ms against 0.955 (H100, thirty-first session; the 640-row products keep 160 warps).
-_ROWS_SET = os.environ.get("LIGHTSPEED_CUDA_BLOCK_ROWS", "1")
-if _ROWS_SET.strip() not in ("1", "2", "4", "8"):
-    raise LightspeedError(f"LIGHTSPEED_CUDA_BLOCK_ROWS must be 1, 2, 4 or 8, got {_ROWS_SET!r}")
-BLOCK_ROWS = int(_ROWS_SET)
+BLOCK_ROWS = _count_switch("LIGHTSPEED_CUDA_BLOCK_ROWS", "1", ("1", "2", "4", "8"))
 # LIGHTSPEED_CUDA_BLOCK_ROWS_MIN_N=N: R outputs a warp only for products of at least N outputs a
 # row (a vocabulary's head: 262,144 for Gemma 3), the short layers' products keeping a warp each
 _MIN_N_SET = os.environ.get("LIGHTSPEED_CUDA_BLOCK_ROWS_MIN_N", "0")
