@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Thirty-second session's GPU work in stages, one or more a call (each bounded by GPU_DEADLINE_S):
+#   verify   the cuBLASLt GPU tests and cuda conformance (the closing review made the library's lock
+#            re-entrant and moved its plan preparation under it, after the last GPU call)
 #   kq       the block tests with K-quant parts, the parts loop unrolled 4 times and split block
 #            products exported (LIGHTSPEED_CUDA_KQUANT_PARTS=1, LIGHTSPEED_CUDA_BLOCK_UNROLL=4,
 #            LIGHTSPEED_CUDA_BLOCK_SPLIT=4: every block product and norm product against float64),
@@ -21,6 +23,10 @@ set -uo pipefail
 source scripts/gpu_env.sh
 for stage in "$@"; do
   case $stage in
+    verify)
+      step verify 150 python3 -m pytest -o addopts="" tests/backends/test_cuda_cublaslt.py \
+        tests/backends/test_conformance.py -k "cuda or cublaslt" -q -p no:cacheprovider -n 8
+      grep -E "passed|failed|FAILED" "$OUT/verify.log" | tail -6 ;;
     kq)
       LIGHTSPEED_CUDA_KQUANT_PARTS=1 LIGHTSPEED_CUDA_BLOCK_UNROLL=4 LIGHTSPEED_CUDA_BLOCK_SPLIT=4 step kqtest 120 python3 -m pytest -o addopts="" \
         tests/backends/test_cuda_blocks.py -q -p no:cacheprovider -n 8
@@ -59,6 +65,6 @@ for stage in "$@"; do
         --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_gather_matmul.py \
         -k "gather or grouped" -q -p no:cacheprovider
       grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3 ;;
-    *) echo "unknown stage $stage (kq, stacked, memcheck)" ;;
+    *) echo "unknown stage $stage (verify, kq, stacked, memcheck)" ;;
   esac
 done
