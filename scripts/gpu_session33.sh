@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Thirty-third session's GPU work in stages, one or more a call (each bounded by GPU_DEADLINE_S):
+#   verify   the cuBLASLt GPU tests and cuda conformance (the 32nd session's closing review made the
+#            library's lock re-entrant and moved its plan preparation under it; not yet run on a GPU)
+#   time     the Gemma 3-shaped block step (random blocks; TPOT, PDL on) by default beside bf16, then
+#            GPU_S33_TIME's variants (NAME:VAR=VALUE,..., a process each): split block and norm
+#            products (LIGHTSPEED_CUDA_BLOCK_SPLIT=4), the parts loop unrolled with its alignment
+#            tested once (LIGHTSPEED_CUDA_BLOCK_UNROLL=4), float32 row norms in 16-byte chunks
+#            (LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1), 4 outputs a warp for the head only
+#            (LIGHTSPEED_CUDA_BLOCK_ROWS=4 at 65536 outputs or more), all of them; then SmolLM2's
+#            shape by default and with GPU_S33_SMOL's variants
+#   tests    the block tests and the float32 row-norm tests with GPU_S33_ON's switches exported
+#            (the winners of `time`, before they become defaults)
+#   stacked  the 1B's 512-token prefill with stacked products (LIGHTSPEED_CUDA_STACKED=1; the search
+#            times the stacked candidate since the 32nd session's fix) beside the peers, with the
+#            search's log, then without, ours alone
+#   memcheck compute-sanitizer's memcheck over the new block kernels' tests (switches on) and the
+#            grouped experts' GPU tests
+# Usage (GPU host): bash scripts/gpu_session33.sh STAGE...   Logs under $OUT.
+set -uo pipefail
+source scripts/gpu_env.sh
+SWITCHES=${GPU_S33_ON:-LIGHTSPEED_CUDA_BLOCK_SPLIT=4,LIGHTSPEED_CUDA_BLOCK_UNROLL=4,LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1}
+for stage in "$@"; do
+  case $stage in
+    verify)
+      step verify 200 python3 -m pytest -o addopts="" tests/backends/test_cuda_cublaslt.py \
+        tests/backends/test_conformance.py -k "cuda or cublaslt" -q -p no:cacheprovider -n 8
+      grep -E "passed|failed|FAILED" "$OUT/verify.log" | tail -6 ;;
+    time)
+      head="LIGHTSPEED_CUDA_BLOCK_ROWS=4,LIGHTSPEED_CUDA_BLOCK_ROWS_MIN_N=65536"
+      for run in base:LIGHTSPEED_CUDA_BLOCK_SPLIT=0 ${GPU_S33_TIME:-split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4 u4:LIGHTSPEED_CUDA_BLOCK_UNROLL=4 f32norm:LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1 head4:$head all:LIGHTSPEED_CUDA_BLOCK_SPLIT=4,LIGHTSPEED_CUDA_BLOCK_UNROLL=4,LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1,$head}; do
+        name=${run%%:*} envs=${run#*:}
+        configs=native,cuda-blocks
+        [ "$name" = base ] && configs=native,cuda-blocks,cuda-bfloat16
+        limit=90; [ "$name" = base ] && limit=240  # the first run compiles every kernel on a fresh machine
+        (export ${envs//,/ }; step "t_$name" $limit python3 benchmarks/gpu_blocks.py gemma3 random:gemma3 --repeats 3 \
+          --configs $configs)
+        echo "$name ($envs):"; sed -n '/greedy tokens/,$p' "$OUT/t_$name.log" | grep -E "^(native|cuda)"
+      done
+      for run in base:LIGHTSPEED_CUDA_BLOCK_SPLIT=0 ${GPU_S33_SMOL:-all:$SWITCHES}; do
+        name=${run%%:*} envs=${run#*:}
+        (export ${envs//,/ }; step "smol_$name" 90 python3 benchmarks/gpu_blocks.py llama random:smollm2 --repeats 3 \
+          --configs native,cuda-blocks)
+        echo "smollm2 $name ($envs):"; sed -n '/greedy tokens/,$p' "$OUT/smol_$name.log" | grep -E "^(native|cuda)"
+      done ;;
+    tests)
+      (export ${SWITCHES//,/ }; step tests 200 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
+        tests/backends/test_cuda.py tests/backends/test_cuda_codegen.py -k "block or row_norm" -q -p no:cacheprovider -n 8)
+      grep -E "passed|failed|FAILED" "$OUT/tests.log" | tail -8 ;;
+    stacked)
+      LIGHTSPEED_CUDA_STACKED=1 LIGHTSPEED_LOG=search step stacked_on 200 python3 benchmarks/gpu_decode.py \
+        llama-3.2-1b --prefill 512
+      sed -n '/^shape/,$p' "$OUT/stacked_on.log"; grep -iE "stacked" "$OUT/stacked_on.log" | head -8
+      step stacked_off 90 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --no-peer
+      sed -n '/^shape/,$p' "$OUT/stacked_off.log" ;;
+    memcheck)
+      (export ${SWITCHES//,/ }; step memcheck_blocks 150 env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck \
+        --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
+        -k "split or match_float64 or unroll" -q -p no:cacheprovider)
+      grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck_blocks.log" | tail -3
+      step memcheck "${GPU_S33_MEMCHECK_S:-400}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck \
+        --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_gather_matmul.py \
+        -k "gather or grouped" -q -p no:cacheprovider
+      grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3 ;;
+    *) echo "unknown stage $stage (verify, time, tests, stacked, memcheck)" ;;
+  esac
+done
