@@ -352,10 +352,10 @@ def _stacked_slice(index: EGraphIndex, cid: str, node: ENode) -> str | None:
                  and any(k.op == "Matmul" for k in index.classes.get(m.children[0], ()))), None)
 
 
-def _prefer_stacked(index: EGraphIndex, base):
-    """``base``, but products take slices of stacked products, each stack whole or not at all, the
-    ones serving the most classes first (q+k+v before a pair; ties one way everywhere); a region
-    leaf reads no other stack (``pick.unused``: per-class picks once read v and up from second
+def _prefer_stacked(index: EGraphIndex, base, least: int = 2):
+    """``base``, but products take slices of stacks of ``least`` products or more, each whole or not
+    at all, the ones serving the most classes first (q+k+v before a pair; ties one way everywhere); a
+    region leaf reads no other stack (``pick.unused``: per-class picks once read v and up from second
     stacks, computed beside the first)."""
     offered: dict[str, dict[str, ENode]] = {}  # stack -> {product class: its slice}
     for cid, nodes in index.classes.items():
@@ -364,7 +364,7 @@ def _prefer_stacked(index: EGraphIndex, base):
                 offered.setdefault(whole, {})[cid] = n
     taken: dict[str, ENode] = {}
     for whole in sorted(offered, key=lambda w: (-len(offered[w]), w)):
-        if len(offered[whole]) > 1 and not offered[whole].keys() & taken.keys():
+        if len(offered[whole]) >= least and not offered[whole].keys() & taken.keys():
             taken.update(offered[whole])
     used = {w for w, slices in offered.items() if all(taken.get(c) is n for c, n in slices.items())}
 
@@ -432,7 +432,7 @@ def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str
     ``library`` (cuBLASLt for a prompt's products), the greedy candidate takes them (and, where a
     tile kernel has no library op beside it, the region over library products) with its regions
     grown as the fused one's; the fused candidate keeps the tiles.  Duplicates are skipped; at most
-    ``opts.budget`` are yielded (one more where the stacked candidate is offered)."""
+    ``opts.budget`` are yielded (and the stacked candidates where offered)."""
     rng = random.Random(opts.seed)
     seen: set[tuple] = set()
     default = Candidate.build(index, _prefer_primitives)
@@ -441,27 +441,27 @@ def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str
                                                                             library=library)))
     fixed = [("default", default), ("greedy", greedy), ("fused", fused)]
     if library and any(n.op in library for nodes in index.classes.values() for n in nodes):
-        # the library's many-rows ops (cuBLASLt for a prompt's products) in the greedy candidate's
-        # place, with regions grown as in the fused one: the tiles stay in the fused candidate, the
-        # warp kernels in the few-rows one, and a budget of 3 measures the library beside them
+        # the library's many-rows ops (cuBLASLt for a prompt's products) in the greedy candidate's place,
+        # regions grown as in the fused one (tiles stay there, warp kernels in few-rows): budget 3 times all
         pick = _prefer_backend(index, absorb=False, prefer=many_rows, library=library, library_first=True)
         fixed[1] = ("greedy", Candidate.build(index, _fuse_single_use(Candidate.build(index, pick), pick)))
-    stacks = any(_stacked_slice(index, c, n) is not None for c, nodes in index.classes.items() for n in nodes)
-    if stacks:  # products stacked over their weights (codegen/stacked.egg): the greedy candidate taking
-        # them wherever offered (no other does: a slice's region looks no cheaper than its own product),
-        # measured beside the budget's (at a generator's 3 it came fourth: never timed, 32nd session)
+    stacks = 0  # products over stacked weights (codegen/stacked.egg): the greedy candidate taking every stack
+    # (no other does: a slice's region looks no cheaper than its product), then only q+k+v, beside the budget
+    if any(_stacked_slice(index, c, n) is not None for c, nodes in index.classes.items() for n in nodes):
         base = _prefer_backend(index, absorb=False, prefer=many_rows, library=library, library_first=bool(library))
-        stack = _prefer_stacked(index, base)
-        fixed.insert(2, ("stacked", Candidate.build(index, _fuse_single_use(Candidate.build(index, stack), stack,
-                                                                            avoid=stack.unused, views=True))))
+        for origin, least in (("stacked", 2), ("stacked-qkv", 3)):
+            stack = _prefer_stacked(index, base, least)
+            cand = Candidate.build(index, _fuse_single_use(Candidate.build(index, stack), stack, stack.unused, True))
+            if all(cand.key() != c.key() for _, c in fixed[2:2 + stacks]):
+                fixed.insert(2 + stacks, (origin, cand))
+                stacks += 1
     if many_rows and any(n.op in many_rows for n in fused.choice.values()):
-        # third, before the fused one (a budget of 3 measures greedy, few-rows and default): the
-        # fused candidate with tiles mixes norm-absorbing products with tiles, rarely the fastest
+        # third, before the fused one (which mixes norm-absorbing products with tiles, rarely the fastest)
         few = Candidate.build(index, _prefer_backend(index, absorb=False, avoid=many_rows))
         fixed.insert(2, ("few-rows", Candidate.build(
             index, _fuse_single_use(few, _prefer_backend(index, absorb=True, avoid=many_rows)))))
     open_ = sorted(c for c in fused.choice if len(index.ir_nodes(c)) > 1)
-    budget = max(1, opts.budget) + int(stacks)
+    budget = max(1, opts.budget) + stacks
     for k in range(4 * budget + 3):
         if len(seen) >= budget:
             break

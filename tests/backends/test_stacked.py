@@ -183,8 +183,8 @@ def _many(backend) -> frozenset[str]:
     return frozenset(n for n, d in backend.declarations().items() if d.many_rows)
 
 
-def _cuda_stacked_candidate(backend, g: ls.Graph):
-    """The program of the search's ``stacked`` candidate of ``g`` on cuda ``backend``, with the
+def _cuda_stacked_candidate(backend, g: ls.Graph, origin: str = "stacked"):
+    """The program of the search's ``origin`` candidate of ``g`` on cuda ``backend``, with the
     backend's many-rows and library ops as the search passes them."""
     from lightspeed.search import SearchOptions, candidates
 
@@ -192,7 +192,7 @@ def _cuda_stacked_candidate(backend, g: ls.Graph):
     decls = backend.declarations()
     many = _many(backend)
     library = frozenset(n for n, d in decls.items() if getattr(d, "library", False))
-    return decode_program(dict(candidates(index, SearchOptions(budget=5, seed=0), many, library))["stacked"],
+    return decode_program(dict(candidates(index, SearchOptions(budget=5, seed=0), many, library))[origin],
                           ser, enc.constants, decls)
 
 
@@ -220,15 +220,29 @@ def test_the_stacked_candidate_computes_one_product_per_left_operand():
     assert sorted(int(o.shape[-1].value) for o in copies) == [512] * 4 + [2048] * 2  # k, v, q a layer
 
 
+def test_a_second_stacked_candidate_stacks_q_k_and_v_alone():
+    """The ``stacked`` candidate stacks gate and up too (one [s, 16384] product for the 1B, its
+    SiLU·mul a separate kernel, where the separate products have it as their epilogue); the
+    ``stacked-qkv`` one stacks only the triples, so the search measures stacked q, k, v beside
+    fused gate/up products: one product a layer over the stacked q, k and v weights, and the gated
+    products as the greedy candidate has them."""
+    backend = CudaBackend("search", stacked=True)
+    g = from_hf_config(WIDE, dtype="bfloat16").build_graph("prefill")
+    lp = _cuda_stacked_candidate(backend, g, "stacked-qkv")
+    assert sorted(int(o.args["n"].value) for o in _stacked(lp)) == [2048 + 2 * 512] * TINY["num_hidden_layers"]
+    assert not [o for o in lp.ops if "Matmul" in o.op and int(o.shape[-1].value) == 2 * 8192]
+
+
 @pytest.mark.skipif(not CudaBackend("off").available(), reason="no GPU")
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-4), ("bfloat16", 5e-2)])
-def test_the_stacked_candidate_on_cuda_gives_the_reference_logits(dtype, tol):
+@pytest.mark.parametrize("origin", ["stacked", "stacked-qkv"])
+def test_the_stacked_candidate_on_cuda_gives_the_reference_logits(dtype, tol, origin):
     """The search's ``stacked`` candidate on cuda with cuBLASLt's many-rows ops (its slices read in
     place by SiLU·mul and the attention, twenty-third session) against the reference, at 17 rows."""
     backend = CudaBackend("search", stacked=True)
     model = from_hf_config(TINY, dtype=dtype)
     g = model.build_graph("prefill")
-    lp = _cuda_stacked_candidate(backend, g)
+    lp = _cuda_stacked_candidate(backend, g, origin)
     assert _stacked(lp)
     ins = _inputs(model, g, 17)
     want = np.asarray(g.compile(backend="reference")(ins)["logits"], np.float64)
