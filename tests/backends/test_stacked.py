@@ -222,10 +222,9 @@ def test_the_stacked_candidate_computes_one_product_per_left_operand():
 
 def test_a_second_stacked_candidate_stacks_q_k_and_v_alone():
     """The ``stacked`` candidate stacks gate and up too (one [s, 16384] product for the 1B, its
-    SiLU·mul a separate kernel, where the separate products have it as their epilogue); the
-    ``stacked-qkv`` one stacks only the triples, so the search measures stacked q, k, v beside
-    fused gate/up products: one product a layer over the stacked q, k and v weights, and the gated
-    products as the greedy candidate has them."""
+    SiLU·mul a separate kernel); the ``stacked-qkv`` one stacks only the triples, so the search
+    also measures stacked q, k, v with gate and up left as the other candidates have them: one
+    product a layer over the stacked q, k and v weights, no product of gate and up together."""
     backend = CudaBackend("search", stacked=True)
     g = from_hf_config(WIDE, dtype="bfloat16").build_graph("prefill")
     lp = _cuda_stacked_candidate(backend, g, "stacked-qkv")
