@@ -6,9 +6,8 @@
 #            GPU_S33_TIME's variants (NAME:VAR=VALUE,..., a process each): split block and norm
 #            products (LIGHTSPEED_CUDA_BLOCK_SPLIT=4), the parts loop unrolled with its alignment
 #            tested once (LIGHTSPEED_CUDA_BLOCK_UNROLL=4), float32 row norms in 16-byte chunks
-#            (LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1), 4 outputs a warp for the head only
-#            (LIGHTSPEED_CUDA_BLOCK_ROWS=4 at 65536 outputs or more), all of them; then SmolLM2's
-#            shape by default and with GPU_S33_SMOL's variants
+#            (LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1), all three; then SmolLM2's shape by default and
+#            with GPU_S33_SMOL's variants
 #   tests    the block tests and the float32 row-norm tests with GPU_S33_ON's switches exported
 #            (the winners of `time`, before they become defaults)
 #   stacked  the 1B's 512-token prefill with stacked products (LIGHTSPEED_CUDA_STACKED=1; the search
@@ -27,8 +26,7 @@ for stage in "$@"; do
         tests/backends/test_conformance.py -k "cuda or cublaslt" -q -p no:cacheprovider -n 8
       grep -E "passed|failed|FAILED" "$OUT/verify.log" | tail -6 ;;
     time)
-      head="LIGHTSPEED_CUDA_BLOCK_ROWS=4,LIGHTSPEED_CUDA_BLOCK_ROWS_MIN_N=65536"
-      for run in base:LIGHTSPEED_CUDA_BLOCK_SPLIT=0 ${GPU_S33_TIME:-split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4 u4:LIGHTSPEED_CUDA_BLOCK_UNROLL=4 f32norm:LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1 head4:$head all:LIGHTSPEED_CUDA_BLOCK_SPLIT=4,LIGHTSPEED_CUDA_BLOCK_UNROLL=4,LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1,$head}; do
+      for run in base:LIGHTSPEED_CUDA_BLOCK_SPLIT=0 ${GPU_S33_TIME:-split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4 f32norm:LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1 u4:LIGHTSPEED_CUDA_BLOCK_UNROLL=4 all:$SWITCHES}; do
         name=${run%%:*} envs=${run#*:}
         configs=native,cuda-blocks
         [ "$name" = base ] && configs=native,cuda-blocks,cuda-bfloat16
