@@ -4,9 +4,10 @@
 #            library's lock re-entrant and moved its plan preparation under it; not yet run on a GPU)
 #   time     the Gemma 3-shaped block step (random blocks; TPOT, PDL on) by default beside bf16, then
 #            GPU_S33_TIME's variants (NAME:VAR=VALUE,..., a process each): split block and norm
-#            products (LIGHTSPEED_CUDA_BLOCK_SPLIT=4), the parts loop unrolled with its alignment
+#            products (LIGHTSPEED_CUDA_BLOCK_SPLIT=4; with K-quant parts, 4 warps over the Q6_K
+#            down product's 256 parts instead of 2 over its 64 groups), the parts loop unrolled with its alignment
 #            tested once (LIGHTSPEED_CUDA_BLOCK_UNROLL=4), float32 row norms in 16-byte chunks
-#            (LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1), all three; then SmolLM2's shape by default and
+#            (LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1), all four; then SmolLM2's shape by default and
 #            with GPU_S33_SMOL's variants
 #   tests    the block tests and the float32 row-norm tests with GPU_S33_ON's switches exported
 #            (the winners of `time`, before they become defaults)
@@ -26,7 +27,7 @@ for stage in "$@"; do
         tests/backends/test_conformance.py -k "cuda or cublaslt" -q -p no:cacheprovider -n 8
       grep -E "passed|failed|FAILED" "$OUT/verify.log" | tail -6 ;;
     time)
-      for run in base:LIGHTSPEED_CUDA_BLOCK_SPLIT=0 ${GPU_S33_TIME:-split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4 f32norm:LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1 u4:LIGHTSPEED_CUDA_BLOCK_UNROLL=4 all:$SWITCHES}; do
+      for run in base:LIGHTSPEED_CUDA_BLOCK_SPLIT=0 ${GPU_S33_TIME:-split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4 kparts_split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4,LIGHTSPEED_CUDA_KQUANT_PARTS=1 f32norm:LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1 u4:LIGHTSPEED_CUDA_BLOCK_UNROLL=4 all:$SWITCHES,LIGHTSPEED_CUDA_KQUANT_PARTS=1}; do
         name=${run%%:*} envs=${run#*:}
         configs=native,cuda-blocks
         [ "$name" = base ] && configs=native,cuda-blocks,cuda-bfloat16
