@@ -441,8 +441,8 @@ def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str
                                                                             library=library)))
     fixed = [("default", default), ("greedy", greedy), ("fused", fused)]
     if library and any(n.op in library for nodes in index.classes.values() for n in nodes):
-        # the library's many-rows ops (cuBLASLt for a prompt's products) in the greedy candidate's place,
-        # regions grown as in the fused one (tiles stay there, warp kernels in few-rows): budget 3 times all
+        # the library's many-rows ops (cuBLASLt for a prompt's products) as the greedy candidate, regions
+        # grown as the fused one's (it keeps the tiles, few-rows the warp kernels): a budget of 3 times them
         pick = _prefer_backend(index, absorb=False, prefer=many_rows, library=library, library_first=True)
         fixed[1] = ("greedy", Candidate.build(index, _fuse_single_use(Candidate.build(index, pick), pick)))
     stacks = 0  # products over stacked weights (codegen/stacked.egg): the greedy candidate taking every stack
