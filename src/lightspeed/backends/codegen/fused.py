@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ...egraph.decl import MATMUL, SCATTER_IN_PLACE, OpDecl
 
-__all__ = ["ATTENTION", "MATMUL_GLU", "ROW_NORM", "LAYER_NORM", "SCATTER_REGION", "MATMUL_SCATTER", "NORM_MATMUL",
-           "NORM_MATMUL_GLU", "NORM_MATMUL_SCATTER", "GATHER_MATMUL", "FUSED_KERNEL_OPS", "IN_PLACE_OPS",
+__all__ = ["ATTENTION", "MATMUL_GLU", "ROW_NORM", "ROW_NORM_ADD", "LAYER_NORM", "SCATTER_REGION", "MATMUL_SCATTER",
+           "NORM_MATMUL", "NORM_MATMUL_GLU", "NORM_MATMUL_SCATTER", "GATHER_MATMUL", "FUSED_KERNEL_OPS", "IN_PLACE_OPS",
            "RULE_FILES", "RULESETS"]
 
 _HERE = Path(__file__).parent
@@ -66,6 +66,9 @@ ROW_NORM = OpDecl("RowNorm", (
     ("n", "expr"), ("x", "ir"), ("c", "ir"), ("c_view", "view"), ("eps", "ir"), ("eps_view", "view"),
     ("w", "ir"), ("w_view", "view")),
     "RMSNorm of each row, one op")
+# a residual added to a RowNorm's rows (norms.egg: Gemma's sandwich norms, h = r + norm(x) * w):
+#   out[z] = RowNorm's out[z] + r[z]   (r read at the output's flat index)
+ROW_NORM_ADD = OpDecl("RowNormAdd", (*ROW_NORM.fields, ("r", "ir")), "RMSNorm of each row plus a residual, one op")
 # LayerNorm over rows of x (row-major, rows of n; norms.egg): for each element z of row i, with
 #   mean = sum_j x[i*n + j] * cm[cm_view(i)], d(z) = x[z] - mean,
 #   out[z] = d(z) / sqrt(sum_j d(i*n + j)^2 * c[c_view(i)] + eps[eps_view(i)]) * w[w_view(z)] + b[b_view(z)]
@@ -117,8 +120,8 @@ GATHER_MATMUL = OpDecl("GatherMatmul", (
     "A @ (rows of W picked by idx), one op")
 # the ops the fused kernels run (Backend.fused_kernel_dtypes), and those writing into their first
 # operand's buffer (an aliased input; the kernel runtime checks it, as for ScatterInPlace)
-FUSED_KERNEL_OPS = (ATTENTION, MATMUL_GLU, ROW_NORM, LAYER_NORM, SCATTER_REGION, MATMUL_SCATTER, NORM_MATMUL,
-                    NORM_MATMUL_GLU, NORM_MATMUL_SCATTER, GATHER_MATMUL)
+FUSED_KERNEL_OPS = (ATTENTION, MATMUL_GLU, ROW_NORM, ROW_NORM_ADD, LAYER_NORM, SCATTER_REGION, MATMUL_SCATTER,
+                    NORM_MATMUL, NORM_MATMUL_GLU, NORM_MATMUL_SCATTER, GATHER_MATMUL)
 IN_PLACE_OPS = (SCATTER_IN_PLACE.name, SCATTER_REGION.name, MATMUL_SCATTER.name, NORM_MATMUL_SCATTER.name)
 
 

@@ -1,6 +1,6 @@
 """The norm family: ``RowNorm`` (RMSNorm of each row, ``codegen/norms.egg``; semantics in
 ``codegen/fused.py``) as one kernel in both dialects: a row's sum of squares, then the row scaled,
-in float.
+in float; ``RowNormAdd`` the same with a residual added as the row is written.
 
 cuda (kind ``row``): one block of 8 warps per row (the sum split over its 256 threads, merged by
 warp shuffles and shared memory), then the same threads write the row.  c: one row per item.
@@ -77,7 +77,10 @@ def _element_point(view, n) -> Point | str:
 
 
 def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
-    dx, dc, de, dw = in_dtypes
+    """``RowNorm``, or ``RowNormAdd``: the same row with the residual ``in4`` (read at the output's
+    flat index) added as it is written."""
+    dx, dc, de, dw = in_dtypes[:4]
+    add = op.op == "RowNormAdd"
     w, n, nn, region, first, step = _row_kernel(dialect, op, in_dtypes, ["c_view", "eps_view", "w_view"])
     rows = prod(op.shape) // n
     w.line("float _ls_ss = 0.0f;")
@@ -90,7 +93,8 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
         w.line(f"    const long long _ls_j8 = ((long long)_ls_c * {WARP * WARPS} + slice * {WARP} + lane) * {per};")
     if chunks:  # 16-byte chunks of the row held in registers: one load of x, no second pass over it
         w.line(f"uint4 _ls_xq[{chunks}];")
-        w.line(f"const bool _ls_vec = (((unsigned long long)in0 | (unsigned long long)out | "
+        residual = " | (unsigned long long)in4" if add else ""
+        w.line(f"const bool _ls_vec = (((unsigned long long)in0 | (unsigned long long)out{residual} | "
                f"(unsigned long long)(in3 + {w.expr(woff)})) & 15) == 0;")
         w.line("if (_ls_vec) {")
         each_chunk(True)
@@ -123,6 +127,9 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
         w.line(f"      const uint4 _ls_wq = *(const uint4*)(in3 + {w.expr(woff)} + _ls_j8);")
         outs = [f"{_chunk_element(dx, '_ls_xq[_ls_c]', e)} * _ls_r * {_chunk_element(in_dtypes[3], '_ls_wq', e)}"
                 for e in range(per)]
+        if add:
+            w.line(f"      const uint4 _ls_rq = *(const uint4*)(in4 + _ls_item * {nn} + _ls_j8);")
+            outs = [f"({v}) + {_chunk_element(in_dtypes[4], '_ls_rq', e)}" for e, v in enumerate(outs)]
         if per == 4:  # float32: a word an element
             words = ", ".join(f"__float_as_uint({v})" for v in outs)
         else:
@@ -138,7 +145,8 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
     inner = w.pop()
     w.scope.lines.extend("  " + ln for ln in inner)
     xv = load(dx, "_ls_xr[_ls_j]")
-    w.line(f"  out[_ls_z] = {store(op.dtype, f'{xv} * _ls_r * (float){wv}')};")
+    value = f"{xv} * _ls_r * (float){wv}" + (f" + {load(in_dtypes[4], 'in4[_ls_z]')}" if add else "")
+    w.line(f"  out[_ls_z] = {store(op.dtype, value)};")
     w.line("}")
     if chunks:
         w.line("}")
@@ -146,7 +154,10 @@ def row_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", storage_type(dx), False, 0),
             ("in1", storage_type(dc), False, 1), ("in2", storage_type(de), False, 2),
             ("in3", storage_type(dw), False, 3)]
-    return finish(w, dialect, "row", bufs, rows, body, "row_norm", item_cost=2 * n + const(1))
+    if add:
+        bufs.append(("in4", storage_type(in_dtypes[4]), False, 4))
+    return finish(w, dialect, "row", bufs, rows, body, "row_norm_add" if add else "row_norm",
+                  item_cost=(3 if add else 2) * n + const(1))
 
 
 def layer_norm_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
@@ -214,6 +225,8 @@ def _vector_chunks(dialect: str, op: LOp, in_dtypes: list[DType]) -> tuple[int, 
     (twenty-fourth session)."""
     n, dx, dw = op.args["n"], in_dtypes[0], in_dtypes[3]
     sixteen = ("bfloat16", "float16")
+    if len(in_dtypes) > 4 and in_dtypes[4] != op.dtype:  # RowNormAdd's residual: chunks of out's type
+        return 0, None, 0
     if all(d.name in sixteen for d in (op.dtype, dx, dw)):
         per = 8
     elif NORM_F32_CHUNKS and all(d.name == "float32" for d in (op.dtype, dx, dw)):
@@ -538,5 +551,5 @@ def _norm_product(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelS
     return [norm_product_kernel(dialect, op, in_dtypes)]
 
 
-RENDERERS = {"RowNorm": _row_norm, "LayerNormRows": _layer_norm, "NormMatmul": _norm_product,
+RENDERERS = {"RowNorm": _row_norm, "RowNormAdd": _row_norm, "LayerNormRows": _layer_norm, "NormMatmul": _norm_product,
              "NormMatmulGLU": _norm_product, "NormMatmulScatter": _norm_product}
