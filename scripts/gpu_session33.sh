@@ -23,8 +23,8 @@ SWITCHES=${GPU_S33_ON:-LIGHTSPEED_CUDA_BLOCK_SPLIT=4,LIGHTSPEED_CUDA_BLOCK_UNROL
 for stage in "$@"; do
   case $stage in
     verify)
-      step verify 200 python3 -m pytest -o addopts="" tests/backends/test_cuda_cublaslt.py \
-        tests/backends/test_conformance.py -k "cuda or cublaslt" -q -p no:cacheprovider -n 8
+      step verify 200 python3 -m pytest -o addopts="" tests/backends/test_cuda_cublaslt.py tests/backends/test_row_norm_add.py \
+        tests/backends/test_conformance.py -k "cuda or cublaslt or row_norm" -q -p no:cacheprovider -n 8
       grep -E "passed|failed|FAILED" "$OUT/verify.log" | tail -6 ;;
     time)
       for run in base:LIGHTSPEED_CUDA_BLOCK_SPLIT=0 ${GPU_S33_TIME:-split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4 kparts_split4:LIGHTSPEED_CUDA_BLOCK_SPLIT=4,LIGHTSPEED_CUDA_KQUANT_PARTS=1 f32norm:LIGHTSPEED_CUDA_NORM_F32_CHUNKS=1 u4:LIGHTSPEED_CUDA_BLOCK_UNROLL=4 all:$SWITCHES,LIGHTSPEED_CUDA_KQUANT_PARTS=1}; do
