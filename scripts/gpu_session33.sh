@@ -16,6 +16,8 @@
 #            search's log, then without, ours alone
 #   memcheck compute-sanitizer's memcheck over the new block kernels' tests (switches on) and the
 #            grouped experts' GPU tests
+#   normadd  RowNormAdd (a residual added by the norm's kernel) timed: the Gemma 3-shaped step with
+#            the tree before it (.before/src) beside this one, alternated
 # Usage (GPU host): bash scripts/gpu_session33.sh STAGE...   Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
@@ -61,6 +63,20 @@ for stage in "$@"; do
         --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_gather_matmul.py \
         -k "gather or grouped" -q -p no:cacheprovider
       grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3 ;;
-    *) echo "unknown stage $stage (verify, time, tests, stacked, memcheck)" ;;
+    normadd)
+      # RowNormAdd's A/B: the Gemma 3-shaped step (blocks and bf16) with the tree before it, carried as
+      # .before/src (here: mkdir -p .before && git archive 19a8571^ src | tar -x -C .before), beside
+      # this tree's, alternated, each with its own compile cache
+      [ -d .before/src ] || { echo "normadd: no .before/src"; continue; }
+      for round in 1 2; do
+        for tree in before:$PWD/.before/src now:$PWD/src; do
+          name=${tree%%:*}
+          (export PYTHONPATH=/tmp/site:${tree#*:}:$PWD LIGHTSPEED_CACHE_DIR=/tmp/ls-cache-$name
+           step "na_${name}_$round" 150 python3 benchmarks/gpu_blocks.py gemma3 random:gemma3 --repeats 3 \
+             --configs cuda-blocks,cuda-bfloat16)
+          echo "$name round $round:"; grep -E "^cuda" "$OUT/na_${name}_$round.log"
+        done
+      done ;;
+    *) echo "unknown stage $stage (verify, time, tests, stacked, memcheck, normadd)" ;;
   esac
 done
