@@ -225,7 +225,7 @@ def _vector_chunks(dialect: str, op: LOp, in_dtypes: list[DType]) -> tuple[int, 
     (twenty-fourth session)."""
     n, dx, dw = op.args["n"], in_dtypes[0], in_dtypes[3]
     sixteen = ("bfloat16", "float16")
-    if len(in_dtypes) > 4 and in_dtypes[4] != op.dtype:  # RowNormAdd's residual: chunks of out's type
+    if op.op == "RowNormAdd" and in_dtypes[4] != op.dtype:  # its residual read in chunks of out's type
         return 0, None, 0
     if all(d.name in sixteen for d in (op.dtype, dx, dw)):
         per = 8
