@@ -43,6 +43,19 @@ def random_inputs(g: ls.Graph, dims: dict, seed=0) -> dict[str, np.ndarray]:
     return out
 
 
+def unaligned_torch_views(ins: dict, dtype: str = "bfloat16") -> dict | None:
+    """Each input as a torch CUDA tensor of ``dtype`` one element off 16-byte alignment (a view one
+    element into its buffer), or None without torch's CUDA."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        return None
+    t = getattr(torch, dtype)
+    return {k: torch.cat([torch.zeros(1, dtype=t), torch.from_numpy(
+        np.asarray(v, np.float32)).to(t).reshape(-1)]).cuda()[1:].reshape(v.shape) for k, v in ins.items()}
+
+
 def nvrtc_or_skip():
     """The NVRTC module (``lightspeed.backends.cuda.nvrtc``), or skip the test where NVRTC cannot
     run (no cuda-python bindings or no NVRTC library): the cuda kernels' compile checks."""

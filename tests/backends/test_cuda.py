@@ -12,7 +12,7 @@ import pytest
 
 import lightspeed as ls
 from lightspeed.backends import get_backend
-from tests.backends.harness import op_matches_torch, random_inputs
+from tests.backends.harness import op_matches_torch, random_inputs, unaligned_torch_views
 from tests.hl.optable import all_cases, expand
 
 CUDA = get_backend("cuda")
@@ -210,17 +210,6 @@ def test_an_index_outside_the_data_raises_where_the_host_waits():
     np.testing.assert_array_equal(good.result()["emb"], W[[2]] * 2)
 
 
-def _unaligned_torch_views(ins: dict, dtype: str = "bfloat16") -> dict | None:
-    """Each input as a torch CUDA tensor of ``dtype`` one element off 16-byte alignment (a view one
-    element into its buffer), or None without torch's CUDA."""
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        return None
-    t = getattr(torch, dtype)
-    return {k: torch.cat([torch.zeros(1, dtype=t), torch.from_numpy(
-        np.asarray(v, np.float32)).to(t).reshape(-1)]).cuda()[1:].reshape(v.shape) for k, v in ins.items()}
-
-
 @pytest.mark.parametrize("s", [1, 17, 255])
 def test_element_wise_kernels_of_vector_items_match_the_reference(s, monkeypatch):
     """A prompt's SiLU·mul (and a broadcast weight beside it) as items of 8 bfloat16 elements
@@ -238,7 +227,7 @@ def test_element_wise_kernels_of_vector_items_match_the_reference(s, monkeypatch
     ins = random_inputs(g, {"s": s}, seed=s)
     want = np.asarray(g.compile(backend="reference")(ins)["y"], np.float32)
     np.testing.assert_allclose(np.asarray(prog(ins)["y"], np.float32), want, rtol=2e-2, atol=2e-2)
-    odd = _unaligned_torch_views(ins)
+    odd = unaligned_torch_views(ins)
     if odd is None:
         return
     assert odd["gate"].data_ptr() % 16 == 2
@@ -275,7 +264,7 @@ def test_row_norms_of_16_byte_chunks_match_the_reference_and_their_unaligned_bra
     want = np.asarray(g.compile(backend="reference")(ins)["y"], np.float32)
     got = np.asarray(prog(ins)["y"], np.float32)
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
-    odd = _unaligned_torch_views(ins)
+    odd = unaligned_torch_views(ins)
     if odd is None:
         return
     assert odd["x"].data_ptr() % 16 == 2
@@ -299,7 +288,7 @@ def test_float32_row_norms_in_16_byte_chunks_match_the_reference_and_their_unali
     want = np.asarray(g.compile(backend="reference")(ins)["y"], np.float64)
     got = np.asarray(prog(ins)["y"], np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-    odd = _unaligned_torch_views(ins, "float32")
+    odd = unaligned_torch_views(ins, "float32")
     if odd is None:
         return
     assert odd["x"].data_ptr() % 16 == 4
