@@ -1,7 +1,7 @@
 # Sourced by the GPU-host scripts (gpu_round.sh, gpu_decode_check.sh): $OUT made, the carried
 # wheelhouse (.whl, when there) installed under /tmp/site, the paths and caches exported, and
 # `step NAME TIMEOUT COMMAND...` (the command's output in $OUT/NAME.log, a one-line summary).
-GPU_T0=${GPU_T0:-$(date +%s)}  # the call's start (step's deadline below)
+export GPU_T0=${GPU_T0:-$(date +%s)}  # the call's start (step's deadline below; a script this one runs keeps it)
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 # (once per warm machine: a later call on it finds the same wheels installed)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Thirty-third session's GPU work in stages, one or more a call (each bounded by GPU_DEADLINE_S):
-#   verify   the cuBLASLt GPU tests and cuda conformance (the 32nd session's closing review made the
-#            library's lock re-entrant and moved its plan preparation under it; not yet run on a GPU)
+#   verify   the cuBLASLt GPU tests, RowNormAdd's and cuda conformance (the 32nd session's closing review made the
+#            library's lock re-entrant and moved its plan preparation under it; 332 passed, 33rd session)
 #   time     the Gemma 3-shaped block step (random blocks; TPOT, PDL on) by default beside bf16, then
 #            GPU_S33_TIME's variants (NAME:VAR=VALUE,..., a process each): split block and norm
 #            products (LIGHTSPEED_CUDA_BLOCK_SPLIT=4; with K-quant parts, 4 warps over the Q6_K
@@ -11,11 +11,11 @@
 #            with GPU_S33_SMOL's variants
 #   tests    the block tests and the float32 row-norm tests with GPU_S33_ON's switches exported
 #            (the winners of `time`, before they become defaults)
-#   stacked  the 1B's 512-token prefill with stacked products (LIGHTSPEED_CUDA_STACKED=1; the search
-#            times the stacked candidate since the 32nd session's fix) beside the peers, with the
-#            search's log, then without, ours alone
-#   memcheck compute-sanitizer's memcheck over the new block kernels' tests (switches on) and the
-#            grouped experts' GPU tests
+#   stacked  the 1B's 512-token prefill with stacked products (LIGHTSPEED_CUDA_STACKED=1: the search
+#            times `stacked` and `stacked-qkv` beside its budget) beside the peers, with the search's
+#            log, then without, ours alone (gpu_session32.sh's stage)
+#   memcheck compute-sanitizer's memcheck over the block kernels' tests with K-quant parts, the
+#            unrolled loop and the split on, and the grouped experts' GPU tests (gpu_session32.sh's stage)
 #   normadd  RowNormAdd (a residual added by the norm's kernel) timed: the Gemma 3-shaped step with
 #            the tree before it (.before/src) beside this one, alternated
 # Usage (GPU host): bash scripts/gpu_session33.sh STAGE...   Logs under $OUT.
@@ -48,21 +48,8 @@ for stage in "$@"; do
       (export ${SWITCHES//,/ }; step tests 200 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
         tests/backends/test_cuda.py tests/backends/test_cuda_codegen.py -k "block or row_norm" -q -p no:cacheprovider -n 8)
       grep -E "passed|failed|FAILED" "$OUT/tests.log" | tail -8 ;;
-    stacked)
-      LIGHTSPEED_CUDA_STACKED=1 LIGHTSPEED_LOG=search step stacked_on 200 python3 benchmarks/gpu_decode.py \
-        llama-3.2-1b --prefill 512
-      sed -n '/^shape/,$p' "$OUT/stacked_on.log"; grep -iE "stacked" "$OUT/stacked_on.log" | head -8
-      step stacked_off 90 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --no-peer
-      sed -n '/^shape/,$p' "$OUT/stacked_off.log" ;;
-    memcheck)
-      (export ${SWITCHES//,/ }; step memcheck_blocks 150 env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck \
-        --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
-        -k "split or match_float64 or unroll" -q -p no:cacheprovider)
-      grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck_blocks.log" | tail -3
-      step memcheck "${GPU_S33_MEMCHECK_S:-400}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck \
-        --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_gather_matmul.py \
-        -k "gather or grouped" -q -p no:cacheprovider
-      grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3 ;;
+    stacked) bash scripts/gpu_session32.sh stacked ;;  # (the same stage; the search now offers stacked-qkv too)
+    memcheck) bash scripts/gpu_session32.sh memcheck ;;  # (the block tests with parts, unroll and split on; the grouped experts)
     normadd)
       # RowNormAdd's A/B: the Gemma 3-shaped step (blocks and bf16) with the tree before it, carried as
       # .before/src (here: mkdir -p .before && git archive 19a8571^ src | tar -x -C .before), beside
