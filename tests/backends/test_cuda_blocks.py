@@ -195,17 +195,18 @@ EPS = 1e-6
 
 def _norm_graph(qtype: str, n: int, k: int, kind: str) -> ls.Graph:
     """RMSNorm(x) * nw as A (nn.RMSNorm's chain), then A @ W^T (``NormMatmul``), silu(A @ G^T) *
-    (A @ U^T) (``NormMatmulGLU``) or A @ W^T written into rows [p, p + s) of a cache
-    (``NormMatmulScatter``), the weights GGUF blocks."""
-    from lightspeed.nn.mlp import silu_mul
+    (A @ U^T) (``NormMatmulGLU``; gelu_tanh: ``NormMatmulGeGLU``) or A @ W^T written into rows [p,
+    p + s) of a cache (``NormMatmulScatter``), the weights GGUF blocks."""
+    from lightspeed.nn.mlp import gelu_tanh_mul, silu_mul
 
     g = ls.Graph()
     x = g.input("x", ("s", k))
     a = x * ls.hl.rsqrt((x * x).sum(-1, keepdim=True) * (1.0 / k) + EPS) * g.input("nw", (k,))
     w = g.input("w", (n, k), qtype).to(ls.float32)
-    if kind == "NormMatmulGLU":
+    if kind in GATED:
         u = g.input("u", (n, k), qtype).to(ls.float32)
-        g.output("y", silu_mul(a @ w.transpose(0, 1), a @ u.transpose(0, 1)))
+        gated = silu_mul if kind == "NormMatmulGLU" else gelu_tanh_mul
+        g.output("y", gated(a @ w.transpose(0, 1), a @ u.transpose(0, 1)))
     elif kind == "NormMatmulScatter":
         cache = g.input("cache", (64, n))
         g.output("cache", ls.hl.slice_scatter(cache, a @ w.transpose(0, 1), 0, "p"), aliases="cache")
@@ -218,12 +219,15 @@ def _norm_want(ins: dict, ws: dict, kind: str) -> np.ndarray:
     x = ins["x"].astype(np.float64)
     a = x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * ins["nw"]
     y = a @ ws["w"].T.astype(np.float64)
-    if kind == "NormMatmulGLU":
-        y = y / (1.0 + np.exp(-y)) * (a @ ws["u"].T.astype(np.float64))
+    if kind in GATED:
+        y = GATED[kind](y) * (a @ ws["u"].T.astype(np.float64))
     return y
 
 
-NORM_KINDS = ["NormMatmul", "NormMatmulGLU", "NormMatmulScatter"]
+# the gated pairs' activations in float64: SiLU, tanh-GELU (Gemma's)
+GATED = {"NormMatmulGLU": lambda v: v / (1.0 + np.exp(-v)),
+         "NormMatmulGeGLU": lambda v: 0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v ** 3)))}
+NORM_KINDS = ["NormMatmul", "NormMatmulGLU", "NormMatmulGeGLU", "NormMatmulScatter"]
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -282,6 +286,42 @@ def test_a_block_decode_step_takes_its_norms_into_its_products():
     assert without >= with_norms + 2 * config["num_hidden_layers"], (without, with_norms)
 
 
+@pytest.mark.parametrize("blocks", [True, False], ids=["q8_0-blocks", "float"])
+def test_a_gemma_decode_layer_runs_its_gelu_gated_pair_as_one_product(blocks):
+    """Gemma's MLP (tanh-GELU·mul) is one NormMatmulGeGLU in the few-rows (fused) candidate of a
+    decode step, over Q8_0 blocks and over float weights alike: the pre-feed-forward norm and the gate go
+    into the gated pair's product (before, a NormMatmul pair and an element-wise region: one launch
+    a layer more), and no launch but it computes an Exp2 over the [s, intermediate] rows."""
+    from lightspeed.backends.codegen.program import KernelProgram
+    from lightspeed.models import from_hf_config
+    from lightspeed.search import candidates
+    from tests.backends.test_conformance import TINY
+    from tests.backends.test_cuda_codegen import _Recorder
+
+    ffn = 128
+    config = {**TINY, "model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": ffn, "head_dim": 32,
+              "num_attention_heads": 2, "query_pre_attn_scalar": 32, "sliding_window": 64,
+              "sliding_window_pattern": 6, "hidden_activation": "gelu_pytorch_tanh"}
+    model = from_hf_config(config)
+    storage = {n: ls.q8_0 for n, shp in model.param_shapes().items()
+               if blocks and len(shp) == 2 and n.endswith("proj.weight")}
+    g = model.build_graph("decode", storage=storage)
+    decls = NORMS.declarations()
+    _, enc, index, ser = saturate(NORMS, g)
+    many = frozenset(n for n, d in decls.items() if d.many_rows)
+    cands = dict(candidates(index, ls.SearchOptions(budget=3, seed=0), many))
+    few = cands.get("few-rows", cands["fused"])  # (float32: no tile ops, so no few-rows one)
+    lp = decode_program(few, ser, enc.constants, decls)
+    launches = KernelProgram(g, lp, _Recorder(), table=NORMS.op_table).launches
+    parts = [[lp.ops[i] for i in (x.merged or (x.op,))] for x in launches]
+    gated = [o for ops in parts for o in ops if o.op == "NormMatmulGeGLU"]
+    assert len(gated) == config["num_hidden_layers"], sorted({o.op for ops in parts for o in ops})
+    assert all(any(lp.ops[i].dtype.block for i in o.inputs) == blocks for o in gated)
+    wide = [ops for ops in parts if any(o.op != "NormMatmulGeGLU" and o.shape and str(o.shape[-1]) == str(ffn)
+                                        for o in ops)]
+    assert not wide, [[o.op for o in ops] for ops in wide]
+
+
 @pytest.mark.skipif(not CUDA.available(), reason="no GPU")
 @pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("kind", NORM_KINDS)
@@ -295,7 +335,7 @@ def _norm_products_match_float64(qtype: str, kind: str, n: int, k: int, seed: in
     the others left zero); ``check(specs)``: asserts on the candidate's kernels of ``kind``."""
     q, w = _weights(qtype, n, k, seed=seed)
     ws, placed = {"w": w}, {"w": q}
-    if kind == "NormMatmulGLU":
+    if kind in GATED:
         placed["u"], ws["u"] = _weights(qtype, n, k, seed=seed + 1)
     g = _norm_graph(qtype, n, k, kind)
     lp = _with_block_op(g, kind, NORMS)
@@ -401,7 +441,7 @@ def test_kquant_parts_render_and_compile_for_sm90(monkeypatch, qtype, kind):
 
 @pytest.mark.skipif(not CUDA.available(), reason="no GPU")
 @pytest.mark.parametrize("qtype", ["q4_k", "q6_k", "q8_0", "q4_1", "q4_0"])
-@pytest.mark.parametrize("kind", ["BlockMatmul", "BlockMatmulAdd", "NormMatmul", "NormMatmulGLU"])
+@pytest.mark.parametrize("kind", ["BlockMatmul", "BlockMatmulAdd", "NormMatmul", "NormMatmulGLU", "NormMatmulGeGLU"])
 def test_kquant_parts_and_unrolled_loops_match_float64(monkeypatch, qtype, kind):
     """The products with K-quant parts and the parts loop unrolled 4 times (its loads' alignment
     tested once before the loop) equal the float64 product of the blocks' exact values at 1, 5

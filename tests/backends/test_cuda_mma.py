@@ -160,15 +160,20 @@ def _check_tiles(dtype, transposed, add, batch, k, n, rows) -> None:
 
 
 # ------------------------------------------------------------------ gate and up with SiLU·mul
-def _glu_graph(dtype, k: int) -> ls.Graph:
-    """A prompt's MLP gate: silu(x @ G^T) * (x @ U^T), the chain products.egg makes one MatmulGLU of."""
-    from lightspeed.nn.mlp import silu_mul
+def _glu_graph(dtype, k: int, gate: str = "silu_mul") -> ls.Graph:
+    """A prompt's MLP gate: silu(x @ G^T) * (x @ U^T), the chain products.egg makes one MatmulGLU of
+    (``gate`` "gelu_tanh_mul": Gemma's, one MatmulGeGLU)."""
+    from lightspeed.nn import mlp
 
     g = ls.Graph()
     x = g.input("x", ("s", k), dtype)
     wg, wu = g.input("wg", (80, k), dtype), g.input("wu", (80, k), dtype)
-    g.output("y", silu_mul(x @ wg.transpose(0, 1), x @ wu.transpose(0, 1)))
+    g.output("y", getattr(mlp, gate)(x @ wg.transpose(0, 1), x @ wu.transpose(0, 1)))
     return g
+
+
+# the gated products' chains and the op each becomes
+GATES = {"silu_mul": "MatmulGLU", "gelu_tanh_mul": "MatmulGeGLU"}
 
 
 def _glu_tiles(g: ls.Graph):
@@ -177,15 +182,17 @@ def _glu_tiles(g: ls.Graph):
 
 
 # k = 96: the cp.async loop; 100: element loads
+@pytest.mark.parametrize("gate", sorted(GATES))
 @pytest.mark.parametrize("dtype,k", [(ls.bfloat16, 96), (ls.float16, 100)])
-def test_glu_tiles_are_offered_and_compile_for_sm90(dtype, k, fragments, large):
+def test_glu_tiles_are_offered_and_compile_for_sm90(dtype, k, gate, fragments, large):
     nvrtc = nvrtc_or_skip()
     from lightspeed.backends.codegen.kernels import module_source, render
 
-    tiles, plain = _glu_tiles(_glu_graph(dtype, k))
-    assert [o.op for o in tiles.ops if "Matmul" in o.op] == ["MatmulGLUMma"]
-    assert [o.op for o in plain.ops if "Matmul" in o.op] == ["MatmulGLU"]
-    op = next(o for o in tiles.ops if o.op == "MatmulGLUMma")
+    kind = GATES[gate]
+    tiles, plain = _glu_tiles(_glu_graph(dtype, k, gate))
+    assert [o.op for o in tiles.ops if "Matmul" in o.op] == [kind + "Mma"]
+    assert [o.op for o in plain.ops if "Matmul" in o.op] == [kind]
+    op = next(o for o in tiles.ops if o.op == kind + "Mma")
     specs = render(op, [tiles.ops[i].dtype for i in op.inputs], "cuda")
     src = specs[0].source
     assert specs[0].launch.kind == ("matmul_mma_large" if large else "matmul_mma")
@@ -195,9 +202,10 @@ def test_glu_tiles_are_offered_and_compile_for_sm90(dtype, k, fragments, large):
 
 
 @pytest.mark.skipif(not MMA.available(), reason="no GPU")
+@pytest.mark.parametrize("gate", sorted(GATES))
 @pytest.mark.parametrize("dtype,k", [(ls.bfloat16, 96), (ls.float16, 100)])
-def test_glu_tiles_match_the_reference(dtype, k, fragments, large):
-    g = _glu_graph(dtype, k)
+def test_glu_tiles_match_the_reference(dtype, k, gate, fragments, large):
+    g = _glu_graph(dtype, k, gate)
     tiles = MMA.lower(g, _glu_tiles(g)[0])
     ref = g.compile(backend="reference")
     rng = np.random.default_rng(k)

@@ -518,26 +518,34 @@ def test_paired_norm_products_match_float64_and_do_not_depend_on_the_rows_beside
         assert np.array_equal(alone, got[i]), i
 
 
-@pytest.mark.parametrize("k,dtype", [(72, "float32"), (88, "bfloat16")])
-def test_paired_gated_products_match_float64_and_do_not_depend_on_the_rows_beside(k, dtype):
-    """silu(x @ G.T) * (x @ U.T) as one MatmulGLU: in c an item is two rows of one column (a lone
-    row runs the same code); equal to the float64 result within the dtype's rounding, each row
-    bit for bit the same computed alone."""
-    from lightspeed.nn.mlp import silu_mul
+# the gated products' two gates: (nn.mlp's chain, the op it becomes, the float64 activation)
+GATES = {"silu": ("silu_mul", "MatmulGLU", lambda v: v / (1 + np.exp(-v))),
+         "gelu_tanh": ("gelu_tanh_mul", "MatmulGeGLU",
+                       lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3))))}
 
+
+@pytest.mark.parametrize("gate_name", sorted(GATES))
+@pytest.mark.parametrize("k,dtype", [(72, "float32"), (88, "bfloat16")])
+def test_paired_gated_products_match_float64_and_do_not_depend_on_the_rows_beside(k, dtype, gate_name):
+    """silu(x @ G.T) * (x @ U.T) as one MatmulGLU, gelu_tanh(...) * (...) as one MatmulGeGLU: in c
+    an item is two rows of one column (a lone row runs the same code); equal to the float64 result
+    within the dtype's rounding, each row bit for bit the same computed alone."""
+    from lightspeed.nn import mlp
+
+    chain, kind, act = GATES[gate_name]
     n, dt = 9, getattr(ls, dtype)
     g = ls.Graph()
     x = g.input("x", ("s", k), dt)
     gate, up = (x @ g.input(name, (n, k), dt).transpose(0, 1) for name in ("wg", "wu"))
-    g.output("y", silu_mul(gate, up))
-    prog, source = _lowered_with(g, "MatmulGLU")
+    g.output("y", getattr(mlp, chain)(gate, up))
+    prog, source = _lowered_with(g, kind)
     assert "_ls_i0 + 1 <" in source
     rng = np.random.default_rng(k)
     xs, wg, wu = (rng.standard_normal(sh).astype(dt.np) for sh in ((5, k), (n, k), (n, k)))
     got = np.asarray(prog({"x": xs, "wg": wg, "wu": wu})["y"]).astype(np.float64)
     x64 = xs.astype(np.float64)
     gate, up = x64 @ wg.astype(np.float64).T, x64 @ wu.astype(np.float64).T
-    want = gate / (1 + np.exp(-gate)) * up
+    want = act(gate) * up
     tol = 1e-5 if dtype == "float32" else 2e-2
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
     for i in range(5):
@@ -545,20 +553,23 @@ def test_paired_gated_products_match_float64_and_do_not_depend_on_the_rows_besid
         assert np.array_equal(alone.astype(np.float64), got[i]), i
 
 
-def test_norm_gated_products_walk_columns_outermost_and_do_not_depend_on_the_rows_beside():
-    """silu(norm(x) @ G.T) * (norm(x) @ U.T) as one NormMatmulGLU: in c a loop nest over (column,
-    row), rows innermost, so a column's two weight rows are read once for every row of x (item
-    by item in row order each prompt row streamed the whole weight matrices again); equal to the
-    float64 result within float32 rounding, each row bit for bit the same computed alone."""
-    from lightspeed.nn.mlp import silu_mul
+@pytest.mark.parametrize("gate_name", sorted(GATES))
+def test_norm_gated_products_walk_columns_outermost_and_do_not_depend_on_the_rows_beside(gate_name):
+    """silu(norm(x) @ G.T) * (norm(x) @ U.T) as one NormMatmulGLU (gelu_tanh's: NormMatmulGeGLU):
+    in c a loop nest over (column, row), rows innermost, so a column's two weight rows are read
+    once for every row of x (item by item in row order each prompt row streamed the whole weight
+    matrices again); equal to the float64 result within float32 rounding, each row bit for bit the
+    same computed alone."""
+    from lightspeed.nn import mlp
 
+    chain, kind, act = GATES[gate_name]
     n, k = 9, 72
     g = ls.Graph()
     x = g.input("x", ("s", k))
     h = ls.rms_norm(x, k, g.input("nw", (k,)), 1e-5)
     gate, up = (h @ g.input(name, (n, k)).transpose(0, 1) for name in ("wg", "wu"))
-    g.output("y", silu_mul(gate, up))
-    prog, source = _lowered_with(g, "NormMatmulGLU")
+    g.output("y", getattr(mlp, chain)(gate, up))
+    prog, source = _lowered_with(g, "Norm" + kind)
     assert "const long long _ls_mi = _ls_cl + _ls_j;" in source  # the rows: the nest's innermost axis
     rng = np.random.default_rng(3)
     xs, wg, wu = (rng.standard_normal(sh).astype(np.float32) for sh in ((5, k), (n, k), (n, k)))
@@ -567,7 +578,7 @@ def test_norm_gated_products_walk_columns_outermost_and_do_not_depend_on_the_row
     x64 = xs.astype(np.float64)
     h64 = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-5) * nw
     gate, up = h64 @ wg.astype(np.float64).T, h64 @ wu.astype(np.float64).T
-    want = gate / (1 + np.exp(-gate)) * up
+    want = act(gate) * up
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     for i in range(5):
         alone = np.asarray(prog({"x": xs[i:i + 1], "nw": nw, "wg": wg, "wu": wu})["y"])[0]

@@ -104,7 +104,7 @@ BLOCK_LOWERINGS = {"BlockMatmul": _block_op, "BlockMatmulAdd": _block_op, "Block
 
 
 def _norm_product_of_blocks(op: LOp, in_dtypes: list[DType], dialect: str) -> Lowered:
-    """A norm product (NormMatmul, NormMatmulGLU, NormMatmulScatter) whose weights are block Inputs
+    """A norm product (NormMatmul, NormMatmulGLU, NormMatmulGeGLU, NormMatmulScatter) whose weights are block Inputs
     (block_norms.egg): its kernel reads their packed blocks; with float weights, the usual kernel."""
     lowered = generated(op, in_dtypes, dialect)
     return Lowered(lowered.specs, {i: PACKED for i, d in enumerate(in_dtypes) if d.block})
@@ -113,7 +113,8 @@ def _norm_product_of_blocks(op: LOp, in_dtypes: list[DType], dialect: str) -> Lo
 # the cuda backend's norm products over blocks: their rules (ruleset ``block_norms``, run after
 # ``norms`` and ``products``, before ``fusion``) and lowerings
 NORM_RULE_FILE = Path(__file__).with_name("block_norms.egg")
-NORM_LOWERINGS = {name: _norm_product_of_blocks for name in ("NormMatmul", "NormMatmulGLU", "NormMatmulScatter")}
+NORM_LOWERINGS = {name: _norm_product_of_blocks
+                  for name in ("NormMatmul", "NormMatmulGLU", "NormMatmulGeGLU", "NormMatmulScatter")}
 
 
 class BlockValue(FormedValue):

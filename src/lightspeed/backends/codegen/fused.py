@@ -1,12 +1,12 @@
 """Fused kernels: ops that join a chain of ops into one kernel, each recognised by a rule file of
 this package and measured by the search beside the chain it replaces (docs/kernels.md, "Fused
-kernels"): ``Attention`` (``attention.egg``), ``MatmulGLU`` (``products.egg``), ``RowNorm`` and
-the products that normalise their A as they load it, ``NormMatmul`` / ``NormMatmulGLU``
-(``norms.egg``), and ``ScatterRegion`` / ``MatmulScatter`` / ``NormMatmulScatter``
-(``writes.egg``: a region's or a product's values written where a ``ScatterInPlace`` puts
-them).  Kernel backends (cuda, native) declare these ops and rules and run them for the dtypes in
-their ``fused_kernel_dtypes``; the renderers are in ``kernels/`` (attention, matmul, norm,
-scatter)."""
+kernels"): ``Attention`` (``attention.egg``), ``MatmulGLU`` / ``MatmulGeGLU`` (``products.egg``),
+``RowNorm`` and the products that normalise their A as they load it, ``NormMatmul`` /
+``NormMatmulGLU`` / ``NormMatmulGeGLU`` (``norms.egg``), and ``ScatterRegion`` /
+``MatmulScatter`` / ``NormMatmulScatter`` (``writes.egg``: a region's or a product's values
+written where a ``ScatterInPlace`` puts them).  Kernel backends (cuda, native) declare these ops
+and rules and run them for the dtypes in their ``fused_kernel_dtypes``; the renderers are in
+``kernels/`` (attention, matmul, norm, scatter)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 from ...egraph.decl import MATMUL, SCATTER_IN_PLACE, OpDecl
 
-__all__ = ["ATTENTION", "MATMUL_GLU", "ROW_NORM", "ROW_NORM_ADD", "LAYER_NORM", "SCATTER_REGION", "MATMUL_SCATTER",
-           "NORM_MATMUL", "NORM_MATMUL_GLU", "NORM_MATMUL_SCATTER", "GATHER_MATMUL", "FUSED_KERNEL_OPS", "IN_PLACE_OPS",
-           "RULE_FILES", "RULESETS"]
+__all__ = ["ATTENTION", "MATMUL_GLU", "MATMUL_GEGLU", "ROW_NORM", "ROW_NORM_ADD", "LAYER_NORM", "SCATTER_REGION",
+           "MATMUL_SCATTER", "NORM_MATMUL", "NORM_MATMUL_GLU", "NORM_MATMUL_GEGLU", "NORM_MATMUL_SCATTER",
+           "GATHER_MATMUL", "FUSED_KERNEL_OPS", "IN_PLACE_OPS", "RULE_FILES", "RULESETS", "gelu_gated"]
 
 _HERE = Path(__file__).parent
 # one ruleset per file, named after it: attention, products and norms run after linalg (they read
@@ -59,6 +59,11 @@ MATMUL_GLU = OpDecl("MatmulGLU", (
     ("u", "ir"), ("u_stride_n", "expr"), ("u_offset", "expr"),
     ("c1", "ir"), ("c2", "ir")),
     "gate and up products with SiLU·mul, one op")
+# ... with tanh-GELU's gate instead of SiLU's (products.egg recognises nn.gelu_tanh_mul's chain, Gemma's
+# MLP): out = g * u / (2^((g * g * c3 + c1) * g) + c2) in float, g and u rounded as MatmulGLU's; c3, c1
+# and c2 the chain's scalar constants (k * 0.044715, k = -2 sqrt(2/pi) log2 e, and 1)
+MATMUL_GEGLU = OpDecl("MatmulGeGLU", (*MATMUL_GLU.fields, ("c3", "ir")),
+                      "gate and up products with tanh-GELU·mul, one op")
 # RMSNorm over rows of x (row-major, rows of n; norms.egg): for each element z of row i,
 #   out[z] = x[z] * w[w_view(z)] / sqrt(sum_j x[i*n + j]^2 * c[c_view(i)] + eps[eps_view(i)])
 # in float (c and eps read through views of the row shape [.., 1] at the row's flat index)
@@ -105,6 +110,8 @@ NORM_MATMUL_GLU = OpDecl("NormMatmulGLU", (*_NORM_FIELDS, ("g", "ir"), ("g_strid
                                            ("g_offset", "expr"), ("u", "ir"), ("u_stride_n", "expr"),
                                            ("u_offset", "expr"), ("c1", "ir"), ("c2", "ir")),
                          "RMSNorm, then gate and up products with SiLU·mul, one op")
+NORM_MATMUL_GEGLU = OpDecl("NormMatmulGeGLU", (*NORM_MATMUL_GLU.fields, ("c3", "ir")),
+                           "RMSNorm, then gate and up products with tanh-GELU·mul, one op")
 # ... NormMatmul's element i written to dest[indexes(i)] (MatmulScatter's semantics)
 NORM_MATMUL_SCATTER = OpDecl("NormMatmulScatter", (("dest", "ir"), *NORM_MATMUL.fields, ("shape", "elist"),
                                                    ("indexes", "scalar")),
@@ -120,8 +127,14 @@ GATHER_MATMUL = OpDecl("GatherMatmul", (
     "A @ (rows of W picked by idx), one op")
 # the ops the fused kernels run (Backend.fused_kernel_dtypes), and those writing into their first
 # operand's buffer (an aliased input; the kernel runtime checks it, as for ScatterInPlace)
-FUSED_KERNEL_OPS = (ATTENTION, MATMUL_GLU, ROW_NORM, ROW_NORM_ADD, LAYER_NORM, SCATTER_REGION, MATMUL_SCATTER,
-                    NORM_MATMUL, NORM_MATMUL_GLU, NORM_MATMUL_SCATTER, GATHER_MATMUL)
+FUSED_KERNEL_OPS = (ATTENTION, MATMUL_GLU, MATMUL_GEGLU, ROW_NORM, ROW_NORM_ADD, LAYER_NORM, SCATTER_REGION,
+                    MATMUL_SCATTER, NORM_MATMUL, NORM_MATMUL_GLU, NORM_MATMUL_GEGLU, NORM_MATMUL_SCATTER, GATHER_MATMUL)
 IN_PLACE_OPS = (SCATTER_IN_PLACE.name, SCATTER_REGION.name, MATMUL_SCATTER.name, NORM_MATMUL_SCATTER.name)
 
 
+
+
+def gelu_gated(name: str) -> bool:
+    """Whether the gated product op ``name`` (MatmulGLU, NormMatmulGLU and their GeGLU twins, the
+    backends' tile forms) gates with tanh-GELU (a third constant, c3, after c1 and c2) rather than SiLU."""
+    return "GeGLU" in name

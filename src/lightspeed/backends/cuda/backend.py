@@ -41,6 +41,8 @@ MATMUL_ADD_MMA = OpDecl("MatmulAddMma", MATMUL_ADD.fields, "MatmulAdd on the ten
 # a prompt's gate and up products with SiLU·mul on the tensor cores (kernels/matmul_mma.py)
 MATMUL_GLU_MMA = OpDecl("MatmulGLUMma", fused.MATMUL_GLU.fields, "MatmulGLU on the tensor cores (cuda backend, "
                         "bfloat16/float16)", many_rows=True)
+MATMUL_GEGLU_MMA = OpDecl("MatmulGeGLUMma", fused.MATMUL_GEGLU.fields, "MatmulGeGLU on the tensor cores (cuda "
+                          "backend, bfloat16/float16)", many_rows=True)
 # a prompt's attention as flash-attention tiles on the tensor cores (kernels/attention_mma.py)
 ATTENTION_MMA = OpDecl("AttentionMma", fused.ATTENTION.fields, "Attention on the tensor cores (cuda backend, "
                        "bfloat16/float16, equal head dims of 16 ... 128)", many_rows=True)
@@ -104,7 +106,8 @@ class CudaBackend(KernelBackend):
             self.rulesets = (*rs[:rs.index("linalg") + 1], "cublaslt", *rs[rs.index("linalg") + 1:])
         self.mma = os.environ.get("LIGHTSPEED_CUDA_MMA", "1") != "0" if mma is None else mma
         if self.mma:
-            self.ops = (*self.ops, MATMUL_MMA, MATMUL_ADD_MMA, MATMUL_GLU_MMA, ATTENTION_MMA, GATHER_MATMUL_MMA)
+            self.ops = (*self.ops, MATMUL_MMA, MATMUL_ADD_MMA, MATMUL_GLU_MMA, MATMUL_GEGLU_MMA, ATTENTION_MMA,
+                        GATHER_MATMUL_MMA)
             self.rule_files = (*self.rule_files, MMA_RULE_FILE)
             rs = self.rulesets
             self.rulesets = (*rs[:rs.index("linalg") + 1], "mma", *rs[rs.index("linalg") + 1:], "mma_fused")

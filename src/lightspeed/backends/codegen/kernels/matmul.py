@@ -17,6 +17,7 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import Expr, prod, sym
+from ..fused import gelu_gated
 from .matmul_rows import LOAD8, batch_offset, matmul_rows_kernel, packable
 from .region import Region, store_with_addend
 from .spec import KernelSpec
@@ -39,7 +40,7 @@ from .writer import (
 )
 
 __all__ = ["matmul_kernel", "glu_kernel", "gather_matmul_kernel", "paired_dot_kernel", "paired_glu_kernel",
-           "silu_mul", "scatter_store", "stream_order", "RENDERERS", "VECTOR_DOT"]
+           "gate_constants", "gated_mul", "glu_label", "scatter_store", "stream_order", "RENDERERS", "VECTOR_DOT"]
 
 
 def matmul_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
@@ -421,22 +422,38 @@ def _matmul(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
     return [matmul_kernel(dialect, op, in_dtypes)]
 
 
-def silu_mul(w: Writer, dtype: DType, g: str, u: str, c1: str, c2: str, indent: str = "") -> str:
-    """The gated products' epilogue (``MatmulGLU`` and its norm and tile forms): ``gr`` and ``ur``
-    declared -- the float sums ``g`` and ``u`` rounded to ``dtype``, as the two products they
-    replace would store them -- and the value to store, ``gr * ur / (2^(gr * c1) + c2)`` in float
-    (``c1``, ``c2``: the chain's scalar constants, as loaded floats)."""
+def gate_constants(op: LOp, in_dtypes: list[DType], first: int,
+                   names: dict[int, str] | None = None) -> tuple[list[str], list[tuple[str, str, bool, int]]]:
+    """A gated product's scalar constants -- operands ``first``, ``first + 1`` (c1, c2) and, for
+    tanh-GELU's gate (``fused.gelu_gated``), ``first + 2`` (c3) -- as loaded floats, and their
+    buffers (``names``: each operand's buffer name, ``in<i>`` by default)."""
+    index = range(first, first + (3 if gelu_gated(op.op) else 2))
+    name = (lambda i: names[i]) if names else (lambda i: f"in{i}")
+    return ([load(in_dtypes[i], f"{name(i)}[0]") for i in index],
+            [(name(i), storage_type(in_dtypes[i]), False, i) for i in index])
+
+
+def gated_mul(w: Writer, dtype: DType, g: str, u: str, consts: list[str], indent: str = "") -> str:
+    """The gated products' epilogue (``MatmulGLU``, ``MatmulGeGLU`` and their norm and tile forms):
+    ``gr`` and ``ur`` declared -- the float sums ``g`` and ``u`` rounded to ``dtype``, as the two
+    products they replace would store them -- and the value to store in float, ``gr * ur / (2^t +
+    c2)`` with SiLU's exponent t = ``gr * c1`` (``consts`` = [c1, c2]) or tanh-GELU's t = ``(gr *
+    gr * c3 + c1) * gr`` ([c1, c2, c3]; the chain's order of operations): the chain's scalar
+    constants, as loaded floats (:func:`gate_constants`)."""
     gq, uq = (load(dtype, store(dtype, v)) for v in (g, u))
     w.line(f"{indent}const float gr = {gq}, ur = {uq};")
-    return store(dtype, f"gr * ur / (ls_exp2f(gr * {c1}) + {c2})")
+    c1, c2 = consts[:2]
+    t = f"gr * {c1}" if len(consts) == 2 else f"(gr * gr * {consts[2]} + {c1}) * gr"
+    return store(dtype, f"gr * ur / (ls_exp2f({t}) + {c2})")
 
 
 def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
-    """``MatmulGLU`` (semantics in ``codegen/fused.py``): per output (i, j) the dot products of A's
-    row i with G's and U's row j (one warp on cuda, 16-byte loads where k and the addresses allow;
-    one item in c), rounded to the dtype, then the SiLU·mul in float: A's row is read once for both."""
+    """``MatmulGLU`` / ``MatmulGeGLU`` (semantics in ``codegen/fused.py``): per output (i, j) the dot
+    products of A's row i with G's and U's row j (one warp on cuda, 16-byte loads where k and the
+    addresses allow; one item in c), rounded to the dtype, then the SiLU·mul (tanh-GELU·mul) in
+    float: A's row is read once for both."""
     a = op.args
-    da, dg, du, dc1, dc2 = in_dtypes
+    da, dg, du = in_dtypes[:3]
     if dialect == "c" and da.name in LOAD8 and dg.name in LOAD8 and du.name in LOAD8:
         return paired_glu_kernel(op, in_dtypes)
     w = Writer(dialect)
@@ -490,19 +507,25 @@ def glu_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         scalar("0", 1)
         writer = "1"
     w.line(f"if ({writer}) {{")
-    value = silu_mul(w, op.dtype, "g", "u", load(dc1, "in3[0]"), load(dc2, "in4[0]"), "  ")
+    consts, _ = gate_constants(op, in_dtypes, 3)
+    value = gated_mul(w, op.dtype, "g", "u", consts, "  ")
     w.line(f"  out[{'_ls_item' if axes is None else f'_ls_mi * {nn} + _ls_nj'}] = {value};")
     w.line("}")
     body = w.pop()
     bufs = _glu_buffers(op, in_dtypes)
     prefetch = weight_prefetch(w, dialect, m, n, k, [("in1", dg, a["g_offset"], a["g_stride_n"]),
                                                       ("in2", du, a["u_offset"], a["u_stride_n"])])
-    return finish(w, dialect, "matmul_dot", bufs, m * n, body, "matmul_glu", axes, item_cost=2 * k,
+    return finish(w, dialect, "matmul_dot", bufs, m * n, body, glu_label(op), axes, item_cost=2 * k,
                   before_wait=prefetch)
 
 
+def glu_label(op: LOp) -> str:
+    """The gated product kernel's label: ``matmul_glu`` (SiLU) or ``matmul_geglu`` (tanh-GELU)."""
+    return "matmul_geglu" if gelu_gated(op.op) else "matmul_glu"
+
+
 def _glu_buffers(op: LOp, in_dtypes: list[DType]) -> list[tuple[str, str, bool, str | int]]:
-    """``MatmulGLU``'s buffers: out, then A, G, U and the two scalar constants."""
+    """``MatmulGLU``'s buffers: out, then A, G, U and the scalar constants (two; MatmulGeGLU's three)."""
     return [("out", storage_type(op.dtype), True, "out"),
             *((f"in{i}", storage_type(d), False, i) for i, d in enumerate(in_dtypes))]
 
@@ -516,7 +539,7 @@ def paired_glu_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     the last terms, the lanes in a fixed tree; each product rounded to the dtype, then the
     SiLU·mul in float -- independent of the other rows."""
     a = op.args
-    da, dg, du, dc1, dc2 = in_dtypes
+    da, dg, du = in_dtypes[:3]
     w = Writer("c")
     m, n, k = a["m"], a["n"], a["k"]
     mm, nn, kk = w.expr(m), w.expr(n), w.expr(k)
@@ -553,16 +576,16 @@ def paired_glu_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
                    f"u{r} += {lane_sum8(f'pu{r}0')};")
 
     row_group_branches(w, mm, sam, storage_type(da), sums, rg_n)
-    c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
+    consts, _ = gate_constants(op, in_dtypes, 3)
     for r in range(rg_n):
         w.line(f"if (_ls_i0 + {r} < {mm}) {{" if r else "{")
-        value = silu_mul(w, op.dtype, f"g{r}", f"u{r}", c1, c2, "  ")
+        value = gated_mul(w, op.dtype, f"g{r}", f"u{r}", consts, "  ")
         w.line(f"  out[(_ls_i0 + {r}) * {nn} + _ls_nj] = {value};")
         w.line("}")
     body = w.pop()
     bufs = _glu_buffers(op, in_dtypes)
     groups = (m + (rg_n - 1)) // rg_n
-    return finish(w, "c", "matmul_dot", bufs, n * groups, body, "matmul_glu",
+    return finish(w, "c", "matmul_dot", bufs, n * groups, body, glu_label(op),
                   [("_ls_nj", n), ("_ls_mp", groups)], 2 * rg_n * k)
 
 
@@ -809,5 +832,5 @@ def _glu(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:
     return [glu_kernel(dialect, op, in_dtypes)]
 
 
-RENDERERS = {"Matmul": _matmul, "MatmulAdd": _matmul, "MatmulGLU": _glu, "MatmulScatter": _matmul,
+RENDERERS = {"Matmul": _matmul, "MatmulAdd": _matmul, "MatmulGLU": _glu, "MatmulGeGLU": _glu, "MatmulScatter": _matmul,
              "GatherMatmul": _gather_matmul}

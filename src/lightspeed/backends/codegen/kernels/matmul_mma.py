@@ -29,10 +29,10 @@ from ....dtypes import DType
 from ....egraph.llir import LOp
 from ....errors import LightspeedError
 from ....symbolic import Expr, const, prod
-from .matmul import silu_mul
+from .matmul import gate_constants, gated_mul, glu_label
 from .region import Region
 from .spec import KernelSpec
-from .types import load, storage_type, store
+from .types import storage_type, store
 from .writer import Writer, batch_offsets, finish
 
 __all__ = ["mma_kernel", "glu_mma_kernel", "gather_mma_kernel", "MMA_DTYPES", "TileShape", "SMALL", "LARGE",
@@ -283,9 +283,10 @@ def mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Kernel
 
 
 def glu_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
-    """``MatmulGLUMma``: ``MatmulGLU`` (semantics in codegen/fused.py) on the tensor cores -- the
+    """``MatmulGLUMma`` / ``MatmulGeGLUMma``: ``MatmulGLU`` / ``MatmulGeGLU`` (semantics in
+    codegen/fused.py) on the tensor cores -- the
     gate's and the up's tiles of one block of C from the same tiles of A, each rounded to the dtype
-    as the products it replaces are, then SiLU·mul in float (a prompt's MLP: one kernel and one
+    as the products it replaces are, then SiLU·mul (tanh-GELU·mul) in float (a prompt's MLP: one kernel and one
     read of A for both products)."""
     kind = _check_dtypes(op, in_dtypes, dialect, 3)
     a = op.args
@@ -301,18 +302,17 @@ def glu_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> Ke
     _tiles(w, kind, st, k, _operand(w, "in0", "_ls_m0", mm, f"({w.expr(a['a_offset'])})", a["a_stride_m"], one),
            [_operand(w, f"in{i}", "_ls_n0", nn, f"({w.expr(a[p + '_offset'])})", a[f"{p}_stride_n"], one)
             for i, p in ((1, "g"), (2, "u"))], ts)
-    dc1, dc2 = in_dtypes[3], in_dtypes[4]
-    c1, c2 = load(dc1, "in3[0]"), load(dc2, "in4[0]")
+    consts, const_bufs = gate_constants(op, in_dtypes, 3)
 
     def value(flat: str) -> str:
-        return silu_mul(w, op.dtype, "_ls_c0[i][j][e]", "_ls_c1[i][j][e]", c1, c2)
+        return gated_mul(w, op.dtype, "_ls_c0[i][j][e]", "_ls_c1[i][j][e]", consts)
 
     _each_result(w, mm, nn, value, ts)
     body = w.pop()
     bufs = [("out", storage_type(op.dtype), True, "out"), ("in0", st, False, 0), ("in1", st, False, 1),
-            ("in2", st, False, 2), ("in3", storage_type(dc1), False, 3), ("in4", storage_type(dc2), False, 4)]
+            ("in2", st, False, 2), *const_bufs]
     count = ((m + (ts.rows - 1)) // ts.rows) * ((n + (ts.cols - 1)) // ts.cols)
-    return finish(w, "cuda", ts.kind, bufs, count, body, "matmul_glu_mma", preludes=("mma",))
+    return finish(w, "cuda", ts.kind, bufs, count, body, f"{glu_label(op)}_mma", preludes=("mma",))
 
 
 def gather_mma_kernel(op: LOp, in_dtypes: list[DType], dialect: str = "cuda") -> KernelSpec:
@@ -504,4 +504,5 @@ def _gather_mma(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpe
     return [gather_mma_kernel(op, in_dtypes, dialect)]
 
 
-RENDERERS = {"MatmulMma": _mma, "MatmulAddMma": _mma, "MatmulGLUMma": _glu_mma, "GatherMatmulMma": _gather_mma}
+RENDERERS = {"MatmulMma": _mma, "MatmulAddMma": _mma, "MatmulGLUMma": _glu_mma, "MatmulGeGLUMma": _glu_mma,
+             "GatherMatmulMma": _gather_mma}

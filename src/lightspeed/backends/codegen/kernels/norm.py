@@ -25,7 +25,7 @@ from .block_matmul import (
     parts_loops,
     parts_of,
 )
-from .matmul import ROW_GROUP, lane_sum8, rows_one_by_one, scatter_store, silu_mul
+from .matmul import ROW_GROUP, gate_constants, gated_mul, lane_sum8, rows_one_by_one, scatter_store
 from .matmul_rows import LOAD8
 from .region import Region
 from .spec import KernelSpec
@@ -270,13 +270,13 @@ def _row_weight(view, k) -> Expr | None:
 
 
 def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpec:
-    """``NormMatmul`` / ``NormMatmulGLU`` / ``NormMatmulScatter`` (semantics in
+    """``NormMatmul`` / ``NormMatmulGLU`` / ``NormMatmulGeGLU`` / ``NormMatmulScatter`` (semantics in
     ``codegen/fused.py``): per output (i, j) -- a warp on cuda, an item in c -- the sum of squares
     of x's row i and the dot products of x·w with B's (G's and U's) row j in one pass, then the
     row's 1/sqrt(ss * c + eps) applied to the sums (the normed A is never formed)."""
     a = op.args
     kind = op.op
-    glu, scatter = kind == "NormMatmulGLU", kind == "NormMatmulScatter"
+    glu, scatter = kind in ("NormMatmulGLU", "NormMatmulGeGLU"), kind == "NormMatmulScatter"
     base = 1 if scatter else 0  # operand of x: after the destination for the scatter
     ix, ic, ie, iw = base, base + 1, base + 2, base + 3
     weights = [base + 4, base + 5] if glu else [base + 4]
@@ -456,14 +456,12 @@ def norm_product_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> Kernel
         e = region.leaf(1, "_ls_mi")
         w.line(f"const float r = 1.0f / sqrtf(ss * (float){c} + (float){e});")
         if glu:
-            dc1, dc2 = in_dtypes[base + 6], in_dtypes[base + 7]
-            c1, c2 = load(dc1, f"{names[base + 6]}[0]"), load(dc2, f"{names[base + 7]}[0]")
+            consts, const_bufs = gate_constants(op, in_dtypes, base + 6, names)
             w.line(f"if ({writer}) {{")
-            value = silu_mul(w, op.dtype, f"{accs[0]} * r", f"{accs[1]} * r", c1, c2, "  ")
+            value = gated_mul(w, op.dtype, f"{accs[0]} * r", f"{accs[1]} * r", consts, "  ")
             w.line(f"  out[{flat}] = {value};")
             w.line("}")
-            return [(names[base + 6], storage_type(dc1), False, base + 6),
-                    (names[base + 7], storage_type(dc2), False, base + 7)]
+            return const_bufs
         if scatter:  # the element goes where the scatter puts it (the indexes' leaves: operands base + 5 on)
             return scatter_store(w, op, in_dtypes, base + 5, writer, flat, "acc0 * r")
         w.line(f"if ({writer}) out[{flat}] = {store(op.dtype, 'acc0 * r')};")
@@ -552,4 +550,4 @@ def _norm_product(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelS
 
 
 RENDERERS = {"RowNorm": _row_norm, "RowNormAdd": _row_norm, "LayerNormRows": _layer_norm, "NormMatmul": _norm_product,
-             "NormMatmulGLU": _norm_product, "NormMatmulScatter": _norm_product}
+             "NormMatmulGLU": _norm_product, "NormMatmulGeGLU": _norm_product, "NormMatmulScatter": _norm_product}
