@@ -109,7 +109,7 @@ def test_few_rows_candidate_runs_the_products_without_tiles():
     from lightspeed.search import SearchOptions, candidates
 
     many = frozenset(n for n, d in MMA.declarations().items() if d.many_rows)
-    assert many == {"MatmulMma", "MatmulAddMma", "MatmulGLUMma", "AttentionMma", "GatherMatmulMma"}
+    assert many == {"MatmulMma", "MatmulAddMma", "MatmulGLUMma", "MatmulGeGLUMma", "AttentionMma", "GatherMatmulMma"}
 
     def products(cand) -> list[str]:
         lp = decode_program(cand, ser, enc.constants, MMA.declarations())

@@ -270,7 +270,7 @@ def test_pages_follow_the_sequences():
     assert len(a.pages) == 2 and len(c.pages) == 1
     kept = np.asarray(b.pools[0][0])[a.pages[0]].copy()  # positions 0-31: written once
     size = b.n_pages
-    e = b.start(list(range(3, 93)), 2, stop_ids=())  # 90 prompt tokens: 3 more pages, the pool grows
+    e = b.start(list(range(100, 190)), 2, stop_ids=())  # 90 prompt tokens: 3 more pages, the pool grows
     while e.prefilling:
         b.step([a, c, e])
     assert b.n_pages > size and np.array_equal(np.asarray(b.pools[0][0])[a.pages[0]], kept)
@@ -290,6 +290,66 @@ def test_pages_follow_the_sequences():
     assert b.trim() and b.n_pages == 1 and b.free == [0]
     assert b.generate([[5, 6, 7]], 3, stop_ids=())[0].new_ids == \
         PagedBatcher(model, sd, backend="reference", pages=1).generate([[5, 6, 7]], 3, stop_ids=())[0].new_ids
+
+
+@pytest.mark.skipif(not NATIVE, reason="no C compiler")
+def test_a_shared_prefix_is_read_from_the_cache_bit_for_bit():
+    """A sequence whose prompt begins with another's (70 shared tokens: two whole pages) takes
+    those two pages from the prefix cache (``cached`` 64; the pages the same) once the other has
+    written them, and its logits are bit for bit those of a batcher without the cache (native:
+    batch invariant).  A prompt of exactly two pages takes one (its last token's page is
+    computed).  A sequence that ends leaves its indexed pages idle, not in use."""
+    _, cfg, sd = hf_model("llama")
+    model = from_hf_config(cfg)
+    rng = np.random.default_rng(5)
+    shared = [int(t) for t in rng.integers(3, 256, 70)]
+    prompts = [shared + [int(t) for t in rng.integers(3, 256, n)] for n in (9, 4)] + [shared[:64]]
+    plain = PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=256, pages=2,
+                         prefix_cache=False)
+    want = [plain.generate([p], 12, keep_logits=True, stop_ids=())[0] for p in prompts]
+    b = PagedBatcher(model, sd, backend="native", max_rows=12, chunk=5, max_context=256, pages=2)
+    first = b.start(prompts[0], 12, keep_logits=True, stop_ids=())
+    while first.prefilling:
+        b.step([first])
+    held = first.pages[:2]
+    second = b.start(prompts[1], 12, keep_logits=True, stop_ids=())
+    b.step([first, second])  # second joins while first decodes: its first 64 rows are cached
+    assert second.cached == 64 and second.pages[:2] == held and b.pages_cached >= 2
+    while not (first.done and second.done):
+        b.step([s for s in (first, second) if not s.done])
+    assert b.pages_in_use == 0 and b.pages_cached >= 2
+    third = b.generate([prompts[2]], 12, keep_logits=True, stop_ids=())[0]
+    for w, g in zip(want, [first.result(), second.result(), third]):
+        assert g.new_ids == w.new_ids
+        assert all(np.array_equal(x, y) for x, y in zip(w.logits, g.logits))
+
+
+def test_idle_cached_pages_are_evicted_before_the_pool_grows():
+    """With every page idle in the prefix index and none free, a new sequence takes the least
+    recently used idle pages that no indexed page follows (the pool does not grow), and a prompt
+    whose pages went is computed again (it gets the uncached tokens); trim empties the index."""
+    _, cfg, sd = hf_model("llama")
+    model = from_hf_config(cfg)
+    b = PagedBatcher(model, sd, backend="reference", max_rows=8, chunk=8, max_context=256, pages=4)
+    a_prompt = list(range(3, 100))  # 97 tokens: pages 0-2 whole and indexed, page 3 partly written
+    b.generate([a_prompt], 2, stop_ids=())
+    assert b.pages_in_use == 0 and b.pages_cached == 3 and len(b.free) == 1
+    other = b.start([200 + (t % 50) for t in range(70)], 2, stop_ids=())  # 3 pages: the free one, two idle ones
+    while not other.done:
+        b.step([other])
+    # no growth: a's pages 2 and 1 went (in that order: page 1 had page 2 after it); a's page 0
+    # and other's two whole pages are indexed
+    assert b.n_pages == 4 and b.pages_cached == 3 and b.pages_in_use == 0
+    again = b.start(a_prompt, 2, stop_ids=())
+    b.step([again])
+    assert again.cached == 32  # only a's first page was left
+    while not again.done:
+        b.step([again])
+    plain = PagedBatcher(model, sd, backend="reference", max_rows=8, chunk=8, max_context=128, pages=4,
+                         prefix_cache=False)
+    assert again.new_ids == plain.generate([a_prompt], 2, stop_ids=())[0].new_ids
+    b.generate([list(range(3, 200))], 2, stop_ids=())  # 199 tokens: the pool grows
+    assert b.n_pages > 4 and b.trim() and b.pages_cached == 0 and b.n_pages == 4
 
 
 def test_bad_requests_are_refused():

@@ -139,6 +139,29 @@ def test_seeded_sampling_repeats(server):
     assert a == b
 
 
+def test_a_repeated_prefix_is_read_from_the_prefix_cache(server, reference):
+    """Two completions whose prompts share their first 100 bytes (101 tokens with the BOS): the
+    second reads the three whole 32-token pages the first wrote (usage's
+    ``prompt_tokens_details.cached_tokens`` 96, also in /metrics) and its text is still the
+    reference's; the first read none."""
+    c = client(server)
+    head = "The sea covers most of the planet, and its tides follow the moon; sailors knew this long ago. "
+    head = (head * 2)[:100]
+    before = _metric(server, "lightspeed_prompt_tokens_cached_total")
+    first = c.completions.create(model="llama", prompt=head + "One", max_tokens=6, temperature=0)
+    second = c.completions.create(model="llama", prompt=head + "Two", max_tokens=6, temperature=0)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert second.usage.prompt_tokens_details.cached_tokens == 96
+    assert second.choices[0].text == reference(head + "Two", 6)
+    assert _metric(server, "lightspeed_prompt_tokens_cached_total") == before + 96
+
+
+def _metric(url: str, name: str) -> float:
+    """A counter's value from GET /metrics."""
+    text = httpx.get(url + "/metrics").text
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
 def test_batch_invariance(server):
     """Each request's greedy text is the same alone and beside others."""
     c = client(server)

@@ -18,6 +18,17 @@ when it runs out (copying its pages), so memory follows the tokens in flight, no
 batch.  The program writes each row's key/value into its page and reads every row's keys
 through its page table.
 
+**Prefix cache.** A page whose rows are all written holds the keys and values of a known run of
+tokens after a known prefix (its parent page): it is indexed by (parent page, its tokens) and a
+new sequence whose tokens begin the same way takes such pages instead of computing them again (a
+chat's earlier turns, a shared system prompt: only whole pages, and never the page of a prompt's
+last token, whose row gives the first token's logits).  Shared pages are only read (a sequence
+writes only the positions it feeds, after the pages it took); a page whose sequences all ended
+stays indexed, idle, until a page is wanted and none is free (the least recently used idle page
+with no indexed page after it goes first) or :meth:`PagedBatcher.trim` shrinks the pools.  Exact
+where the program is batch invariant (below): a page's values are what the sequence would have
+computed itself.
+
 **Batch invariance.** Each row's arithmetic is the same whatever rows share its step (the
 paged attention's reductions depend only on the key index, and on ``native`` the block matmuls
 quantise and dot each of up to 64 rows as a decode row): a greedy sequence gets the same tokens
@@ -57,6 +68,9 @@ class PagedSequence(TokenStream):
         self.batcher = batcher
         self.fed = 0  # tokens whose keys/values are in the cache
         self.pages: list[int] = []
+        self.cached = 0  # prompt tokens whose keys/values came from the prefix cache
+        self.indexed = 0  # leading pages of this sequence in the prefix index (-1: indexing stopped)
+        self.matched = False  # the prefix cache was looked up
         self._since = time.perf_counter()  # the start, then the last token
 
     @property
@@ -85,12 +99,14 @@ class PagedBatcher:
     program for every row count, so a sequence's tokens are the same alone or beside others
     (False: on a backend with many-rows kernels a step of few rows runs a second program searched
     at one row, faster at low load, whose kernels may round differently -- a bfloat16 1B's greedy
-    tokens differed alone and beside 31 others on an H100)."""
+    tokens differed alone and beside 31 others on an H100); ``prefix_cache``: sequences take the
+    written pages of a prefix they share with earlier ones (off without ``batch_invariant``: a
+    page's values could then depend on the rows beside it)."""
 
     def __init__(self, model: DecoderLM, weights: Mapping[str, Any], *, backend: str = "cpu",
                  search: SearchOptions | None = None, max_rows: int = 24, chunk: int = 16,
                  max_context: int = 2048, pages: int = 64, pipeline: bool = True,
-                 batch_invariant: bool = True) -> None:
+                 batch_invariant: bool = True, prefix_cache: bool = True) -> None:
         if not 1 <= max_rows <= ROWS_LIMIT:
             raise ValueError(f"max_rows must be in [1, {ROWS_LIMIT}], got {max_rows}")
         if not 1 <= chunk <= max_rows:
@@ -114,6 +130,12 @@ class PagedBatcher:
         self.pools: list[tuple[Any, Any]] = []
         self.free: list[int] = []
         self.n_pages = 0
+        self.prefix_cache = prefix_cache and batch_invariant
+        self._index: dict[tuple[int, tuple[int, ...]], int] = {}  # (parent page or -1, tokens) -> page
+        self._key: dict[int, tuple[int, tuple[int, ...]]] = {}  # an indexed page's key
+        self._users: dict[int, int] = {}  # an indexed page's sequences
+        self._children: dict[int, int] = {}  # indexed pages whose parent is this page
+        self._idle: dict[int, None] = {}  # indexed pages no sequence holds, least recently used first
         self.initial_pages = max(1, pages)
         self._grow(self.initial_pages)
         self.program.reserve(s=max_rows, NP=self.max_pages, N=self.n_pages, r=max_rows)
@@ -165,6 +187,9 @@ class PagedBatcher:
         rows: list[tuple[PagedSequence, int, int]] = []  # (sequence, position, token)
         decoding = [s for s in seqs if not s.done and not s.prefilling]
         prefilling = [s for s in seqs if not s.done and s.prefilling]
+        for s in prefilling:
+            if not s.matched:
+                self._match(s)
         if len(decoding) > self.max_rows:
             raise InputError(f"a step takes at most {self.max_rows} sequences, got {len(decoding)} decoding")
         for s in decoding:
@@ -186,10 +211,17 @@ class PagedBatcher:
         if self._on_device():
             return self._step_on_device(inputs, rows, choosing)
         logits = self._call(inputs, max(1, len(choosing)))
-        for s, pos, _ in rows:
-            s.fed = max(s.fed, pos + 1)
+        self._fed(rows)
         picked = self._sample(choosing, logits)
         return {s: s._take(np.asarray(logits[j]), picked.get(j)) for j, s in enumerate(choosing)}
+
+    def _fed(self, rows: list[tuple[PagedSequence, int, int]]) -> None:
+        """After a step: each row's position is in its sequence's cache, and the pages so filled
+        whole go into the prefix index."""
+        for s, pos, _ in rows:
+            s.fed = max(s.fed, pos + 1)
+        for s in dict.fromkeys(s for s, _, _ in rows):
+            self._index_pages(s)
 
     def _page_inputs(self, rows: list[tuple[PagedSequence, int]]) -> dict[str, Any]:
         """The positions, page table and cache slots of ``rows`` ((sequence, position) each),
@@ -239,8 +271,7 @@ class PagedBatcher:
             params = [draws.get(j, [1.0, 0.0, 1.0, 0.0]) for j in range(r)]
             picked = sampler.sample(step.value("logits"), params).result()["ids"]
         out = step.result()
-        for s, pos, _ in rows:
-            s.fed = max(s.fed, pos + 1)
+        self._fed(rows)
         logits = out.get("logits")
         chosen = {}
         for j, s in enumerate(choosing):
@@ -293,7 +324,73 @@ class PagedBatcher:
     # ------------------------------------------------------------------ pages
     @property
     def pages_in_use(self) -> int:
-        return self.n_pages - len(self.free)
+        """Pages some sequence holds (neither free nor idle in the prefix index)."""
+        return self.n_pages - len(self.free) - len(self._idle)
+
+    @property
+    def pages_cached(self) -> int:
+        """Pages in the prefix index (held or idle)."""
+        return len(self._key)
+
+    def _match(self, s: PagedSequence) -> None:
+        """``s`` takes the indexed pages its prompt begins with: whole pages, each under the one
+        before it, none holding the prompt's last token (its row is computed: it gives the
+        logits of the first new token)."""
+        s.matched = True
+        if not self.prefix_cache or s.fed or s.pages:
+            return
+        parent = -1
+        while (len(s.pages) + 1) * self.page < len(s.prompt):
+            j = len(s.pages)
+            page = self._index.get((parent, tuple(s.prompt[j * self.page:(j + 1) * self.page])))
+            if page is None:
+                break
+            self._users[page] += 1
+            self._idle.pop(page, None)
+            s.pages.append(page)
+            parent = page
+        s.fed = s.cached = len(s.pages) * self.page
+        s.indexed = len(s.pages)
+
+    def _index_pages(self, s: PagedSequence) -> None:
+        """Index the pages of ``s`` written whole since the last call, each under the page before
+        it.  A page whose key is indexed already (the same tokens computed beside the indexed
+        page, in the same step) stays ``s``'s own, and so do its later pages."""
+        if not self.prefix_cache:
+            return
+        while 0 <= s.indexed < len(s.pages) and (s.indexed + 1) * self.page <= s.fed:
+            j = s.indexed
+            parent = s.pages[j - 1] if j else -1
+            key = (parent, tuple(s.ids[j * self.page:(j + 1) * self.page]))
+            if key in self._index:
+                s.indexed = -1
+                return
+            page = s.pages[j]
+            self._index[key], self._key[page], self._users[page] = page, key, 1
+            if parent >= 0:
+                self._children[parent] = self._children.get(parent, 0) + 1
+            s.indexed += 1
+
+    def _evict(self) -> bool:
+        """Free the least recently used idle indexed page with no indexed page after it (one
+        exists whenever a page is idle: a page's holders hold the pages before it); returns
+        whether there was one."""
+        page = next((p for p in self._idle if not self._children.get(p)), None)
+        if page is None:
+            return False
+        del self._idle[page], self._users[page]
+        key = self._key.pop(page)
+        del self._index[key]
+        self._children.pop(page, None)
+        if key[0] >= 0:
+            self._children[key[0]] -= 1
+        self.free.append(page)
+        return True
+
+    def _forget(self) -> None:
+        """Empty the prefix index (the pools are being replaced)."""
+        for table in (self._index, self._key, self._users, self._children, self._idle):
+            table.clear()
 
     def trim(self) -> bool:
         """With no page in use, shrink the pools back to their first size (memory returns to the
@@ -304,17 +401,26 @@ class PagedBatcher:
             self._ahead.step.result()
             self._ahead = None
         self.pools, self.free, self.n_pages = [], [], 0
+        self._forget()
         self._grow(self.initial_pages)
         return True
 
     def _cover(self, s: PagedSequence, rows: int) -> None:
         while len(s.pages) * self.page < rows:
-            if not self.free:
+            if not self.free and not self._evict():
                 self._grow(self.n_pages * 2)
             s.pages.append(self.free.pop())
 
     def _release(self, s: PagedSequence) -> None:
-        self.free.extend(reversed(s.pages))
+        """``s``'s pages back: free, or (indexed ones no other sequence holds) idle in the index,
+        the last page first (so that an eviction meets the later pages before the earlier)."""
+        for page in reversed(s.pages):
+            if page in self._key:
+                self._users[page] -= 1
+                if not self._users[page]:
+                    self._idle[page] = None
+            else:
+                self.free.append(page)
         s.pages = []
 
     def _grow(self, n: int) -> None:

@@ -245,7 +245,8 @@ def build_app(served: ServedModel, *, retry_after_s: int = 1) -> Any:
 
     def usage(req: Request) -> dict[str, int]:
         return {"prompt_tokens": len(req.prompt_ids), "completion_tokens": req.completion_tokens,
-                "total_tokens": len(req.prompt_ids) + req.completion_tokens}
+                "total_tokens": len(req.prompt_ids) + req.completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
 
     def chat_logprobs(probs: list[dict[str, Any]]) -> dict[str, Any]:
         def entry(p: dict[str, Any]) -> dict[str, Any]:
@@ -338,6 +339,9 @@ def build_app(served: ServedModel, *, retry_after_s: int = 1) -> Any:
         lines += [f'lightspeed_requests_total{{outcome="{k}"}} {v}' for k, v in sorted(snap["requests"].items())]
         lines += ["# TYPE lightspeed_prompt_tokens_total counter",
                   f"lightspeed_prompt_tokens_total {snap['prompt_tokens']}",
+                  "# HELP lightspeed_prompt_tokens_cached_total Prompt tokens read from the prefix cache.",
+                  "# TYPE lightspeed_prompt_tokens_cached_total counter",
+                  f"lightspeed_prompt_tokens_cached_total {snap['cached_tokens']}",
                   "# TYPE lightspeed_generated_tokens_total counter",
                   f"lightspeed_generated_tokens_total {snap['completion_tokens']}",
                   "# HELP lightspeed_queue_depth Requests waiting for a slot.", "# TYPE lightspeed_queue_depth gauge",

@@ -73,6 +73,7 @@ class Request:
     events: deque = field(default_factory=deque)
     cancelled: threading.Event = field(default_factory=threading.Event)
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose keys and values came from the prefix cache
     t_submit: float = field(default_factory=time.perf_counter)
 
     def cancel(self) -> None:
@@ -116,6 +117,7 @@ class Metrics:
     def __init__(self) -> None:
         self.requests: dict[str, int] = {}  # by finish reason, or the HTTP status of a refusal
         self.prompt_tokens = 0
+        self.cached_tokens = 0  # of those, read from the prefix cache
         self.completion_tokens = 0
         self.ttft = Histogram()
         self.tpot = Histogram()
@@ -246,7 +248,7 @@ class Engine:
         """The counters for /metrics, copied under the lock."""
         with self._lock:
             m = self.metrics
-            return dict(requests=dict(m.requests), prompt_tokens=m.prompt_tokens,
+            return dict(requests=dict(m.requests), prompt_tokens=m.prompt_tokens, cached_tokens=m.cached_tokens,
                         completion_tokens=m.completion_tokens, queue=len(self._pending), active=len(self._active),
                         ttft=m.ttft.lines("lightspeed_time_to_first_token_seconds"),
                         tpot=m.tpot.lines("lightspeed_time_per_output_token_seconds"))
@@ -374,12 +376,16 @@ class Engine:
         """Report ``a``'s new token ``tok``; returns its finish reason when it ended."""
         req, state = a.req, a.state
         now = time.perf_counter()
-        if a.t_first is None:
+        first = a.t_first is None
+        if first:
             a.t_first = now
+            req.cached_tokens = getattr(state, "cached", 0)
         a.t_last = now
         req.completion_tokens += 1
         with self._lock:
             self.metrics.completion_tokens += 1
+            if first:
+                self.metrics.cached_tokens += req.cached_tokens
         probs = [self._logprob(state, tok, req.logprobs)] if req.logprobs is not None else []
         new = state.new_ids
         ended = state.done and state.stop_reason == "stop_token"
