@@ -324,6 +324,42 @@ def test_a_shared_prefix_is_read_from_the_cache_bit_for_bit():
         assert all(np.array_equal(x, y) for x, y in zip(w.logits, g.logits))
 
 
+@pytest.mark.skipif(not NATIVE, reason="no C compiler")
+def test_prompts_arriving_together_compute_their_shared_pages_once():
+    """Three prompts with the same first 70 tokens started together: the first computes the two
+    whole shared pages, the others wait for them (no prompt rows of theirs in those steps) and take
+    them (``cached`` 64, the same pages), with the logits of a batcher without the cache bit for
+    bit.  A prompt waiting for a sequence that is cancelled computes the page itself."""
+    _, cfg, sd = hf_model("llama")
+    model = from_hf_config(cfg)
+    rng = np.random.default_rng(9)
+    shared = [int(t) for t in rng.integers(3, 256, 70)]
+    prompts = [shared + [int(t) for t in rng.integers(3, 256, n)] for n in (5, 11, 2)]
+    plain = PagedBatcher(model, sd, backend="native", max_rows=16, chunk=8, max_context=256, pages=2,
+                         prefix_cache=False)
+    want = plain.generate(prompts, 10, keep_logits=True, stop_ids=())
+    b = PagedBatcher(model, sd, backend="native", max_rows=16, chunk=8, max_context=256, pages=2)
+    seqs = [b.start(p, 10, keep_logits=True, stop_ids=()) for p in prompts]
+    b.step(seqs)
+    assert [s.fed for s in seqs] == [8, 0, 0]  # the others wait for the first's page 0
+    shared_pages = None
+    while not all(s.done for s in seqs):
+        b.step([s for s in seqs if not s.done])
+        if shared_pages is None and seqs[1].cached == seqs[2].cached == 64:  # (a page at a time: 32, then 64)
+            shared_pages = seqs[0].pages[:2]
+            assert all(s.pages[:2] == shared_pages for s in seqs)
+    assert shared_pages is not None and [s.cached for s in seqs] == [0, 64, 64]
+    for w, s in zip(want, seqs):
+        g = s.result()
+        assert g.new_ids == w.new_ids and all(np.array_equal(x, y) for x, y in zip(w.logits, g.logits))
+    firsts = [b.start(p, 2, stop_ids=()) for p in ([int(t) for t in rng.integers(3, 256, 80)],) * 2]
+    b.step(firsts)
+    assert firsts[0].fed == 8 and firsts[1].fed == 0  # the second waits for the first's page
+    firsts[0].cancel()
+    b.step(firsts[1:])
+    assert firsts[1].fed == 8 and firsts[1].cached == 0
+
+
 def test_idle_cached_pages_are_evicted_before_the_pool_grows():
     """With every page idle in the prefix index and none free, a new sequence takes the least
     recently used idle pages that no indexed page follows (the pool does not grow), and a prompt

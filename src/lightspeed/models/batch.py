@@ -22,7 +22,8 @@ through its page table.
 tokens after a known prefix (its parent page): it is indexed by (parent page, its tokens) and a
 new sequence whose tokens begin the same way takes such pages instead of computing them again (a
 chat's earlier turns, a shared system prompt: only whole pages, and never the page of a prompt's
-last token, whose row gives the first token's logits).  Shared pages are only read (a sequence
+last token, whose row gives the first token's logits; a prompt that has computed nothing yet
+waits while another computes the page it would compute next).  Shared pages are only read (a sequence
 writes only the positions it feeds, after the pages it took); a page whose sequences all ended
 stays indexed, idle, until a page is wanted and none is free (the least recently used idle page
 with no indexed page after it goes first) or :meth:`PagedBatcher.trim` shrinks the pools.  Exact
@@ -70,7 +71,6 @@ class PagedSequence(TokenStream):
         self.pages: list[int] = []
         self.cached = 0  # prompt tokens whose keys/values came from the prefix cache
         self.indexed = 0  # leading pages of this sequence in the prefix index (-1: indexing stopped)
-        self.matched = False  # the prefix cache was looked up
         self._since = time.perf_counter()  # the start, then the last token
 
     @property
@@ -187,14 +187,14 @@ class PagedBatcher:
         rows: list[tuple[PagedSequence, int, int]] = []  # (sequence, position, token)
         decoding = [s for s in seqs if not s.done and not s.prefilling]
         prefilling = [s for s in seqs if not s.done and s.prefilling]
-        for s in prefilling:
-            if not s.matched:
-                self._match(s)
+        waiting = self._share_prefixes(prefilling)
         if len(decoding) > self.max_rows:
             raise InputError(f"a step takes at most {self.max_rows} sequences, got {len(decoding)} decoding")
         for s in decoding:
             rows.append((s, len(s.ids) - 1, s.ids[-1]))
         for s in prefilling:
+            if s in waiting:
+                continue
             room = min(self.chunk, self.max_rows - len(rows), len(s.prompt) - s.fed)
             if room <= 0:
                 break
@@ -332,23 +332,47 @@ class PagedBatcher:
         """Pages in the prefix index (held or idle)."""
         return len(self._key)
 
+    def _share_prefixes(self, prefilling: list[PagedSequence]) -> set[PagedSequence]:
+        """Before a step: each prompt that has computed nothing of its own yet takes the indexed
+        pages it begins with (:meth:`_match`); those whose next page another of ``prefilling`` is
+        computing now (the same tokens after the same page: requests with one system prompt
+        arriving together) wait for it instead of computing it too.  Returns the waiting ones."""
+        waiting: set[PagedSequence] = set()
+        if not self.prefix_cache:
+            return waiting
+        building: set[tuple[int, tuple[int, ...]]] = set()  # the pages prefilling sequences compute
+        for s in prefilling:
+            fresh = s.fed == s.cached  # nothing computed but what the cache gave
+            if fresh:
+                self._match(s)
+            key = self._next_key(s, fresh)
+            if fresh and key in building:
+                waiting.add(s)
+            elif key is not None:
+                building.add(key)
+        return waiting
+
+    def _next_key(self, s: PagedSequence, fresh: bool) -> tuple[int, tuple[int, ...]] | None:
+        """The index key of the next page ``s`` computes whole from its prompt (for a ``fresh``
+        sequence, one it could take: not its last token's page), or None."""
+        j = s.indexed
+        if j < 0 or (j + 1) * self.page + (1 if fresh else 0) > len(s.prompt):
+            return None
+        return (s.pages[j - 1] if j else -1, tuple(s.prompt[j * self.page:(j + 1) * self.page]))
+
     def _match(self, s: PagedSequence) -> None:
-        """``s`` takes the indexed pages its prompt begins with: whole pages, each under the one
-        before it, none holding the prompt's last token (its row is computed: it gives the
-        logits of the first new token)."""
-        s.matched = True
-        if not self.prefix_cache or s.fed or s.pages:
-            return
-        parent = -1
+        """``s`` (a prompt that has computed nothing of its own) takes the indexed pages its prompt
+        begins with after those it holds: whole pages, each under the one before it, none holding
+        the prompt's last token (its row is computed: it gives the logits of the first new token)."""
         while (len(s.pages) + 1) * self.page < len(s.prompt):
             j = len(s.pages)
-            page = self._index.get((parent, tuple(s.prompt[j * self.page:(j + 1) * self.page])))
+            page = self._index.get((s.pages[-1] if s.pages else -1,
+                                    tuple(s.prompt[j * self.page:(j + 1) * self.page])))
             if page is None:
                 break
             self._users[page] += 1
             self._idle.pop(page, None)
             s.pages.append(page)
-            parent = page
         s.fed = s.cached = len(s.pages) * self.page
         s.indexed = len(s.pages)
 
