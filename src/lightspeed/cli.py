@@ -447,6 +447,9 @@ def _main(argv: list[str] | None) -> int:
     v.add_argument("--search-budget", type=_number(int, 1), default=3, help="candidates the search measures")
     v.add_argument("--seed", type=_number(int, 0), default=0, help="search and --random weights seed")
     v.add_argument("--system", default=None, help="system message added to chats that have none")
+    v.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
+                   help="compute every prompt in full (default: whole KV pages of a prefix an earlier request "
+                        "wrote are reused)")
     v.add_argument("--grace", dest="grace_s", type=_number(float, 0), default=5.0,
                    help="seconds in-flight requests get to finish on SIGTERM (default 5)")
     v.add_argument("--name", default=None, help="the model id clients see (default: the family name)")

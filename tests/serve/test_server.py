@@ -156,6 +156,21 @@ def test_a_repeated_prefix_is_read_from_the_prefix_cache(server, reference):
     assert _metric(server, "lightspeed_prompt_tokens_cached_total") == before + 96
 
 
+def test_no_prefix_cache_computes_every_prompt():
+    """``--no-prefix-cache``: the same two requests read nothing from the cache."""
+    proc, url = start_server("--max-batch", "1", "--no-prefix-cache")
+    try:
+        c = client(url)
+        head = ("The sea covers most of the planet, and its tides follow the moon. " * 2)[:100]
+        for tail in ("One", "Two"):
+            r = c.completions.create(model="llama", prompt=head + tail, max_tokens=2, temperature=0)
+            assert r.usage.prompt_tokens_details.cached_tokens == 0
+        assert _metric(url, "lightspeed_prompt_tokens_cached_total") == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
 def _metric(url: str, name: str) -> float:
     """A counter's value from GET /metrics."""
     text = httpx.get(url + "/metrics").text

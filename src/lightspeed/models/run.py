@@ -338,9 +338,11 @@ def compile_generator(tm: TextModel, backend: str = "cpu", search: Any = None,
 
 
 def compile_batcher(tm: TextModel, backend: str = "cpu", search: Any = None, *, max_batch: int = 8,
-                    max_context: int = 2048, say: Callable[..., None] | None = say, verbose: bool = False) -> Any:
+                    max_context: int = 2048, say: Callable[..., None] | None = say, verbose: bool = False,
+                    prefix_cache: bool = True) -> Any:
     """A :class:`lightspeed.models.batch.PagedBatcher` for ``tm`` (``lightspeed serve``): up to
-    ``max_batch`` decoding sequences per step plus a prompt chunk of the rows left."""
+    ``max_batch`` decoding sequences per step plus a prompt chunk of the rows left; ``prefix_cache``:
+    the batcher's (whole KV pages of an earlier sequence's prefix reused)."""
     from .batch import ROWS_LIMIT, PagedBatcher
 
     if not 1 <= max_batch < ROWS_LIMIT:
@@ -350,7 +352,7 @@ def compile_batcher(tm: TextModel, backend: str = "cpu", search: Any = None, *, 
     t0 = time.perf_counter()
     with _compiling(what, say, verbose):
         batcher = PagedBatcher(tm.model, tm.tensors, backend=backend, search=search, max_rows=max_batch + chunk,
-                               chunk=chunk, max_context=max_context)
+                               chunk=chunk, max_context=max_context, prefix_cache=prefix_cache)
     if say is not None:
         _done(what, time.perf_counter() - t0, say, verbose)
     return batcher

@@ -35,6 +35,7 @@ class ServeOptions:
     search_budget: int = 3
     seed: int = 0
     system: str | None = None
+    prefix_cache: bool = True  # whole KV pages of a prefix an earlier request wrote are reused
     grace_s: float = 5.0
     name: str | None = None  # the model id clients see (default: the family name)
 
@@ -56,7 +57,8 @@ def served_model(opts: ServeOptions, family: str, say: Any = None) -> Any:
     def make() -> Any:  # on the engine's thread: the programs are compiled where they run
         if tm.model.supports_paged:  # one batched step for all requests, over a paged KV cache
             return library.compile_batcher(tm, opts.backend, search, max_batch=opts.max_batch,
-                                           max_context=opts.max_context, say=say or library.say)
+                                           max_context=opts.max_context, say=say or library.say,
+                                           prefix_cache=opts.prefix_cache)
         # each request's own prefill and decode calls, interleaved
         return library.compile_generator(tm, opts.backend, search, say=say or library.say)
 
