@@ -80,8 +80,11 @@ def test_the_cuda_row_norm_add_compiles_for_sm90(dtype):
     op = next(o for o in lp.ops if o.op == "RowNormAdd")
     spec = CUDA.op_table.lower(op, [lp.ops[i].dtype for i in op.inputs], "cuda").specs[0]
     assert spec.launch.kind == "row"
-    # bfloat16 rows held as 16-byte chunks: the residual read as chunks beside x and w
-    assert ("_ls_rq" in spec.source) == (dtype == ls.bfloat16)
+    # rows held as 16-byte chunks (bfloat16 always, float32 with LIGHTSPEED_CUDA_NORM_F32_CHUNKS, the
+    # default): the residual read as chunks beside x and w
+    from lightspeed.backends.codegen.kernels import norm
+
+    assert ("_ls_rq" in spec.source) == (dtype == ls.bfloat16 or norm.NORM_F32_CHUNKS)
     assert nvrtc.compile_cubin(module_source([spec], "cuda"), "sm_90")
 
 

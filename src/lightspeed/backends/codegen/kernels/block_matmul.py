@@ -257,15 +257,17 @@ PARTS = 4  # parts of a group when BLOCK_PARTS is on (a part: 8 weights)
 # in 8-byte words, a warp's 32 lanes on one super-block) instead of a lane decoding a whole group
 # byte by byte (66 one-byte loads a Q6_K group, each instruction's 32 addresses spread over four
 # super-blocks): Gemma 3's down product (Q6_K, 640 x 2048) took 5.95 us against bf16's 3.0 and
-# its o product (Q4_K) 3.6 against 2.5 (H100, thirty-second session, PDL off).  Off until measured.
-KQUANT_PARTS = os.environ.get("LIGHTSPEED_CUDA_KQUANT_PARTS", "0") == "1"
+# its o product (Q4_K) 3.6 against 2.5 (H100, thirty-second session, PDL off).  On by default since
+# the thirty-fourth session (with the split below: the block step 0.843 -> 0.796 ms, H100); 0: whole groups.
+KQUANT_PARTS = os.environ.get("LIGHTSPEED_CUDA_KQUANT_PARTS", "1") == "1"
 PART_CODES = (0, 1, 2, 4, 5) if KQUANT_PARTS else (0, 1, 2)
 # LIGHTSPEED_CUDA_BLOCK_UNROLL=U: the parts loop unrolled U times, its loads' alignment tested once
 # before it (parts_loops), so a lane's weight loads of U items are in flight together (a warp of
 # the head's Q8_0 product has one 8-byte load a lane in flight a step: Gemma 3's head read its 178
-# MB at ~1.5 TB/s, cuBLAS's bf16 head ~3 TB/s); 1 (the default) leaves one loop to the compiler.
-# Unrolled with the branches inside: no gain (thirty-second session); this form not yet measured.
-BLOCK_UNROLL = _count_switch("LIGHTSPEED_CUDA_BLOCK_UNROLL", "1", ("1", "2", "3", "4", "8"))
+# MB at ~1.5 TB/s, cuBLAS's bf16 head ~3 TB/s); 1 leaves one loop to the compiler.  Unrolled with
+# the branches inside: no gain (thirty-second session); this form, 4 (the default since the
+# thirty-fourth session): the block step 0.845 -> 0.784 ms alone (H100).
+BLOCK_UNROLL = _count_switch("LIGHTSPEED_CUDA_BLOCK_UNROLL", "4", ("1", "2", "3", "4", "8"))
 
 
 # LIGHTSPEED_CUDA_BLOCK_SPLIT=S: a block product of few outputs (under the float products'
@@ -273,8 +275,10 @@ BLOCK_UNROLL = _count_switch("LIGHTSPEED_CUDA_BLOCK_UNROLL", "1", ("1", "2", "3"
 # row's items, summed through shared memory in a fixed order (as the float products split: the
 # choice by n and k alone, so every row count gets the same sums).  Gemma 3's 640-output products
 # are 640 warps, ~5 a multiprocessor: its down product (Q6_K, k = 2048) took 5.95 us against the
-# split bf16 product's 3.0 (H100, thirty-second session, PDL off).  0 (the default): a warp an output.
-BLOCK_SPLIT = _count_switch("LIGHTSPEED_CUDA_BLOCK_SPLIT", "0", ("0", "2", "4", "8"))
+# split bf16 product's 3.0 (H100, thirty-second session, PDL off).  4 by default since the
+# thirty-fourth session (with the three switches above the block step 0.845 -> 0.729 ms, below
+# bf16's 0.756, H100); 0: a warp an output.
+BLOCK_SPLIT = _count_switch("LIGHTSPEED_CUDA_BLOCK_SPLIT", "4", ("0", "2", "4", "8"))
 
 
 def block_split(n, units: int) -> int:
