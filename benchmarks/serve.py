@@ -5,13 +5,15 @@ runs one request at a time (concurrent ones queue: ``--interrupt_requests False`
 request would cut the running one off).
 
     python benchmarks/serve.py [--clients 1,4,16] [--tokens 32] [--backend native] [--no-peer]
-                               [--temperature T [--top-p P]]
+                               [--temperature T [--top-p P]] [--system TEXT] [--no-prefix-cache]
 
 Each client streams one chat completion (greedy, or sampled with ``--temperature``/``--top-p``,
 client i with seed i; ``--tokens`` tokens, a different short prompt per client) and records its
 time to first token and its end; the table gives, per server and client count: requests, wall
 time, generated tokens per second over all clients, mean and worst TTFT, and mean time per output
-token as each client saw it.
+token as each client saw it.  ``--system``: every client's chat begins with that system message (a
+shared prefix: lightspeed's prefix cache, llama.cpp's prompt cache); the warm-up request asks a
+question no measured client asks.
 """
 
 from __future__ import annotations
@@ -46,10 +48,11 @@ def wait_url(proc: subprocess.Popen, pattern: str, timeout: float = 600) -> str:
     raise SystemExit("server did not start:\n" + "".join(seen[-20:]))
 
 
-def start_lightspeed(weights: str, backend: str, clients: int) -> tuple[subprocess.Popen, str]:
+def start_lightspeed(weights: str, backend: str, clients: int, extra: tuple[str, ...] = ()
+                     ) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "lightspeed", "serve", "llama", "--weights", weights,
                              "--backend", backend, "--port", "0", "--max-batch", str(clients),
-                             "--max-queue", str(clients)],
+                             "--max-queue", str(clients), *extra],
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     return proc, wait_url(proc, r"at (http://127\.0\.0\.1:\d+)/v1")
@@ -84,11 +87,15 @@ def start_llama_cpp(weights: str, threads: int, port: int = 18099) -> tuple[subp
     return proc, wait_url(proc, r"Uvicorn running on (http://[\w.]+:\d+)")
 
 
-def one_client(url: str, i: int, tokens: int, out: list, sampling: dict | None = None) -> None:
+def one_client(url: str, i: int, tokens: int, out: list, sampling: dict | None = None, system: str | None = None,
+               question: str | None = None) -> None:
     import httpx
 
-    body = {"model": "llama", "messages": [{"role": "user", "content": f"Tell me fact number {i} about the sea."}],
-            "max_tokens": tokens, "temperature": 0, "stream": True, **(dict(sampling, seed=i) if sampling else {})}
+    messages = [{"role": "user", "content": question or f"Tell me fact number {i} about the sea."}]
+    if system:
+        messages.insert(0, {"role": "system", "content": system})
+    body = {"model": "llama", "messages": messages, "max_tokens": tokens, "temperature": 0, "stream": True,
+            **(dict(sampling, seed=i) if sampling else {})}
     t0 = time.perf_counter()
     first, n = None, 0
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
@@ -106,9 +113,11 @@ def one_client(url: str, i: int, tokens: int, out: list, sampling: dict | None =
     out.append((first - t0, end - t0, n))
 
 
-def run_clients(url: str, clients: int, tokens: int, sampling: dict | None = None) -> dict:
+def run_clients(url: str, clients: int, tokens: int, sampling: dict | None = None, system: str | None = None,
+                question: str | None = None) -> dict:
     results: list = []
-    threads = [threading.Thread(target=one_client, args=(url, i, tokens, results, sampling)) for i in range(clients)]
+    threads = [threading.Thread(target=one_client, args=(url, i, tokens, results, sampling, system, question))
+               for i in range(clients)]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -131,6 +140,8 @@ def main() -> int:
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--temperature", type=float, default=0.0, help="> 0: sampled requests (client i seeded i)")
     ap.add_argument("--top-p", type=float, default=None)
+    ap.add_argument("--system", default=None, help="a system message every client sends (both servers)")
+    ap.add_argument("--no-prefix-cache", action="store_true", help="lightspeed serve --no-prefix-cache")
     args = ap.parse_args()
     sampling = None
     if args.temperature > 0:
@@ -142,7 +153,9 @@ def main() -> int:
         from lightspeed.weights import default_weights
 
         weights = str(default_weights("llama", progress=True))
-    servers = [("lightspeed " + args.backend, lambda: start_lightspeed(weights, args.backend, max(counts)))]
+    extra = ("--no-prefix-cache",) if args.no_prefix_cache else ()
+    label = "lightspeed " + args.backend + (" (no prefix cache)" if args.no_prefix_cache else "")
+    servers = [(label, lambda: start_lightspeed(weights, args.backend, max(counts), extra))]
     if not args.no_peer:
         # looked up, not imported: loading llama.cpp into this (client) process slowed the server
         # under test ~4x on 2 cores (its threads compete with it)
@@ -159,9 +172,11 @@ def main() -> int:
     for name, start in servers:
         proc, url = start()
         try:
-            run_clients(url, 1, 4)  # warm up
+            # warm up on a question no measured client asks (a server's prompt cache would
+            # otherwise give the first measured client its prompt's pages)
+            run_clients(url, 1, 4, question="Say hello.")
             for c in counts:
-                rows.append((name, run_clients(url, c, args.tokens, sampling)))
+                rows.append((name, run_clients(url, c, args.tokens, sampling, args.system)))
         except Exception as e:  # a peer that fails is reported, the others' rows stay
             print(f"{name}: failed: {type(e).__name__}: {e}", file=sys.stderr)
         finally:
@@ -171,7 +186,8 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
     how = "greedy" if sampling is None else ", ".join(f"{k} {v}" for k, v in sampling.items())
-    print(f"\n{Path(weights).name}, {args.tokens} tokens per client, {how}, streamed, {os.cpu_count()} cores\n")
+    system = f", a {len(args.system.split())}-word system message" if args.system else ""
+    print(f"\n{Path(weights).name}, {args.tokens} tokens per client, {how}{system}, streamed, {os.cpu_count()} cores\n")
     print("| server | clients | wall s | tokens | tok/s (all clients) | TTFT mean ms | TTFT max ms | TPOT ms |")
     print("|---|---|---|---|---|---|---|---|")
     for name, r in rows:
