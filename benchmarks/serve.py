@@ -13,7 +13,8 @@ time to first token and its end; the table gives, per server and client count: r
 time, generated tokens per second over all clients, mean and worst TTFT, and mean time per output
 token as each client saw it.  ``--system``: every client's chat begins with that system message (a
 shared prefix: lightspeed's prefix cache, llama.cpp's prompt cache); the warm-up request asks a
-question no measured client asks.
+question no measured client asks, after the same system message (so every measured run finds it
+cached, as a server that has answered once does).
 """
 
 from __future__ import annotations
@@ -173,8 +174,9 @@ def main() -> int:
         proc, url = start()
         try:
             # warm up on a question no measured client asks (a server's prompt cache would
-            # otherwise give the first measured client its prompt's pages)
-            run_clients(url, 1, 4, question="Say hello.")
+            # otherwise give the first measured client its prompt's pages), with the system message
+            # (its pages cached for every measured run alike: a server's steady state)
+            run_clients(url, 1, 4, system=args.system, question="Say hello.")
             for c in counts:
                 rows.append((name, run_clients(url, c, args.tokens, sampling, args.system)))
         except Exception as e:  # a peer that fails is reported, the others' rows stay
