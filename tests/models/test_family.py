@@ -122,3 +122,18 @@ def test_replacing_a_declaration_changes_what_readers_see(monkeypatch):
     llama = registry.families()["llama"]
     register(monkeypatch, dataclasses.replace(llama, tensor_parallel=False))
     assert "llama" not in tp_families() and registry.resolve("smollm2").tensor_parallel is False
+
+
+@pytest.mark.parametrize("env,cuda", [(None, True), ("1", True), ("0", False)])
+def test_gguf_blocks_stay_blocks_on_native_always_and_on_cuda_unless_turned_off(monkeypatch, env, cuda):
+    """``lightspeed run``/``serve`` load a GGUF file's matrices as blocks where the backend's block
+    kernels run them: native always, cuda unless ``LIGHTSPEED_CUDA_BLOCKS=0`` (the default since
+    the block steps beat bf16's on an H100), the numpy backends never."""
+    from lightspeed.models.run import blocks_for
+
+    if env is None:
+        monkeypatch.delenv("LIGHTSPEED_CUDA_BLOCKS", raising=False)
+    else:
+        monkeypatch.setenv("LIGHTSPEED_CUDA_BLOCKS", env)
+    assert (blocks_for("native"), blocks_for("cuda"), blocks_for("cpu"), blocks_for("reference")) == \
+        (True, cuda, False, False)
