@@ -69,7 +69,6 @@ class PagedSequence(TokenStream):
         self.batcher = batcher
         self.fed = 0  # tokens whose keys/values are in the cache
         self.pages: list[int] = []
-        self.cached = 0  # prompt tokens whose keys/values came from the prefix cache
         self.indexed = 0  # leading pages of this sequence in the prefix index (-1: indexing stopped)
         self._since = time.perf_counter()  # the start, then the last token
 
@@ -132,7 +131,7 @@ class PagedBatcher:
         self.n_pages = 0
         self.prefix_cache = prefix_cache and batch_invariant
         self._index: dict[tuple[int, tuple[int, ...]], int] = {}  # (parent page or -1, tokens) -> page
-        self._key: dict[int, tuple[int, tuple[int, ...]]] = {}  # an indexed page's key
+        self._page_keys: dict[int, tuple[int, tuple[int, ...]]] = {}  # an indexed page's key
         self._users: dict[int, int] = {}  # an indexed page's sequences
         self._children: dict[int, int] = {}  # indexed pages whose parent is this page
         self._idle: dict[int, None] = {}  # indexed pages no sequence holds, least recently used first
@@ -330,7 +329,7 @@ class PagedBatcher:
     @property
     def pages_cached(self) -> int:
         """Pages in the prefix index (held or idle)."""
-        return len(self._key)
+        return len(self._page_keys)
 
     def _share_prefixes(self, prefilling: list[PagedSequence]) -> set[PagedSequence]:
         """Before a step: each prompt that has computed nothing of its own yet takes the indexed
@@ -352,22 +351,25 @@ class PagedBatcher:
                 building.add(key)
         return waiting
 
+    def _key(self, s: PagedSequence, j: int, tokens: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+        """The index key of page ``j`` of ``s`` holding ``tokens``' page j: the page before it in
+        ``s``'s table (-1 for the first) and the page's tokens."""
+        return (s.pages[j - 1] if j else -1, tuple(tokens[j * self.page:(j + 1) * self.page]))
+
     def _next_key(self, s: PagedSequence, fresh: bool) -> tuple[int, tuple[int, ...]] | None:
         """The index key of the next page ``s`` computes whole from its prompt (for a ``fresh``
         sequence, one it could take: not its last token's page), or None."""
         j = s.indexed
         if j < 0 or (j + 1) * self.page + (1 if fresh else 0) > len(s.prompt):
             return None
-        return (s.pages[j - 1] if j else -1, tuple(s.prompt[j * self.page:(j + 1) * self.page]))
+        return self._key(s, j, s.prompt)
 
     def _match(self, s: PagedSequence) -> None:
         """``s`` (a prompt that has computed nothing of its own) takes the indexed pages its prompt
         begins with after those it holds: whole pages, each under the one before it, none holding
         the prompt's last token (its row is computed: it gives the logits of the first new token)."""
         while (len(s.pages) + 1) * self.page < len(s.prompt):
-            j = len(s.pages)
-            page = self._index.get((s.pages[-1] if s.pages else -1,
-                                    tuple(s.prompt[j * self.page:(j + 1) * self.page])))
+            page = self._index.get(self._key(s, len(s.pages), s.prompt))
             if page is None:
                 break
             self._users[page] += 1
@@ -383,16 +385,14 @@ class PagedBatcher:
         if not self.prefix_cache:
             return
         while 0 <= s.indexed < len(s.pages) and (s.indexed + 1) * self.page <= s.fed:
-            j = s.indexed
-            parent = s.pages[j - 1] if j else -1
-            key = (parent, tuple(s.ids[j * self.page:(j + 1) * self.page]))
+            key = self._key(s, s.indexed, s.ids)
             if key in self._index:
                 s.indexed = -1
                 return
-            page = s.pages[j]
-            self._index[key], self._key[page], self._users[page] = page, key, 1
-            if parent >= 0:
-                self._children[parent] = self._children.get(parent, 0) + 1
+            page = s.pages[s.indexed]
+            self._index[key], self._page_keys[page], self._users[page] = page, key, 1
+            if key[0] >= 0:
+                self._children[key[0]] = self._children.get(key[0], 0) + 1
             s.indexed += 1
 
     def _evict(self) -> bool:
@@ -403,7 +403,7 @@ class PagedBatcher:
         if page is None:
             return False
         del self._idle[page], self._users[page]
-        key = self._key.pop(page)
+        key = self._page_keys.pop(page)
         del self._index[key]
         self._children.pop(page, None)
         if key[0] >= 0:
@@ -413,7 +413,7 @@ class PagedBatcher:
 
     def _forget(self) -> None:
         """Empty the prefix index (the pools are being replaced)."""
-        for table in (self._index, self._key, self._users, self._children, self._idle):
+        for table in (self._index, self._page_keys, self._users, self._children, self._idle):
             table.clear()
 
     def trim(self) -> bool:
@@ -439,7 +439,7 @@ class PagedBatcher:
         """``s``'s pages back: free, or (indexed ones no other sequence holds) idle in the index,
         the last page first (so that an eviction meets the later pages before the earlier)."""
         for page in reversed(s.pages):
-            if page in self._key:
+            if page in self._page_keys:
                 self._users[page] -= 1
                 if not self._users[page]:
                     self._idle[page] = None

@@ -502,6 +502,7 @@ class TokenStream:
         self.prompt, self.max_new_tokens, self.stops = prompt, max_new_tokens, stops
         self.rng, self.params, self.kept = rng, params, kept
         self.ids: list[int] = list(prompt)
+        self.cached = 0  # prompt tokens whose keys and values came from a prefix cache (a paged batch's)
         self.stop_reason: str | None = None
         self.ttft_s = self.prefill_s = 0.0
         self.step_s: list[float] = []

@@ -379,7 +379,7 @@ class Engine:
         first = a.t_first is None
         if first:
             a.t_first = now
-            req.cached_tokens = getattr(state, "cached", 0)
+            req.cached_tokens = state.cached
         a.t_last = now
         req.completion_tokens += 1
         with self._lock:
