@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Thirty-fifth session's GPU work in stages, one or more a call (each bounded by GPU_DEADLINE_S):
+#   verify   with the block defaults of the thirty-fourth session (split 4, K-quant parts, the unrolled
+#            parts loop, float32 norm chunks; no switch exported): every block, tile and RowNormAdd GPU
+#            test (the products.egg gate_exp refactor's first GPU run), then cuda conformance
+#   memcheck compute-sanitizer over the block tests with those defaults (the GeGLU products included)
+#   files    scripts/gpu_issue26.sh over the carried weight parts (the real Gemma 3 file's block step beside
+#            float32 and bf16 and native's text; Whisper on both backends and in float16), then the
+#            models table's rows in GPU_MODELS_ROWS (default gemma3) with the joined files
+# Usage (GPU host): bash scripts/gpu_session35.sh STAGE...   Logs under $OUT.
+set -uo pipefail
+source scripts/gpu_env.sh
+for stage in "$@"; do
+  case $stage in
+    verify)
+      step verify "${GPU_S35_VERIFY_S:-300}" python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
+        tests/backends/test_cuda_mma.py tests/backends/test_row_norm_add.py -q -p no:cacheprovider -n 8
+      grep -E "passed|failed|FAILED" "$OUT/verify.log" | tail -8
+      step conformance 200 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q \
+        -p no:cacheprovider -n 8
+      grep -E "passed|failed|FAILED" "$OUT/conformance.log" | tail -4 ;;
+    memcheck)
+      step memcheck_blocks "${GPU_S35_MEMCHECK_S:-400}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck \
+        --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
+        -q -p no:cacheprovider
+      grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck_blocks.log" | tail -3 ;;
+    files)
+      GPU_ISSUE26_TABLE=${GPU_ISSUE26_TABLE:-1} GPU_MODELS_ROWS=${GPU_MODELS_ROWS:-gemma3} \
+        GPU_MODELS_S=${GPU_MODELS_S:-200} bash scripts/gpu_issue26.sh ;;
+    *) echo "unknown stage $stage (verify, memcheck, files)" ;;
+  esac
+done
