@@ -3,6 +3,7 @@
 
     python benchmarks/gpu_decode.py [SHAPE ...] [--steps N] [--prompt N] [--no-peer] [--sample T,P]
     python benchmarks/gpu_decode.py [SHAPE ...] --prefill N [--no-peer | --peers eager,max-autotune-no-cudagraphs]
+                                    [--peer-all-logits]
     python benchmarks/gpu_decode.py --weights FAMILY[:PATH] [--dtype bfloat16] [--backend cuda] ...
 
 SHAPE: smollm2-135m (default), llama-3.2-1b, qwen3-0.6b, llama-3-8b.  ``--weights`` runs a real
@@ -22,7 +23,9 @@ sampled token; the peers stay greedy).
 after a warm-up, each ``generate(max_new_tokens=1)``: the prefill program and the first token on
 the host) beside PyTorch eager and ``torch.compile(mode="max-autotune-no-cudagraphs")`` in the same
 run, with % of the FLOP floor (2 x parameters x N at the measured bf16 matmul rate) and the
-prefill's launches; writes ``$OUT/gpu_prefill.json``.
+prefill's launches; writes ``$OUT/gpu_prefill.json``.  The peers compute the prompt's greedy first
+token as ours does (the head on the last row only, as transformers' ``generate()``); before
+2026-12-08 they computed every row's logits (``--peer-all-logits``: that form, for comparison).
 """
 
 from __future__ import annotations
@@ -168,7 +171,7 @@ def ours_prefill(name: str, prompt: int, runs: int = 10) -> dict:
                 device_peak_MB=round(device().peak_bytes / 2**20, 1), captures_while_timed=captures)
 
 
-def prefill_main(names: list[str], prompt: int, peers: list[str]) -> None:
+def prefill_main(names: list[str], prompt: int, peers: list[str], all_logits: bool = False) -> None:
     import peer_torch_decode as peer
 
     rate = peer.matmul_rate()
@@ -179,7 +182,7 @@ def prefill_main(names: list[str], prompt: int, peers: list[str]) -> None:
         res = {"lightspeed cuda": ours_prefill(name, prompt)}
         print(name, "lightspeed", res["lightspeed cuda"], flush=True)
         if peers:
-            n_params, got = peer.prefill(name, prompt, peers)
+            n_params, got = peer.prefill(name, prompt, peers, all_logits)
             if "eager" in got:
                 res["torch eager"] = got["eager"]
             if "max-autotune-no-cudagraphs" in got:
@@ -258,7 +261,8 @@ def main() -> None:
     if "--prefill" in args:
         peers = (args[args.index("--peers") + 1].split(",") if "--peers" in args
                  else ["eager", "max-autotune-no-cudagraphs"])
-        prefill_main(names, int(args[args.index("--prefill") + 1]), [] if "--no-peer" in args else peers)
+        prefill_main(names, int(args[args.index("--prefill") + 1]), [] if "--no-peer" in args else peers,
+                     "--peer-all-logits" in args)
         return
     import peer_torch_decode as peer
 
