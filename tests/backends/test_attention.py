@@ -175,6 +175,52 @@ def test_the_kernel_matches_the_chain_with_blocked_keys(backend):
                                    ref(x, dims={"s": 3, "L": L})["out"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("group,head", [(1, 64), (3, 64), (3, 40), (8, 80), (2, 8)])
+def test_a_prompts_positions_share_their_key_loads(backend, group, head):
+    """A prompt's rows attend to the same keys (the queries' position axis reads the keys with
+    stride 0): native's kernel takes several positions an item, loads each key block once for
+    all their rows and scores a block as a vector over its keys (the block transposed).  Against
+    the reference at prompt lengths around the item's tile (1, 7, 8, 9, 17, 40 positions), head
+    sizes that are not a multiple of 16 (40: padded to 8-element chunks; 80: values past the
+    vectors' multiple), one and two rows an item's last pair, keys past a block's end, and masks:
+    causal after a cached prefix, a sliding window, a row with every key blocked and a row whose
+    first keys are blocked (it keeps keys until it sees an open one)."""
+    g = ls.Graph()
+    q = g.input("q", ("s", 2, group, head))
+    kt = g.input("k", (2, head, "L"))
+    v = g.input("v", (2, "L", head))
+    m = g.input("mask", ("s", "L"))
+    g.output("out", softmax_attention(q, kt, v, m))
+    be = get_backend(backend)
+    lprogs = _programs_with(be, g)
+    assert lprogs
+    prog = be.lower(g, lprogs[-1])
+    ref = g.compile(backend="reference")
+    low = np.finfo(np.float32).min
+    rng = np.random.default_rng(group * 100 + head)
+    for s, prefix, window in ((1, 0, None), (7, 5, None), (8, 0, None), (9, 3, 4), (17, 20, None), (40, 1, 13)):
+        L = prefix + s
+        pos = prefix + np.arange(s)[:, None]
+        keys = np.arange(L)[None, :]
+        blocked = keys > pos
+        if window is not None:
+            blocked |= keys <= pos - window
+        mask = np.where(blocked, low, 0.0).astype(np.float32)
+        if s > 2:
+            mask[1] = low  # every key blocked: the row averages its values, as the chain does
+            mask[2, :min(L, 3)] = low  # blocked first keys, then open ones
+        x = {"q": (rng.standard_normal((s, 2, group, head)) * 0.5).astype(np.float32),
+             "k": rng.standard_normal((2, head, L)).astype(np.float32),
+             "v": rng.standard_normal((2, L, head)).astype(np.float32), "mask": mask}
+        dims = {"s": s, "L": L}
+        np.testing.assert_allclose(to_numpy(prog(x, dims=dims)["out"]), ref(x, dims=dims)["out"],
+                                   rtol=1e-5, atol=1e-5, err_msg=f"s={s} L={L}")
+    if backend == "native":  # the tiled, transposed form where an item holds enough rows
+        src = next(spec.source for spec in prog.kernels if "attention" in spec.name)
+        assert ("ls_scores_t16" in src) == (24 // group * group >= 8), src[:200]
+
+
 def test_the_rule_takes_only_the_softmax_chain():
     """A chain whose row maximum is scaled by 2 instead of negated is not a softmax: no
     Attention; softcapped scores (tanh between the product and the softmax) are not matched either

@@ -38,6 +38,13 @@ WARPS = 8  # warps per query row (cuda); the block is (32, WARPS): lane, slice
 GROUP_ROWS = 16  # c: up to this many static query rows of a batch index share one item
 PREFETCH_KEYS = 4  # c: a gathered key's and value's rows are prefetched this many keys ahead
 KEY_BLOCK = 16  # c, the grouped kernel: keys loaded, scored and softmaxed this many at a time
+KEY_GROUP = 4  # c, the grouped kernel: keys whose scores are summed together (prelude ls_scores4)
+# c, the grouped kernel: the query rows an item takes where a batch axis shares the keys (a
+# prompt's positions: TILE_ROWS // m of them), so that a key row is loaded once for them all; from
+# TRANSPOSE_ROWS rows on, a key block is transposed once and each row's scores are one vector over
+# its keys (prelude ls_scores_t16)
+TILE_ROWS = 24
+TRANSPOSE_ROWS = 8
 NINF = "(-ls_inf())"
 # a query row's keys split over a thread-block cluster (sm_90, kind ``attention_cluster``: CLUSTER
 # blocks per row, merged through distributed shared memory): -24% on the 1B decode step at 512
@@ -527,19 +534,57 @@ def attention_kernel(dialect: str, op: LOp, in_dtypes: list[DType]) -> KernelSpe
 def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     """The c dialect's kernel when the query rows of one batch index are few and static (a KV
     head's query group, m <= GROUP_ROWS): an item per batch index walks the keys once, each key's
-    and value's row converted once and used by every query row of the group; each row's sums in
-    the same order as the row kernel's (the rows never depend on each other or on the batch)."""
+    and value's row converted once and used by every query row of the group.  Where a batch axis
+    reads the same keys and values at every index of it (a prompt's positions: :func:`_shared_axis`),
+    an item takes :data:`TILE_ROWS` // m consecutive indexes of it, so a key is loaded once for
+    those rows too, and the block's scores are then a vector over its keys (the block transposed:
+    :func:`transposed_scores`).  Each row's sums are in one order whatever the item holds (the rows
+    never depend on each other, on the batch or on the tiling)."""
     a = op.args
     w = Writer("c")
     batch = list(a["batch"])
     m, n = int(a["m"].value), a["n"]
     hk, hv = _static(a["k"], "key head dim"), _static(a["dv"], "value head dim")
-    w.index_vars |= {"_ls_item", "_ls_l", "_ls_z", "_ls_mi", "_ls_qz"}
+    w.index_vars |= {"_ls_item", "_ls_l", "_ls_z", "_ls_mi", "_ls_qz", "_ls_r", "_ls_t", "_ls_bp"}
     nn = w.expr(n)
+    pa = _shared_axis(a, batch)
+    tile = max(1, TILE_ROWS // m) if pa is not None else 1  # positions (indexes of axis pa) an item takes
+    rows = tile * m  # query rows an item holds at most
     w.push()
+    # the item: the batch index with axis pa in tiles of `tile` (its first index _ls_p0; _ls_np valid)
+    ext = list(batch)
+    if tile > 1:
+        ext[pa] = (batch[pa] + (tile - 1)) // tile
     w.line("long long _ls_rest = _ls_item;")
-    names = batch_offsets(w, a, batch)
-    coords = tuple(sym(x) for x in names) + (sym("_ls_mi"), sym("_ls_l"))
+    names = [f"_ls_b{x}" for x in range(len(batch))]
+    w.line("long long _ls_oq = 0, _ls_ok = 0, _ls_ov = 0;")
+    oq, ok_, ov = (w.expr(a[f]) for f in ("q_offset", "k_offset", "v_offset"))
+    w.line(f"_ls_oq = {oq}; _ls_ok = {ok_}; _ls_ov = {ov};")
+    for x in reversed(range(len(batch))):
+        size = w.expr(ext[x])
+        w.line(f"long long {names[x]} = _ls_rest % {size}; _ls_rest /= {size};")
+        if x == pa and tile > 1:
+            w.line(f"{names[x]} *= {tile};  /* the item's first index of axis {x} */")
+        w.line(f"_ls_oq += {names[x]} * {w.expr(a['q_batch_strides'][x])}; "
+               f"_ls_ok += {names[x]} * {w.expr(a['k_batch_strides'][x])}; "
+               f"_ls_ov += {names[x]} * {w.expr(a['v_batch_strides'][x])};")
+    w.index_vars |= set(names)
+    # the flat batch index of the item's first row, and the rows between two indexes of axis pa
+    flat = " + ".join(f"{names[x]} * {w.expr(prod(batch[x + 1:]))}" for x in range(len(batch))) or "0"
+    w.line(f"const long long _ls_bf = {flat};")
+    if tile > 1:
+        w.line(f"const long long _ls_np = {w.expr(batch[pa])} - {names[pa]} < {tile} ? "
+               f"{w.expr(batch[pa])} - {names[pa]} : {tile};")
+        w.line(f"const long long _ls_pstride = {w.expr(prod(batch[pa + 1:]))};")
+        qsp = w.expr(a["q_batch_strides"][pa])
+    else:
+        w.line("const long long _ls_np = 1, _ls_pstride = 0;")
+        qsp = "0"
+    w.line(f"const int _ls_nr = (int)_ls_np * {m};  /* the item's rows: (index of axis pa, query row) */")
+    # a row's coordinates: _ls_t (its index of axis pa past the item's first), _ls_mi (its query row)
+    row_coords = (f"const int _ls_t = _ls_r / {m}, _ls_mi = _ls_r % {m};"
+                  f" const long long _ls_bp = {names[pa] if pa is not None else '0'} + _ls_t;"
+                  " (void)_ls_bp;")
     qsm, qsk, ksk, ksn, vsn, vsj = (w.expr(a[f]) for f in ("q_stride_m", "q_stride_k", "k_stride_k", "k_stride_n",
                                                             "v_stride_n", "v_stride_j"))
     views = [a["mask_view"], *op.leaf_views]  # the mask, then the bodies' leaves
@@ -547,52 +592,77 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     keys = Operand(w, region, a["k_body"], in_dtypes, "_ls_kz", prod(a["k_shape"]))
     values = Operand(w, region, a["v_body"], in_dtypes, "_ls_vz", prod(a["v_shape"]))
     shape = (*batch, a["m"], n)
+    coords = tuple(sym("_ls_bp") if x == pa else sym(names[x]) for x in range(len(batch))) \
+        + (sym("_ls_mi"), sym("_ls_l"))
     at = Point("_ls_z", sym("_ls_z"), tuple(shape), coords) if tuple(a["mask_view"].shape) == shape else "_ls_z"
     hk8 = -(-hk // 8) * 8  # the rows padded to whole 8-lane vectors (zeros)
-    w.line(f"float _ls_q[{m}][{hk8}], _ls_mx[{m}], _ls_sum[{m}], _ls_acc[{m}][{hv}];")
-    w.line(f"int _ls_open[{m}];  /* the row has seen a key it does not block */")
-    w.line(f"for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
-    w.line(f"  _ls_mx[_ls_mi] = {NINF}; _ls_sum[_ls_mi] = 0.0f; _ls_open[_ls_mi] = 0;")
-    w.line(f"  for (int j = 0; j < {hv}; j++) _ls_acc[_ls_mi][j] = 0.0f;")
-    w.line(f"  for (int c = {hk}; c < {hk8}; c++) _ls_q[_ls_mi][c] = 0.0f;")
+    w.line(f"float _ls_q[{rows}][{hk8}], _ls_mx[{rows}], _ls_sum[{rows}], _ls_acc[{rows}][{hv}];")
+    w.line(f"int _ls_open[{rows}];  /* the row has seen a key it does not block */")
+    w.line("for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r++) {")
+    w.line(f"  {row_coords}")
+    w.line(f"  _ls_mx[_ls_r] = {NINF}; _ls_sum[_ls_r] = 0.0f; _ls_open[_ls_r] = 0;")
+    w.line(f"  for (int j = 0; j < {hv}; j++) _ls_acc[_ls_r][j] = 0.0f;")
+    w.line(f"  for (int c = {hk}; c < {hk8}; c++) _ls_q[_ls_r][c] = 0.0f;")
     w.line(f"  for (int c = 0; c < {hk}; c++) {{")
 
     def query() -> str:
-        w.line(f"const long long _ls_qz = _ls_oq + _ls_mi * {qsm} + c * {qsk};")
+        w.line(f"const long long _ls_qz = _ls_oq + _ls_t * {qsp} + _ls_mi * {qsm} + c * {qsk};")
         return region.value(a["q_body"], "_ls_qz")
     qv = nested(w, "    ", query)
-    w.line(f"    _ls_q[_ls_mi][c] = (float){qv};")
+    w.line(f"    _ls_q[_ls_r][c] = (float){qv};")
     w.line("  }")
     w.line("}")
     kb = KEY_BLOCK
+    transposed = rows >= TRANSPOSE_ROWS
     w.index_vars |= {"_ls_l0", "_ls_b"}
     w.line(f"float _ls_kb[{kb}][{hk8}], _ls_vb[{kb}][{hv}];")
-    w.line(f"for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) for (int c = {hk}; c < {hk8}; c++) _ls_kb[_ls_b][c] = 0.0f;")
+    if transposed:
+        w.line(f"float _ls_kt[{hk8}][{kb}];  /* the block's keys transposed: a key a lane */")
+    # zeros: the padding past hk, and the rows of keys a block skips (scored with the others, then dropped)
+    w.line(f"for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) for (int c = 0; c < {hk8}; c++) _ls_kb[_ls_b][c] = 0.0f;")
     # keys in blocks of KEY_BLOCK (from key 0, whatever the batch: a row's sums in one order): the
     # block's rows loaded, then per query row its scores, one rescale of the running sums by the
     # block's maximum, the block's weights (a vector of exp2) and their weighted values
     w.line(f"for (long long _ls_l0 = 0; _ls_l0 < {nn}; _ls_l0 += {kb}) {{")
-    w.line(f"  float _ls_mk[{kb}][{m}]; int _ls_kept[{kb}], _ls_any = 0;")
+    w.line(f"  float _ls_mk[{rows}][{kb}]; int _ls_kept[{kb}], _ls_any = 0;")
+    # the rows' mask values of the block's keys first, a row at a time (a run of keys: vector
+    # loads where the mask is laid out so): a key that every row blocks after that row saw a key it
+    # does not block (a prompt's future keys) is skipped without being loaded.  Exact: blocked
+    # means the mask's dtype's lowest value (-3.4e38 for float32 and bfloat16; the models' masks),
+    # so the online step would give it the weight 0 and the scale 1 (its score far below the row's
+    # maximum); a row that has seen no open key yet keeps every key (its result stays what it was
+    # when all its keys are blocked)
+    low = blocked_value(in_dtypes[0])
+    w.line(f"  const int _ls_nb = {nn} - _ls_l0 < {kb} ? (int)({nn} - _ls_l0) : {kb};  /* the block's keys */")
+    w.line("  int _ls_allopen = 1;")
+    w.line("  for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r++) {")
+    w.line(f"    {row_coords}")
+    w.line("    _ls_allopen &= _ls_open[_ls_r];")
+    w.line(f"    const long long _ls_zr = ((_ls_bf + _ls_t * _ls_pstride) * {m} + _ls_mi) * {nn} + _ls_l0;")
+    w.line("    for (int _ls_b = 0; _ls_b < _ls_nb; _ls_b++) {")
+    w.line("      const long long _ls_l = _ls_l0 + _ls_b, _ls_z = _ls_zr + _ls_b;")
+    mval = nested(w, "      ", lambda: region.leaf(0, at))
+    w.line(f"      _ls_mk[_ls_r][_ls_b] = (float){mval};")
+    w.line("    }")
+    w.line("  }")
+    w.line(f"  for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) _ls_kept[_ls_b] = 0;")
+    w.line("  if (_ls_allopen) {  /* every row has seen an open key: a key is kept where a row opens it */")
+    w.line("    for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r++)")
+    w.line(f"      for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) "
+           f"_ls_kept[_ls_b] |= _ls_b < _ls_nb && _ls_mk[_ls_r][_ls_b] > {low};")
+    w.line("  } else {  /* each row's keys in order: a row that has seen no open key keeps them */")
+    w.line("    for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r++)")
+    w.line("      for (int _ls_b = 0; _ls_b < _ls_nb; _ls_b++) {")
+    w.line(f"        const int _ls_blocked = _ls_mk[_ls_r][_ls_b] <= {low};")
+    w.line("        _ls_kept[_ls_b] |= !_ls_blocked || !_ls_open[_ls_r];")
+    w.line("        _ls_open[_ls_r] |= !_ls_blocked;")
+    w.line("      }")
+    w.line("  }")
+    w.line(f"  for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) _ls_any |= _ls_kept[_ls_b];")
     w.line(f"  for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) {{")
     w.line("  const long long _ls_l = _ls_l0 + _ls_b;")
-    # the group's mask values of this key first: a key that every row blocks after that row saw
-    # a key it does not block (a prompt's future keys) is skipped without being loaded.  Exact:
-    # blocked means the mask's dtype's lowest value (-3.4e38 for float32 and bfloat16; the models'
-    # masks), so the online step would give it the weight 0 and the scale 1 (its score far below
-    # the row's maximum); a row that has seen no open key yet keeps every key (its result stays
-    # what it was when all its keys are blocked)
-    w.line("  int _ls_keep = 0;")
-    w.line(f"  if (_ls_l < {nn}) for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
-    w.line(f"    const long long _ls_z = (_ls_item * {m} + _ls_mi) * {nn} + _ls_l;")
-    mval = nested(w, "    ", lambda: region.leaf(0, at))
-    w.line(f"    _ls_mk[_ls_b][_ls_mi] = (float){mval};")
-    w.line(f"    const int _ls_blocked = _ls_mk[_ls_b][_ls_mi] <= {blocked_value(in_dtypes[0])};")
-    w.line("    _ls_keep |= !_ls_blocked || !_ls_open[_ls_mi];")
-    w.line("    _ls_open[_ls_mi] |= !_ls_blocked;")
-    w.line("  }")
-    w.line("  _ls_kept[_ls_b] = _ls_keep; _ls_any |= _ls_keep;")
     # a skipped key's value row is zeros (its weight is 0; an unset row could hold a NaN)
-    w.line(f"  if (!_ls_keep) {{ for (int j = 0; j < {hv}; j++) _ls_vb[_ls_b][j] = 0.0f; continue; }}")
+    w.line(f"  if (!_ls_kept[_ls_b]) {{ for (int j = 0; j < {hv}; j++) _ls_vb[_ls_b][j] = 0.0f; continue; }}")
     ahead_k = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {ksn}")
     ahead_v = (f"_ls_l + {PREFETCH_KEYS} < {nn}", f"{PREFETCH_KEYS} * {vsn}")
     # the values gathered through the keys' index at the same offsets (a paged step's two pools,
@@ -627,45 +697,67 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
                    lambda v: f"_ls_vb[_ls_b][j] = {v};")
     w.line("  }")
     w.line("  if (!_ls_any) continue;")
-    w.line(f"  for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++) {{")
-    w.line(f"    float _ls_x[{kb}], _ls_p[{kb}], _ls_bm = {NINF};")
-    w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) {{")
-    w.line(f"      if (!_ls_kept[_ls_b]) {{ _ls_x[_ls_b] = {NINF}; continue; }}")
-    # 8 independent partial sums (one vector register; the same order for every row and batch)
-    w.line("      float _ls_part[8] = {0};")
-    w.line(f"      for (int c = 0; c < {hk8}; c += 8)")
-    w.line("        for (int u = 0; u < 8; u++) _ls_part[u] += _ls_q[_ls_mi][c + u] * _ls_kb[_ls_b][c + u];")
-    w.line("      const float _ls_s = (((_ls_part[0] + _ls_part[1]) + (_ls_part[2] + _ls_part[3])) + "
-           "((_ls_part[4] + _ls_part[5]) + (_ls_part[6] + _ls_part[7]))) + _ls_mk[_ls_b][_ls_mi];")
-    w.line("      _ls_x[_ls_b] = _ls_s;")
-    w.line("      _ls_bm = _ls_s > _ls_bm ? _ls_s : _ls_bm;")
-    w.line("    }")
+    if transposed:
+        w.line(f"  for (int c = 0; c < {hk8}; c++) for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) "
+               "_ls_kt[c][_ls_b] = _ls_kb[_ls_b][c];")
+    w.line(f"  float _ls_pr[{rows + 1}][{kb}], _ls_scr[{rows + 1}];  /* the rows' weights and rescales (+ a spare) */")
+    w.line("  for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r++) {")
+    w.line(f"    float _ls_x[{kb}];")
+    w.line("    float* _ls_p = _ls_pr[_ls_r];")
+    # each key's score as 8 partial sums over the 8-element chunks of the head, in order, then
+    # ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)): the same sums for every row, batch and tiling
+    if transposed:  # a vector over the block's keys (8 of them, one a partial sum)
+        w.line(f"    ls_scores_t{kb}(_ls_q[_ls_r], &_ls_kt[0][0], {hk8}, _ls_x);")
+    else:  # KEY_GROUP keys' sums at a time: their chains in flight together
+        w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b += {KEY_GROUP})")
+        w.line(f"      ls_scores{KEY_GROUP}(_ls_q[_ls_r], &_ls_kb[_ls_b][0], {hk8}, {hk8}, _ls_x + _ls_b);")
+    # plus the mask; a skipped key's -inf (a vector select), the block's maximum as a tree
+    w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) "
+           f"_ls_x[_ls_b] = _ls_kept[_ls_b] ? _ls_x[_ls_b] + _ls_mk[_ls_r][_ls_b] : {NINF};")
+    w.line(f"    const float _ls_bm = ls_max{kb}(_ls_x);")
     # the online softmax step once per block: a new maximum rescales what was summed (exactly 1
     # when it stays), each key gets its weight (0 for a skipped key or a score of -inf)
-    w.line("    const float _ls_om = _ls_mx[_ls_mi], _ls_nm = _ls_bm > _ls_om ? _ls_bm : _ls_om;")
+    w.line("    const float _ls_om = _ls_mx[_ls_r], _ls_nm = _ls_bm > _ls_om ? _ls_bm : _ls_om;")
     w.line("    const float _ls_sc = _ls_nm == _ls_om ? 1.0f : ls_exp2f(_ls_om - _ls_nm);")
     w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) "
            f"_ls_p[_ls_b] = _ls_x[_ls_b] == {NINF} ? 0.0f : ls_exp2f(_ls_x[_ls_b] - _ls_nm);")
-    w.line("    float _ls_ps = 0.0f;")
-    w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) _ls_ps += _ls_p[_ls_b];")
-    w.line("    _ls_sum[_ls_mi] = _ls_sum[_ls_mi] * _ls_sc + _ls_ps;")
-    w.line("    _ls_mx[_ls_mi] = _ls_nm;")
-    w.line("    float* _ls_ar = _ls_acc[_ls_mi];")
-    w.line(f"    for (int j = 0; j < {hv}; j++) {{")
-    w.line("      float _ls_a = _ls_ar[j] * _ls_sc;")
-    w.line(f"      for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) _ls_a += _ls_p[_ls_b] * _ls_vb[_ls_b][j];")
-    w.line("      _ls_ar[j] = _ls_a;")
-    w.line("    }")
+    w.line(f"    const float _ls_ps = ls_sum{kb}(_ls_p);  /* a tree: (b + (b + 8)), then 4 apart, ... */")
+    w.line("    _ls_sum[_ls_r] = _ls_sum[_ls_r] * _ls_sc + _ls_ps;")
+    w.line("    _ls_mx[_ls_r] = _ls_nm;")
+    w.line("    _ls_scr[_ls_r] = _ls_sc;")
+    w.line("  }")
+    # the weighted values, two rows at a time (their sums independent chains in flight together):
+    # acc * scale, then + p[b] * v[b] for the block's keys in order (fused)
+    w.line(f"  float _ls_spare[{hv}];")
+    w.line("  for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r += 2) {")
+    w.line("    const int _ls_two = _ls_r + 1 < _ls_nr;")
+    w.line(f"    if (!_ls_two) {{ _ls_scr[_ls_r + 1] = 0.0f; for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) "
+           "_ls_pr[_ls_r + 1][_ls_b] = 0.0f; }")
+    w.line(f"    ls_pv{kb}x2(_ls_acc[_ls_r], _ls_two ? _ls_acc[_ls_r + 1] : _ls_spare, _ls_pr[_ls_r], "
+           f"_ls_pr[_ls_r + 1], _ls_scr[_ls_r], _ls_scr[_ls_r + 1], &_ls_vb[0][0], {hv});")
     w.line("  }")
     w.line("}")
-    w.line(f"for (int _ls_mi = 0; _ls_mi < {m}; _ls_mi++)")
-    w.line(f"  for (int j = 0; j < {hv}; j++) out[(_ls_item * {m} + _ls_mi) * {hv} + j] = "
-           f"{store(op.dtype, '_ls_acc[_ls_mi][j] / _ls_sum[_ls_mi]')};")
+    w.line("for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r++) {")
+    w.line(f"  {row_coords}")
+    w.line(f"  for (int j = 0; j < {hv}; j++) out[((_ls_bf + _ls_t * _ls_pstride) * {m} + _ls_mi) * {hv} + j] = "
+           f"{store(op.dtype, '_ls_acc[_ls_r][j] / _ls_sum[_ls_r]')};")
+    w.line("}")
     body = w.pop()
     bufs = [("out", storage_type(op.dtype), True, "out")] + [
         (f"in{k}", storage_type(d), False, k) for k, d in enumerate(in_dtypes)]
-    count = prod(batch) if batch else const(1)
-    return finish(w, "c", "attention", bufs, count, body, "attention", item_cost=n * m * (hk + hv) + const(1))
+    count = prod(ext) if ext else const(1)
+    return finish(w, "c", "attention", bufs, count, body, "attention",
+                  item_cost=n * rows * (hk + hv) + const(1))
+
+
+def _shared_axis(a: dict, batch: list[Expr]) -> int | None:
+    """A batch axis whose every index reads the same keys and values (their strides along it 0: a
+    prompt's positions, each attending to the same cache) and that has more than one index (or a
+    symbolic count), the outermost such; None when there is none."""
+    for x, size in enumerate(batch):
+        if a["k_batch_strides"][x] == 0 and a["v_batch_strides"][x] == 0 and (size.free_vars() or int(size.value) > 1):
+            return x
+    return None
 
 
 def _attention(op: LOp, in_dtypes: list[DType], dialect: str) -> list[KernelSpec]:

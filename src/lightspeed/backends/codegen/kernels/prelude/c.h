@@ -38,6 +38,32 @@ static LS_INLINE float ls_exp2f(float x) {
 }
 typedef float ls_v8 __attribute__((vector_size(32)));  /* GCC/clang vector extension */
 static LS_INLINE ls_v8 ls_ld8(const float* p) { ls_v8 v; memcpy(&v, p, 32); return v; }
+/* The attention kernel's scores (kernels/attention.py, the grouped kernel): keys kb, kb + stride, ...
+   (float rows) dotted with q over n elements (a multiple of 8), each as 8 partial sums in order over
+   the 8-element chunks (one fused multiply-add each), then ((p0 + p1) + (p2 + p3)) + ((p4 + p5) +
+   (p6 + p7)): one key's loop, bit for bit, with several keys' chains in flight together. */
+static LS_INLINE float ls_sum8(ls_v8 v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+static LS_INLINE void ls_scores4(const float* q, const float* kb, int n, int stride, float* out) {
+  ls_v8 p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0};
+  for (int c = 0; c < n; c += 8) {
+    const ls_v8 qv = ls_ld8(q + c);
+    p0 += qv * ls_ld8(kb + c); p1 += qv * ls_ld8(kb + stride + c);
+    p2 += qv * ls_ld8(kb + 2 * stride + c); p3 += qv * ls_ld8(kb + 3 * stride + c);
+  }
+  out[0] = ls_sum8(p0); out[1] = ls_sum8(p1); out[2] = ls_sum8(p2); out[3] = ls_sum8(p3);
+}
+static LS_INLINE void ls_scores8(const float* q, const float* kb, int n, int stride, float* out) {
+  ls_v8 p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0}, p4 = {0}, p5 = {0}, p6 = {0}, p7 = {0};
+  for (int c = 0; c < n; c += 8) {
+    const ls_v8 qv = ls_ld8(q + c);
+    p0 += qv * ls_ld8(kb + c); p1 += qv * ls_ld8(kb + stride + c);
+    p2 += qv * ls_ld8(kb + 2 * stride + c); p3 += qv * ls_ld8(kb + 3 * stride + c);
+    p4 += qv * ls_ld8(kb + 4 * stride + c); p5 += qv * ls_ld8(kb + 5 * stride + c);
+    p6 += qv * ls_ld8(kb + 6 * stride + c); p7 += qv * ls_ld8(kb + 7 * stride + c);
+  }
+  out[0] = ls_sum8(p0); out[1] = ls_sum8(p1); out[2] = ls_sum8(p2); out[3] = ls_sum8(p3);
+  out[4] = ls_sum8(p4); out[5] = ls_sum8(p5); out[6] = ls_sum8(p6); out[7] = ls_sum8(p7);
+}
 typedef unsigned short ls_u16x8 __attribute__((vector_size(16)));
 typedef unsigned int ls_u32x8 __attribute__((vector_size(32)));
 typedef _Float16 ls_h16x8 __attribute__((vector_size(16)));
@@ -100,6 +126,65 @@ static LS_INLINE ls_vw ls_vset(float x) {
   return r;
 }
 #endif
+/* The attention kernel's scores of a transposed key block kt [n][16] (16 keys, a key a lane; n a
+   multiple of 8) against q [n]: lane b of the partial sums P_u = sum over the chunks i of
+   q[8i + u] * kt[8i + u][b], in order, fused, then ((P0 + P1) + (P2 + P3)) + ((P4 + P5) + (P6 + P7)):
+   ls_scores4's arithmetic, key by key, bit for bit, a vector of keys at a time. */
+#define LS_KT_FMA(u) p##u = ls_vfma(ls_vset(q[c + (u)]), ls_ldw(k + (u) * 16), p##u);
+static LS_INLINE ls_vw ls_ldw(const float* p) { ls_vw v; memcpy(&v, p, sizeof(ls_vw)); return v; }
+static LS_INLINE void ls_scores_t16(const float* restrict q, const float* restrict kt, int n, float* restrict out) {
+  for (int h = 0; h < 16; h += LS_VW) {
+    ls_vw p0 = ls_vset(0.0f), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0, p6 = p0, p7 = p0;
+    for (int c = 0; c < n; c += 8) {
+      const float* k = kt + c * 16 + h;
+      LS_KT_FMA(0) LS_KT_FMA(1) LS_KT_FMA(2) LS_KT_FMA(3) LS_KT_FMA(4) LS_KT_FMA(5) LS_KT_FMA(6) LS_KT_FMA(7)
+    }
+    const ls_vw s = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7));
+    memcpy(out + h, &s, sizeof(ls_vw));
+  }
+}
+/* The attention kernel's maximum and sum of a key block's 16 values, as trees (x[i] with x[i + 8],
+   then 4 apart, 2, 1): a few vector steps instead of a chain of 16 dependent ones. */
+static LS_INLINE float ls_max16(const float* restrict x) {
+  float a[8], b[4];
+  for (int i = 0; i < 8; i++) a[i] = x[i] > x[i + 8] ? x[i] : x[i + 8];
+  for (int i = 0; i < 4; i++) b[i] = a[i] > a[i + 4] ? a[i] : a[i + 4];
+  const float c0 = b[0] > b[2] ? b[0] : b[2], c1 = b[1] > b[3] ? b[1] : b[3];
+  return c0 > c1 ? c0 : c1;
+}
+static LS_INLINE float ls_sum16(const float* restrict x) {
+  float a[8], b[4];
+  for (int i = 0; i < 8; i++) a[i] = x[i] + x[i + 8];
+  for (int i = 0; i < 4; i++) b[i] = a[i] + a[i + 4];
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+/* The attention kernel's weighted values of a key block for two rows: a0 = a0 * s0 + the sum over the
+   16 keys b, in order, of p0[b] * vb[b] (fused; vb [16][hv]), a1 likewise: the rows' LS_NV vectors
+   of columns each, 2 x LS_NV independent chains in flight; columns past the vectors' multiple one
+   at a time, with the same operations. */
+#define LS_PV_INIT(v) ls_vw c0##v, c1##v; memcpy(&c0##v, a0 + j + (v) * LS_VW, sizeof(ls_vw)); \
+  memcpy(&c1##v, a1 + j + (v) * LS_VW, sizeof(ls_vw)); c0##v = c0##v * ls_vset(s0); c1##v = c1##v * ls_vset(s1);
+#define LS_PV_FMA(v) { ls_vw x; memcpy(&x, vb + b * hv + j + (v) * LS_VW, sizeof(ls_vw)); \
+  c0##v = ls_vfma(w0, x, c0##v); c1##v = ls_vfma(w1, x, c1##v); }
+#define LS_PV_STORE(v) memcpy(a0 + j + (v) * LS_VW, &c0##v, sizeof(ls_vw)); memcpy(a1 + j + (v) * LS_VW, &c1##v, sizeof(ls_vw));
+static LS_INLINE void ls_pv16x2(float* restrict a0, float* restrict a1, const float* restrict p0,
+                                const float* restrict p1, const float s0, const float s1,
+                                const float* restrict vb, const int hv) {
+  int j = 0;
+  for (; j + LS_VW * LS_NV <= hv; j += LS_VW * LS_NV) {
+    LS_EACH_V(LS_PV_INIT)
+    for (int b = 0; b < 16; b++) {
+      const ls_vw w0 = ls_vset(p0[b]), w1 = ls_vset(p1[b]);
+      LS_EACH_V(LS_PV_FMA)
+    }
+    LS_EACH_V(LS_PV_STORE)
+  }
+  for (; j < hv; j++) {
+    float c0 = a0[j] * s0, c1 = a1[j] * s1;
+    for (int b = 0; b < 16; b++) { c0 = __builtin_fmaf(p0[b], vb[b * hv + j], c0); c1 = __builtin_fmaf(p1[b], vb[b * hv + j], c1); }
+    a0[j] = c0; a1[j] = c1;
+  }
+}
 #define LS_MR 4
 #define LS_TILE_LOAD(v) ls_vw b##v; memcpy(&b##v, rb + (v) * LS_VW, sizeof(ls_vw));
 #define LS_TILE_FMA(v) c[r][v] = ls_vfma(av, b##v, c[r][v]);
