@@ -7,6 +7,9 @@
 #   files    scripts/gpu_issue26.sh over the carried weight parts (the real Gemma 3 file's block step beside
 #            float32 and bf16 and native's text; Whisper on both backends and in float16), then the
 #            models table's rows in GPU_MODELS_ROWS (default gemma3) with the joined files
+#   prefill  the 1B's 512-token TTFT beside eager and torch.compile max-autotune computing the same first
+#            token (the head on the last row: the peer's fair form since this session); with
+#            GPU_S35_ALL_LOGITS=1 again beside the peer's old every-row form
 # Usage (GPU host): bash scripts/gpu_session35.sh STAGE...   Logs under $OUT.
 set -uo pipefail
 source scripts/gpu_env.sh
@@ -27,6 +30,13 @@ for stage in "$@"; do
     files)
       GPU_ISSUE26_TABLE=${GPU_ISSUE26_TABLE:-1} GPU_MODELS_ROWS=${GPU_MODELS_ROWS:-gemma3} \
         GPU_MODELS_S=${GPU_MODELS_S:-200} bash scripts/gpu_issue26.sh ;;
-    *) echo "unknown stage $stage (verify, memcheck, files)" ;;
+    prefill)
+      step prefill 300 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
+      sed -n '/^shape/,$p' "$OUT/prefill.log"
+      if [ "${GPU_S35_ALL_LOGITS:-0}" = 1 ]; then
+        step prefill_all 240 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --peer-all-logits
+        sed -n '/^shape/,$p' "$OUT/prefill_all.log"
+      fi ;;
+    *) echo "unknown stage $stage (verify, memcheck, files, prefill)" ;;
   esac
 done
