@@ -16,16 +16,19 @@ source scripts/gpu_env.sh
 for stage in "$@"; do
   case $stage in
     verify)
-      step verify "${GPU_S35_VERIFY_S:-300}" python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
-        tests/backends/test_cuda_mma.py tests/backends/test_row_norm_add.py -q -p no:cacheprovider -n 8
+      step verify "${GPU_S35_VERIFY_S:-200}" python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
+        tests/backends/test_row_norm_add.py -q -p no:cacheprovider -n 8
       grep -E "passed|failed|FAILED" "$OUT/verify.log" | tail -8
-      step conformance 200 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q \
+      step verify_tiles 90 python3 -m pytest -o addopts="" tests/backends/test_cuda_mma.py -k "GeGLU or gelu or geglu" \
+        -q -p no:cacheprovider -n 8
+      grep -E "passed|failed|FAILED" "$OUT/verify_tiles.log" | tail -4
+      step conformance 150 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q \
         -p no:cacheprovider -n 8
       grep -E "passed|failed|FAILED" "$OUT/conformance.log" | tail -4 ;;
     memcheck)
-      step memcheck_blocks "${GPU_S35_MEMCHECK_S:-400}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck \
+      step memcheck_blocks "${GPU_S35_MEMCHECK_S:-300}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck \
         --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
-        -q -p no:cacheprovider
+        -k "${GPU_S35_MEMCHECK_K:-test_block_products_match_float64 or test_norm_products_over_blocks_match_float64 or kquant_parts_and_unrolled or gemma_decode_layer or exactly}" -q -p no:cacheprovider
       grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck_blocks.log" | tail -3 ;;
     files)
       GPU_ISSUE26_TABLE=${GPU_ISSUE26_TABLE:-1} GPU_MODELS_ROWS=${GPU_MODELS_ROWS:-gemma3} \
