@@ -644,12 +644,12 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     mval = nested(w, "      ", lambda: region.leaf(0, at))
     w.line(f"      _ls_mk[_ls_r][_ls_b] = (float){mval};")
     w.line("    }")
+    w.line(f"    for (int _ls_b = _ls_nb; _ls_b < {kb}; _ls_b++) _ls_mk[_ls_r][_ls_b] = {low};  /* past the keys */")
     w.line("  }")
     w.line(f"  for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) _ls_kept[_ls_b] = 0;")
     w.line("  if (_ls_allopen) {  /* every row has seen an open key: a key is kept where a row opens it */")
     w.line("    for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r++)")
-    w.line(f"      for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) "
-           f"_ls_kept[_ls_b] |= _ls_b < _ls_nb && _ls_mk[_ls_r][_ls_b] > {low};")
+    w.line(f"      for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) _ls_kept[_ls_b] |= _ls_mk[_ls_r][_ls_b] > {low};")
     w.line("  } else {  /* each row's keys in order: a row that has seen no open key keeps them */")
     w.line("    for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r++)")
     w.line("      for (int _ls_b = 0; _ls_b < _ls_nb; _ls_b++) {")
@@ -659,6 +659,7 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("      }")
     w.line("  }")
     w.line(f"  for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) _ls_any |= _ls_kept[_ls_b];")
+    w.line("  if (!_ls_any) continue;  /* a block every row skips: nothing loaded */")
     w.line(f"  for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) {{")
     w.line("  const long long _ls_l = _ls_l0 + _ls_b;")
     # a skipped key's value row is zeros (its weight is 0; an unset row could hold a NaN)
@@ -696,18 +697,22 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         values.use(f"for (int j = 0; j < {hv}; j++)", f"_ls_ov + _ls_l * {vsn} + j * {vsj}",
                    lambda v: f"_ls_vb[_ls_b][j] = {v};")
     w.line("  }")
-    w.line("  if (!_ls_any) continue;")
     if transposed:
         w.line(f"  for (int c = 0; c < {hk8}; c++) for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) "
                "_ls_kt[c][_ls_b] = _ls_kb[_ls_b][c];")
     w.line(f"  float _ls_pr[{rows + 1}][{kb}], _ls_scr[{rows + 1}];  /* the rows' weights and rescales (+ a spare) */")
+    # each key's score as 8 partial sums over the 8-element chunks of the head, in order, then
+    # ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)): the same sums for every row, batch and tiling
+    if transposed:  # a vector over the block's keys (8 of them, one a partial sum), two rows at a time
+        w.line(f"  float _ls_xr[{rows + 1}][{kb}];")
+        w.line("  for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r += 2)")
+        w.line(f"    ls_scores_t{kb}x2(_ls_q[_ls_r], _ls_q[_ls_r + 1 < _ls_nr ? _ls_r + 1 : _ls_r], &_ls_kt[0][0], "
+               f"{hk8}, _ls_xr[_ls_r], _ls_xr[_ls_r + 1]);")
     w.line("  for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r++) {")
     w.line(f"    float _ls_x[{kb}];")
     w.line("    float* _ls_p = _ls_pr[_ls_r];")
-    # each key's score as 8 partial sums over the 8-element chunks of the head, in order, then
-    # ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)): the same sums for every row, batch and tiling
-    if transposed:  # a vector over the block's keys (8 of them, one a partial sum)
-        w.line(f"    ls_scores_t{kb}(_ls_q[_ls_r], &_ls_kt[0][0], {hk8}, _ls_x);")
+    if transposed:
+        w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) _ls_x[_ls_b] = _ls_xr[_ls_r][_ls_b];")
     else:  # KEY_GROUP keys' sums at a time: their chains in flight together
         w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b += {KEY_GROUP})")
         w.line(f"      ls_scores{KEY_GROUP}(_ls_q[_ls_r], &_ls_kb[_ls_b][0], {hk8}, {hk8}, _ls_x + _ls_b);")

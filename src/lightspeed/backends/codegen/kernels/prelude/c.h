@@ -143,6 +143,25 @@ static LS_INLINE void ls_scores_t16(const float* restrict q, const float* restri
     memcpy(out + h, &s, sizeof(ls_vw));
   }
 }
+/* ls_scores_t16 for two query rows at once: each load of the block's keys serves both rows' sums
+   (16 independent chains), each row's lanes the same operations as ls_scores_t16's. */
+#define LS_KT_FMA2(u) { const ls_vw k##u = ls_ldw(k + (u) * 16); \
+  p##u = ls_vfma(ls_vset(q[c + (u)]), k##u, p##u); r##u = ls_vfma(ls_vset(q1[c + (u)]), k##u, r##u); }
+static LS_INLINE void ls_scores_t16x2(const float* restrict q, const float* restrict q1, const float* restrict kt,
+                                      int n, float* restrict out, float* restrict out1) {
+  for (int h = 0; h < 16; h += LS_VW) {
+    ls_vw p0 = ls_vset(0.0f), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0, p6 = p0, p7 = p0;
+    ls_vw r0 = p0, r1 = p0, r2 = p0, r3 = p0, r4 = p0, r5 = p0, r6 = p0, r7 = p0;
+    for (int c = 0; c < n; c += 8) {
+      const float* k = kt + c * 16 + h;
+      LS_KT_FMA2(0) LS_KT_FMA2(1) LS_KT_FMA2(2) LS_KT_FMA2(3) LS_KT_FMA2(4) LS_KT_FMA2(5) LS_KT_FMA2(6) LS_KT_FMA2(7)
+    }
+    const ls_vw s = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7));
+    const ls_vw s1 = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7));
+    memcpy(out + h, &s, sizeof(ls_vw));
+    memcpy(out1 + h, &s1, sizeof(ls_vw));
+  }
+}
 /* The attention kernel's maximum and sum of a key block's 16 values, as trees (x[i] with x[i + 8],
    then 4 apart, 2, 1): a few vector steps instead of a chain of 16 dependent ones. */
 static LS_INLINE float ls_max16(const float* restrict x) {
