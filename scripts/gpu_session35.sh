@@ -8,7 +8,8 @@
 #            float32 and bf16 and native's text; Whisper on both backends and in float16), then the
 #            models table's rows in GPU_MODELS_ROWS (default gemma3) with the joined files
 #   prefill  the 1B's 512-token TTFT beside eager and torch.compile max-autotune computing the same first
-#            token (the head on the last row: the peer's fair form since this session); with
+#            token (the head on the last row: the peer's fair form since this session), the stacked
+#            candidates offered (LIGHTSPEED_CUDA_STACKED=1: stacked-glu is new) and their times logged; with
 #            GPU_S35_ALL_LOGITS=1 again beside the peer's old every-row form
 # Usage (GPU host): bash scripts/gpu_session35.sh STAGE...   Logs under $OUT.
 set -uo pipefail
@@ -34,8 +35,10 @@ for stage in "$@"; do
       GPU_ISSUE26_TABLE=${GPU_ISSUE26_TABLE:-1} GPU_MODELS_ROWS=${GPU_MODELS_ROWS:-gemma3} \
         GPU_MODELS_S=${GPU_MODELS_S:-200} bash scripts/gpu_issue26.sh ;;
     prefill)
-      step prefill 300 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512
-      sed -n '/^shape/,$p' "$OUT/prefill.log"
+      # (the stacked candidates offered and timed: stacked-glu, gate and up alone, is new this session)
+      LIGHTSPEED_CUDA_STACKED=1 LIGHTSPEED_LOG=search step prefill 300 python3 benchmarks/gpu_decode.py \
+        llama-3.2-1b --prefill 512
+      sed -n '/^shape/,$p' "$OUT/prefill.log"; grep -iE "stacked|winner" "$OUT/prefill.log" | head -12
       if [ "${GPU_S35_ALL_LOGITS:-0}" = 1 ]; then
         step prefill_all 240 python3 benchmarks/gpu_decode.py llama-3.2-1b --prefill 512 --peer-all-logits
         sed -n '/^shape/,$p' "$OUT/prefill_all.log"
