@@ -538,7 +538,7 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     reads the same keys and values at every index of it (a prompt's positions: :func:`_shared_axis`),
     an item takes :data:`TILE_ROWS` // m consecutive indexes of it, so a key is loaded once for
     those rows too, and the block's scores are then a vector over its keys (the block transposed:
-    :func:`transposed_scores`).  Each row's sums are in one order whatever the item holds (the rows
+    prelude ``ls_scores_t16x2``).  Each row's sums are in one order whatever the item holds (the rows
     never depend on each other, on the batch or on the tiling)."""
     a = op.args
     w = Writer("c")
@@ -551,7 +551,8 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     tile = max(1, TILE_ROWS // m) if pa is not None else 1  # positions (indexes of axis pa) an item takes
     rows = tile * m  # query rows an item holds at most
     w.push()
-    # the item: the batch index with axis pa in tiles of `tile` (its first index _ls_p0; _ls_np valid)
+    # the item: the batch index with axis pa in tiles of `tile` (its first index of pa in _ls_b<pa>,
+    # _ls_np of the tile's indexes valid)
     ext = list(batch)
     if tile > 1:
         ext[pa] = (batch[pa] + (tile - 1)) // tile
