@@ -17,15 +17,15 @@ source scripts/gpu_env.sh
 for stage in "$@"; do
   case $stage in
     verify)
+      step conformance 150 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q \
+        -p no:cacheprovider -n 8
+      grep -E "passed|failed|FAILED" "$OUT/conformance.log" | tail -4
       step verify "${GPU_S35_VERIFY_S:-200}" python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
         tests/backends/test_row_norm_add.py -q -p no:cacheprovider -n 8
       grep -E "passed|failed|FAILED" "$OUT/verify.log" | tail -8
-      step verify_tiles 90 python3 -m pytest -o addopts="" tests/backends/test_cuda_mma.py -k "GeGLU or gelu or geglu" \
-        -q -p no:cacheprovider -n 8
-      grep -E "passed|failed|FAILED" "$OUT/verify_tiles.log" | tail -4
-      step conformance 150 python3 -m pytest -o addopts="" tests/backends/test_conformance.py -k cuda -q \
-        -p no:cacheprovider -n 8
-      grep -E "passed|failed|FAILED" "$OUT/conformance.log" | tail -4 ;;
+      step verify_tiles 90 python3 -m pytest -o addopts="" tests/backends/test_cuda_mma.py tests/backends/test_stacked.py \
+        -k "GeGLU or gelu or geglu or stacked" -q -p no:cacheprovider -n 8
+      grep -E "passed|failed|FAILED" "$OUT/verify_tiles.log" | tail -4 ;;
     memcheck)
       step memcheck_blocks "${GPU_S35_MEMCHECK_S:-300}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck \
         --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
