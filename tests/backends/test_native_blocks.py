@@ -86,7 +86,8 @@ def exact(monkeypatch):
 
 
 @pytest.mark.parametrize("add", [False, True], ids=["matmul", "matmul-add"])
-@pytest.mark.parametrize("rows", [1, 5, 8, 19, 70])  # decode; prefill tiles of 8 rows: partial, full, both
+# decode; prefill tiles of 8 rows: partial, full, both; items of 64 rows (PROMPT_CHUNK): two, three
+@pytest.mark.parametrize("rows", [1, 5, 8, 19, 70, 130])
 @pytest.mark.parametrize("qtype", TYPES)
 def test_block_matmul_matches_float64(qtype, rows, add, exact):
     n, k = 48, (512 if qtype in PER_BLOCK else 96)
@@ -343,7 +344,7 @@ def test_weights_as_either_operand(qtype, activations, monkeypatch):
     assert _block_launches(bound)
     rng = np.random.default_rng(0)
     lanes = qtype in LANE_TYPES and lane_dots()
-    for rows in (1, 6, 65):  # a decode row; rows quantised each (up to 64, any number with the lane dots)
+    for rows in (1, 6, 65, 130):  # a decode row; rows quantised each (up to 64, any number with the lane dots)
         xs = rng.standard_normal((rows, k)).astype(np.float32)
         r = rng.standard_normal((n, rows)).astype(np.float32)
         quantised = activations != "float" and (rows <= 64 or lanes)
