@@ -354,21 +354,17 @@ def _stacked_slice(index: EGraphIndex, cid: str, node: ENode) -> str | None:
 
 def _prefer_stacked(index: EGraphIndex, base, least: int = 2, alone: bool = False):
     """``base``, but products take slices of stacks of ``least`` products or more, each whole or not
-    at all, the ones serving the most classes first (q+k+v before a pair; ties one way everywhere); a
-    region leaf reads no other stack (``pick.unused``: per-class picks once read v and up from second
-    stacks, computed beside the first).  ``alone``: only stacks of ``least`` products none of which is
-    in a larger stack (gate and up; not q+k+v, nor q and k of it)."""
+    at all, the most classes first (q+k+v before a pair; ties one way); a region leaf reads no other
+    stack (``pick.unused``); ``alone``: no stack with a product in a larger one (gate + up, not q+k)."""
     offered: dict[str, dict[str, ENode]] = {}  # stack -> {product class: its slice}
     for cid, nodes in index.classes.items():
         for n in nodes if any(m.op == "Matmul" for m in nodes) else ():
             if (whole := _stacked_slice(index, cid, n)) is not None:
                 offered.setdefault(whole, {})[cid] = n
     taken: dict[str, ENode] = {}
+    inner = set().union(*(s.keys() for s in offered.values() if len(s) > least)) if alone else set()
     for whole in sorted(offered, key=lambda w: (-len(offered[w]), w)):
-        if alone and (len(offered[whole]) > least or any(len(other) > len(offered[whole]) and offered[whole].keys()
-                                                          & other.keys() for other in offered.values())):
-            continue
-        if len(offered[whole]) >= least and not offered[whole].keys() & taken.keys():
+        if len(offered[whole]) >= least and not offered[whole].keys() & (taken.keys() | inner):
             taken.update(offered[whole])
     used = {w for w, slices in offered.items() if all(taken.get(c) is n for c, n in slices.items())}
 
@@ -450,8 +446,7 @@ def candidates(index: EGraphIndex, opts: SearchOptions, many_rows: frozenset[str
         pick = _prefer_backend(index, absorb=False, prefer=many_rows, library=library, library_first=True)
         fixed[1] = ("greedy", Candidate.build(index, _fuse_single_use(Candidate.build(index, pick), pick)))
     stacks = 0  # products over stacked weights (codegen/stacked.egg): the greedy candidate taking every stack
-    # (no other does: a slice's region looks no cheaper than its product), then only q+k+v, then only the
-    # stacks of products in no larger one (gate + up), beside the budget
+    # (no other does: a slice's region looks no cheaper than its product), only q+k+v, only gate+up; beside the budget
     if any(_stacked_slice(index, c, n) is not None for c, nodes in index.classes.items() for n in nodes):
         base = _prefer_backend(index, absorb=False, prefer=many_rows, library=library, library_first=bool(library))
         for origin, least, alone in (("stacked", 2, False), ("stacked-qkv", 3, False), ("stacked-glu", 2, True)):

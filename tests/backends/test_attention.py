@@ -218,7 +218,7 @@ def test_a_prompts_positions_share_their_key_loads(backend, group, head):
                                    rtol=1e-5, atol=1e-5, err_msg=f"s={s} L={L}")
     if backend == "native":  # the tiled, transposed form where an item holds enough rows
         src = next(spec.source for spec in prog.kernels if "attention" in spec.name)
-        assert ("ls_scores_t16" in src) == (24 // group * group >= 8), src[:200]
+        assert ("ls_scores_t16x2" in src) == (24 // group * group >= 8), src[:200]
 
 
 def test_the_rule_takes_only_the_softmax_chain():

@@ -42,7 +42,7 @@ KEY_GROUP = 4  # c, the grouped kernel: keys whose scores are summed together (p
 # c, the grouped kernel: the query rows an item takes where a batch axis shares the keys (a
 # prompt's positions: TILE_ROWS // m of them), so that a key row is loaded once for them all; from
 # TRANSPOSE_ROWS rows on, a key block is transposed once and each row's scores are one vector over
-# its keys (prelude ls_scores_t16)
+# its keys (prelude ls_scores_t16x2)
 TILE_ROWS = 24
 TRANSPOSE_ROWS = 8
 NINF = "(-ls_inf())"
@@ -734,7 +734,7 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("  }")
     # the weighted values, two rows at a time (their sums independent chains in flight together):
     # acc * scale, then + p[b] * v[b] for the block's keys in order (fused)
-    w.line(f"  float _ls_spare[{hv}];")
+    w.line(f"  float _ls_spare[{hv}] = {{0}};  /* an odd row count's partner (weights 0) */")
     w.line("  for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r += 2) {")
     w.line("    const int _ls_two = _ls_r + 1 < _ls_nr;")
     w.line(f"    if (!_ls_two) {{ _ls_scr[_ls_r + 1] = 0.0f; for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) "

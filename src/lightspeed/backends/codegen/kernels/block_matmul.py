@@ -155,7 +155,7 @@ def render_block_matmul(op: LOp, in_dtypes: list[DType], qtype: str, activations
     w.line(f"    {decode('blk')};")
     w.line(f"    for (int q = 0; q < 4; q++) memcpy(_ls_wf + blk * {QK} + 8 * q, &wv[q], sizeof(ls_f8));")
     w.line("  }")
-    w.line(f"  for (long long _ls_rt = _ls_x0; _ls_rt < _ls_x1; _ls_rt += 8) {{")
+    w.line("  for (long long _ls_rt = _ls_x0; _ls_rt < _ls_x1; _ls_rt += 8) {")
     w.line("    const long long _ls_rn = _ls_x1 - _ls_rt < 8 ? _ls_x1 - _ls_rt : 8;")
     w.line("    ls_f8 acc[8];")
     w.line("    for (int _ls_tt = 0; _ls_tt < 8; _ls_tt++) acc[_ls_tt] = ls_zero8();")

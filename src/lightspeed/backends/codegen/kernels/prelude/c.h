@@ -52,18 +52,6 @@ static LS_INLINE void ls_scores4(const float* q, const float* kb, int n, int str
   }
   out[0] = ls_sum8(p0); out[1] = ls_sum8(p1); out[2] = ls_sum8(p2); out[3] = ls_sum8(p3);
 }
-static LS_INLINE void ls_scores8(const float* q, const float* kb, int n, int stride, float* out) {
-  ls_v8 p0 = {0}, p1 = {0}, p2 = {0}, p3 = {0}, p4 = {0}, p5 = {0}, p6 = {0}, p7 = {0};
-  for (int c = 0; c < n; c += 8) {
-    const ls_v8 qv = ls_ld8(q + c);
-    p0 += qv * ls_ld8(kb + c); p1 += qv * ls_ld8(kb + stride + c);
-    p2 += qv * ls_ld8(kb + 2 * stride + c); p3 += qv * ls_ld8(kb + 3 * stride + c);
-    p4 += qv * ls_ld8(kb + 4 * stride + c); p5 += qv * ls_ld8(kb + 5 * stride + c);
-    p6 += qv * ls_ld8(kb + 6 * stride + c); p7 += qv * ls_ld8(kb + 7 * stride + c);
-  }
-  out[0] = ls_sum8(p0); out[1] = ls_sum8(p1); out[2] = ls_sum8(p2); out[3] = ls_sum8(p3);
-  out[4] = ls_sum8(p4); out[5] = ls_sum8(p5); out[6] = ls_sum8(p6); out[7] = ls_sum8(p7);
-}
 typedef unsigned short ls_u16x8 __attribute__((vector_size(16)));
 typedef unsigned int ls_u32x8 __attribute__((vector_size(32)));
 typedef _Float16 ls_h16x8 __attribute__((vector_size(16)));
@@ -127,24 +115,11 @@ static LS_INLINE ls_vw ls_vset(float x) {
 }
 #endif
 /* The attention kernel's scores of a transposed key block kt [n][16] (16 keys, a key a lane; n a
-   multiple of 8) against q [n]: lane b of the partial sums P_u = sum over the chunks i of
-   q[8i + u] * kt[8i + u][b], in order, fused, then ((P0 + P1) + (P2 + P3)) + ((P4 + P5) + (P6 + P7)):
-   ls_scores4's arithmetic, key by key, bit for bit, a vector of keys at a time. */
-#define LS_KT_FMA(u) p##u = ls_vfma(ls_vset(q[c + (u)]), ls_ldw(k + (u) * 16), p##u);
+   multiple of 8) against two query rows q, q1 [n]: lane b of the partial sums P_u = sum over the
+   chunks i of q[8i + u] * kt[8i + u][b], in order, fused, then ((P0 + P1) + (P2 + P3)) + ((P4 + P5) +
+   (P6 + P7)): ls_scores4's arithmetic, key by key, bit for bit, a vector of keys at a time; each load
+   of the block serves both rows (16 independent chains). */
 static LS_INLINE ls_vw ls_ldw(const float* p) { ls_vw v; memcpy(&v, p, sizeof(ls_vw)); return v; }
-static LS_INLINE void ls_scores_t16(const float* restrict q, const float* restrict kt, int n, float* restrict out) {
-  for (int h = 0; h < 16; h += LS_VW) {
-    ls_vw p0 = ls_vset(0.0f), p1 = p0, p2 = p0, p3 = p0, p4 = p0, p5 = p0, p6 = p0, p7 = p0;
-    for (int c = 0; c < n; c += 8) {
-      const float* k = kt + c * 16 + h;
-      LS_KT_FMA(0) LS_KT_FMA(1) LS_KT_FMA(2) LS_KT_FMA(3) LS_KT_FMA(4) LS_KT_FMA(5) LS_KT_FMA(6) LS_KT_FMA(7)
-    }
-    const ls_vw s = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7));
-    memcpy(out + h, &s, sizeof(ls_vw));
-  }
-}
-/* ls_scores_t16 for two query rows at once: each load of the block's keys serves both rows' sums
-   (16 independent chains), each row's lanes the same operations as ls_scores_t16's. */
 #define LS_KT_FMA2(u) { const ls_vw k##u = ls_ldw(k + (u) * 16); \
   p##u = ls_vfma(ls_vset(q[c + (u)]), k##u, p##u); r##u = ls_vfma(ls_vset(q1[c + (u)]), k##u, r##u); }
 static LS_INLINE void ls_scores_t16x2(const float* restrict q, const float* restrict q1, const float* restrict kt,
