@@ -69,15 +69,18 @@ def _static(e: Expr, what: str) -> int:
     return int(e.value)
 
 
-def batch_offsets(w: Writer, a: dict, batch: list[Expr]) -> list[str]:
+def batch_offsets(w: Writer, a: dict, batch: list[Expr], tile: tuple[int, int] | None = None) -> list[str]:
     """Unflatten the batch index ``_ls_rest`` into coordinates (named ``_ls_b<axis>``, returned)
-    and start the queries', keys' and values' offsets ``_ls_oq``, ``_ls_ok``, ``_ls_ov`` there."""
+    and start the queries', keys' and values' offsets ``_ls_oq``, ``_ls_ok``, ``_ls_ov`` there.
+    ``tile`` (axis, t): that axis counts tiles of t indexes, its coordinate the tile's first index."""
     oq, ok_, ov = (w.expr(a[f]) for f in ("q_offset", "k_offset", "v_offset"))
     w.line(f"long long _ls_oq = {oq}, _ls_ok = {ok_}, _ls_ov = {ov};")
     names = [f"_ls_b{x}" for x in range(len(batch))]
     for x in reversed(range(len(batch))):
-        size = w.expr(batch[x])
-        w.line(f"const long long {names[x]} = _ls_rest % {size}; _ls_rest /= {size};")
+        t = tile[1] if tile is not None and tile[0] == x else 1
+        size = w.expr((batch[x] + (t - 1)) // t if t > 1 else batch[x])
+        first = f"(_ls_rest % {size}) * {t}" if t > 1 else f"_ls_rest % {size}"
+        w.line(f"const long long {names[x]} = {first}; _ls_rest /= {size};")
         w.line(f"_ls_oq += {names[x]} * {w.expr(a['q_batch_strides'][x])}; "
                f"_ls_ok += {names[x]} * {w.expr(a['k_batch_strides'][x])}; "
                f"_ls_ov += {names[x]} * {w.expr(a['v_batch_strides'][x])};")
@@ -557,19 +560,7 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     if tile > 1:
         ext[pa] = (batch[pa] + (tile - 1)) // tile
     w.line("long long _ls_rest = _ls_item;")
-    names = [f"_ls_b{x}" for x in range(len(batch))]
-    w.line("long long _ls_oq = 0, _ls_ok = 0, _ls_ov = 0;")
-    oq, ok_, ov = (w.expr(a[f]) for f in ("q_offset", "k_offset", "v_offset"))
-    w.line(f"_ls_oq = {oq}; _ls_ok = {ok_}; _ls_ov = {ov};")
-    for x in reversed(range(len(batch))):
-        size = w.expr(ext[x])
-        w.line(f"long long {names[x]} = _ls_rest % {size}; _ls_rest /= {size};")
-        if x == pa and tile > 1:
-            w.line(f"{names[x]} *= {tile};  /* the item's first index of axis {x} */")
-        w.line(f"_ls_oq += {names[x]} * {w.expr(a['q_batch_strides'][x])}; "
-               f"_ls_ok += {names[x]} * {w.expr(a['k_batch_strides'][x])}; "
-               f"_ls_ov += {names[x]} * {w.expr(a['v_batch_strides'][x])};")
-    w.index_vars |= set(names)
+    names = batch_offsets(w, a, batch, (pa, tile) if tile > 1 else None)
     # the flat batch index of the item's first row, and the rows between two indexes of axis pa
     flat = " + ".join(f"{names[x]} * {w.expr(prod(batch[x + 1:]))}" for x in range(len(batch))) or "0"
     w.line(f"const long long _ls_bf = {flat};")
@@ -621,6 +612,7 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
         w.line(f"float _ls_kt[{hk8}][{kb}];  /* the block's keys transposed: a key a lane */")
     # zeros: the padding past hk, and the rows of keys a block skips (scored with the others, then dropped)
     w.line(f"for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) for (int c = 0; c < {hk8}; c++) _ls_kb[_ls_b][c] = 0.0f;")
+    w.line(f"float _ls_spare[{hv}] = {{0}};  /* an odd row count's partner in the weighted values (weights 0) */")
     # keys in blocks of KEY_BLOCK (from key 0, whatever the batch: a row's sums in one order): the
     # block's rows loaded, then per query row its scores, one rescale of the running sums by the
     # block's maximum, the block's weights (a vector of exp2) and their weighted values
@@ -704,17 +696,15 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line(f"  float _ls_pr[{rows + 1}][{kb}], _ls_scr[{rows + 1}];  /* the rows' weights and rescales (+ a spare) */")
     # each key's score as 8 partial sums over the 8-element chunks of the head, in order, then
     # ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)): the same sums for every row, batch and tiling
+    w.line(f"  float _ls_xr[{rows + 1}][{kb}];  /* the rows' scores */")
     if transposed:  # a vector over the block's keys (8 of them, one a partial sum), two rows at a time
-        w.line(f"  float _ls_xr[{rows + 1}][{kb}];")
         w.line("  for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r += 2)")
         w.line(f"    ls_scores_t{kb}x2(_ls_q[_ls_r], _ls_q[_ls_r + 1 < _ls_nr ? _ls_r + 1 : _ls_r], &_ls_kt[0][0], "
                f"{hk8}, _ls_xr[_ls_r], _ls_xr[_ls_r + 1]);")
     w.line("  for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r++) {")
-    w.line(f"    float _ls_x[{kb}];")
+    w.line("    float* _ls_x = _ls_xr[_ls_r];")
     w.line("    float* _ls_p = _ls_pr[_ls_r];")
-    if transposed:
-        w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) _ls_x[_ls_b] = _ls_xr[_ls_r][_ls_b];")
-    else:  # KEY_GROUP keys' sums at a time: their chains in flight together
+    if not transposed:  # KEY_GROUP keys' sums at a time: their chains in flight together
         w.line(f"    for (int _ls_b = 0; _ls_b < {kb}; _ls_b += {KEY_GROUP})")
         w.line(f"      ls_scores{KEY_GROUP}(_ls_q[_ls_r], &_ls_kb[_ls_b][0], {hk8}, {hk8}, _ls_x + _ls_b);")
     # plus the mask; a skipped key's -inf (a vector select), the block's maximum as a tree
@@ -734,7 +724,6 @@ def grouped_attention_kernel(op: LOp, in_dtypes: list[DType]) -> KernelSpec:
     w.line("  }")
     # the weighted values, two rows at a time (their sums independent chains in flight together):
     # acc * scale, then + p[b] * v[b] for the block's keys in order (fused)
-    w.line(f"  float _ls_spare[{hv}] = {{0}};  /* an odd row count's partner (weights 0) */")
     w.line("  for (int _ls_r = 0; _ls_r < _ls_nr; _ls_r += 2) {")
     w.line("    const int _ls_two = _ls_r + 1 < _ls_nr;")
     w.line(f"    if (!_ls_two) {{ _ls_scr[_ls_r + 1] = 0.0f; for (int _ls_b = 0; _ls_b < {kb}; _ls_b++) "
