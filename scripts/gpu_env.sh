@@ -22,3 +22,11 @@ step() {  # name, timeout, command...
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "$name: rc=$? $(( $(date +%s) - t0 ))s :: $(tail -1 "$OUT/$name.log")"
 }
+# `memcheck_step NAME TIMEOUT PYTEST_ARGS...`: the pytest run under compute-sanitizer's memcheck
+# (graphs off: the sanitizer checks each launch), its error summary and counts printed
+memcheck_step() {
+  local name=$1 limit=$2; shift 2
+  step "$name" "$limit" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    --print-limit 20 python3 -m pytest -o addopts="" "$@" -q -p no:cacheprovider
+  grep -E "ERROR SUMMARY|passed|failed" "$OUT/$name.log" | tail -3
+}

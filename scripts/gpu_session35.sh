@@ -27,10 +27,8 @@ for stage in "$@"; do
         -k "GeGLU or gelu or geglu or stacked" -q -p no:cacheprovider -n 8
       grep -E "passed|failed|FAILED" "$OUT/verify_tiles.log" | tail -4 ;;
     memcheck)
-      step memcheck_blocks "${GPU_S35_MEMCHECK_S:-300}" env LIGHTSPEED_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck \
-        --error-exitcode 9 --print-limit 20 python3 -m pytest -o addopts="" tests/backends/test_cuda_blocks.py \
-        -k "${GPU_S35_MEMCHECK_K:-test_block_products_match_float64 or test_norm_products_over_blocks_match_float64 or kquant_parts_and_unrolled or gemma_decode_layer or exactly}" -q -p no:cacheprovider
-      grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck_blocks.log" | tail -3 ;;
+      memcheck_step memcheck_blocks "${GPU_S35_MEMCHECK_S:-300}" tests/backends/test_cuda_blocks.py \
+        -k "${GPU_S35_MEMCHECK_K:-test_block_products_match_float64 or test_norm_products_over_blocks_match_float64 or kquant_parts_and_unrolled or gemma_decode_layer or exactly}" ;;
     files)
       GPU_ISSUE26_TABLE=${GPU_ISSUE26_TABLE:-1} GPU_MODELS_ROWS=${GPU_MODELS_ROWS:-gemma3} \
         GPU_MODELS_S=${GPU_MODELS_S:-200} bash scripts/gpu_issue26.sh ;;
